@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# build.sh - builds, tests, formats and releases g4pipe. One compile step per module, every
+# flag in the variables below (design/STYLE.md 3.10; docs/build.md says why each is there).
+#
+#   ./build.sh            build build/g4pipe (GPU build when nvcc exists, else CPU-only)
+#   ./build.sh test       CPU suites + lint; GPU gates listed as skipped; ends "N passed, ..."
+#   ./build.sh gpu-test [GATE...]   GPU gates (needs a GPU)
+#   ./build.sh format     rewrite every hand-written C/CUDA file with clang-format
+#   ./build.sh lint       format check, cppcheck, clang-tidy only
+#   ./build.sh release    static release binary under release/out/
+#   ./build.sh debug      CPU build with AddressSanitizer and UBSan under build/debug/
+#   ./build.sh deps       fill .deps/ with the Debian archives the offline GPU box needs
+set -eu
+cd "$(dirname "$0")"
+
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+CC=${CC:-gcc}
+B=${BUILD_DIR:-build}
+WARN="-Wall -Wextra -Werror -Wshadow -Wconversion -Wno-sign-conversion -Wstrict-prototypes \
+-Wmissing-prototypes -Wvla -Wformat=2 -Wundef"
+CFLAGS="-std=c11 -D_POSIX_C_SOURCE=200809L $WARN -g -O2 ${EXTRA_CFLAGS:-}"
+NVFLAGS="-std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -O2 -Werror all-warnings \
+-Xptxas -warn-spills -Xcompiler -Wall,-Wextra"
+DEPS_ROOT=.deps/root
+DEB_PKGS="libinih-dev libinih1 libjansson-dev libjansson4"
+HOST_SRC="runtime/log.c runtime/config.c runtime/hfconfig.c runtime/loader.c runtime/kv_pool.c
+runtime/weights.c runtime/engine.c graph/model_desc.c graph/schedule_find.c"
+REF_SRC="kernels/ref/bf16_ref.c kernels/ref/norm_ref.c kernels/ref/gemm_ref.c
+kernels/ref/attn_ref.c kernels/ref/moe_ref.c"
+CU_SRC="kernels/device.cu kernels/gemm_lt.cu"
+UNIT_TESTS="test_loader test_config test_kv_pool"
+# what each unit test links: the module under test through its header, no generated code
+# (test_loader brings its own model table)
+unit_src() {
+    case $1 in
+    test_loader) echo runtime/log.c runtime/hfconfig.c runtime/loader.c graph/model_desc.c ;;
+    test_config) echo runtime/log.c runtime/config.c ;;
+    test_kv_pool) echo runtime/log.c runtime/kv_pool.c ;;
+    esac
+}
+LINT_DIRS="runtime codegen kernels/ref graph"
+
+say() { echo "build.sh: $*" >&2; }
+
+# ---- dependencies -------------------------------------------------------------------------
+
+have_header() { [ -f "/usr/include/$1" ] || [ -f "$DEPS_ROOT/usr/include/$1" ]; }
+
+# Libraries are required; the lint and musl tools only for ./build.sh test. As root, missing
+# packages are installed; where that fails (the offline GPU box) libraries come from .deps/.
+ensure_deps() {
+    local missing="" tools=""
+    have_header ini.h || missing="$missing libinih-dev"
+    have_header jansson.h || missing="$missing libjansson-dev"
+    command -v musl-gcc >/dev/null || tools="$tools musl-tools"
+    for t in clang-format cppcheck clang-tidy; do command -v $t >/dev/null || tools="$tools $t"; done
+    [ -z "$missing$tools" ] && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing Debian packages:$missing$tools"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing $tools; } >&2 ||
+            say "apt-get failed (offline?)"
+    fi
+    have_header ini.h && have_header jansson.h && return 0
+    say "missing:$missing: run as root to install them, or ./build.sh deps to fill .deps/ elsewhere"
+    exit 1
+}
+
+# .deps/: Debian's archives unpacked, for the offline GPU box (it cannot install packages).
+fill_deps() {
+    mkdir -p .deps && (cd .deps && apt-get download $DEB_PKGS >&2)
+    rm -rf "$DEPS_ROOT" && mkdir -p "$DEPS_ROOT"
+    for d in .deps/*.deb; do dpkg -x "$d" "$DEPS_ROOT"; done
+    say "filled $DEPS_ROOT from: $(cd .deps && ls *.deb | tr '\n' ' ')"
+}
+
+INC="-I. -I$B/gen"
+[ -d "$DEPS_ROOT/usr/include" ] && INC="$INC -I$DEPS_ROOT/usr/include"
+static_lib() { # the static archive of a dependency, from the system or .deps/
+    for d in /usr/lib/x86_64-linux-gnu "$DEPS_ROOT/usr/lib/x86_64-linux-gnu"; do
+        [ -f "$d/$1" ] && { echo "$d/$1"; return; }
+    done
+    say "no $1 (libinih-dev / libjansson-dev)"; exit 1
+}
+
+# ---- compile ------------------------------------------------------------------------------
+
+obj() { echo "$B/obj/$(echo "$1" | tr / _).o"; }
+
+compile_c() { # src [extra flags]
+    local o; o=$(obj "$1")
+    if [ ! -f "$o" ] || [ "$1" -nt "$o" ] || [ -n "$(find runtime graph kernels tests/harness.h "$B/gen" -name '*.h' -newer "$o" 2>/dev/null | head -1)" ]; then
+        $CC $CFLAGS $INC "${@:2}" -c "$1" -o "$o"
+    fi
+    echo "$o"
+}
+
+generate() {
+    mkdir -p "$B/obj" "$B/gen"
+    $CC $CFLAGS $INC codegen/gen.c graph/model_desc.c kernels/ref/bf16_ref.c \
+        "$(static_lib libinih.a)" -lm -o "$B/codegen"
+    rm -f "$B"/gen/*
+    "$B/codegen" "$B/gen" $(ls graph/models/*.ini | LC_ALL=C sort)
+}
+
+HAVE_NVCC=0
+[ -x "$CUDA_HOME/bin/nvcc" ] && HAVE_NVCC=1
+
+cuda_libs() {
+    local lt="-lcublasLt"
+    if [ -f "$CUDA_HOME/lib64/libcublasLt_static.a" ]; then
+        lt="-lcublasLt_static -lculibos"
+    else
+        say "no libcublasLt_static.a in $CUDA_HOME/lib64: linking cuBLASLt dynamically" 
+    fi
+    echo "-L$CUDA_HOME/lib64 $lt -lcudart_static -lpthread -ldl -lrt"
+}
+
+build_all() {
+    generate
+    HOST_OBJS=""
+    for s in $HOST_SRC $REF_SRC; do HOST_OBJS="$HOST_OBJS $(compile_c "$s")"; done
+    for s in "$B"/gen/*.c; do HOST_OBJS="$HOST_OBJS $(compile_c "$s" -DG4_BACKEND_PREFIX=ref_)"; done
+    LIBS="$(static_lib libjansson.a) $(static_lib libinih.a) -lm"
+    CU_OBJS=""
+    if [ $HAVE_NVCC = 1 ]; then
+        for s in $CU_SRC; do
+            local o; o=$(obj "$s")
+            "$CUDA_HOME/bin/nvcc" $NVFLAGS -I. -c "$s" -o "$o" 2> "$o.log" || { cat "$o.log" >&2; exit 1; }
+            grep -i "spill" "$o.log" | grep -v " 0 bytes spill" >&2 || true
+            CU_OBJS="$CU_OBJS $o"
+        done
+        g++ -o "$B/g4pipe" $(compile_c runtime/main.c) $HOST_OBJS $CU_OBJS $LIBS $(cuda_libs) \
+            -static-libstdc++ -static-libgcc
+        say "built $B/g4pipe (GPU build for sm_90a; the engine runs the CPU reference backend until the GPU schedule lands)"
+    else
+        $CC -o "$B/g4pipe" $(compile_c runtime/main.c) $HOST_OBJS $LIBS
+        say "no nvcc at $CUDA_HOME/bin: built a CPU-only $B/g4pipe"
+    fi
+}
+
+build_tests() {
+    mkdir -p "$B/tests"
+    local t s unit
+    for t in $UNIT_TESTS; do
+        unit=""; for s in $(unit_src $t); do unit="$unit $(obj "$s")"; done
+        $CC $CFLAGS $INC "tests/unit/$t.c" $unit $LIBS -o "$B/tests/$t"
+    done
+    $CC $CFLAGS $INC tests/e2e/test_fixtures.c tests/e2e/fixture_dump.c $HOST_OBJS $LIBS \
+        -o "$B/tests/test_fixtures"
+    if [ $HAVE_NVCC = 1 ]; then
+        g++ -o "$B/tests/test_gemm_lt" $(compile_c tests/gpu/test_gemm_lt.c) $HOST_OBJS $CU_OBJS \
+            $LIBS $(cuda_libs)
+    fi
+}
+
+# ---- lint ---------------------------------------------------------------------------------
+
+hand_sources() { git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null || find runtime codegen kernels graph tests -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh'; }
+
+lint() {
+    local bad=0 out
+    out=$( (hand_sources; ls "$B"/gen/*) | while read -r f; do
+        clang-format --style=file "$f" | diff -q "$f" - >/dev/null || echo "$f"; done)
+    if [ -n "$out" ]; then
+        echo "FAIL format: unformatted (run ./build.sh format): $(echo $out)"
+        for f in $out; do clang-format --style=file "$f" | diff "$f" - | head -5 | sed "s|^|  $f: |"; done
+    else echo "PASS format: every C/CUDA file and the generated schedule match .clang-format"; fi
+    local srcs; srcs=$(find $LINT_DIRS -name '*.c' | LC_ALL=C sort)
+    if out=$(cppcheck -q --std=c11 --enable=warning,style,performance,portability --inline-suppr \
+             --error-exitcode=1 $INC -D__GNUC__ --suppress=missingIncludeSystem $srcs 2>&1); then
+        echo "PASS cppcheck: 0 findings in $(echo $srcs | wc -w) files"
+    else echo "FAIL cppcheck: $(echo "$out" | grep -c ': ') findings"; echo "$out" | head -20; fi
+    if out=$(clang-tidy --quiet $srcs -- $CFLAGS $INC -DG4_BACKEND_PREFIX=ref_ 2>&1 | grep -E "(warning|error):"); then
+        echo "FAIL clang-tidy: $(echo "$out" | wc -l) findings"; echo "$out" | head -20
+    else echo "PASS clang-tidy: 0 findings (checks in .clang-tidy)"; fi
+}
+
+# ---- suites -------------------------------------------------------------------------------
+
+# Runs a test program, echoing its lines; the caller counts PASS/FAIL/SKIP.
+run_test() { "$@" 2> "$B/tests/$(basename "$1").stderr" || true; }
+
+golden() {
+    if diff -r tests/golden "$B/gen" > "$B/golden.diff"; then
+        echo "PASS schedule_golden: build/gen equals tests/golden ($(ls tests/golden | wc -l) files)"
+    else
+        echo "FAIL schedule_golden: codegen output differs from tests/golden (see $B/golden.diff; a deliberate change updates the golden in the same commit)"
+    fi
+}
+
+# g4pipe refuses a checkpoint whose config.json matches no compiled-in model, naming the field.
+cli_refusals() {
+    local t; t=$(mktemp -d)
+    cp -r tests/fixtures/tiny-dense "$t/ck"
+    sed -i 's/"sliding_window": 8/"sliding_window": 16/' "$t/ck/config.json"
+    local err
+    if err=$("$B/g4pipe" --model "$t/ck" --check 2>&1); then
+        echo "FAIL cli_refuses_mismatched_config: exit 0 on a changed sliding_window"
+    elif echo "$err" | grep -q "sliding_window is 16 but model tiny-dense has 8"; then
+        echo "PASS cli_refuses_mismatched_config: non-zero exit, names sliding_window (16 vs 8)"
+    else echo "FAIL cli_refuses_mismatched_config: message does not name the field: $err"; fi
+    printf '[kv]\npage_tokens = 12\n' > "$t/bad.ini"
+    if err=$("$B/g4pipe" -c "$t/bad.ini" --check 2>&1); then
+        echo "FAIL cli_refuses_bad_ini: exit 0"
+    elif echo "$err" | grep -q "bad.ini:2: kv.page_tokens"; then
+        echo "PASS cli_refuses_bad_ini: names file, line 2 and kv.page_tokens"
+    else echo "FAIL cli_refuses_bad_ini: $err"; fi
+    local ids
+    ids=$("$B/g4pipe" --model tests/fixtures/tiny-dense --tokens 2,700,800,900 --max-tokens 4 2>/dev/null || true)
+    if [ "$(echo "$ids" | wc -w)" = 4 ]; then echo "PASS cli_generates: greedy ids $ids"
+    else echo "FAIL cli_generates: got '$ids'"; fi
+    rm -rf "$t"
+}
+
+# The host code again with musl-gcc: the portability check of a musl-compatible libc.
+musl_suite() {
+    if ! command -v musl-gcc >/dev/null; then echo "SKIP musl_build: skipped: no musl-gcc"; return; fi
+    local m="$B/musl" minc="$B/musl/include"
+    mkdir -p "$m" "$minc"
+    for h in ini.h jansson.h jansson_config.h; do
+        cp "$( [ -f "/usr/include/$h" ] && echo /usr/include/$h || echo "$DEPS_ROOT/usr/include/$h")" "$minc/"
+    done
+    local flags="$CFLAGS -I. -I$B/gen -I$minc" objs="" ok=1
+    for s in $HOST_SRC $REF_SRC tests/musl/fortify_shim.c; do
+        musl-gcc $flags -c "$s" -o "$m/$(basename "$s").o" || ok=0; objs="$objs $m/$(basename "$s").o"
+    done
+    for s in "$B"/gen/*.c; do
+        musl-gcc $flags -DG4_BACKEND_PREFIX=ref_ -c "$s" -o "$m/gen_$(basename "$s").o" || ok=0
+        objs="$objs $m/gen_$(basename "$s").o"
+    done
+    local libs="$(static_lib libjansson.a) $(static_lib libinih.a) -lm"
+    musl-gcc $flags -static tests/e2e/test_fixtures.c tests/e2e/fixture_dump.c $objs $libs -o "$m/test_fixtures" || ok=0
+    local t unit
+    for t in $UNIT_TESTS; do
+        unit="$m/fortify_shim.c.o"; for s in $(unit_src $t); do unit="$unit $m/$(basename "$s").o"; done
+        musl-gcc $flags -static "tests/unit/$t.c" $unit $libs -o "$m/$t" || ok=0
+    done
+    if [ $ok = 0 ]; then echo "FAIL musl_build: the host code did not build with musl-gcc"; return; fi
+    echo "PASS musl_build: host code, reference kernels and tests built with musl-gcc -static"
+    for t in $UNIT_TESTS; do "$m/$t" 2>/dev/null | sed 's/^\(PASS\|FAIL\|SKIP\) /\1 musl:/' || true; done
+    "$m/test_fixtures" tests/fixtures 2>/dev/null | sed 's/^\(PASS\|FAIL\|SKIP\) /\1 musl:/' || true
+}
+
+gpu_gates() {
+    if [ $HAVE_NVCC = 1 ]; then run_test "$B/tests/test_gemm_lt"
+    else echo "SKIP gemm_lt_vs_ref: skipped: no GPU (CPU-only build, no nvcc)"; fi
+}
+
+summarize() { # reads gate lines on stdin, prints them, ends with the count line
+    local log="$B/test.log"
+    tee "$log"
+    local p f s
+    p=$(grep -c '^PASS ' "$log" || true); f=$(grep -c '^FAIL ' "$log" || true); s=$(grep -c '^SKIP ' "$log" || true)
+    echo "$p passed, $f failed, $s skipped"
+    [ "$f" = 0 ]
+}
+
+suite_test() {
+    build_all
+    build_tests
+    {
+        lint
+        golden
+        for t in $UNIT_TESTS; do run_test "$B/tests/$t"; done
+        run_test "$B/tests/test_fixtures" tests/fixtures
+        cli_refusals
+        musl_suite
+        gpu_gates
+    } | summarize
+}
+
+suite_gpu() {
+    build_all
+    build_tests
+    if [ $HAVE_NVCC = 0 ]; then echo "SKIP gemm_lt_vs_ref: skipped: no nvcc" | summarize; return; fi
+    {
+        if [ $# = 0 ] || printf '%s\n' "$@" | grep -qx gemm_lt_vs_ref; then run_test "$B/tests/test_gemm_lt"; fi
+    } | summarize
+}
+
+case "${1:-build}" in
+build) ensure_deps; build_all ;;
+test) ensure_deps; suite_test ;;
+gpu-test) shift; suite_gpu "$@" ;;
+format) hand_sources | xargs clang-format -i --style=file; say "formatted" ;;
+lint) ensure_deps; generate; lint | summarize ;;
+deps) fill_deps ;;
+debug)
+    B=build/debug; INC="-I. -I$B/gen"; [ -d "$DEPS_ROOT/usr/include" ] && INC="$INC -I$DEPS_ROOT/usr/include"
+    CFLAGS="$CFLAGS -O0 -fsanitize=address,undefined -fno-omit-frame-pointer"; HAVE_NVCC=0
+    build_all; say "debug build in $B" ;;
+release)
+    ensure_deps; build_all
+    mkdir -p release/out
+    rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    cp "$B/g4pipe" "release/out/g4pipe-$rev"
+    say "release/out/g4pipe-$rev; its dynamic dependencies:"; ldd "release/out/g4pipe-$rev" >&2 || true ;;
+*) echo "usage: $0 [build|test|gpu-test [GATE...]|format|lint|release|debug|deps]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,142 @@
+/* kernels/gemm_lt.cu - projections through cuBLASLt: y[m,n] = bf(x[m,k] @ w[n,k]^T) with bf16
+ * operands and fp32 accumulation.
+ *
+ * Our shapes are fixed by the model, so each weight gets a plan built once at load: the matmul
+ * descriptor, the weight's layout and one algorithm chosen for the largest batch and checked
+ * for the smallest. Every batch size then runs the same algorithm, hence the same reduction
+ * order per output element: a row's result does not depend on its batch mates
+ * (design/GATES.md, batch invariance); the algorithm fixes its split-K too, so the K
+ * reduction order of an output element never changes with m.
+ *
+ * Row-major x, w, y are column-major X^T, W^T, Y^T to cuBLAS, so the call computes
+ * Y^T (n x m) = op(W^T) X^T with op = transpose: A = w (k x n, ld k), B = x (k x m, ld k),
+ * C = D = y (n x m, ld ldy). */
+#include "kernels/common.cuh"
+
+#include <stdlib.h>
+
+#define GEMM_WORKSPACE_BYTES (32u << 20)
+
+struct k_gemm_plan {
+    int max_m, n, k;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a;
+    cublasLtMatmulAlgo_t algo;
+};
+
+static cublasLtHandle_t lt_handle;
+static void *lt_workspace;
+
+static int lt_init(void) {
+    if (lt_handle) return K_OK;
+    CUBLAS_CHECK(cublasLtCreate(&lt_handle));
+    CUDA_CHECK(cudaMalloc(&lt_workspace, GEMM_WORKSPACE_BYTES));
+    return K_OK;
+}
+
+static int layout_bf16(cublasLtMatrixLayout_t *l, int rows, int cols, int ld) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(l, CUDA_R_16BF, (uint64_t)rows, (uint64_t)cols, ld));
+    return K_OK;
+}
+
+/* The heuristic's best algorithm at m = max_m, verified to also run m = 1. */
+static int choose_algo(k_gemm_plan *p) {
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = GEMM_WORKSPACE_BYTES;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    cublasLtMatrixLayout_t b, c;
+    int rc = layout_bf16(&b, p->k, p->max_m, p->k);
+    if (rc == K_OK) rc = layout_bf16(&c, p->n, p->max_m, p->n);
+    cublasLtMatmulHeuristicResult_t res[8];
+    int found = 0;
+    if (rc == K_OK &&
+        cublasLtMatmulAlgoGetHeuristic(lt_handle, p->desc, p->a, b, c, c, pref, 8, res,
+                                       &found) != CUBLAS_STATUS_SUCCESS)
+        found = 0;
+    cublasLtMatrixLayout_t b1, c1;
+    int ok = -1;
+    if (rc == K_OK && layout_bf16(&b1, p->k, 1, p->k) == K_OK &&
+        layout_bf16(&c1, p->n, 1, p->n) == K_OK) {
+        for (int i = 0; i < found && ok < 0; i++) {
+            cublasLtMatmulHeuristicResult_t chk;
+            if (cublasLtMatmulAlgoCheck(lt_handle, p->desc, p->a, b1, c1, c1, &res[i].algo,
+                                        &chk) == CUBLAS_STATUS_SUCCESS &&
+                chk.workspaceSize <= GEMM_WORKSPACE_BYTES)
+                ok = i;
+        }
+        cublasLtMatrixLayoutDestroy(b1);
+        cublasLtMatrixLayoutDestroy(c1);
+    }
+    if (rc == K_OK) {
+        cublasLtMatrixLayoutDestroy(b);
+        cublasLtMatrixLayoutDestroy(c);
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (ok < 0) {
+        fprintf(stderr, "g4pipe: error kernels: no cuBLASLt algorithm for %d x %d x %d\n",
+                p->max_m, p->n, p->k);
+        return K_ERR_SHAPE;
+    }
+    p->algo = res[ok].algo;
+    return K_OK;
+}
+
+/* ---- launchers ---- */
+
+extern "C" int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k) {
+    *out = NULL;
+    if (max_m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return K_ERR_SHAPE;
+    int rc = lt_init();
+    if (rc != K_OK) return rc;
+    k_gemm_plan *p = (k_gemm_plan *)calloc(1, sizeof *p);
+    if (!p) return K_ERR_NO_MEMORY;
+    p->max_m = max_m;
+    p->n = n;
+    p->k = k;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) !=
+            CUBLAS_STATUS_SUCCESS ||
+        layout_bf16(&p->a, k, n, k) != K_OK || choose_algo(p) != K_OK) {
+        k_gemm_plan_destroy(p);
+        return K_ERR_DEVICE;
+    }
+    *out = p;
+    return K_OK;
+}
+
+extern "C" void k_gemm_plan_destroy(k_gemm_plan *p) {
+    if (!p) return;
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    free(p);
+}
+
+extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
+    k_gemm_plan *p = (k_gemm_plan *)a->plan;
+    int ldy = a->ldy ? a->ldy : a->n;
+    if (!p || a->m <= 0 || a->m > p->max_m || a->n != p->n || a->k != p->k || ldy < a->n)
+        return K_ERR_SHAPE;
+    cublasLtMatrixLayout_t b, c;
+    int rc = layout_bf16(&b, a->k, a->m, a->k);
+    if (rc != K_OK) return rc;
+    rc = layout_bf16(&c, a->n, a->m, ldy);
+    if (rc != K_OK) {
+        cublasLtMatrixLayoutDestroy(b);
+        return rc;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t s = cublasLtMatmul(lt_handle, p->desc, &one, a->w, p->a, a->x, b, &zero, a->y,
+                                      c, a->y, c, &p->algo, lt_workspace, GEMM_WORKSPACE_BYTES,
+                                      (cudaStream_t)st);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(c);
+    CUBLAS_CHECK(s);
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
+}

@@ -1,0 +1,194 @@
+/* kernels/kernels.h - the one header runtime/ sees of kernels/: op argument structs and the
+ * C launchers.
+ *
+ * Every op has a trio (design/STYLE.md 3.2): a static __global__ kernel in kernels/<family>.cu,
+ * its C launcher k_<op>, and the CPU reference ref_<op> in kernels/ref/ (declared in
+ * kernels/ref/ref.h). Launcher and reference take the same argument struct and a stream, and
+ * return 0 or a negative K_ERR_* code; they never exit. Tensors are bf16 (uint16_t bit
+ * patterns) unless a field says otherwise; shapes are given outermost first. Plain C: every
+ * kernels/<family>.cu includes this header so the compiler checks each definition against it. */
+#ifndef G4_KERNELS_H
+#define G4_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint16_t bf16_t;  /* bf16 bit pattern: the top half of an IEEE fp32 */
+typedef void *g4_stream;  /* cudaStream_t on the GPU; ignored by the CPU reference */
+
+enum k_err {
+    K_OK = 0,
+    K_ERR_SHAPE = -1,    /* a size or alignment precondition failed */
+    K_ERR_DTYPE = -2,    /* an element width this op has no twin for (e.g. e4m3 KV) */
+    K_ERR_DEVICE = -3,   /* a CUDA or cuBLASLt call failed (logged with the statement) */
+    K_ERR_NO_MEMORY = -4 /* a workspace allocation failed */
+};
+
+/* One KV family as the kernels see it: a paged store plus per-row page tables. Page-major
+ * layout [page][layer][kv: 0=K,1=V][slot][head][dim]; strides are in elements, the backing
+ * store's size is in bytes (elem_bytes: 2 = bf16, 1 = e4m3). */
+typedef struct k_kv_view {
+    void *base;             /* backing store of the family */
+    int page_tokens;        /* tokens per page */
+    int n_layer;            /* layers of this family that own KV */
+    int n_kv_head;          /* KV heads */
+    int head_dim;           /* 256 (local family) or 512 (global family) */
+    int elem_bytes;         /* 2 or 1 */
+    const int32_t *tables;  /* [n_seq][max_pages] physical page of each logical page, -1 none */
+    int max_pages;          /* row stride of tables */
+} k_kv_view;
+
+/* out[r, :] = bf(table[ids[r], :] * scale); scale is used as given (the caller rounds it to
+ * bf16 where HF does, e.g. the embedding's bf16(sqrt(d_model))). */
+typedef struct k_embed_args {
+    bf16_t *out;          /* [rows, width] */
+    const bf16_t *table;  /* [n_vocab, width] */
+    const int32_t *ids;   /* [rows] */
+    int rows, width, n_vocab;
+    float scale;
+} k_embed_args;
+
+/* out = bf(residual + bf(in * (mean(in^2) + eps)^-0.5 * w)) per row of width; residual NULL
+ * gives the plain norm, w NULL the weightless norm (v_norm, the router's input norm). out may
+ * alias in or residual. */
+typedef struct k_rmsnorm_args {
+    bf16_t *out;             /* [rows, width] */
+    const bf16_t *in;        /* [rows, width] */
+    const bf16_t *w;         /* [width] or NULL */
+    const bf16_t *residual;  /* [rows, width] or NULL */
+    int rows, width;
+    float eps;
+} k_rmsnorm_args;
+
+/* y[m, 0:n] (row stride ldy, 0 = n) = bf(x[m, k] @ w[n, k]^T), fp32 accumulation. plan is the
+ * backend's prepared algorithm for this weight (cuBLASLt plan on the GPU, unused on the CPU). */
+typedef struct k_gemm_args {
+    bf16_t *y;
+    const bf16_t *x;  /* [m, k] */
+    const bf16_t *w;  /* [n, k] */
+    int m, n, k, ldy;
+    void *plan;
+} k_gemm_args;
+
+/* Per row r at position pos[r] of sequence seq[r]: q heads get q_norm then RoPE in place;
+ * when write_kv, K = RoPE(RMS(k_raw; k_norm)) and V = RMS0(v_raw) go into the family's pages
+ * at slot pos % page_tokens of logical page pos / page_tokens, layer kv_layer. RoPE is
+ * rotate-half over pairs (j, j + head_dim/2) for j < n_rot with inv_freq = base^(-2j/head_dim):
+ * n_rot = head_dim/2 for the default RoPE, 64 of 256 pairs for the proportional one. */
+typedef struct k_attn_prep_args {
+    bf16_t *q;              /* [rows, n_head, head_dim], normed and rotated in place */
+    const bf16_t *k_raw;    /* [rows, n_kv_head, head_dim] */
+    const bf16_t *v_raw;    /* [rows, n_kv_head, head_dim]; == k_raw for k_eq_v layers */
+    const bf16_t *q_norm;   /* [head_dim] */
+    const bf16_t *k_norm;   /* [head_dim] */
+    const int32_t *pos;     /* [rows] */
+    const int32_t *seq;     /* [rows] row of kv.tables */
+    k_kv_view kv;
+    int rows, n_head, kv_layer, write_kv, n_rot;
+    float rope_base, eps;
+} k_attn_prep_args;
+
+/* out[r, h, :] = softmax_j(q[r,h]·K[j]) V[j] over the keys j of seq[r] with
+ * pos[r] - window < j <= pos[r] (window 0: all j <= pos[r]); scale 1.0; GQA: query head h
+ * reads KV head h / (n_head / n_kv_head). */
+typedef struct k_attention_args {
+    bf16_t *out;           /* [rows, n_head, head_dim] */
+    const bf16_t *q;       /* [rows, n_head, head_dim] */
+    const int32_t *pos;    /* [rows] */
+    const int32_t *seq;    /* [rows] */
+    k_kv_view kv;
+    int rows, n_head, kv_layer, window;
+} k_attention_args;
+
+/* out[r, j] = bf(bf(gelu_tanh(a[r*lda + j])) * b[r*ldb + j]) for j < width; b NULL drops
+ * the product. out has row stride width. */
+typedef struct k_gelu_mul_args {
+    bf16_t *out;
+    const bf16_t *a;
+    const bf16_t *b;
+    int rows, width, lda, ldb;
+} k_gelu_mul_args;
+
+/* out[i] = bf(bf(a[i] + b[i]) * scale), or bf(a[i] * scale) with b NULL; scale is applied in
+ * fp32 and rounded once (HF's Python-float multiplies and the bf16 layer_scalar alike). */
+typedef struct k_scale_add_args {
+    bf16_t *out;
+    const bf16_t *a;
+    const bf16_t *b;
+    size_t n;
+    float scale;
+} k_scale_add_args;
+
+/* out[r, j] = bf(bf(a[r, j] * v[j]) * scale): the router's input scale (a bf16 vector multiply,
+ * then HF's Python-float d_model^-0.5 applied in fp32 and rounded once). */
+typedef struct k_mul_vec_scale_args {
+    bf16_t *out;
+    const bf16_t *a;  /* [rows, width] */
+    const bf16_t *v;  /* [width] */
+    int rows, width;
+    float scale;
+} k_mul_vec_scale_args;
+
+/* The MoE router after its logits: p = softmax_fp32(logits[r]) over n_expert, the top_k
+ * largest (ties to the lower id), renormalised, times per_expert_scale. */
+typedef struct k_moe_route_args {
+    int32_t *idx;                    /* [rows, top_k] expert ids, best first */
+    float *weight;                   /* [rows, top_k] */
+    const bf16_t *logits;            /* [rows, n_expert] */
+    const bf16_t *per_expert_scale;  /* [n_expert] */
+    int rows, n_expert, top_k;
+} k_moe_route_args;
+
+/* out[r] = bf(sum_k weight[r,k] * bf(down[e] @ bf(bf(gelu(g)) * u))), g|u = bf(x[r] @
+ * gate_up[e]^T), e = idx[r,k]; the k terms summed in fp32 in rank order (HF's grouped_mm). */
+typedef struct k_moe_experts_args {
+    bf16_t *out;             /* [rows, d_model] */
+    const bf16_t *x;         /* [rows, d_model] */
+    const bf16_t *gate_up;   /* [n_expert, 2*d_expert, d_model] */
+    const bf16_t *down;      /* [n_expert, d_model, d_expert] */
+    const int32_t *idx;      /* [rows, top_k] */
+    const float *weight;     /* [rows, top_k] */
+    int rows, d_model, d_expert, n_expert, top_k;
+} k_moe_experts_args;
+
+/* out[r, :] = in[src[r], :] for r < rows. */
+typedef struct k_gather_rows_args {
+    bf16_t *out;
+    const bf16_t *in;
+    const int32_t *src;
+    int rows, width;
+} k_gather_rows_args;
+
+/* x = bf(bf(tanh(bf(x / cap))) * cap), elementwise in place (three bf16 ops, as HF). */
+typedef struct k_softcap_args {
+    bf16_t *x;
+    size_t n;
+    float cap;
+} k_softcap_args;
+
+/* ---- GPU launchers (kernels/<family>.cu) ---- */
+
+/* A cuBLASLt plan for y[m,n] = x[m,k] @ w[n,k]^T at m <= max_m, built once at load: the same
+ * algorithm for every m, so a row's result never depends on its batch (design/GATES.md). */
+typedef struct k_gemm_plan k_gemm_plan;
+int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k);
+void k_gemm_plan_destroy(k_gemm_plan *plan);
+int k_gemm(const k_gemm_args *a, g4_stream st);
+
+/* Device management for the GPU build: 0 when a usable sm_90 device is present. */
+int k_device_init(char *desc, size_t desc_len);
+void *k_device_alloc(size_t bytes);
+void k_device_free(void *p);
+int k_copy_to_device(void *dst, const void *src, size_t bytes);
+int k_copy_to_host(void *dst, const void *src, size_t bytes);
+int k_sync(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

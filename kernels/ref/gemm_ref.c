@@ -1,0 +1,20 @@
+/* kernels/ref/gemm_ref.c - CPU reference of the projection: y = bf(x @ w^T) with an fp32
+ * accumulator, the contract cuBLASLt's bf16 GEMM keeps (its summation order differs, so
+ * results may differ by an ulp of bf16 after rounding; tests allow for that). */
+#include "kernels/ref/ref.h"
+
+int ref_gemm(const k_gemm_args *a, g4_stream st) {
+    (void)st;
+    if (a->m < 0 || a->n <= 0 || a->k <= 0) return K_ERR_SHAPE;
+    int ldy = a->ldy ? a->ldy : a->n;
+    for (int i = 0; i < a->m; i++) {
+        const bf16_t *x = a->x + (size_t)i * (size_t)a->k;
+        for (int o = 0; o < a->n; o++) {
+            const bf16_t *w = a->w + (size_t)o * (size_t)a->k;
+            float acc = 0.0f;
+            for (int t = 0; t < a->k; t++) acc += ref_bf16_to_f32(x[t]) * ref_bf16_to_f32(w[t]);
+            a->y[(size_t)i * (size_t)ldy + (size_t)o] = ref_f32_to_bf16(acc);
+        }
+    }
+    return K_OK;
+}

@@ -1,0 +1,96 @@
+/* kernels/ref/norm_ref.c - CPU reference of the row-wise and elementwise ops: embedding,
+ * RMSNorm (with the optional fused residual add), GeGLU, scaled adds, the router's input
+ * scale, row gather and the final softcap.
+ *
+ * Rounding follows gemma4/ARCHITECTURE.md 2.2-2.4: RMSNorm works in fp32 with pow(., -0.5)
+ * and the weight applied before the single rounding; residual adds and products round to
+ * bf16 after each op, as HF's bf16 tensors do. */
+#include "kernels/ref/ref.h"
+
+#include <math.h>
+
+#define BF(x) ref_round_bf16(x)
+#define F(x) ref_bf16_to_f32(x)
+
+int ref_embed(const k_embed_args *a, g4_stream st) {
+    (void)st;
+    for (int r = 0; r < a->rows; r++) {
+        int id = a->ids[r];
+        if (id < 0 || id >= a->n_vocab) return K_ERR_SHAPE;
+        const bf16_t *src = a->table + (size_t)id * (size_t)a->width;
+        bf16_t *dst = a->out + (size_t)r * (size_t)a->width;
+        for (int j = 0; j < a->width; j++) dst[j] = ref_f32_to_bf16(F(src[j]) * a->scale);
+    }
+    return K_OK;
+}
+
+int ref_rmsnorm(const k_rmsnorm_args *a, g4_stream st) {
+    (void)st;
+    for (int r = 0; r < a->rows; r++) {
+        size_t o = (size_t)r * (size_t)a->width;
+        float ss = 0.0f;
+        for (int j = 0; j < a->width; j++) ss += F(a->in[o + j]) * F(a->in[o + j]);
+        /* HF: pow(mean + eps, -0.5) in fp32, not rsqrt */
+        float inv = powf(ss / (float)a->width + a->eps, -0.5f);
+        for (int j = 0; j < a->width; j++) {
+            float y = F(a->in[o + j]) * inv;
+            if (a->w) y *= F(a->w[j]);
+            y = BF(y);
+            if (a->residual) y = F(a->residual[o + j]) + y;
+            a->out[o + j] = ref_f32_to_bf16(y);
+        }
+    }
+    return K_OK;
+}
+
+int ref_gelu_mul(const k_gelu_mul_args *a, g4_stream st) {
+    (void)st;
+    for (int r = 0; r < a->rows; r++) {
+        for (int j = 0; j < a->width; j++) {
+            float g = BF(ref_gelu_tanh(F(a->a[(size_t)r * (size_t)a->lda + (size_t)j])));
+            if (a->b) g *= F(a->b[(size_t)r * (size_t)a->ldb + (size_t)j]);
+            a->out[(size_t)r * (size_t)a->width + (size_t)j] = ref_f32_to_bf16(g);
+        }
+    }
+    return K_OK;
+}
+
+int ref_scale_add(const k_scale_add_args *a, g4_stream st) {
+    (void)st;
+    for (size_t i = 0; i < a->n; i++) {
+        float v = F(a->a[i]);
+        if (a->b) v = BF(v + F(a->b[i]));
+        a->out[i] = ref_f32_to_bf16(v * a->scale);
+    }
+    return K_OK;
+}
+
+int ref_mul_vec_scale(const k_mul_vec_scale_args *a, g4_stream st) {
+    (void)st;
+    for (int r = 0; r < a->rows; r++) {
+        for (int j = 0; j < a->width; j++) {
+            size_t i = (size_t)r * (size_t)a->width + (size_t)j;
+            a->out[i] = ref_f32_to_bf16(BF(F(a->a[i]) * F(a->v[j])) * a->scale);
+        }
+    }
+    return K_OK;
+}
+
+int ref_gather_rows(const k_gather_rows_args *a, g4_stream st) {
+    (void)st;
+    for (int r = 0; r < a->rows; r++) {
+        const bf16_t *src = a->in + (size_t)a->src[r] * (size_t)a->width;
+        bf16_t *dst = a->out + (size_t)r * (size_t)a->width;
+        for (int j = 0; j < a->width; j++) dst[j] = src[j];
+    }
+    return K_OK;
+}
+
+int ref_softcap(const k_softcap_args *a, g4_stream st) {
+    (void)st;
+    for (size_t i = 0; i < a->n; i++) {
+        float t = BF(tanhf(BF(F(a->x[i]) / a->cap)));
+        a->x[i] = ref_f32_to_bf16(t * a->cap);
+    }
+    return K_OK;
+}

@@ -1,0 +1,41 @@
+/* kernels/ref/ref.h - the CPU reference of every op: plain C11 fp32 loops that round to bf16
+ * exactly where Hugging Face rounds (gemma4/ARCHITECTURE.md sections 2 and 4).
+ *
+ * Each ref_<op> takes the argument struct of its GPU twin k_<op> (kernels/kernels.h) and a
+ * stream it ignores, and returns 0 or a negative K_ERR_* code. This is the executable spec the
+ * GPU kernels are tested against, and the CPU backend that runs the generated schedule. */
+#ifndef G4_REF_H
+#define G4_REF_H
+
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* bf16 <-> fp32 with round-to-nearest-even, NaN kept quiet (torch's conversion). */
+float ref_bf16_to_f32(bf16_t v);
+bf16_t ref_f32_to_bf16(float f);
+/* fp32 rounded through bf16: bf(x). */
+float ref_round_bf16(float f);
+/* gelu_pytorch_tanh in fp32. */
+float ref_gelu_tanh(float x);
+
+int ref_embed(const k_embed_args *a, g4_stream st);
+int ref_rmsnorm(const k_rmsnorm_args *a, g4_stream st);
+int ref_gemm(const k_gemm_args *a, g4_stream st);
+int ref_attn_prep(const k_attn_prep_args *a, g4_stream st);
+int ref_attention(const k_attention_args *a, g4_stream st);
+int ref_gelu_mul(const k_gelu_mul_args *a, g4_stream st);
+int ref_scale_add(const k_scale_add_args *a, g4_stream st);
+int ref_mul_vec_scale(const k_mul_vec_scale_args *a, g4_stream st);
+int ref_moe_route(const k_moe_route_args *a, g4_stream st);
+int ref_moe_experts(const k_moe_experts_args *a, g4_stream st);
+int ref_gather_rows(const k_gather_rows_args *a, g4_stream st);
+int ref_softcap(const k_softcap_args *a, g4_stream st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,244 @@
+/* runtime/engine.c - see engine.h. Owns the host side of a loaded model on the CPU reference
+ * backend: the checkpoint mapping, the bound weights, the KV backing stores sized from the
+ * pool's layouts, and the activation buffers sized once at open for the largest step. */
+#include "runtime/engine.h"
+
+#include "runtime/hfconfig.h"
+#include "runtime/kv_pool.h"
+#include "runtime/loader.h"
+#include "runtime/log.h"
+#include "runtime/weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct engine {
+    g4_config cfg;
+    const g4_model_desc *model;
+    const g4_schedule *schedule;
+    loader *ld;
+    g4_weights w;
+    kv_pool *pool;
+    kv_layout layout[2];
+    void *kv_store[2];
+    int max_rows, max_out_rows;
+    g4_state s;
+    void *buffers[24];
+    int n_buffers;
+};
+
+static void *engine_alloc(engine *e, size_t bytes) {
+    if (e->n_buffers >= (int)(sizeof e->buffers / sizeof e->buffers[0])) return NULL;
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (p) e->buffers[e->n_buffers++] = p;
+    return p;
+}
+
+static int max_d_ff(const g4_model_desc *m) {
+    int mx = 0;
+    for (int l = 0; l < m->n_layer; l++)
+        if (g4_model_d_ff(m, l) > mx) mx = g4_model_d_ff(m, l);
+    return mx;
+}
+
+/* Activation buffers for the largest step (see g4_state for each shape). */
+static int alloc_state(engine *e) {
+    const g4_model_desc *m = e->model;
+    size_t R = (size_t)e->max_rows, H = (size_t)m->d_model, B = sizeof(bf16_t);
+    size_t q_w = (size_t)m->n_head * (size_t)m->head_dim_global;
+    size_t kv_w = (size_t)m->head_dim_global *
+                  (size_t)(m->n_kv_head_local > m->n_kv_head_global ? m->n_kv_head_local
+                                                                    : m->n_kv_head_global);
+    if ((size_t)m->head_dim_local * (size_t)m->n_kv_head_local > kv_w)
+        kv_w = (size_t)m->head_dim_local * (size_t)m->n_kv_head_local;
+    size_t ff = (size_t)max_d_ff(m), lp = (size_t)m->n_layer * (size_t)m->d_ple;
+    size_t top_k = (size_t)(m->top_k ? m->top_k : 1);
+    g4_state *s = &e->s;
+    s->x = engine_alloc(e, R * H * B);
+    s->xn = engine_alloc(e, R * H * B);
+    s->q = engine_alloc(e, R * q_w * B);
+    s->k = engine_alloc(e, R * kv_w * B);
+    s->v = engine_alloc(e, R * kv_w * B);
+    s->attn = engine_alloc(e, R * q_w * B);
+    s->t = engine_alloc(e, R * H * B);
+    s->gu = engine_alloc(e, R * 2 * ff * B);
+    s->act = engine_alloc(e, R * ff * B);
+    s->m1 = engine_alloc(e, R * H * B);
+    s->router_logits = engine_alloc(e, R * (size_t)(m->n_expert ? m->n_expert : 1) * B);
+    s->moe_idx = engine_alloc(e, R * top_k * sizeof(int32_t));
+    s->moe_w = engine_alloc(e, R * top_k * sizeof(float));
+    s->ple = engine_alloc(e, R * (lp ? lp : 1) * B);
+    s->ple_tok = engine_alloc(e, R * (lp ? lp : 1) * B);
+    s->ple_g = engine_alloc(e, R * (size_t)(m->d_ple ? m->d_ple : 1) * B);
+    s->xo = engine_alloc(e, (size_t)e->max_out_rows * H * B);
+    s->logits = engine_alloc(e, (size_t)e->max_out_rows * (size_t)m->n_vocab * B);
+    if (!s->logits) {
+        log_msg(LOG_ERROR, "engine", "out of host memory for the step buffers (%d rows)",
+                e->max_rows);
+        return -1;
+    }
+    s->w = &e->w;
+    return 0;
+}
+
+static int count_owning(const g4_model_desc *m, int kind) {
+    int n = 0;
+    for (int l = 0; l < m->n_layer; l++)
+        if (m->layer_kind[l] == kind && g4_model_kv_donor(m, l) == l) n++;
+    return n;
+}
+
+/* Both families sized for serve.max_batch sequences at serve.max_context (the local family
+ * only ever holds a window plus one prefill chunk), or split from kv.budget_gb. */
+static int open_pool(engine *e) {
+    const g4_model_desc *m = e->model;
+    const g4_config *c = &e->cfg;
+    int pt = c->kv.page_tokens;
+    e->layout[KV_LOCAL] = (kv_layout){pt, count_owning(m, G4_LAYER_SLIDING), m->n_kv_head_local,
+                                      m->head_dim_local, e->schedule->local_elem_bytes};
+    e->layout[KV_GLOBAL] = (kv_layout){pt, count_owning(m, G4_LAYER_FULL), m->n_kv_head_global,
+                                       m->head_dim_global, 2};
+    int max_pages = (c->serve.max_context + pt - 1) / pt;
+    int local_per_seq = (m->window - 1 + c->serve.prefill_chunk + pt - 1) / pt + 1;
+    if (local_per_seq > max_pages) local_per_seq = max_pages;
+    long n_local = (long)c->serve.max_batch * local_per_seq + 1;
+    long n_global = (long)c->serve.max_batch * max_pages + 1;
+    if (c->kv.budget_gb > 0) {
+        double budget = c->kv.budget_gb * 1e9;
+        double lb = (double)kv_layout_page_bytes(&e->layout[KV_LOCAL]);
+        double gb = (double)kv_layout_page_bytes(&e->layout[KV_GLOBAL]);
+        if ((double)n_local * lb > budget / 2) n_local = (long)(budget / 2 / lb);
+        n_global = (long)((budget - (double)n_local * lb) / gb);
+        if (n_local < 2 || n_global < 2) {
+            log_msg(LOG_ERROR, "engine", "kv.budget_gb = %g holds no page of a family",
+                    c->kv.budget_gb);
+            return -1;
+        }
+    }
+    e->pool = kv_pool_create(&e->layout[KV_LOCAL], (int)n_local, &e->layout[KV_GLOBAL],
+                             (int)n_global, m->window, c->serve.max_batch, max_pages);
+    for (int f = 0; f < 2; f++) {
+        long n = f == KV_LOCAL ? n_local : n_global;
+        e->kv_store[f] = calloc((size_t)n, kv_layout_page_bytes(&e->layout[f]));
+        if (!e->kv_store[f] || !e->pool) {
+            log_msg(LOG_ERROR, "engine", "out of host memory for %ld KV pages", n);
+            return -1;
+        }
+        k_kv_view *v = f == KV_LOCAL ? &e->s.kv_local : &e->s.kv_global;
+        *v = (k_kv_view){.base = e->kv_store[f],
+                         .page_tokens = pt,
+                         .n_layer = e->layout[f].n_layer,
+                         .n_kv_head = e->layout[f].n_kv_head,
+                         .head_dim = e->layout[f].head_dim,
+                         .elem_bytes = e->layout[f].elem_bytes,
+                         .tables = kv_pool_table(e->pool, (enum kv_family)f, 0),
+                         .max_pages = max_pages};
+        log_msg(LOG_INFO, "engine", "KV %s family: %ld pages of %d tokens, %.1f MB",
+                f == KV_LOCAL ? "local" : "global", n, pt,
+                (double)n * (double)kv_layout_page_bytes(&e->layout[f]) / 1e6);
+    }
+    return 0;
+}
+
+static int match_model(engine *e) {
+    char path[sizeof e->cfg.model.path + 16];
+    snprintf(path, sizeof path, "%s/config.json", e->cfg.model.path);
+    g4_model_desc ckpt;
+    if (hfconfig_read(path, &ckpt) != 0) return -1;
+    char why[512];
+    const char *wanted = e->cfg.model.name[0] ? e->cfg.model.name : NULL;
+    e->model = hfconfig_match(&ckpt, wanted, why, sizeof why);
+    if (!e->model) {
+        log_msg(LOG_ERROR, "engine", "%s matches no compiled-in model: %s", path, why);
+        return -1;
+    }
+    return 0;
+}
+
+int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
+    *out = NULL;
+    engine *e = calloc(1, sizeof *e);
+    if (!e) return -1;
+    e->cfg = *cfg;
+    if (cfg->model.weights == G4_WEIGHTS_DUMMY) {
+        log_msg(LOG_ERROR, "engine", "model.weights = dummy fills random weights on the GPU; "
+                                     "the CPU reference backend needs a checkpoint (model.path)");
+        free(e);
+        return -1;
+    }
+    const char *variant = cfg->kv.local == G4_KV_LOCAL_FP8 ? "local_fp8" : "local_bf16";
+    if (match_model(e) != 0 || loader_open(cfg->model.path, &e->ld) != 0 ||
+        weights_bind(e->ld, e->model, &e->w) != 0) {
+        engine_close(e);
+        return -1;
+    }
+    e->schedule = g4_schedule_find(ref_schedules, ref_n_schedules, e->model->name, variant);
+    e->max_rows = cfg->serve.prefill_chunk + cfg->serve.max_batch;
+    e->max_out_rows = max_out_rows > 0 ? max_out_rows : cfg->serve.max_batch;
+    if (!e->schedule || open_pool(e) != 0 || alloc_state(e) != 0) {
+        engine_close(e);
+        return -1;
+    }
+    log_msg(LOG_INFO, "engine", "model %s, schedule %s, CPU reference backend", e->model->name,
+            variant);
+    *out = e;
+    return 0;
+}
+
+void engine_close(engine *e) {
+    if (!e) return;
+    for (int i = 0; i < e->n_buffers; i++) free(e->buffers[i]);
+    free(e->kv_store[0]);
+    free(e->kv_store[1]);
+    kv_pool_destroy(e->pool);
+    loader_close(e->ld);
+    free(e);
+}
+
+const g4_model_desc *engine_model(const engine *e) { return e->model; }
+const g4_weights *engine_weights(const engine *e) { return &e->w; }
+const char *engine_variant(const engine *e) { return e->schedule->variant; }
+int engine_max_rows(const engine *e) { return e->max_rows; }
+
+int engine_seq_reserve(engine *e, int seq, int pos_begin, int pos_end) {
+    return kv_pool_reserve(e->pool, seq, pos_begin, pos_end);
+}
+
+void engine_seq_release_front(engine *e, int seq, int pos) {
+    kv_pool_release_front(e->pool, seq, pos);
+}
+
+void engine_seq_free(engine *e, int seq) { kv_pool_free_seq(e->pool, seq); }
+
+int engine_free_pages(const engine *e, int family) {
+    return kv_pool_free_pages(e->pool, (enum kv_family)family);
+}
+
+int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
+                int (*hook)(g4_state *s, int layer, const char *step), void *hook_ctx) {
+    if (b->rows <= 0 || b->rows > e->max_rows || b->out_rows < 0 ||
+        b->out_rows > e->max_out_rows) {
+        log_msg(LOG_ERROR, "engine", "step of %d rows (%d with logits) exceeds %d (%d)", b->rows,
+                b->out_rows, e->max_rows, e->max_out_rows);
+        return K_ERR_SHAPE;
+    }
+    g4_state *s = &e->s;
+    s->rows = b->rows;
+    s->ids = b->ids;
+    s->pos = b->pos;
+    s->seq = b->seq;
+    s->out_rows = b->out_rows;
+    s->out_src = b->out_src;
+    s->hook = hook;
+    s->hook_ctx = hook_ctx;
+    int rc = e->schedule->forward(s);
+    if (rc != 0) {
+        log_msg(LOG_ERROR, "engine", "step failed at L%02d.%s (code %d)", s->failed_layer,
+                s->failed_step ? s->failed_step : "?", rc);
+        return rc;
+    }
+    memcpy(logits, s->logits,
+           (size_t)b->out_rows * (size_t)e->model->n_vocab * sizeof(bf16_t));
+    return 0;
+}

@@ -1,0 +1,58 @@
+/* runtime/engine.h - one loaded model ready to run steps: its weights, its compiled-in
+ * schedule, its two KV families and the activation buffers of a step.
+ *
+ * The engine runs what it is told: a step is a batch of rows (prefill chunks and decode rows
+ * together), each a token at a position of a sequence slot whose KV pages the caller reserved
+ * first. Which requests make a step is the scheduler's business, not the engine's. This build
+ * runs the CPU reference backend (kernels/ref); the GPU backend plugs in behind the same
+ * calls. */
+#ifndef G4_ENGINE_H
+#define G4_ENGINE_H
+
+#include "graph/schedule.h"
+#include "runtime/config.h"
+
+typedef struct engine engine;
+
+/* Opens the model cfg describes: reads <path>/config.json (either layout), matches it against
+ * the compiled-in models (refusing with the first differing field and both values), maps and
+ * binds the weights, picks the schedule of cfg->kv.local, sizes both KV families and the step
+ * buffers. max_out_rows is how many rows of one step may ask for logits (0: serve.max_batch;
+ * tests ask for every position of a prompt). Returns 0 and *out, or -1 after logging why. */
+int engine_open(const g4_config *cfg, int max_out_rows, engine **out);
+
+void engine_close(engine *e);
+
+const g4_model_desc *engine_model(const engine *e);
+const g4_weights *engine_weights(const engine *e);
+const char *engine_variant(const engine *e);
+
+/* Largest rows a step may carry (serve.prefill_chunk + serve.max_batch). */
+int engine_max_rows(const engine *e);
+
+/* Sequence slots 0..serve.max_batch-1. Makes positions [pos_begin, pos_end) of slot seq
+ * writable in both KV families, or changes nothing and returns -1 when either is full. */
+int engine_seq_reserve(engine *e, int seq, int pos_begin, int pos_end);
+/* Gives back local pages wholly outside the window of a query at position pos. */
+void engine_seq_release_front(engine *e, int seq, int pos);
+/* Gives back every page of slot seq. */
+void engine_seq_free(engine *e, int seq);
+/* Free pages of a family (enum kv_family), for stats and tests. */
+int engine_free_pages(const engine *e, int family);
+
+typedef struct engine_batch {
+    int rows;               /* tokens in the step, <= engine_max_rows */
+    const int32_t *ids;     /* [rows] */
+    const int32_t *pos;     /* [rows] */
+    const int32_t *seq;     /* [rows] slots, each with its positions reserved */
+    int out_rows;           /* rows that want logits, <= max_out_rows */
+    const int32_t *out_src; /* [out_rows] indices into the rows */
+} engine_batch;
+
+/* Runs one step and copies the bf16 logits (after softcap) of the out rows into logits
+ * [out_rows, n_vocab]. hook, when set, runs after every named step (see g4_state). Returns 0,
+ * or a negative code after logging the layer and step that failed. */
+int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
+                int (*hook)(g4_state *s, int layer, const char *step), void *hook_ctx);
+
+#endif

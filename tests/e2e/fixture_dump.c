@@ -1,0 +1,114 @@
+/* tests/e2e/fixture_dump.c - parser of the fixture dump format (see fixture_dump.h). One
+ * record per line, whitespace-separated, so it stays a few lines of strtol/strtof. */
+#include "tests/e2e/fixture_dump.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int parse_case(char *line, fx_case *c) {
+    char *save = NULL;
+    strtok_r(line, " \n", &save); /* "case" */
+    const char *name = strtok_r(NULL, " \n", &save);
+    const char *n = strtok_r(NULL, " \n", &save);
+    if (!name || !n) return -1;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->n = atoi(n);
+    c->ids = calloc((size_t)c->n, sizeof *c->ids);
+    c->pos = calloc((size_t)c->n, sizeof *c->pos);
+    if (!c->ids || !c->pos) return -1;
+    for (int i = 0; i < c->n; i++) {
+        const char *t = strtok_r(NULL, " \n", &save);
+        if (!t) return -1;
+        c->ids[i] = (int32_t)atoi(t);
+    }
+    return 0;
+}
+
+static int parse_lp(char *line, fx_case *c) {
+    char *save = NULL;
+    strtok_r(line, " \n", &save); /* "lp" */
+    const char *p = strtok_r(NULL, " \n", &save);
+    const char *t1 = strtok_r(NULL, " \n", &save);
+    const char *t2 = strtok_r(NULL, " \n", &save);
+    if (!p || !t1 || !t2) return -1;
+    int pos = atoi(p);
+    if (pos < 0 || pos >= c->n) return -1;
+    fx_pos *fp = &c->pos[pos];
+    fp->top1 = strtof(t1, NULL);
+    fp->top2 = strtof(t2, NULL);
+    for (int k = 0; k < FX_TOP_K; k++) {
+        const char *pair = strtok_r(NULL, " \n", &save);
+        if (!pair || !strchr(pair, ':')) return -1;
+        fp->ids[k] = (int32_t)atoi(pair);
+        fp->lp[k] = strtof(strchr(pair, ':') + 1, NULL);
+    }
+    return 0;
+}
+
+static int parse_greedy(char *line, fx_case *c) {
+    char *save = NULL;
+    strtok_r(line, " \n", &save); /* "greedy" */
+    const char *n = strtok_r(NULL, " \n", &save);
+    if (!n) return -1;
+    c->n_greedy = atoi(n);
+    c->greedy = calloc((size_t)c->n_greedy + 1, sizeof *c->greedy);
+    c->g_top1 = calloc((size_t)c->n_greedy + 1, sizeof *c->g_top1);
+    c->g_top2 = calloc((size_t)c->n_greedy + 1, sizeof *c->g_top2);
+    if (!c->greedy || !c->g_top1 || !c->g_top2) return -1;
+    for (int i = 0; i < c->n_greedy; i++) {
+        char *t = strtok_r(NULL, " \n", &save);
+        char *a = t ? strchr(t, ':') : NULL;
+        char *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b) return -1;
+        c->greedy[i] = (int32_t)atoi(t);
+        c->g_top1[i] = strtof(a + 1, NULL);
+        c->g_top2[i] = strtof(b + 1, NULL);
+    }
+    return 0;
+}
+
+int fx_dump_read(const char *path, fx_dump *d) {
+    memset(d, 0, sizeof *d);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "fixture_dump: cannot open %s\n", path);
+        return -1;
+    }
+    static char line[1 << 16];
+    int rc = 0, lineno = 0;
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        lineno++;
+        fx_case *cur = d->n_cases ? &d->cases[d->n_cases - 1] : NULL;
+        if (strncmp(line, "case ", 5) == 0) {
+            if (d->n_cases == FX_MAX_CASES) rc = -1;
+            else rc = parse_case(line, &d->cases[d->n_cases++]);
+        } else if (strncmp(line, "lp ", 3) == 0) {
+            rc = cur ? parse_lp(line, cur) : -1;
+        } else if (strncmp(line, "greedy ", 7) == 0) {
+            rc = cur ? parse_greedy(line, cur) : -1;
+        }
+    }
+    fclose(f);
+    if (rc != 0) fprintf(stderr, "fixture_dump: %s:%d: malformed record\n", path, lineno);
+    return rc;
+}
+
+void fx_dump_free(fx_dump *d) {
+    for (int i = 0; i < d->n_cases; i++) {
+        free(d->cases[i].ids);
+        free(d->cases[i].pos);
+        free(d->cases[i].greedy);
+        free(d->cases[i].g_top1);
+        free(d->cases[i].g_top2);
+    }
+    memset(d, 0, sizeof *d);
+}
+
+int fx_tie_exempt(float top1, float top2) {
+    int e;
+    (void)frexpf(fabsf(top1), &e); /* |top1| in [2^(e-1), 2^e): bf16 ulp is 2^(e-1-7) */
+    float ulp = ldexpf(1.0f, e - 8);
+    return top1 - top2 < 2.0f * ulp;
+}

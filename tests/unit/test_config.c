@@ -1,0 +1,291 @@
+/* tests/unit/test_config.c - runtime/config through its header.
+ *
+ * Owns: checks of defaults, a full INI, path resolution, every kind of bad value, --set and
+ * the cross-key checks. INI files are written into a fresh mkdtemp folder and removed at the
+ * end. The errors config logs to stderr are expected noise; the verdicts are the PASS/FAIL
+ * lines on stdout. */
+#include "runtime/config.h"
+#include "tests/harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char test_dir[256];
+static char test_files[32][512];
+static int test_n_files;
+
+/* Writes text to <test_dir>/<name> and returns the path (static storage, one per file). */
+static const char *write_ini(const char *name, const char *text) {
+    if (test_n_files == 32) test_n_files = 31; /* more files than slots: reuse the last */
+    char *path = test_files[test_n_files++];
+    (void)snprintf(path, sizeof test_files[0], "%s/%s", test_dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        test_fail("setup", "cannot write %s", path);
+        return path;
+    }
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+
+/* Loads text as an INI from a fresh file and expects failure whose message holds all of
+ * want1..want3 (NULL = skip) and leaves the config unchanged. */
+static void expect_load_error(const char *gate, const char *text, const char *want1,
+                              const char *want2, const char *want3) {
+    char name[64];
+    (void)snprintf(name, sizeof name, "bad%d.ini", test_n_files);
+    const char *path = write_ini(name, text);
+    g4_config c, before;
+    config_defaults(&c);
+    before = c;
+    int rc = config_load(&c, path);
+    const char *e = config_last_error();
+    int ok = rc == -1 && has(e, path) && (!want1 || has(e, want1)) && (!want2 || has(e, want2)) &&
+             (!want3 || has(e, want3)) && memcmp(&c, &before, sizeof c) == 0;
+    TEST_CHECK(gate, ok, "rc=%d error='%s'", rc, e);
+}
+
+static void expect_set_error(const char *gate, const char *assignment, const char *want) {
+    g4_config c, before;
+    config_defaults(&c);
+    before = c;
+    int rc = config_set(&c, assignment);
+    const char *e = config_last_error();
+    char head[41]; /* long assignments are quoted shortened */
+    (void)snprintf(head, sizeof head, "--set %s", assignment);
+    int ok = rc == -1 && has(e, head) && has(e, want) && memcmp(&c, &before, sizeof c) == 0;
+    TEST_CHECK(gate, ok, "rc=%d error='%s'", rc, e);
+}
+
+static void test_defaults(void) {
+    g4_config c;
+    config_defaults(&c);
+    int ok = c.model.name[0] == 0 && c.model.path[0] == 0 && c.model.tokenizer[0] == 0 &&
+             c.model.weights == G4_WEIGHTS_FILE && c.kv.local == G4_KV_LOCAL_BF16 &&
+             c.kv.page_tokens == 16 && c.kv.budget_gb == 0.0 && c.serve.max_batch == 16 &&
+             c.serve.max_context == 32768 && c.serve.prefill_chunk == 2048 &&
+             c.serve.max_queue == 256 && c.log.level == LOG_INFO && c.debug.sync == 0;
+    TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
+               c.serve.max_context);
+}
+
+static void test_full_ini(void) {
+    /* every key, comments of both kinds, an indented key after a key (inih would glue it to
+     * the previous value), a duplicate (last wins) and a relative path */
+    const char *path = write_ini("full.ini", "; g4pipe test config\n"
+                                             "# hash comment\n"
+                                             "[model]\n"
+                                             "name = gemma4-26b-a4b\n"
+                                             "path = ../models/gemma   ; inline comment\n"
+                                             "weights = dummy\n"
+                                             "[kv]\n"
+                                             "local = fp8\n"
+                                             "    page_tokens = 32\n"
+                                             "budget_gb = 7\n"
+                                             "budget_gb = 12.5\n"
+                                             "\n"
+                                             "[serve]\n"
+                                             "max_batch = 8\n"
+                                             "max_context = 65536\n"
+                                             "prefill_chunk = 1024\n"
+                                             "max_queue = 1000000\n"
+                                             "[log]\n"
+                                             "level = debug\n"
+                                             "[debug]\n"
+                                             "sync = 1\n");
+    g4_config c;
+    config_defaults(&c);
+    int rc = config_load(&c, path);
+    char want_path[600];
+    (void)snprintf(want_path, sizeof want_path, "%s/../models/gemma", test_dir);
+    int ok = rc == 0 && strcmp(c.model.name, "gemma4-26b-a4b") == 0 &&
+             strcmp(c.model.path, want_path) == 0 && c.model.weights == G4_WEIGHTS_DUMMY &&
+             c.kv.local == G4_KV_LOCAL_FP8 && c.kv.page_tokens == 32 && c.kv.budget_gb == 12.5 &&
+             c.serve.max_batch == 8 && c.serve.max_context == 65536 &&
+             c.serve.prefill_chunk == 1024 && c.serve.max_queue == 1000000 &&
+             c.log.level == LOG_DEBUG && c.debug.sync == 1;
+    TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
+               c.model.path, c.kv.page_tokens, c.kv.budget_gb, rc ? config_last_error() : "");
+
+    rc = config_finish(&c);
+    char want_tok[640];
+    (void)snprintf(want_tok, sizeof want_tok, "%s/tokenizer.json", want_path);
+    TEST_CHECK("config.tokenizer_default", rc == 0 && strcmp(c.model.tokenizer, want_tok) == 0,
+               "rc=%d tokenizer='%s'", rc, c.model.tokenizer);
+}
+
+static void test_paths(void) {
+    const char *path = write_ini("paths.ini", "[model]\n"
+                                              "path = /abs/model\n"
+                                              "tokenizer = tok/t.json\n");
+    g4_config c;
+    config_defaults(&c);
+    int rc = config_load(&c, path);
+    char want_tok[600];
+    (void)snprintf(want_tok, sizeof want_tok, "%s/tok/t.json", test_dir);
+    int ok = rc == 0 && strcmp(c.model.path, "/abs/model") == 0 &&
+             strcmp(c.model.tokenizer, want_tok) == 0 && config_finish(&c) == 0 &&
+             strcmp(c.model.tokenizer, want_tok) == 0;
+    TEST_CHECK("config.paths_ini", ok, "path='%s' tokenizer='%s'", c.model.path, c.model.tokenizer);
+
+    /* an INI named without a folder resolves against the current directory, i.e. unchanged */
+    char cwd[512];
+    int moved = getcwd(cwd, sizeof cwd) != NULL && chdir(test_dir) == 0;
+    write_ini("here.ini", "[model]\npath = rel/m\n");
+    config_defaults(&c);
+    rc = moved ? config_load(&c, "here.ini") : -1;
+    if (moved && chdir(cwd) != 0) test_fail("config.paths_bare_ini", "cannot chdir back");
+    TEST_CHECK("config.paths_bare_ini", rc == 0 && strcmp(c.model.path, "rel/m") == 0,
+               "rc=%d path='%s'", rc, c.model.path);
+
+    config_defaults(&c);
+    rc = config_set(&c, "model.path=some/dir");
+    TEST_CHECK("config.paths_set_relative", rc == 0 && strcmp(c.model.path, "some/dir") == 0,
+               "path='%s'", c.model.path);
+}
+
+static void test_load_errors(void) {
+    expect_load_error("config.unknown_key", "[kv]\nlocal = bf16\npage_size = 16\n",
+                      ":3:", "kv.page_size", "unknown key");
+    expect_load_error("config.unknown_section", "[model]\nname = x\n\n[kvv]\n", ":4:", "[kvv]",
+                      "unknown section");
+    expect_load_error("config.key_outside_section", "local = fp8\n", ":1:", "local", "outside any");
+    expect_load_error("config.syntax_error", "[kv]\nlocal = fp8\njust words\n", ":3:", "syntax",
+                      NULL);
+    expect_load_error("config.bad_int_junk", "[serve]\nmax_batch = 16x\n", ":2:", "serve.max_batch",
+                      "not an integer");
+    expect_load_error("config.bad_int_overflow", "[serve]\nmax_queue = 99999999999999999999\n",
+                      ":2:", "serve.max_queue", "out of range 1..1000000");
+    expect_load_error("config.bad_int_range", "[serve]\nmax_context = 8\n",
+                      ":2:", "serve.max_context", "16..1048576");
+    expect_load_error("config.bad_int_empty", "[serve]\nprefill_chunk =\n",
+                      ":2:", "serve.prefill_chunk", "not an integer");
+    expect_load_error("config.bad_pow2", "[kv]\npage_tokens = 24\n", ":2:", "kv.page_tokens",
+                      "power of two");
+    expect_load_error("config.bad_enum", "[kv]\nlocal = fp16\n", ":2:", "kv.local", "bf16, fp8");
+    expect_load_error("config.bad_weights", "[model]\nweights = random\n", ":2:", "model.weights",
+                      "file, dummy");
+    expect_load_error("config.bad_budget_negative", "[kv]\nbudget_gb = -1\n", ":2:", "kv.budget_gb",
+                      "'auto'");
+    expect_load_error("config.bad_budget_nan", "[kv]\nbudget_gb = nan\n", ":2:", "kv.budget_gb",
+                      NULL);
+    expect_load_error("config.bad_budget_junk", "[kv]\nbudget_gb = 12GB\n", ":2:", "kv.budget_gb",
+                      NULL);
+    expect_load_error("config.bad_level", "[log]\nlevel = verbose\n", ":2:", "log.level",
+                      "error, warn, info, debug");
+    expect_load_error("config.bad_sync", "[debug]\nsync = 2\n", ":2:", "debug.sync", "0, 1");
+    expect_load_error("config.later_error_after_good",
+                      "[kv]\nlocal = fp8\n[serve]\nmax_batch = "
+                      "0\n",
+                      ":4:", "serve.max_batch", NULL);
+
+    char longline[400];
+    (void)snprintf(longline, sizeof longline, "[model]\npath = /%0300d\n", 0);
+    expect_load_error("config.line_too_long", longline, ":2:", "longer than", NULL);
+
+    g4_config c;
+    config_defaults(&c);
+    int rc = config_load(&c, "/nonexistent/dir/g4.ini");
+    TEST_CHECK("config.missing_file",
+               rc == -1 && has(config_last_error(), "/nonexistent/dir/g4.ini") &&
+                   has(config_last_error(), "cannot open"),
+               "error='%s'", config_last_error());
+}
+
+static void test_set(void) {
+    g4_config c;
+    config_defaults(&c);
+    int rc = config_set(&c, "kv.local=fp8") | config_set(&c, " serve.max_batch = 4 ") |
+             config_set(&c, "kv.budget_gb=auto") | config_set(&c, "log.level=warn") |
+             config_set(&c, "model.path=/m/x=y");
+    int ok = rc == 0 && c.kv.local == G4_KV_LOCAL_FP8 && c.serve.max_batch == 4 &&
+             c.kv.budget_gb == 0.0 && c.log.level == LOG_WARN &&
+             strcmp(c.model.path, "/m/x=y") == 0;
+    TEST_CHECK("config.set_overrides", ok, "rc=%d max_batch=%d path='%s'", rc, c.serve.max_batch,
+               c.model.path);
+
+    /* --set after an INI overrides the INI value */
+    const char *path = write_ini("over.ini", "[kv]\npage_tokens = 64\n");
+    config_defaults(&c);
+    rc = config_load(&c, path);
+    rc |= config_set(&c, "kv.page_tokens=8");
+    TEST_CHECK("config.set_after_ini", rc == 0 && c.kv.page_tokens == 8, "page_tokens=%d",
+               c.kv.page_tokens);
+
+    expect_set_error("config.set_no_equals", "kv.local", "expected section.key=value");
+    expect_set_error("config.set_no_dot", "local=fp8", "expected section.key=value");
+    expect_set_error("config.set_unknown_key", "kv.foo=1", "unknown key");
+    expect_set_error("config.set_unknown_section", "gpu.sync=1", "unknown section");
+    expect_set_error("config.set_bad_value", "kv.page_tokens=17", "power of two");
+    expect_set_error("config.set_bad_range", "serve.max_batch=1025", "1..1024");
+
+    char big[G4_CONFIG_PATH_MAX + 32];
+    int n = snprintf(big, sizeof big, "model.path=/");
+    memset(big + n, 'a', G4_CONFIG_PATH_MAX);
+    big[n + G4_CONFIG_PATH_MAX] = '\0';
+    expect_set_error("config.set_path_too_long", big, "longer than the 4095 allowed");
+    char name[G4_CONFIG_NAME_MAX + 32];
+    n = snprintf(name, sizeof name, "model.name=");
+    memset(name + n, 'n', G4_CONFIG_NAME_MAX);
+    name[n + G4_CONFIG_NAME_MAX] = '\0';
+    expect_set_error("config.set_name_too_long", name, "longer than the 127 allowed");
+}
+
+static void test_finish(void) {
+    g4_config c;
+    config_defaults(&c);
+    (void)config_set(&c, "model.weights=dummy");
+    int rc = config_finish(&c);
+    TEST_CHECK("config.finish_dummy_needs_name", rc == -1 && has(config_last_error(), "model.name"),
+               "rc=%d error='%s'", rc, config_last_error());
+    (void)config_set(&c, "model.name=gemma4-26b-a4b");
+    rc = config_finish(&c);
+    TEST_CHECK("config.finish_dummy_with_name", rc == 0 && c.model.tokenizer[0] == '\0',
+               "rc=%d tokenizer='%s'", rc, c.model.tokenizer);
+
+    config_defaults(&c);
+    rc = config_finish(&c);
+    TEST_CHECK("config.finish_file_needs_path", rc == -1 && has(config_last_error(), "model.path"),
+               "rc=%d error='%s'", rc, config_last_error());
+
+    config_defaults(&c);
+    (void)config_set(&c, "model.path=/m");
+    (void)config_set(&c, "kv.page_tokens=64");
+    (void)config_set(&c, "serve.prefill_chunk=96");
+    rc = config_finish(&c);
+    TEST_CHECK("config.finish_chunk_multiple",
+               rc == -1 && has(config_last_error(), "serve.prefill_chunk") &&
+                   has(config_last_error(), "kv.page_tokens"),
+               "rc=%d error='%s'", rc, config_last_error());
+
+    config_defaults(&c);
+    (void)config_set(&c, "model.path=/m");
+    (void)config_set(&c, "serve.max_context=1024");
+    rc = config_finish(&c);
+    TEST_CHECK("config.finish_chunk_vs_context",
+               rc == -1 && has(config_last_error(), "serve.max_context"), "rc=%d error='%s'", rc,
+               config_last_error());
+}
+
+int main(void) {
+    (void)snprintf(test_dir, sizeof test_dir, "/tmp/g4pipe_test_config_XXXXXX");
+    if (!mkdtemp(test_dir)) {
+        test_fail("setup", "mkdtemp failed");
+        return harness_exit();
+    }
+    test_defaults();
+    test_full_ini();
+    test_paths();
+    test_load_errors();
+    test_set();
+    test_finish();
+    for (int i = 0; i < test_n_files; i++)
+        (void)remove(test_files[i]);
+    (void)rmdir(test_dir);
+    return harness_exit();
+}
