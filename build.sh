@@ -158,13 +158,13 @@ build_tests() {
 hand_sources() { git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null || find runtime codegen kernels graph tests -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh'; }
 
 lint() {
-    local bad=0 out
-    out=$( (hand_sources; ls "$B"/gen/*) | while read -r f; do
-        clang-format --style=file "$f" | diff -q "$f" - >/dev/null || echo "$f"; done)
-    if [ -n "$out" ]; then
-        echo "FAIL format: unformatted (run ./build.sh format): $(echo $out)"
-        for f in $out; do clang-format --style=file "$f" | diff "$f" - | head -5 | sed "s|^|  $f: |"; done
-    else echo "PASS format: every C/CUDA file and the generated schedule match .clang-format"; fi
+    local out
+    if out=$( (hand_sources; ls "$B"/gen/*) | xargs clang-format --style=file --dry-run -Werror 2>&1); then
+        echo "PASS format: every C/CUDA file and the generated schedule match .clang-format"
+    else
+        echo "FAIL format: $(echo "$out" | grep -c 'error:') lines differ from .clang-format (./build.sh format rewrites them)"
+        echo "$out" | grep 'error:' | head -20
+    fi
     local srcs; srcs=$(find $LINT_DIRS -name '*.c' | LC_ALL=C sort)
     if out=$(cppcheck -q --std=c11 --enable=warning,style,performance,portability --inline-suppr \
              --error-exitcode=1 $INC -D__GNUC__ --suppress=missingIncludeSystem $srcs 2>&1); then

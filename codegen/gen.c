@@ -101,9 +101,7 @@ static int on_key(void *user, const char *section, const char *key, const char *
                   {"softcap", &d->softcap},
                   {"eps", &d->eps}};
     if (strcmp(key, "name") == 0) {
-        if (strlen(value) >= sizeof m->name) return 0;
-        strcpy(m->name, value);
-        return 1;
+        return snprintf(m->name, sizeof m->name, "%s", value) < (int)sizeof m->name;
     }
     if (strcmp(key, "layer_kinds") == 0) return parse_kinds(value, d) == 0;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
@@ -149,9 +147,9 @@ static int load_model(const char *path, gen_model *m) {
 
 /* A float literal that reads back exactly and is valid C (a dot or an exponent, then f). */
 static const char *flit(float v, char *buf) {
-    snprintf(buf, 32, "%.9g", (double)v);
-    if (!strpbrk(buf, ".eEn")) strcat(buf, ".0");
-    strcat(buf, "f");
+    char digits[24];
+    snprintf(digits, sizeof digits, "%.9g", (double)v);
+    snprintf(buf, 32, "%s%sf", digits, strpbrk(digits, ".eEn") ? "" : ".0");
     return buf;
 }
 

@@ -83,11 +83,11 @@ typedef struct g4_weights {
 
 /* One entry of a model's constant layer table (generated). */
 typedef struct g4_layer_info {
-    int kind;      /* enum g4_layer_kind */
-    int owns_kv;   /* 0 on KV-shared layers */
-    int kv_donor;  /* the layer whose K/V this layer reads (itself when it owns them) */
-    int kv_layer;  /* the donor's index among its family's KV-owning layers */
-    int d_ff;      /* dense MLP width (doubled on double-wide shared layers) */
+    int kind;     /* enum g4_layer_kind */
+    int owns_kv;  /* 0 on KV-shared layers */
+    int kv_donor; /* the layer whose K/V this layer reads (itself when it owns them) */
+    int kv_layer; /* the donor's index among its family's KV-owning layers */
+    int d_ff;     /* dense MLP width (doubled on double-wide shared layers) */
 } g4_layer_info;
 
 /* The state of one engine step: rows of tokens (prefill chunks and decode rows together),
@@ -96,64 +96,64 @@ typedef struct g4_layer_info {
 typedef struct g4_state {
     const g4_weights *w;
     g4_stream stream;
-    int rows;              /* tokens in this step */
-    const int32_t *ids;    /* [rows] token ids */
-    const int32_t *pos;    /* [rows] position of each token in its sequence */
-    const int32_t *seq;    /* [rows] sequence slot (row of the KV page tables) */
-    int out_rows;          /* rows that need logits */
-    const int32_t *out_src;/* [out_rows] which rows */
-    k_kv_view kv_local;    /* sliding family */
-    k_kv_view kv_global;   /* full family */
-    bf16_t *x;             /* [rows, H] residual stream */
-    bf16_t *xn;            /* [rows, H] normed input of a block */
-    bf16_t *q;             /* [rows, n_head*512] */
-    bf16_t *k, *v;         /* [rows, n_kv*hd] raw projections */
-    bf16_t *attn;          /* [rows, n_head*hd] attention output */
-    bf16_t *t;             /* [rows, H] block output before its post-norm */
-    bf16_t *gu;            /* [rows, 2*d_ff_max] gate | up */
-    bf16_t *act;           /* [rows, d_ff_max] */
-    bf16_t *m1;            /* [rows, H] dense branch after post_feedforward_layernorm_1 */
-    bf16_t *router_logits; /* [rows, E] */
-    int32_t *moe_idx;      /* [rows, top_k] */
-    float *moe_w;          /* [rows, top_k] */
-    bf16_t *ple;           /* [rows, L*Dp] per-layer inputs */
-    bf16_t *ple_tok;       /* [rows, L*Dp] */
-    bf16_t *ple_g;         /* [rows, Dp] */
-    bf16_t *xo;            /* [out_rows, H] */
-    bf16_t *logits;        /* [out_rows, V] */
+    int rows;               /* tokens in this step */
+    const int32_t *ids;     /* [rows] token ids */
+    const int32_t *pos;     /* [rows] position of each token in its sequence */
+    const int32_t *seq;     /* [rows] sequence slot (row of the KV page tables) */
+    int out_rows;           /* rows that need logits */
+    const int32_t *out_src; /* [out_rows] which rows */
+    k_kv_view kv_local;     /* sliding family */
+    k_kv_view kv_global;    /* full family */
+    bf16_t *x;              /* [rows, H] residual stream */
+    bf16_t *xn;             /* [rows, H] normed input of a block */
+    bf16_t *q;              /* [rows, n_head*512] */
+    bf16_t *k, *v;          /* [rows, n_kv*hd] raw projections */
+    bf16_t *attn;           /* [rows, n_head*hd] attention output */
+    bf16_t *t;              /* [rows, H] block output before its post-norm */
+    bf16_t *gu;             /* [rows, 2*d_ff_max] gate | up */
+    bf16_t *act;            /* [rows, d_ff_max] */
+    bf16_t *m1;             /* [rows, H] dense branch after post_feedforward_layernorm_1 */
+    bf16_t *router_logits;  /* [rows, E] */
+    int32_t *moe_idx;       /* [rows, top_k] */
+    float *moe_w;           /* [rows, top_k] */
+    bf16_t *ple;            /* [rows, L*Dp] per-layer inputs */
+    bf16_t *ple_tok;        /* [rows, L*Dp] */
+    bf16_t *ple_g;          /* [rows, Dp] */
+    bf16_t *xo;             /* [out_rows, H] */
+    bf16_t *logits;         /* [out_rows, V] */
     /* called after every step when set (timing, dumps, debug.sync) */
     int (*hook)(struct g4_state *s, int layer, const char *step);
     void *hook_ctx;
-    int failed_layer;      /* where the last failing step was */
+    int failed_layer; /* where the last failing step was */
     const char *failed_step;
 } g4_state;
 
 /* Runs one step name; on failure records where and returns the op's code. */
-#define STEP(il, name, call)                                                                   \
-    do {                                                                                       \
-        int step_rc_ = (call);                                                                 \
-        if (step_rc_ == 0 && s->hook) step_rc_ = s->hook(s, (il), (name));                     \
-        if (step_rc_ != 0) {                                                                   \
-            s->failed_layer = (il);                                                            \
-            s->failed_step = (name);                                                           \
-            return step_rc_;                                                                   \
-        }                                                                                      \
+#define STEP(il, name, call)                                                                       \
+    do {                                                                                           \
+        int step_rc_ = (call);                                                                     \
+        if (step_rc_ == 0 && s->hook) step_rc_ = s->hook(s, (il), (name));                         \
+        if (step_rc_ != 0) {                                                                       \
+            s->failed_layer = (il);                                                                \
+            s->failed_step = (name);                                                               \
+            return step_rc_;                                                                       \
+        }                                                                                          \
     } while (0)
 
 /* Runs decoder layer il through fn, returning on the first failing step. */
-#define LAYER(il, fn)                                                                          \
-    do {                                                                                       \
-        int layer_rc_ = fn(s, (il));                                                           \
-        if (layer_rc_ != 0) return layer_rc_;                                                  \
+#define LAYER(il, fn)                                                                              \
+    do {                                                                                           \
+        int layer_rc_ = fn(s, (il));                                                               \
+        if (layer_rc_ != 0) return layer_rc_;                                                      \
     } while (0)
 
 /* One compiled-in schedule: a model in one local-pool variant. */
 typedef struct g4_schedule {
     const g4_model_desc *model;
-    const char *variant;               /* "local_bf16" or "local_fp8" */
-    int local_elem_bytes;              /* 2 or 1 */
-    const g4_layer_info *layers;       /* [model->n_layer] */
-    int (*forward)(g4_state *s);       /* embed, every layer, final norm, head, softcap */
+    const char *variant;         /* "local_bf16" or "local_fp8" */
+    int local_elem_bytes;        /* 2 or 1 */
+    const g4_layer_info *layers; /* [model->n_layer] */
+    int (*forward)(g4_state *s); /* embed, every layer, final norm, head, softcap */
 } g4_schedule;
 
 /* The compiled-in schedules of each backend (build/gen/schedules.c, compiled per backend). */

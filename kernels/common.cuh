@@ -12,31 +12,31 @@
 #include <stdio.h>
 
 /* Prints one line for a failed call; status is the API's error text. */
-static inline void k_report(const char *api, const char *status, const char *stmt,
-                            const char *func, const char *file, int line) {
+static inline void k_report(const char *api, const char *status, const char *stmt, const char *func,
+                            const char *file, int line) {
     int dev = -1;
     cudaGetDevice(&dev);
     fprintf(stderr, "g4pipe: error kernels: %s %s in %s at %s:%d (device %d): %s\n", api, status,
             func, file, line, dev, stmt);
 }
 
-#define CUDA_CHECK(stmt)                                                                       \
-    do {                                                                                       \
-        cudaError_t err_ = (stmt);                                                             \
-        if (err_ != cudaSuccess) {                                                             \
-            k_report("CUDA", cudaGetErrorString(err_), #stmt, __func__, __FILE__, __LINE__);   \
-            return K_ERR_DEVICE;                                                               \
-        }                                                                                      \
+#define CUDA_CHECK(stmt)                                                                           \
+    do {                                                                                           \
+        cudaError_t err_ = (stmt);                                                                 \
+        if (err_ != cudaSuccess) {                                                                 \
+            k_report("CUDA", cudaGetErrorString(err_), #stmt, __func__, __FILE__, __LINE__);       \
+            return K_ERR_DEVICE;                                                                   \
+        }                                                                                          \
     } while (0)
 
-#define CUBLAS_CHECK(stmt)                                                                     \
-    do {                                                                                       \
-        cublasStatus_t st_ = (stmt);                                                           \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                    \
-            k_report("cuBLASLt", cublasLtGetStatusString(st_), #stmt, __func__, __FILE__,      \
-                     __LINE__);                                                                \
-            return K_ERR_DEVICE;                                                               \
-        }                                                                                      \
+#define CUBLAS_CHECK(stmt)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t st_ = (stmt);                                                               \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                        \
+            k_report("cuBLASLt", cublasLtGetStatusString(st_), #stmt, __func__, __FILE__,          \
+                     __LINE__);                                                                    \
+            return K_ERR_DEVICE;                                                                   \
+        }                                                                                          \
     } while (0)
 
 #endif

@@ -51,9 +51,8 @@ static int choose_algo(k_gemm_plan *p) {
     if (rc == K_OK) rc = layout_bf16(&c, p->n, p->max_m, p->n);
     cublasLtMatmulHeuristicResult_t res[8];
     int found = 0;
-    if (rc == K_OK &&
-        cublasLtMatmulAlgoGetHeuristic(lt_handle, p->desc, p->a, b, c, c, pref, 8, res,
-                                       &found) != CUBLAS_STATUS_SUCCESS)
+    if (rc == K_OK && cublasLtMatmulAlgoGetHeuristic(lt_handle, p->desc, p->a, b, c, c, pref, 8,
+                                                     res, &found) != CUBLAS_STATUS_SUCCESS)
         found = 0;
     cublasLtMatrixLayout_t b1, c1;
     int ok = -1;
@@ -61,8 +60,8 @@ static int choose_algo(k_gemm_plan *p) {
         layout_bf16(&c1, p->n, 1, p->n) == K_OK) {
         for (int i = 0; i < found && ok < 0; i++) {
             cublasLtMatmulHeuristicResult_t chk;
-            if (cublasLtMatmulAlgoCheck(lt_handle, p->desc, p->a, b1, c1, c1, &res[i].algo,
-                                        &chk) == CUBLAS_STATUS_SUCCESS &&
+            if (cublasLtMatmulAlgoCheck(lt_handle, p->desc, p->a, b1, c1, c1, &res[i].algo, &chk) ==
+                    CUBLAS_STATUS_SUCCESS &&
                 chk.workspaceSize <= GEMM_WORKSPACE_BYTES)
                 ok = i;
         }
@@ -75,8 +74,8 @@ static int choose_algo(k_gemm_plan *p) {
     }
     cublasLtMatmulPreferenceDestroy(pref);
     if (ok < 0) {
-        fprintf(stderr, "g4pipe: error kernels: no cuBLASLt algorithm for %d x %d x %d\n",
-                p->max_m, p->n, p->k);
+        fprintf(stderr, "g4pipe: error kernels: no cuBLASLt algorithm for %d x %d x %d\n", p->max_m,
+                p->n, p->k);
         return K_ERR_SHAPE;
     }
     p->algo = res[ok].algo;
@@ -131,9 +130,9 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
         return rc;
     }
     const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t s = cublasLtMatmul(lt_handle, p->desc, &one, a->w, p->a, a->x, b, &zero, a->y,
-                                      c, a->y, c, &p->algo, lt_workspace, GEMM_WORKSPACE_BYTES,
-                                      (cudaStream_t)st);
+    cublasStatus_t s =
+        cublasLtMatmul(lt_handle, p->desc, &one, a->w, p->a, a->x, b, &zero, a->y, c, a->y, c,
+                       &p->algo, lt_workspace, GEMM_WORKSPACE_BYTES, (cudaStream_t)st);
     cublasLtMatrixLayoutDestroy(b);
     cublasLtMatrixLayoutDestroy(c);
     CUBLAS_CHECK(s);

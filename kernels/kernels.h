@@ -17,8 +17,8 @@
 extern "C" {
 #endif
 
-typedef uint16_t bf16_t;  /* bf16 bit pattern: the top half of an IEEE fp32 */
-typedef void *g4_stream;  /* cudaStream_t on the GPU; ignored by the CPU reference */
+typedef uint16_t bf16_t; /* bf16 bit pattern: the top half of an IEEE fp32 */
+typedef void *g4_stream; /* cudaStream_t on the GPU; ignored by the CPU reference */
 
 enum k_err {
     K_OK = 0,
@@ -32,22 +32,22 @@ enum k_err {
  * layout [page][layer][kv: 0=K,1=V][slot][head][dim]; strides are in elements, the backing
  * store's size is in bytes (elem_bytes: 2 = bf16, 1 = e4m3). */
 typedef struct k_kv_view {
-    void *base;             /* backing store of the family */
-    int page_tokens;        /* tokens per page */
-    int n_layer;            /* layers of this family that own KV */
-    int n_kv_head;          /* KV heads */
-    int head_dim;           /* 256 (local family) or 512 (global family) */
-    int elem_bytes;         /* 2 or 1 */
-    const int32_t *tables;  /* [n_seq][max_pages] physical page of each logical page, -1 none */
-    int max_pages;          /* row stride of tables */
+    void *base;            /* backing store of the family */
+    int page_tokens;       /* tokens per page */
+    int n_layer;           /* layers of this family that own KV */
+    int n_kv_head;         /* KV heads */
+    int head_dim;          /* 256 (local family) or 512 (global family) */
+    int elem_bytes;        /* 2 or 1 */
+    const int32_t *tables; /* [n_seq][max_pages] physical page of each logical page, -1 none */
+    int max_pages;         /* row stride of tables */
 } k_kv_view;
 
 /* out[r, :] = bf(table[ids[r], :] * scale); scale is used as given (the caller rounds it to
  * bf16 where HF does, e.g. the embedding's bf16(sqrt(d_model))). */
 typedef struct k_embed_args {
-    bf16_t *out;          /* [rows, width] */
-    const bf16_t *table;  /* [n_vocab, width] */
-    const int32_t *ids;   /* [rows] */
+    bf16_t *out;         /* [rows, width] */
+    const bf16_t *table; /* [n_vocab, width] */
+    const int32_t *ids;  /* [rows] */
     int rows, width, n_vocab;
     float scale;
 } k_embed_args;
@@ -56,10 +56,10 @@ typedef struct k_embed_args {
  * gives the plain norm, w NULL the weightless norm (v_norm, the router's input norm). out may
  * alias in or residual. */
 typedef struct k_rmsnorm_args {
-    bf16_t *out;             /* [rows, width] */
-    const bf16_t *in;        /* [rows, width] */
-    const bf16_t *w;         /* [width] or NULL */
-    const bf16_t *residual;  /* [rows, width] or NULL */
+    bf16_t *out;            /* [rows, width] */
+    const bf16_t *in;       /* [rows, width] */
+    const bf16_t *w;        /* [width] or NULL */
+    const bf16_t *residual; /* [rows, width] or NULL */
     int rows, width;
     float eps;
 } k_rmsnorm_args;
@@ -68,8 +68,8 @@ typedef struct k_rmsnorm_args {
  * backend's prepared algorithm for this weight (cuBLASLt plan on the GPU, unused on the CPU). */
 typedef struct k_gemm_args {
     bf16_t *y;
-    const bf16_t *x;  /* [m, k] */
-    const bf16_t *w;  /* [n, k] */
+    const bf16_t *x; /* [m, k] */
+    const bf16_t *w; /* [n, k] */
     int m, n, k, ldy;
     void *plan;
 } k_gemm_args;
@@ -80,13 +80,13 @@ typedef struct k_gemm_args {
  * rotate-half over pairs (j, j + head_dim/2) for j < n_rot with inv_freq = base^(-2j/head_dim):
  * n_rot = head_dim/2 for the default RoPE, 64 of 256 pairs for the proportional one. */
 typedef struct k_attn_prep_args {
-    bf16_t *q;              /* [rows, n_head, head_dim], normed and rotated in place */
-    const bf16_t *k_raw;    /* [rows, n_kv_head, head_dim] */
-    const bf16_t *v_raw;    /* [rows, n_kv_head, head_dim]; == k_raw for k_eq_v layers */
-    const bf16_t *q_norm;   /* [head_dim] */
-    const bf16_t *k_norm;   /* [head_dim] */
-    const int32_t *pos;     /* [rows] */
-    const int32_t *seq;     /* [rows] row of kv.tables */
+    bf16_t *q;            /* [rows, n_head, head_dim], normed and rotated in place */
+    const bf16_t *k_raw;  /* [rows, n_kv_head, head_dim] */
+    const bf16_t *v_raw;  /* [rows, n_kv_head, head_dim]; == k_raw for k_eq_v layers */
+    const bf16_t *q_norm; /* [head_dim] */
+    const bf16_t *k_norm; /* [head_dim] */
+    const int32_t *pos;   /* [rows] */
+    const int32_t *seq;   /* [rows] row of kv.tables */
     k_kv_view kv;
     int rows, n_head, kv_layer, write_kv, n_rot;
     float rope_base, eps;
@@ -96,10 +96,10 @@ typedef struct k_attn_prep_args {
  * pos[r] - window < j <= pos[r] (window 0: all j <= pos[r]); scale 1.0; GQA: query head h
  * reads KV head h / (n_head / n_kv_head). */
 typedef struct k_attention_args {
-    bf16_t *out;           /* [rows, n_head, head_dim] */
-    const bf16_t *q;       /* [rows, n_head, head_dim] */
-    const int32_t *pos;    /* [rows] */
-    const int32_t *seq;    /* [rows] */
+    bf16_t *out;        /* [rows, n_head, head_dim] */
+    const bf16_t *q;    /* [rows, n_head, head_dim] */
+    const int32_t *pos; /* [rows] */
+    const int32_t *seq; /* [rows] */
     k_kv_view kv;
     int rows, n_head, kv_layer, window;
 } k_attention_args;
@@ -127,8 +127,8 @@ typedef struct k_scale_add_args {
  * then HF's Python-float d_model^-0.5 applied in fp32 and rounded once). */
 typedef struct k_mul_vec_scale_args {
     bf16_t *out;
-    const bf16_t *a;  /* [rows, width] */
-    const bf16_t *v;  /* [width] */
+    const bf16_t *a; /* [rows, width] */
+    const bf16_t *v; /* [width] */
     int rows, width;
     float scale;
 } k_mul_vec_scale_args;
@@ -136,22 +136,22 @@ typedef struct k_mul_vec_scale_args {
 /* The MoE router after its logits: p = softmax_fp32(logits[r]) over n_expert, the top_k
  * largest (ties to the lower id), renormalised, times per_expert_scale. */
 typedef struct k_moe_route_args {
-    int32_t *idx;                    /* [rows, top_k] expert ids, best first */
-    float *weight;                   /* [rows, top_k] */
-    const bf16_t *logits;            /* [rows, n_expert] */
-    const bf16_t *per_expert_scale;  /* [n_expert] */
+    int32_t *idx;                   /* [rows, top_k] expert ids, best first */
+    float *weight;                  /* [rows, top_k] */
+    const bf16_t *logits;           /* [rows, n_expert] */
+    const bf16_t *per_expert_scale; /* [n_expert] */
     int rows, n_expert, top_k;
 } k_moe_route_args;
 
 /* out[r] = bf(sum_k weight[r,k] * bf(down[e] @ bf(bf(gelu(g)) * u))), g|u = bf(x[r] @
  * gate_up[e]^T), e = idx[r,k]; the k terms summed in fp32 in rank order (HF's grouped_mm). */
 typedef struct k_moe_experts_args {
-    bf16_t *out;             /* [rows, d_model] */
-    const bf16_t *x;         /* [rows, d_model] */
-    const bf16_t *gate_up;   /* [n_expert, 2*d_expert, d_model] */
-    const bf16_t *down;      /* [n_expert, d_model, d_expert] */
-    const int32_t *idx;      /* [rows, top_k] */
-    const float *weight;     /* [rows, top_k] */
+    bf16_t *out;           /* [rows, d_model] */
+    const bf16_t *x;       /* [rows, d_model] */
+    const bf16_t *gate_up; /* [n_expert, 2*d_expert, d_model] */
+    const bf16_t *down;    /* [n_expert, d_model, d_expert] */
+    const int32_t *idx;    /* [rows, top_k] */
+    const float *weight;   /* [rows, top_k] */
     int rows, d_model, d_expert, n_expert, top_k;
 } k_moe_experts_args;
 

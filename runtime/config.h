@@ -27,7 +27,7 @@ typedef struct g4_config {
         char name[G4_CONFIG_NAME_MAX];      /* compiled-in model name; "" = not given */
         char path[G4_CONFIG_PATH_MAX];      /* checkpoint folder, resolved; "" = not given */
         char tokenizer[G4_CONFIG_PATH_MAX]; /* resolved; "" until config_finish defaults it */
-        enum g4_weights_source weights;            /* default G4_WEIGHTS_FILE */
+        enum g4_weights_source weights;     /* default G4_WEIGHTS_FILE */
     } model;
     struct {
         enum g4_kv_local local; /* element type of the sliding-window family; default bf16 */

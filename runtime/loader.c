@@ -35,6 +35,7 @@ static const char LOADER_PREFIX_LM[] = "model.";
 typedef struct loader_file {
     char *path;         /* owned; for messages */
     const uint8_t *map; /* [size] read-only mapping */
+    void *mapping;      /* the same address, as munmap wants it */
     size_t size;
 } loader_file;
 
@@ -44,6 +45,7 @@ typedef struct loader_tensor {
     int ndim;
     int64_t shape[LOADER_MAX_DIMS]; /* outermost first */
     const void *data;               /* [nbytes] inside files[file].map */
+    size_t offset;                  /* of data from the start of the file */
     size_t nbytes;
     int file;
     int used;
@@ -119,6 +121,7 @@ static int loader_map_file(loader *ld, char *path) {
         return -1;
     }
     f->map = map;
+    f->mapping = map;
     f->size = (size_t)st.st_size;
     return ld->n_files - 1;
 }
@@ -181,7 +184,7 @@ static int loader_parse_extent(loader_tensor *t, json_t *v, size_t esize, size_t
         return -1;
     }
     t->nbytes = (size_t)(end - begin);
-    t->data = (const void *)(uintptr_t)begin; /* made absolute by the caller */
+    t->offset = (size_t)begin; /* data is set by the caller, which knows the mapping */
     return 0;
 }
 
@@ -210,7 +213,7 @@ static int loader_add_entry(loader *ld, int fi, const char *name, json_t *v, con
     t->dtype = dtype;
     t->file = fi;
     if (loader_parse_extent(t, v, esize, data_size, path) != 0) return -1;
-    t->data = data + (uintptr_t)t->data;
+    t->data = data + t->offset;
     return 0;
 }
 
@@ -253,13 +256,22 @@ static int loader_cmp_tensor(const void *a, const void *b) {
     return strcmp(((const loader_tensor *)a)->name, ((const loader_tensor *)b)->name);
 }
 
+/* bsearch key: a bare name against the table's entries */
+static int loader_cmp_name(const void *key, const void *b) {
+    return strcmp((const char *)key, ((const loader_tensor *)b)->name);
+}
+
 static loader_tensor *loader_find_full(const loader *ld, const char *full) {
-    loader_tensor key = {.name = (char *)(uintptr_t)full};
-    return bsearch(&key, ld->tensors, (size_t)ld->n_tensors, sizeof key, loader_cmp_tensor);
+    if (ld->n_tensors == 0 || !ld->tensors) return NULL;
+    return bsearch(full, ld->tensors, (size_t)ld->n_tensors, sizeof *ld->tensors, loader_cmp_name);
 }
 
 /* Sorts the table, refuses a name present twice (two shards), and picks the text prefix. */
 static int loader_index(loader *ld) {
+    if (ld->n_tensors == 0 || !ld->tensors) {
+        log_msg(LOG_ERROR, "loader", "the checkpoint holds no tensors");
+        return -1;
+    }
     qsort(ld->tensors, (size_t)ld->n_tensors, sizeof *ld->tensors, loader_cmp_tensor);
     ld->prefix = LOADER_PREFIX_LM;
     for (int i = 0; i < ld->n_tensors; i++) {
@@ -465,7 +477,7 @@ void loader_close(loader *ld) {
     for (int i = 0; i < ld->n_tensors; i++)
         free(ld->tensors[i].name);
     for (int i = 0; i < ld->n_files; i++) {
-        if (ld->files[i].map) munmap((void *)(uintptr_t)ld->files[i].map, ld->files[i].size);
+        if (ld->files[i].map) munmap(ld->files[i].mapping, ld->files[i].size);
         free(ld->files[i].path);
     }
     free(ld->tensors);

@@ -39,8 +39,10 @@ typedef struct cli {
 } cli;
 
 static int parse_ids(const char *text, cli *c) {
+    free(c->ids);
+    c->n_ids = 0;
     c->ids = calloc(MAX_PROMPT, sizeof *c->ids);
-    if (!c->ids) return -1;
+    if (!c->ids || !text) return -1;
     const char *p = text;
     while (*p) {
         char *end;
@@ -66,6 +68,7 @@ static int parse_args(int argc, char **argv, cli *c, g4_config *cfg) {
     int n_sets = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!a) break;
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = !strcmp(a, "-c") || !strcmp(a, "--set") || !strcmp(a, "--model") ||
                     !strcmp(a, "--tokens") || !strcmp(a, "--max-tokens");
@@ -91,8 +94,10 @@ static int parse_args(int argc, char **argv, cli *c, g4_config *cfg) {
         } else if (!strcmp(a, "--tokens")) {
             if (parse_ids(val, c) != 0) return -1;
         } else if (!strcmp(a, "--max-tokens")) {
-            c->max_tokens = atoi(val);
-            if (c->max_tokens < 1 || c->max_tokens > MAX_PROMPT) {
+            char *end;
+            long v = strtol(val ? val : "", &end, 10);
+            c->max_tokens = *end == '\0' && v >= 1 && v <= MAX_PROMPT ? (int)v : 0;
+            if (c->max_tokens == 0) {
                 log_msg(LOG_ERROR, "main", "--max-tokens must be 1..%d (got %s)", MAX_PROMPT, val);
                 return -1;
             }
@@ -150,8 +155,7 @@ static int generate(engine *e, const g4_config *cfg, const cli *c) {
         if (rc != 0 || end < n) continue;
         int best = 0; /* greedy: the first (lowest) id among equal logits */
         for (int v = 1; v < m->n_vocab; v++)
-            if (ref_bf16_to_f32(logits[v]) > ref_bf16_to_f32(logits[best]))
-                best = v;
+            if (ref_bf16_to_f32(logits[v]) > ref_bf16_to_f32(logits[best])) best = v;
         ids[n++] = best;
         printf("%s%d", n == c->n_ids + 1 ? "" : " ", best);
         fflush(stdout);
@@ -182,8 +186,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (!c.check && c.n_ids == 0) log_msg(LOG_INFO, "main", "nothing to do: pass --tokens");
-    if (c.check) log_msg(LOG_INFO, "main", "checkpoint %s is valid", cfg.model.path);
-    else if (c.n_ids) rc = generate(e, &cfg, &c);
+    if (c.check)
+        log_msg(LOG_INFO, "main", "checkpoint %s is valid", cfg.model.path);
+    else if (c.n_ids)
+        rc = generate(e, &cfg, &c);
     engine_close(e);
     free(c.ids);
     return rc == 0 ? 0 : 1;

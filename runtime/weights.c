@@ -13,12 +13,12 @@
 #include <string.h>
 
 /* Fetches one bf16 tensor of the given shape (ndim 1..3) or fails the bind. */
-#define GET(dst, d0, d1, d2, ...)                                                              \
-    do {                                                                                       \
-        int64_t shape_[3] = {(d0), (d1), (d2)};                                                \
-        int ndim_ = shape_[2] != 0 ? 3 : shape_[1] != 0 ? 2 : 1;                              \
-        (dst) = loader_get(ld, "BF16", ndim_, shape_, __VA_ARGS__);                            \
-        if (!(dst)) return -1;                                                                 \
+#define GET(dst, d0, d1, d2, ...)                                                                  \
+    do {                                                                                           \
+        int64_t shape_[3] = {(d0), (d1), (d2)};                                                    \
+        int ndim_ = shape_[2] != 0 ? 3 : shape_[1] != 0 ? 2 : 1;                                   \
+        (dst) = loader_get(ld, "BF16", ndim_, shape_, __VA_ARGS__);                                \
+        if (!(dst)) return -1;                                                                     \
     } while (0)
 
 static int bind_attention(loader *ld, const g4_model_desc *m, int l, g4_layer_weights *L) {
@@ -47,7 +47,7 @@ static int bind_ffn(loader *ld, const g4_model_desc *m, int l, g4_layer_weights 
     GET(L->down, m->d_model, ff, 0, "layers.%d.mlp.down_proj.weight", l);
     GET(L->post_ff_norm, m->d_model, 0, 0, "layers.%d.post_feedforward_layernorm.weight", l);
     if (m->n_expert) {
-        int E = m->n_expert, H = m->d_model, I = m->d_expert;
+        int64_t E = m->n_expert, H = m->d_model, I = m->d_expert;
         GET(L->pre_ff_norm_2, H, 0, 0, "layers.%d.pre_feedforward_layernorm_2.weight", l);
         GET(L->post_ff_norm_1, H, 0, 0, "layers.%d.post_feedforward_layernorm_1.weight", l);
         GET(L->post_ff_norm_2, H, 0, 0, "layers.%d.post_feedforward_layernorm_2.weight", l);

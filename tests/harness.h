@@ -20,7 +20,7 @@ static void harness_line(const char *tag, const char *gate, const char *fmt, va_
 }
 
 __attribute__((format(printf, 2, 3), unused)) static void test_pass(const char *gate,
-                                                                     const char *fmt, ...) {
+                                                                    const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     harness_line("PASS", gate, fmt, ap);
@@ -28,7 +28,7 @@ __attribute__((format(printf, 2, 3), unused)) static void test_pass(const char *
 }
 
 __attribute__((format(printf, 2, 3), unused)) static void test_fail(const char *gate,
-                                                                     const char *fmt, ...) {
+                                                                    const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     harness_line("FAIL", gate, fmt, ap);
@@ -37,7 +37,7 @@ __attribute__((format(printf, 2, 3), unused)) static void test_fail(const char *
 }
 
 __attribute__((format(printf, 2, 3), unused)) static void test_skip(const char *gate,
-                                                                     const char *fmt, ...) {
+                                                                    const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     printf("SKIP %s: skipped: ", gate);
@@ -48,10 +48,12 @@ __attribute__((format(printf, 2, 3), unused)) static void test_skip(const char *
 }
 
 /* One check: PASS or FAIL line with the same message. */
-#define TEST_CHECK(gate, cond, ...)                                                            \
-    do {                                                                                       \
-        if (cond) test_pass(gate, __VA_ARGS__);                                                \
-        else test_fail(gate, __VA_ARGS__);                                                     \
+#define TEST_CHECK(gate, cond, ...)                                                                \
+    do {                                                                                           \
+        if (cond)                                                                                  \
+            test_pass(gate, __VA_ARGS__);                                                          \
+        else                                                                                       \
+            test_fail(gate, __VA_ARGS__);                                                          \
     } while (0)
 
 static int harness_exit(void) { return harness_failures ? 1 : 0; }

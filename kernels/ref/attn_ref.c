@@ -17,7 +17,8 @@
 
 /* Element offset of (layer, kv, head) for token pos of sequence seq, or -1 when unmapped. */
 static long kv_offset(const k_kv_view *kv, int seq, int pos, int layer, int which, int head) {
-    int32_t page = kv->tables[(size_t)seq * (size_t)kv->max_pages + (size_t)(pos / kv->page_tokens)];
+    int32_t page =
+        kv->tables[(size_t)seq * (size_t)kv->max_pages + (size_t)(pos / kv->page_tokens)];
     if (page < 0) return -1;
     long slot = pos % kv->page_tokens;
     long per_slot = (long)kv->n_kv_head * kv->head_dim;
@@ -39,9 +40,11 @@ static int kv_check(const k_kv_view *kv, const char *op) {
 /* RMS(x; w) over one head vector, rounded to bf16, in place into out. */
 static void head_norm(float *out, const bf16_t *x, const bf16_t *w, int d, float eps) {
     float ss = 0.0f;
-    for (int j = 0; j < d; j++) ss += F(x[j]) * F(x[j]);
+    for (int j = 0; j < d; j++)
+        ss += F(x[j]) * F(x[j]);
     float inv = powf(ss / (float)d + eps, -0.5f);
-    for (int j = 0; j < d; j++) out[j] = BF(F(x[j]) * inv * (w ? F(w[j]) : 1.0f));
+    for (int j = 0; j < d; j++)
+        out[j] = BF(F(x[j]) * inv * (w ? F(w[j]) : 1.0f));
 }
 
 /* Rotate-half RoPE in bf16 arithmetic: bf(bf(x*cos) + bf(rot*sin)), cos/sin rounded to bf16. */
@@ -62,7 +65,7 @@ int ref_attn_prep(const k_attn_prep_args *a, g4_stream st) {
     int rc = kv_check(&a->kv, "ref_attn_prep");
     if (rc) return rc;
     int d = a->kv.head_dim;
-    float *tmp = malloc(sizeof(float) * (size_t)d);
+    float *tmp = calloc((size_t)d, sizeof(float));
     if (!tmp) return K_ERR_NO_MEMORY;
     bf16_t *store = a->kv.base;
     for (int r = 0; r < a->rows; r++) {
@@ -70,7 +73,8 @@ int ref_attn_prep(const k_attn_prep_args *a, g4_stream st) {
             bf16_t *q = a->q + ((size_t)r * (size_t)a->n_head + (size_t)h) * (size_t)d;
             head_norm(tmp, q, a->q_norm, d, a->eps);
             rope(tmp, d, a->n_rot, a->pos[r], a->rope_base);
-            for (int j = 0; j < d; j++) q[j] = ref_f32_to_bf16(tmp[j]);
+            for (int j = 0; j < d; j++)
+                q[j] = ref_f32_to_bf16(tmp[j]);
         }
         if (!a->write_kv) continue;
         for (int h = 0; h < a->kv.n_kv_head; h++) {
@@ -83,9 +87,11 @@ int ref_attn_prep(const k_attn_prep_args *a, g4_stream st) {
             }
             head_norm(tmp, a->k_raw + in, a->k_norm, d, a->eps);
             rope(tmp, d, a->n_rot, a->pos[r], a->rope_base);
-            for (int j = 0; j < d; j++) store[ko + j] = ref_f32_to_bf16(tmp[j]);
+            for (int j = 0; j < d; j++)
+                store[ko + j] = ref_f32_to_bf16(tmp[j]);
             head_norm(tmp, a->v_raw + in, NULL, d, a->eps);
-            for (int j = 0; j < d; j++) store[vo + j] = ref_f32_to_bf16(tmp[j]);
+            for (int j = 0; j < d; j++)
+                store[vo + j] = ref_f32_to_bf16(tmp[j]);
         }
     }
     free(tmp);
@@ -106,7 +112,8 @@ static int attend_head(const k_attention_args *a, int r, int h, float *p, float 
         long ko = kv_offset(&a->kv, a->seq[r], j, a->kv_layer, 0, kvh);
         if (ko < 0) return K_ERR_SHAPE;
         float s = 0.0f;
-        for (int t = 0; t < d; t++) s += F(q[t]) * F(store[ko + t]);
+        for (int t = 0; t < d; t++)
+            s += F(q[t]) * F(store[ko + t]);
         p[j - j0] = BF(s);
         if (p[j - j0] > mx) mx = p[j - j0];
     }
@@ -115,14 +122,17 @@ static int attend_head(const k_attention_args *a, int r, int h, float *p, float 
         p[j - j0] = expf(p[j - j0] - mx);
         sum += p[j - j0];
     }
-    for (int t = 0; t < d; t++) acc[t] = 0.0f;
+    for (int t = 0; t < d; t++)
+        acc[t] = 0.0f;
     for (int j = j0; j <= i; j++) {
         float pj = BF(p[j - j0] / sum);
         long vo = kv_offset(&a->kv, a->seq[r], j, a->kv_layer, 1, kvh);
-        for (int t = 0; t < d; t++) acc[t] += pj * F(store[vo + t]);
+        for (int t = 0; t < d; t++)
+            acc[t] += pj * F(store[vo + t]);
     }
     bf16_t *out = a->out + ((size_t)r * (size_t)a->n_head + (size_t)h) * (size_t)d;
-    for (int t = 0; t < d; t++) out[t] = ref_f32_to_bf16(acc[t]);
+    for (int t = 0; t < d; t++)
+        out[t] = ref_f32_to_bf16(acc[t]);
     return K_OK;
 }
 
@@ -138,7 +148,8 @@ int ref_attention(const k_attention_args *a, g4_stream st) {
     float *acc = malloc(sizeof(float) * (size_t)a->kv.head_dim);
     rc = p && acc ? K_OK : K_ERR_NO_MEMORY;
     for (int r = 0; r < a->rows && rc == K_OK; r++)
-        for (int h = 0; h < a->n_head && rc == K_OK; h++) rc = attend_head(a, r, h, p, acc);
+        for (int h = 0; h < a->n_head && rc == K_OK; h++)
+            rc = attend_head(a, r, h, p, acc);
     free(p);
     free(acc);
     return rc;

@@ -12,7 +12,8 @@ int ref_gemm(const k_gemm_args *a, g4_stream st) {
         for (int o = 0; o < a->n; o++) {
             const bf16_t *w = a->w + (size_t)o * (size_t)a->k;
             float acc = 0.0f;
-            for (int t = 0; t < a->k; t++) acc += ref_bf16_to_f32(x[t]) * ref_bf16_to_f32(w[t]);
+            for (int t = 0; t < a->k; t++)
+                acc += ref_bf16_to_f32(x[t]) * ref_bf16_to_f32(w[t]);
             a->y[(size_t)i * (size_t)ldy + (size_t)o] = ref_f32_to_bf16(acc);
         }
     }

@@ -19,7 +19,8 @@ int ref_embed(const k_embed_args *a, g4_stream st) {
         if (id < 0 || id >= a->n_vocab) return K_ERR_SHAPE;
         const bf16_t *src = a->table + (size_t)id * (size_t)a->width;
         bf16_t *dst = a->out + (size_t)r * (size_t)a->width;
-        for (int j = 0; j < a->width; j++) dst[j] = ref_f32_to_bf16(F(src[j]) * a->scale);
+        for (int j = 0; j < a->width; j++)
+            dst[j] = ref_f32_to_bf16(F(src[j]) * a->scale);
     }
     return K_OK;
 }
@@ -29,7 +30,8 @@ int ref_rmsnorm(const k_rmsnorm_args *a, g4_stream st) {
     for (int r = 0; r < a->rows; r++) {
         size_t o = (size_t)r * (size_t)a->width;
         float ss = 0.0f;
-        for (int j = 0; j < a->width; j++) ss += F(a->in[o + j]) * F(a->in[o + j]);
+        for (int j = 0; j < a->width; j++)
+            ss += F(a->in[o + j]) * F(a->in[o + j]);
         /* HF: pow(mean + eps, -0.5) in fp32, not rsqrt */
         float inv = powf(ss / (float)a->width + a->eps, -0.5f);
         for (int j = 0; j < a->width; j++) {
@@ -81,7 +83,8 @@ int ref_gather_rows(const k_gather_rows_args *a, g4_stream st) {
     for (int r = 0; r < a->rows; r++) {
         const bf16_t *src = a->in + (size_t)a->src[r] * (size_t)a->width;
         bf16_t *dst = a->out + (size_t)r * (size_t)a->width;
-        for (int j = 0; j < a->width; j++) dst[j] = src[j];
+        for (int j = 0; j < a->width; j++)
+            dst[j] = src[j];
     }
     return K_OK;
 }

@@ -82,8 +82,10 @@ int fx_dump_read(const char *path, fx_dump *d) {
         lineno++;
         fx_case *cur = d->n_cases ? &d->cases[d->n_cases - 1] : NULL;
         if (strncmp(line, "case ", 5) == 0) {
-            if (d->n_cases == FX_MAX_CASES) rc = -1;
-            else rc = parse_case(line, &d->cases[d->n_cases++]);
+            if (d->n_cases == FX_MAX_CASES)
+                rc = -1;
+            else
+                rc = parse_case(line, &d->cases[d->n_cases++]);
         } else if (strncmp(line, "lp ", 3) == 0) {
             rc = cur ? parse_lp(line, cur) : -1;
         } else if (strncmp(line, "greedy ", 7) == 0) {

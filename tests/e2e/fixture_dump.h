@@ -16,13 +16,13 @@ typedef struct fx_pos {
 
 typedef struct fx_case {
     char name[32];
-    int n;              /* prompt tokens */
-    int32_t *ids;       /* [n] */
-    fx_pos *pos;        /* [n] */
-    int n_greedy;       /* greedy continuation (eager dump only) */
-    int32_t *greedy;    /* [n_greedy] */
-    float *g_top1;      /* [n_greedy] */
-    float *g_top2;      /* [n_greedy] */
+    int n;           /* prompt tokens */
+    int32_t *ids;    /* [n] */
+    fx_pos *pos;     /* [n] */
+    int n_greedy;    /* greedy continuation (eager dump only) */
+    int32_t *greedy; /* [n_greedy] */
+    float *g_top1;   /* [n_greedy] */
+    float *g_top2;   /* [n_greedy] */
 } fx_case;
 
 typedef struct fx_dump {

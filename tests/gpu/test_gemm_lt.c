@@ -24,7 +24,8 @@ static float rnd(void) {
 }
 
 static void fill(bf16_t *p, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) p[i] = ref_f32_to_bf16(rnd() * scale);
+    for (size_t i = 0; i < n; i++)
+        p[i] = ref_f32_to_bf16(rnd() * scale);
 }
 
 /* One shape: returns 0 on pass and prints the gate line. */
@@ -39,7 +40,8 @@ static void run_shape(int m, int n, int k, uint64_t seed) {
     void *dx = k_device_alloc(xs * 2), *dw = k_device_alloc(ws * 2), *dy = k_device_alloc(ys * 2);
     k_gemm_plan *plan = NULL;
     int rc = k_gemm_plan_create(&plan, 64, n, k);
-    for (size_t i = 0; i < ys; i++) y[i] = 0x7fc0; /* NaN poison */
+    for (size_t i = 0; i < ys; i++)
+        y[i] = 0x7fc0; /* NaN poison */
     rc |= k_copy_to_device(dx, x, xs * 2) | k_copy_to_device(dw, w, ws * 2) |
           k_copy_to_device(dy, y, ys * 2);
     k_gemm_args a = {.y = dy, .x = dx, .w = dw, .m = m, .n = n, .k = k, .plan = plan};
@@ -87,8 +89,8 @@ int main(void) {
     }
     printf("# device: %s\n", desc);
     /* 26B-A4B q_proj and o_proj, an expert's gate_up, a ragged shape, a tiny-fixture shape */
-    int shapes[][3] = {{1, 4096, 2816}, {16, 4096, 2816}, {7, 2816, 4096},
-                       {64, 1408, 2816}, {5, 1000, 264},  {3, 64, 1024}};
+    int shapes[][3] = {{1, 4096, 2816},  {16, 4096, 2816}, {7, 2816, 4096},
+                       {64, 1408, 2816}, {5, 1000, 264},   {3, 64, 1024}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape(shapes[i][0], shapes[i][1], shapes[i][2], 1234 + i);
     return harness_exit();

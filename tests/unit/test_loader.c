@@ -47,7 +47,7 @@ static const g4_model_desc test_tiny = {
     .rope_partial_global = 0.25f,
     .softcap = 30.0f,
     .eps = 1e-6f,
-    .layer_kind = {0, 0, 1, 0, 0, 1},
+    .layer_kind = "SSFSSF",
 };
 
 /* A decoy far from the tiny model, so "closest model" has something to skip. */
@@ -67,7 +67,7 @@ static const g4_model_desc test_decoy = {
     .rope_base_global = 1e6f,
     .rope_partial_global = 1.0f,
     .eps = 1e-5f,
-    .layer_kind = {0, 1, 0, 1},
+    .layer_kind = "SFSF",
 };
 
 const g4_model_desc *const g4_models[] = {&test_decoy, &test_tiny};
