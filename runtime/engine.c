@@ -172,8 +172,9 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
     if (cfg->kv.local == G4_KV_LOCAL_FP8) {
         /* the local_fp8 schedule is compiled in, but ref_attn_prep and ref_attention have no
          * e4m3 twin yet and would refuse at the first step: say so now, naming them */
-        log_msg(LOG_ERROR, "engine", "kv.local = fp8: ref_attn_prep and ref_attention have no "
-                                     "e4m3 twin in this build; use kv.local = bf16");
+        log_msg(LOG_ERROR, "engine",
+                "kv.local = fp8: ref_attn_prep and ref_attention have no "
+                "e4m3 twin in this build; use kv.local = bf16");
         free(e);
         return -1;
     }
