@@ -6,37 +6,14 @@
  * Does not own: buffer allocation (runtime/engine.c), weight loading (runtime/weights.c) or
  * the ops themselves (kernels/).
  *
- * The schedule is emitted once by codegen/gen.c and compiled once per backend: with
- * G4_BACKEND_PREFIX=ref_ every op_x(args, stream) becomes ref_x(args, stream) (the CPU
- * reference), with k_ it becomes the GPU launcher k_x. Generated function names carry the same
- * prefix, so both backends can live in one binary. */
+ * The op_* calls the schedule makes are bound to a backend in graph/ops.h. */
 #ifndef G4_SCHEDULE_H
 #define G4_SCHEDULE_H
 
 #include "graph/model_desc.h"
 #include "kernels/kernels.h"
-#include "kernels/ref/ref.h"
 
-#define G4_CAT2(a, b) a##b
-#define G4_CAT(a, b) G4_CAT2(a, b)
-#ifdef G4_BACKEND_PREFIX
-/* A backend-specific name: G4_FN(x) is ref_x or k_x. */
-#define G4_FN(name) G4_CAT(G4_BACKEND_PREFIX, name)
-
-/* The op vocabulary (graph/ops.md lists what each computes). */
-#define op_embed(a, st) G4_FN(embed)(a, st)
-#define op_rmsnorm(a, st) G4_FN(rmsnorm)(a, st)
-#define op_gemm(a, st) G4_FN(gemm)(a, st)
-#define op_attn_prep(a, st) G4_FN(attn_prep)(a, st)
-#define op_attention(a, st) G4_FN(attention)(a, st)
-#define op_gelu_mul(a, st) G4_FN(gelu_mul)(a, st)
-#define op_scale_add(a, st) G4_FN(scale_add)(a, st)
-#define op_mul_vec_scale(a, st) G4_FN(mul_vec_scale)(a, st)
-#define op_moe_route(a, st) G4_FN(moe_route)(a, st)
-#define op_moe_experts(a, st) G4_FN(moe_experts)(a, st)
-#define op_gather_rows(a, st) G4_FN(gather_rows)(a, st)
-#define op_softcap(a, st) G4_FN(softcap)(a, st)
-#endif
+#include "graph/ops.h"
 
 /* Weights of one decoder layer; NULL where the layer has no such tensor. Checkpoint names in
  * the comments (prefix model.layers.N.), shapes outermost first, H = d_model. */
