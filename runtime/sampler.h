@@ -1,0 +1,39 @@
+/* runtime/sampler.h - choosing the next token from a row of logits, on the host.
+ *
+ * Owns: greedy (ties to the lowest id), temperature, top-k, top-p and min-p sampling with a
+ * random stream that is a function of (seed, token index) only, so a request's answer never
+ * depends on what shares its batch; and the top-n logprobs of a row. Does not own: stop
+ * tokens or strings (runtime/sched.c), logits (the engine). */
+#ifndef G4_SAMPLER_H
+#define G4_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sampler_params {
+    float temperature; /* 0: greedy */
+    int top_k;         /* 0: off */
+    float top_p;       /* 1 (or 0): off */
+    float min_p;       /* 0: off */
+    uint64_t seed;
+} sampler_params;
+
+/* Picks a token from logits[0..n_vocab) (bf16 bit patterns, after softcap) for the token at
+ * position index of the answer. work must hold 2 * n_vocab floats. Greedy returns the lowest
+ * id among the largest logits; otherwise softmax(logits / temperature) is filtered by top-k,
+ * then top-p (smallest set whose mass reaches p, by descending probability, ties by id), then
+ * min-p (probability >= min_p * the largest), renormalised, and sampled with the uniform
+ * number u(seed, index). */
+int32_t sampler_pick(const sampler_params *p, const uint16_t *logits, int n_vocab, int index,
+                     float *work);
+
+/* The uniform number in [0, 1) of (seed, index): a counter-based generator (no state). */
+double sampler_uniform(uint64_t seed, uint64_t index);
+
+/* The n (<= 20) largest log-softmax values of logits (ties by lower id) into ids/lps, and the
+ * log-probability of chosen into *chosen_lp. Log-softmax is over the raw logits (temperature
+ * 1), in fp32 with a double-precision sum. */
+void sampler_logprobs(const uint16_t *logits, int n_vocab, int n, int32_t chosen, int32_t *ids,
+                      float *lps, float *chosen_lp);
+
+#endif
