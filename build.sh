@@ -7,6 +7,7 @@
 #   ./build.sh gpu-test [GATE...]   GPU gates (needs a GPU)
 #   ./build.sh format     rewrite every hand-written C/CUDA file with clang-format
 #   ./build.sh lint       format check, cppcheck, clang-tidy only
+#   ./build.sh fuzz [SECONDS]   the libFuzzer targets, each for SECONDS (default 600)
 #   ./build.sh release    static release binary under release/out/
 #   ./build.sh debug      CPU build with AddressSanitizer and UBSan under build/debug/
 #   ./build.sh deps       fill .deps/ with the Debian archives the offline GPU box needs
@@ -24,11 +25,12 @@ NVFLAGS="-std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -O2 -Werror 
 DEPS_ROOT=.deps/root
 DEB_PKGS="libinih-dev libinih1 libjansson-dev libjansson4"
 HOST_SRC="runtime/log.c runtime/config.c runtime/hfconfig.c runtime/loader.c runtime/kv_pool.c
-runtime/weights.c runtime/engine.c graph/model_desc.c graph/schedule_find.c"
+runtime/weights.c runtime/engine.c runtime/tokenizer.c runtime/chat.c runtime/proto.c
+runtime/sampler.c runtime/sched.c runtime/serve.c graph/model_desc.c graph/schedule_find.c"
 REF_SRC="kernels/ref/bf16_ref.c kernels/ref/norm_ref.c kernels/ref/gemm_ref.c
 kernels/ref/attn_ref.c kernels/ref/moe_ref.c"
 CU_SRC="kernels/device.cu kernels/gemm_lt.cu"
-UNIT_TESTS="test_loader test_config test_kv_pool"
+UNIT_TESTS="test_loader test_config test_kv_pool test_sampler test_chat"
 # what each unit test links: the module under test through its header, no generated code
 # (test_loader brings its own model table)
 unit_src() {
@@ -36,9 +38,12 @@ unit_src() {
     test_loader) echo runtime/log.c runtime/hfconfig.c runtime/loader.c graph/model_desc.c ;;
     test_config) echo runtime/log.c runtime/config.c ;;
     test_kv_pool) echo runtime/log.c runtime/kv_pool.c ;;
+    test_sampler) echo runtime/log.c runtime/sampler.c ;;
+    test_chat) echo runtime/log.c runtime/tokenizer.c runtime/chat.c ;;
     esac
 }
 LINT_DIRS="runtime codegen kernels/ref graph"
+SHARED_TOKENIZER=${SHARED_TOKENIZER:-../shared/data/gemma3-tokenizer/tokenizer.json}
 
 say() { echo "build.sh: $*" >&2; }
 
@@ -53,7 +58,7 @@ ensure_deps() {
     have_header ini.h || missing="$missing libinih-dev"
     have_header jansson.h || missing="$missing libjansson-dev"
     command -v musl-gcc >/dev/null || tools="$tools musl-tools"
-    for t in clang-format cppcheck clang-tidy; do command -v $t >/dev/null || tools="$tools $t"; done
+    for t in clang clang-format cppcheck clang-tidy; do command -v $t >/dev/null || tools="$tools $t"; done
     [ -z "$missing$tools" ] && return 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         say "installing Debian packages:$missing$tools"
@@ -147,6 +152,13 @@ build_tests() {
     done
     $CC $CFLAGS $INC tests/e2e/test_fixtures.c tests/e2e/fixture_dump.c $HOST_OBJS $LIBS \
         -o "$B/tests/test_fixtures"
+    $CC $CFLAGS $INC tests/proto/test_serve.c $HOST_OBJS $LIBS -o "$B/tests/test_serve"
+    $CC $CFLAGS $INC tests/proto/test_proto.c "$(obj runtime/proto.c)" "$(obj runtime/log.c)" \
+        $LIBS -o "$B/tests/test_proto"
+    $CC $CFLAGS $INC tests/tokenizer/test_tokenizer.c "$(obj runtime/tokenizer.c)" \
+        "$(obj runtime/log.c)" $LIBS -o "$B/tests/test_tokenizer"
+    $CC $CFLAGS $INC tests/tokenizer/bench_tokenizer.c "$(obj runtime/tokenizer.c)" \
+        "$(obj runtime/log.c)" $LIBS -o "$B/tests/bench_tokenizer"
     if [ $HAVE_NVCC = 1 ]; then
         g++ -o "$B/tests/test_gemm_lt" $(compile_c tests/gpu/test_gemm_lt.c) $HOST_OBJS $CU_OBJS \
             $LIBS $(cuda_libs)
@@ -205,10 +217,15 @@ cli_refusals() {
     elif echo "$err" | grep -q "bad.ini:2: kv.page_tokens"; then
         echo "PASS cli_refuses_bad_ini: names file, line 2 and kv.page_tokens"
     else echo "FAIL cli_refuses_bad_ini: $err"; fi
-    local ids
-    ids=$("$B/g4pipe" --model tests/fixtures/tiny-dense --tokens 2,700,800,900 --max-tokens 4 2>/dev/null || true)
-    if [ "$(echo "$ids" | wc -w)" = 4 ]; then echo "PASS cli_generates: greedy ids $ids"
-    else echo "FAIL cli_generates: got '$ids'"; fi
+    local out n
+    out=$("$B/g4pipe" -c conf/demo.ini < examples/prompts.jsonl 2>/dev/null || true)
+    n=$(echo "$out" | grep -c '"event":"done"' || true)
+    if [ "$n" = 6 ] && ! echo "$out" | grep -q '"event":"error"'; then
+        echo "PASS cli_demo: g4pipe -c conf/demo.ini < examples/prompts.jsonl answered all 6 requests and the stats line"
+    else echo "FAIL cli_demo: $n of 6 requests done"; fi
+    out=$(echo "Tell me about rivers" | "$B/g4pipe" -c conf/demo.ini --text 2>/dev/null || true)
+    if [ -n "$out" ] && ! echo "$out" | grep -q '"event"'; then echo "PASS cli_text: --text wrote ${#out} bytes of plain answer text"
+    else echo "FAIL cli_text: got '$out'"; fi
     rm -rf "$t"
 }
 
@@ -230,6 +247,9 @@ musl_suite() {
     done
     local libs="$(static_lib libjansson.a) $(static_lib libinih.a) -lm"
     musl-gcc $flags -static tests/e2e/test_fixtures.c tests/e2e/fixture_dump.c $objs $libs -o "$m/test_fixtures" || ok=0
+    musl-gcc $flags -static tests/proto/test_serve.c $objs $libs -o "$m/test_serve" || ok=0
+    musl-gcc $flags -static tests/proto/test_proto.c $objs $libs -o "$m/test_proto" || ok=0
+    musl-gcc $flags -static tests/tokenizer/test_tokenizer.c $objs $libs -o "$m/test_tokenizer" || ok=0
     local t unit
     for t in $UNIT_TESTS; do
         unit="$m/fortify_shim.c.o"; for s in $(unit_src $t); do unit="$unit $m/$(basename "$s").o"; done
@@ -237,8 +257,32 @@ musl_suite() {
     done
     if [ $ok = 0 ]; then echo "FAIL musl_build: the host code did not build with musl-gcc"; return; fi
     echo "PASS musl_build: host code, reference kernels and tests built with musl-gcc -static"
-    for t in $UNIT_TESTS; do "$m/$t" 2>/dev/null | sed 's/^\(PASS\|FAIL\|SKIP\) /\1 musl:/' || true; done
-    "$m/test_fixtures" tests/fixtures 2>/dev/null | sed 's/^\(PASS\|FAIL\|SKIP\) /\1 musl:/' || true
+    for t in $UNIT_TESTS; do "$m/$t" $(unit_args $t) 2>/dev/null | sed 's/^\(PASS\|FAIL\|SKIP\) /\1 musl:/' || true; done
+    local mark='s/^\(PASS\|FAIL\|SKIP\) /\1 musl:/'
+    "$m/test_fixtures" tests/fixtures 2>/dev/null | sed "$mark" || true
+    "$m/test_proto" 2>/dev/null | sed "$mark" || true
+    "$m/test_tokenizer" "$SHARED_TOKENIZER" tests/tokenizer tests/fixtures 2>/dev/null | sed "$mark" || true
+    "$m/test_serve" tests/fixtures tests/proto 2>/dev/null | sed "$mark" || true
+}
+
+unit_args() { [ "$1" = test_chat ] && echo tests/fixtures/tiny-moe/tokenizer.json || true; }
+
+# libFuzzer targets: bounded in ./build.sh test, longer with ./build.sh fuzz [SECONDS].
+fuzz_suite() {
+    local secs=$1 t
+    for t in proto tokenizer; do
+        if ! command -v clang >/dev/null; then echo "SKIP fuzz_$t: skipped: no clang"; continue; fi
+        local bin="$B/fuzz/fuzz_$t" work="$B/fuzz/work_$t"
+        mkdir -p "$B/fuzz" "$work"
+        clang -g -O1 -fsanitize=fuzzer,address,undefined $INC runtime/$t.c runtime/log.c \
+            "tests/fuzz/fuzz_$t.c" "$(static_lib libjansson.a)" -lm -o "$bin"
+        if "$bin" -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$B/fuzz/" \
+            "$work" "tests/fuzz/corpus_$t" > "$B/fuzz/$t.log" 2>&1; then
+            echo "PASS fuzz_$t: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$B/fuzz/$t.log" | grep -o '[0-9]*$') inputs in ${secs} s, no crash, no leak"
+        else
+            echo "FAIL fuzz_$t: libFuzzer found a failure, see $B/fuzz/$t.log and $B/fuzz/crash-*"
+        fi
+    done
 }
 
 gpu_gates() {
@@ -261,8 +305,12 @@ suite_test() {
     {
         lint
         golden
-        for t in $UNIT_TESTS; do run_test "$B/tests/$t"; done
+        for t in $UNIT_TESTS; do run_test "$B/tests/$t" $(unit_args $t); done
         run_test "$B/tests/test_fixtures" tests/fixtures
+        run_test "$B/tests/test_proto"
+        run_test "$B/tests/test_tokenizer" "$SHARED_TOKENIZER" tests/tokenizer tests/fixtures
+        run_test "$B/tests/test_serve" tests/fixtures tests/proto
+        fuzz_suite "${FUZZ_SECONDS:-20}"
         cli_refusals
         musl_suite
         gpu_gates
@@ -282,6 +330,7 @@ case "${1:-build}" in
 build) ensure_deps; build_all ;;
 test) ensure_deps; suite_test ;;
 gpu-test) shift; suite_gpu "$@" ;;
+fuzz) ensure_deps; build_all; shift; fuzz_suite "${1:-600}" | summarize ;;
 format) hand_sources | xargs clang-format -i --style=file; say "formatted" ;;
 lint) ensure_deps; generate; lint | summarize ;;
 deps) fill_deps ;;

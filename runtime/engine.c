@@ -21,6 +21,7 @@ struct engine {
     g4_weights w;
     kv_pool *pool;
     kv_layout layout[2];
+    long n_pages[2];
     void *kv_store[2];
     int max_rows, max_out_rows;
     g4_state s;
@@ -116,6 +117,8 @@ static int open_pool(engine *e) {
             return -1;
         }
     }
+    e->n_pages[KV_LOCAL] = n_local;
+    e->n_pages[KV_GLOBAL] = n_global;
     e->pool = kv_pool_create(&e->layout[KV_LOCAL], (int)n_local, &e->layout[KV_GLOBAL],
                              (int)n_global, m->window, c->serve.max_batch, max_pages);
     for (int f = 0; f < 2; f++) {
@@ -224,6 +227,19 @@ void engine_seq_free(engine *e, int seq) { kv_pool_free_seq(e->pool, seq); }
 
 int engine_free_pages(const engine *e, int family) {
     return kv_pool_free_pages(e->pool, (enum kv_family)family);
+}
+
+int engine_usable_pages(const engine *e, int family) {
+    return (int)e->n_pages[family == KV_LOCAL ? KV_LOCAL : KV_GLOBAL] - 1;
+}
+
+int engine_pages_worst(const engine *e, int family, int n_tokens) {
+    int pt = e->cfg.kv.page_tokens;
+    int all = (n_tokens + pt - 1) / pt;
+    if (family == KV_GLOBAL) return all;
+    int chunk = e->cfg.serve.prefill_chunk < n_tokens ? e->cfg.serve.prefill_chunk : n_tokens;
+    int window = (e->model->window - 1 + chunk + pt - 1) / pt + 1;
+    return window < all ? window : all;
 }
 
 int engine_step(engine *e, const engine_batch *b, bf16_t *logits,

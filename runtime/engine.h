@@ -39,6 +39,11 @@ void engine_seq_release_front(engine *e, int seq, int pos);
 void engine_seq_free(engine *e, int seq);
 /* Free pages of a family (enum kv_family), for stats and tests. */
 int engine_free_pages(const engine *e, int family);
+/* Pages of a family that can ever be handed out (the padding page excluded). */
+int engine_usable_pages(const engine *e, int family);
+/* The most pages of a family one sequence of n_tokens positions can hold at once while it is
+ * prefilled in serve.prefill_chunk chunks and decoded (the local family is window-capped). */
+int engine_pages_worst(const engine *e, int family, int n_tokens);
 
 typedef struct engine_batch {
     int rows;               /* tokens in the step, <= engine_max_rows */

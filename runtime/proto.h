@@ -28,25 +28,25 @@ typedef struct proto_message {
 
 typedef struct proto_request {
     enum proto_kind kind;
-    char *id_json;         /* the id as compact JSON ("\"a\"" or "12"); the line number if absent */
-    char *prompt;          /* exactly one of prompt, messages, tokens is set */
+    char *id_json; /* the id as compact JSON ("\"a\"" or "12"); the line number if absent */
+    char *prompt;  /* exactly one of prompt, messages, tokens is set */
     proto_message *messages;
     int n_messages;
     int32_t *tokens;
     int n_tokens;
-    int max_tokens;        /* default 256, >= 1 */
-    double temperature;    /* default 0, 0..100 */
-    int top_k;             /* default 0 (off), >= 0 */
-    double top_p;          /* default 1 (off), (0, 1] */
-    double min_p;          /* default 0 (off), [0, 1] */
-    uint64_t seed;         /* default 0, a non-negative integer */
-    int thinking;          /* default 0; only with messages */
-    char **stop;           /* stop strings, non-empty, at most 16 */
+    int max_tokens;     /* default 256, >= 1 */
+    double temperature; /* default 0, 0..100 */
+    int top_k;          /* default 0 (off), >= 0 */
+    double top_p;       /* default 1 (off), (0, 1] */
+    double min_p;       /* default 0 (off), [0, 1] */
+    uint64_t seed;      /* default 0, a non-negative integer */
+    int thinking;       /* default 0; only with messages */
+    char **stop;        /* stop strings, non-empty, at most 16 */
     int n_stop;
-    int ignore_eos;        /* default 0 */
-    int stream;            /* default 1 */
-    int logprobs;          /* default 0, 0..20 */
-    char *cancel_id_json;  /* PROTO_CANCEL: the id to cancel, as compact JSON */
+    int ignore_eos;       /* default 0 */
+    int stream;           /* default 1 */
+    int logprobs;         /* default 0, 0..20 */
+    char *cancel_id_json; /* PROTO_CANCEL: the id to cancel, as compact JSON */
 } proto_request;
 
 typedef struct proto_error {
@@ -71,8 +71,8 @@ const char *proto_code_name(enum proto_code code);
 
 /* One logprobs entry of a token line. */
 typedef struct proto_logprob {
-    float chosen;   /* logprob of the chosen token */
-    int n;          /* top entries */
+    float chosen; /* logprob of the chosen token */
+    int n;        /* top entries */
     int32_t ids[PROTO_MAX_LOGPROBS];
     float lps[PROTO_MAX_LOGPROBS];
 } proto_logprob;
@@ -83,14 +83,14 @@ int proto_write_token(FILE *f, const char *id_json, int index, int32_t token, co
                       size_t text_len, const proto_logprob *lp);
 
 typedef struct proto_done {
-    const char *text;        /* the whole answer text (stream: false) or NULL to omit */
+    const char *text; /* the whole answer text (stream: false) or NULL to omit */
     size_t text_len;
-    const char *reasoning;   /* thought channel text, or NULL to omit */
+    const char *reasoning; /* thought channel text, or NULL to omit */
     size_t reasoning_len;
     const char *finish_reason; /* "stop", "length", "context", "cancelled" */
     int prompt_tokens, completion_tokens;
     double queue_ms, ttft_ms, decode_ms_per_token;
-    const int32_t *tokens;   /* stream: false and tokens wanted: all ids, else NULL */
+    const int32_t *tokens; /* stream: false and tokens wanted: all ids, else NULL */
     int n_tokens;
 } proto_done;
 

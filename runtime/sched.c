@@ -1,0 +1,407 @@
+/* runtime/sched.c - see sched.h. Requests live in two places: a FIFO queue until admitted, then
+ * the running list in admission order (which fixes the order of rows in a step and of answer
+ * lines within a step). Each running request holds one engine sequence slot. */
+#include "runtime/sched.h"
+
+#include "runtime/chat.h"
+#include "runtime/kv_pool.h"
+#include "runtime/log.h"
+#include "runtime/sampler.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct text_buf {
+    char *p;
+    size_t len, cap;
+} text_buf;
+
+typedef struct sreq {
+    proto_request req;
+    int32_t *ids; /* [n_prompt + max_tokens] prompt, then the answer */
+    int n_prompt, n_ids, n_written, n_out;
+    int slot;     /* engine sequence slot, -1 while queued */
+    int worst[2]; /* KV pages committed per family at admission */
+    detok dt;
+    chat_stream cs;
+    text_buf text, held, reasoning; /* released text, text held for stop strings, thoughts */
+    double t_arrive, t_admit, t_first, t_last;
+    struct sreq *next; /* queue link */
+} sreq;
+
+struct sched {
+    engine *e;
+    const tokenizer *tk;
+    g4_config cfg;
+    FILE *out;
+    sreq *q_head, *q_tail;
+    int n_queued;
+    sreq **running; /* [max_batch] in admission order */
+    int n_running;
+    unsigned char *slot_used;
+    int committed[2];
+    /* step buffers */
+    int32_t *ids, *pos, *seq, *out_src;
+    sreq **out_req;
+    bf16_t *logits;
+    float *work;
+    /* stats */
+    long steps, tokens_out, last_rows;
+    double t_first_step;
+};
+
+double sched_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int buf_add(text_buf *b, const char *p, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) return -1;
+        b->p = q;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, p, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 0;
+}
+
+sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *out) {
+    sched *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->e = e;
+    s->tk = tk;
+    s->cfg = *cfg;
+    s->out = out;
+    int rows = engine_max_rows(e), mb = cfg->serve.max_batch, V = engine_model(e)->n_vocab;
+    s->running = calloc((size_t)mb, sizeof(sreq *));
+    s->slot_used = calloc((size_t)mb, 1);
+    s->ids = calloc((size_t)rows, sizeof *s->ids);
+    s->pos = calloc((size_t)rows, sizeof *s->pos);
+    s->seq = calloc((size_t)rows, sizeof *s->seq);
+    s->out_src = calloc((size_t)mb, sizeof *s->out_src);
+    s->out_req = calloc((size_t)mb, sizeof(sreq *));
+    s->logits = calloc((size_t)mb * (size_t)V, sizeof *s->logits);
+    s->work = calloc(2 * (size_t)V, sizeof *s->work);
+    if (!s->running || !s->slot_used || !s->ids || !s->pos || !s->seq || !s->out_src ||
+        !s->out_req || !s->logits || !s->work) {
+        sched_destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void sreq_free(sreq *r) {
+    proto_request_free(&r->req);
+    free(r->ids);
+    free(r->text.p);
+    free(r->held.p);
+    free(r->reasoning.p);
+    free(r);
+}
+
+void sched_destroy(sched *s) {
+    if (!s) return;
+    while (s->q_head) {
+        sreq *r = s->q_head;
+        s->q_head = r->next;
+        sreq_free(r);
+    }
+    for (int i = 0; i < s->n_running; i++) sreq_free(s->running[i]);
+    free(s->running);
+    free(s->slot_used);
+    free(s->ids);
+    free(s->pos);
+    free(s->seq);
+    free(s->out_src);
+    free(s->out_req);
+    free(s->logits);
+    free(s->work);
+    free(s);
+}
+
+int sched_submit(sched *s, proto_request *req, int32_t *prompt, int n_prompt, double t_arrive) {
+    sreq *r = calloc(1, sizeof *r);
+    int cap = n_prompt + req->max_tokens;
+    int32_t *ids = r ? calloc((size_t)cap, sizeof *ids) : NULL;
+    if (!ids) {
+        proto_write_error(s->out, req->id_json, PROTO_INTERNAL, "out of memory");
+        proto_request_free(req);
+        free(r);
+        free(prompt);
+        return -1;
+    }
+    r->req = *req;
+    memset(req, 0, sizeof *req);
+    memcpy(ids, prompt, sizeof *ids * (size_t)n_prompt);
+    free(prompt);
+    r->ids = ids;
+    r->n_prompt = r->n_ids = n_prompt;
+    r->slot = -1;
+    r->t_arrive = t_arrive;
+    if (s->q_tail) s->q_tail->next = r;
+    else s->q_head = r;
+    s->q_tail = r;
+    s->n_queued++;
+    return 0;
+}
+
+int sched_in_flight(const sched *s, const char *id_json) {
+    for (const sreq *r = s->q_head; r; r = r->next)
+        if (strcmp(r->req.id_json, id_json) == 0) return 1;
+    for (int i = 0; i < s->n_running; i++)
+        if (strcmp(s->running[i]->req.id_json, id_json) == 0) return 1;
+    return 0;
+}
+
+int sched_queued(const sched *s) { return s->n_queued; }
+int sched_running(const sched *s) { return s->n_running; }
+
+/* ---- answers ---------------------------------------------------------------------------- */
+
+/* The longest suffix of held that is a proper prefix of a stop string: it must stay held. */
+static size_t stop_prefix_len(const sreq *r) {
+    size_t keep = 0;
+    for (int i = 0; i < r->req.n_stop; i++) {
+        size_t sl = strlen(r->req.stop[i]);
+        for (size_t k = sl - 1; k > keep; k--)
+            if (k <= r->held.len && memcmp(r->held.p + r->held.len - k, r->req.stop[i], k) == 0) {
+                keep = k;
+                break;
+            }
+    }
+    return keep;
+}
+
+/* Moves text into held, releases what can no longer start a stop string into r->text, and
+ * returns 1 when a stop string matched (held is cut just before it). *rel_from is where this
+ * call's released bytes begin in r->text. */
+static int release_text(sreq *r, const char *p, size_t n, size_t *rel_from) {
+    *rel_from = r->text.len;
+    if (buf_add(&r->held, p, n) != 0) return -1;
+    size_t cut = (size_t)-1;
+    for (int i = 0; i < r->req.n_stop; i++) {
+        size_t sl = strlen(r->req.stop[i]);
+        for (size_t at = 0; at + sl <= r->held.len && at < cut; at++)
+            if (memcmp(r->held.p + at, r->req.stop[i], sl) == 0) cut = at;
+    }
+    if (cut != (size_t)-1) {
+        buf_add(&r->text, r->held.p, cut);
+        r->held.len = 0;
+        return 1;
+    }
+    size_t keep = stop_prefix_len(r);
+    buf_add(&r->text, r->held.p, r->held.len - keep);
+    memmove(r->held.p, r->held.p + r->held.len - keep, keep);
+    r->held.len = keep;
+    return 0;
+}
+
+static void finish(sched *s, sreq *r, const char *reason) {
+    char tail[16];
+    size_t n = detok_flush(&r->dt, tail, sizeof tail);
+    /* held text that never became a stop string is part of the answer (a matched stop
+     * string has already emptied held) */
+    buf_add(&r->text, r->held.p, r->held.len);
+    r->held.len = 0;
+    buf_add(&r->text, tail, n);
+    double now = sched_now_ms();
+    proto_done d = {
+        .text = r->text.p ? r->text.p : "",
+        .text_len = r->text.len,
+        .reasoning = r->reasoning.len ? r->reasoning.p : NULL,
+        .reasoning_len = r->reasoning.len,
+        .finish_reason = reason,
+        .prompt_tokens = r->n_prompt,
+        .completion_tokens = r->n_out,
+        .queue_ms = (r->t_admit > 0 ? r->t_admit : now) - r->t_arrive,
+        .ttft_ms = r->t_first > 0 ? r->t_first - r->t_arrive : 0,
+        .decode_ms_per_token = r->n_out > 1 ? (r->t_last - r->t_first) / (r->n_out - 1) : 0,
+    };
+    proto_write_done(s->out, r->req.id_json, &d);
+    if (r->slot >= 0) {
+        engine_seq_free(s->e, r->slot);
+        s->slot_used[r->slot] = 0;
+        s->committed[KV_LOCAL] -= r->worst[KV_LOCAL];
+        s->committed[KV_GLOBAL] -= r->worst[KV_GLOBAL];
+        int j = 0;
+        for (int i = 0; i < s->n_running; i++)
+            if (s->running[i] != r) s->running[j++] = s->running[i];
+        s->n_running = j;
+    }
+    sreq_free(r);
+}
+
+/* One generated token of r: stop token, text, stop strings, limits. Returns 1 when r ended. */
+static int take_token(sched *s, sreq *r, const bf16_t *logits) {
+    const g4_model_desc *m = engine_model(s->e);
+    sampler_params sp = {(float)r->req.temperature, r->req.top_k, (float)r->req.top_p,
+                         (float)r->req.min_p, r->req.seed};
+    int32_t tok = sampler_pick(&sp, logits, m->n_vocab, r->n_out, s->work);
+    double now = sched_now_ms();
+    if (r->t_first == 0) r->t_first = now;
+    r->t_last = now;
+    if (chat_is_stop_token(tok) && !r->req.ignore_eos) {
+        finish(s, r, "stop");
+        return 1;
+    }
+    proto_logprob lp = {0};
+    if (r->req.logprobs > 0) {
+        lp.n = r->req.logprobs;
+        sampler_logprobs(logits, m->n_vocab, lp.n, tok, lp.ids, lp.lps, &lp.chosen);
+    }
+    r->ids[r->n_ids++] = tok;
+    r->n_out++;
+    s->tokens_out++;
+    char bytes[512];
+    size_t n = 0, skip = 0;
+    int thought = 0;
+    if (s->tk && !tokenizer_is_special(s->tk, tok)) n = detok_push(&r->dt, s->tk, tok, bytes, sizeof bytes);
+    if (s->tk) thought = chat_stream_route(&r->cs, tok, bytes, n, &skip);
+    size_t rel_from = r->text.len;
+    int stopped = 0;
+    if (thought) buf_add(&r->reasoning, bytes + skip, n - skip);
+    else stopped = release_text(r, bytes, n, &rel_from);
+    if (r->req.stream)
+        proto_write_token(s->out, r->req.id_json, r->n_out - 1, tok, r->text.p ? r->text.p + rel_from : "",
+                          r->text.len - rel_from, r->req.logprobs > 0 ? &lp : NULL);
+    if (stopped) finish(s, r, "stop");
+    else if (r->n_out >= r->req.max_tokens) finish(s, r, "length");
+    else if (r->n_ids >= s->cfg.serve.max_context) finish(s, r, "context");
+    else return 0;
+    return 1;
+}
+
+/* Starts queued requests in order while a slot is free and both KV families can hold the
+ * head's worst case beside every running request's: the head waits, the rest wait behind it. */
+static void admit(sched *s) {
+    while (s->q_head && s->n_running < s->cfg.serve.max_batch) {
+        sreq *r = s->q_head;
+        int n = r->n_prompt + r->req.max_tokens;
+        if (n > s->cfg.serve.max_context) n = s->cfg.serve.max_context;
+        const int w[2] = {engine_pages_worst(s->e, KV_LOCAL, n), engine_pages_worst(s->e, KV_GLOBAL, n)};
+        if (s->committed[KV_LOCAL] + w[KV_LOCAL] > engine_usable_pages(s->e, KV_LOCAL) ||
+            s->committed[KV_GLOBAL] + w[KV_GLOBAL] > engine_usable_pages(s->e, KV_GLOBAL))
+            return;
+        int slot = 0;
+        while (s->slot_used[slot]) slot++;
+        s->slot_used[slot] = 1;
+        r->slot = slot;
+        r->worst[KV_LOCAL] = w[KV_LOCAL];
+        r->worst[KV_GLOBAL] = w[KV_GLOBAL];
+        s->committed[KV_LOCAL] += w[KV_LOCAL];
+        s->committed[KV_GLOBAL] += w[KV_GLOBAL];
+        r->t_admit = sched_now_ms();
+        s->q_head = r->next;
+        if (!s->q_head) s->q_tail = NULL;
+        r->next = NULL;
+        s->n_queued--;
+        s->running[s->n_running++] = r;
+    }
+}
+
+/* Adds rows [begin, end) of r to the step; the pages were committed at admission, so the
+ * reservation cannot fail unless the accounting is wrong (then the request fails). */
+static int add_rows(sched *s, sreq *r, int begin, int end, int *rows) {
+    engine_seq_release_front(s->e, r->slot, begin);
+    if (engine_seq_reserve(s->e, r->slot, begin, end) != 0) return -1;
+    for (int p = begin; p < end; p++) {
+        s->ids[*rows] = r->ids[p];
+        s->pos[*rows] = p;
+        s->seq[*rows] = r->slot;
+        (*rows)++;
+    }
+    return 0;
+}
+
+int sched_step(sched *s) {
+    admit(s);
+    if (s->n_running == 0) return 0;
+    int rows = 0, n_out = 0, budget = s->cfg.serve.prefill_chunk;
+    for (int i = 0; i < s->n_running; i++) {
+        sreq *r = s->running[i];
+        int begin = r->n_written, end;
+        if (begin < r->n_prompt) {
+            end = begin + (r->n_prompt - begin < budget ? r->n_prompt - begin : budget);
+            if (end == begin) continue;
+            budget -= end - begin;
+        } else {
+            end = r->n_ids; /* the last sampled token, not yet in the KV */
+        }
+        if (add_rows(s, r, begin, end, &rows) != 0) {
+            log_msg(LOG_ERROR, "sched", "KV reservation failed for a running request");
+            return -1;
+        }
+        r->n_written = end;
+        if (end == r->n_ids) {
+            s->out_src[n_out] = rows - 1;
+            s->out_req[n_out++] = r;
+        }
+    }
+    if (s->t_first_step == 0) s->t_first_step = sched_now_ms();
+    engine_batch b = {rows, s->ids, s->pos, s->seq, n_out, s->out_src};
+    int rc = engine_step(s->e, &b, s->logits, NULL, NULL);
+    s->steps++;
+    s->last_rows = rows;
+    if (rc != 0) {
+        while (s->n_running) {
+            sreq *r = s->running[0];
+            proto_write_error(s->out, r->req.id_json, PROTO_INTERNAL, "the engine step failed");
+            r->req.stream = 0;
+            finish(s, r, "cancelled");
+        }
+        return -1;
+    }
+    size_t V = (size_t)engine_model(s->e)->n_vocab;
+    for (int i = 0; i < n_out; i++) take_token(s, s->out_req[i], s->logits + (size_t)i * V);
+    return 1;
+}
+
+int sched_cancel(sched *s, const char *id_json) {
+    sreq *prev = NULL;
+    for (sreq *r = s->q_head; r; prev = r, r = r->next) {
+        if (strcmp(r->req.id_json, id_json) != 0) continue;
+        if (prev) prev->next = r->next;
+        else s->q_head = r->next;
+        if (s->q_tail == r) s->q_tail = prev;
+        s->n_queued--;
+        finish(s, r, "cancelled");
+        return 0;
+    }
+    for (int i = 0; i < s->n_running; i++)
+        if (strcmp(s->running[i]->req.id_json, id_json) == 0) {
+            finish(s, s->running[i], "cancelled");
+            return 0;
+        }
+    return -1;
+}
+
+void sched_cancel_queued(sched *s) {
+    while (s->q_head) {
+        sreq *r = s->q_head;
+        s->q_head = r->next;
+        s->n_queued--;
+        finish(s, r, "cancelled");
+    }
+    s->q_tail = NULL;
+}
+
+void sched_write_stats(sched *s) {
+    char line[512];
+    double secs = s->t_first_step > 0 ? (sched_now_ms() - s->t_first_step) / 1e3 : 0;
+    snprintf(line, sizeof line,
+             "{\"event\":\"stats\",\"queued\":%d,\"running\":%d,\"last_step_rows\":%ld,"
+             "\"steps\":%ld,\"kv_pages\":{\"local\":{\"free\":%d,\"total\":%d},"
+             "\"global\":{\"free\":%d,\"total\":%d}},\"tokens_out\":%ld,\"tokens_per_s\":%.1f}",
+             s->n_queued, s->n_running, s->last_rows, s->steps, engine_free_pages(s->e, KV_LOCAL),
+             engine_usable_pages(s->e, KV_LOCAL), engine_free_pages(s->e, KV_GLOBAL),
+             engine_usable_pages(s->e, KV_GLOBAL), s->tokens_out,
+             secs > 0 ? (double)s->tokens_out / secs : 0.0);
+    proto_write_raw(s->out, line);
+}

@@ -1,0 +1,55 @@
+/* runtime/sched.h - the scheduler: which requests run, and what each step carries.
+ *
+ * Owns: the FIFO queue of admitted-later requests, admission (a request starts only when both
+ * KV families can hold its worst case next to every running request's, so a started request
+ * never stalls for pages), the step's batch (prefill chunks up to serve.prefill_chunk tokens
+ * plus one decode row per running request), sampling, incremental detokenisation, stop tokens
+ * and stop strings, the thought channel, and writing each request's token and done lines.
+ * Does not own: reading stdin or parsing lines (runtime/serve.c), the forward pass (engine).
+ *
+ * A request's answer depends only on its own prompt and parameters: the engine computes each
+ * row independently of its batch mates and the random stream is a function of (seed, index). */
+#ifndef G4_SCHED_H
+#define G4_SCHED_H
+
+#include "runtime/engine.h"
+#include "runtime/proto.h"
+#include "runtime/tokenizer.h"
+
+#include <stdio.h>
+
+typedef struct sched sched;
+
+/* out receives the answer lines. tk may be NULL (token requests only). */
+sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *out);
+void sched_destroy(sched *s);
+
+/* Takes req (ownership moves to the scheduler, even on error) with its prompt ids. The caller
+ * has checked the ids and the length. Returns 0, or -1 when out of memory (an internal error
+ * line was written). */
+int sched_submit(sched *s, proto_request *req, int32_t *prompt, int n_prompt, double t_arrive);
+
+/* 1 when a request with this id is queued or running. */
+int sched_in_flight(const sched *s, const char *id_json);
+
+/* Ends the request with this id with finish_reason "cancelled". Returns 0, or -1 if none. */
+int sched_cancel(sched *s, const char *id_json);
+
+/* Ends every queued (not yet started) request with "cancelled" (shutdown). */
+void sched_cancel_queued(sched *s);
+
+/* Requests waiting to start, and running. */
+int sched_queued(const sched *s);
+int sched_running(const sched *s);
+
+/* Runs one engine step when there is work. Returns 1 after a step, 0 when idle, -1 when the
+ * engine failed (every running request got an internal error line and was ended). */
+int sched_step(sched *s);
+
+/* Writes a {"event":"stats", ...} line. */
+void sched_write_stats(sched *s);
+
+/* Monotonic clock in milliseconds. */
+double sched_now_ms(void);
+
+#endif

@@ -1,0 +1,365 @@
+/* tests/proto/test_serve.c - the line protocol end to end on the CPU backend, in process:
+ * serve_run reads a temporary file as stdin and writes to another as stdout.
+ *
+ * usage: test_serve FIXTURES_DIR PROTO_TEST_DIR
+ * Gates: protocol transcripts (lines in, lines out, timing masked); the bad-input corpus in a
+ * stream with good requests, which must answer byte-identically to running alone; 10,000
+ * piped requests with max_queue 8; id reuse, cancel, shutdown and stats; stop strings; --text. */
+#include "runtime/config.h"
+#include "runtime/engine.h"
+#include "runtime/log.h"
+#include "runtime/serve.h"
+#include "runtime/tokenizer.h"
+#include "tests/harness.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct ctx {
+    engine *e;
+    tokenizer *tk;
+    g4_config cfg;
+} ctx;
+
+/* Runs serve_run on input (len bytes) and returns its stdout, NUL-terminated (caller frees). */
+static char *serve_text_of(ctx *c, const g4_config *cfg, const char *input, size_t len,
+                           int text_mode) {
+    FILE *in = tmpfile(), *out = tmpfile();
+    if (!in || !out) return NULL;
+    fwrite(input, 1, len, in);
+    fflush(in);
+    lseek(fileno(in), 0, SEEK_SET);
+    if (text_mode) serve_text(c->e, c->tk, cfg, fileno(in), out);
+    else serve_run(c->e, c->tk, cfg, fileno(in), out);
+    fflush(out);
+    long n = ftell(out);
+    char *buf = malloc((size_t)n + 1);
+    rewind(out);
+    size_t got = buf ? fread(buf, 1, (size_t)n, out) : 0;
+    if (buf) buf[got] = '\0';
+    fclose(in);
+    fclose(out);
+    return buf;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *b = malloc((size_t)n + 1);
+    *len = b ? fread(b, 1, (size_t)n, f) : 0;
+    if (b) b[*len] = '\0';
+    fclose(f);
+    return b;
+}
+
+/* Replaces every "timing":{...} object's contents by "timing":{} so outputs compare. */
+static void mask_timing(char *s) {
+    char *p = s;
+    while ((p = strstr(p, "\"timing\":{")) != NULL) {
+        char *open = p + 10, *close = strchr(open, '}');
+        if (!close) break;
+        memmove(open, close, strlen(close) + 1);
+        p = open;
+    }
+}
+
+/* The lines of out whose "id" equals id_json (as compact JSON), joined, timing masked. */
+static char *lines_of(const char *out, const char *id_json) {
+    size_t cap = strlen(out) + 1, n = 0;
+    char *res = calloc(cap, 1);
+    const char *line = out;
+    char key[128];
+    snprintf(key, sizeof key, "{\"id\":%s,", id_json);
+    while (res && *line) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) + 1 : strlen(line);
+        if (strncmp(line, key, strlen(key)) == 0) {
+            memcpy(res + n, line, len);
+            n += len;
+        }
+        line += len;
+    }
+    if (res) mask_timing(res);
+    return res;
+}
+
+static int count_str(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+    return n;
+}
+
+static const char *const transcripts[] = {"basic", "chat", "sampling", "errors"};
+
+/* Each transcript's answers, timing masked, equal the committed .expected file. */
+static void gate_transcripts(ctx *c, const char *dir) {
+    for (size_t i = 0; i < sizeof transcripts / sizeof transcripts[0]; i++) {
+        char path[1024], gate[96];
+        size_t in_len, exp_len;
+        snprintf(gate, sizeof gate, "proto_transcript[%s]", transcripts[i]);
+        snprintf(path, sizeof path, "%s/transcripts/%s.jsonl", dir, transcripts[i]);
+        char *in = read_file(path, &in_len);
+        snprintf(path, sizeof path, "%s/transcripts/%s.expected", dir, transcripts[i]);
+        char *exp = read_file(path, &exp_len);
+        char *out = in ? serve_text_of(c, &c->cfg, in, in_len, 0) : NULL;
+        if (out) mask_timing(out);
+        if (out && !exp) { /* first run: leave the answer beside it for review */
+            snprintf(path, sizeof path, "%s/transcripts/%s.actual", dir, transcripts[i]);
+            FILE *f = fopen(path, "w");
+            if (f) fputs(out, f), fclose(f);
+        }
+        TEST_CHECK(gate, in && out && exp && strcmp(out, exp) == 0,
+                   "%d request lines, %d answer lines%s", in ? count_str(in, "\n") : 0,
+                   out ? count_str(out, "\n") : 0,
+                   exp ? (out && strcmp(out, exp) == 0 ? ", equal to the recording" : ", DIFFER")
+                       : ", no .expected recording");
+        free(in);
+        free(exp);
+        free(out);
+    }
+}
+
+/* The id a bad line's error must echo: its id when it is an object with a string or integer
+ * id, else its line number. */
+static void expected_id(const char *line, int line_no, char *out, size_t n) {
+    json_t *j = json_loads(line, JSON_DECODE_ANY, NULL);
+    json_t *id = json_is_object(j) ? json_object_get(j, "id") : NULL;
+    if (json_is_string(id) || json_is_integer(id)) {
+        char *s = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
+        snprintf(out, n, "%s", s ? s : "");
+        free(s);
+    } else {
+        snprintf(out, n, "%d", line_no);
+    }
+    json_decref(j);
+}
+
+static const char *const good[3] = {
+    "{\"id\":\"good-a\",\"tokens\":[2,500,600,700],\"max_tokens\":6}",
+    "{\"id\":\"good-b\",\"prompt\":\"the city of the river\",\"max_tokens\":5,"
+    "\"temperature\":0.8,\"top_p\":0.9,\"seed\":7,\"logprobs\":2}",
+    "{\"id\":\"good-c\",\"messages\":[{\"role\":\"user\",\"content\":\"open the window\"}],"
+    "\"max_tokens\":5,\"temperature\":1.2,\"top_k\":20,\"min_p\":0.05,\"seed\":3}"};
+
+/* Bad lines (tests/proto/bad_lines.txt: "<code>\t<line>") mixed with good requests. */
+static void gate_bad_stream(ctx *c, const char *dir) {
+    char path[1024];
+    size_t len;
+    snprintf(path, sizeof path, "%s/bad_lines.txt", dir);
+    char *corpus = read_file(path, &len);
+    if (!corpus) {
+        test_fail("proto_bad_input_stream", "cannot read %s", path);
+        return;
+    }
+    size_t cap = len + 4096;
+    char *in = calloc(cap, 1), *codes[256], *lines[256];
+    int n = 0;
+    for (char *save = NULL, *l = strtok_r(corpus, "\n", &save); l && n < 256;
+         l = strtok_r(NULL, "\n", &save)) {
+        char *tab = strchr(l, '\t');
+        if (!tab || l[0] == '#') continue;
+        *tab = '\0';
+        codes[n] = l;
+        lines[n] = tab + 1;
+        /* markers for lines a text file cannot show */
+        if (strcmp(lines[n], "<empty>") == 0) lines[n] = "";
+        if (strcmp(lines[n], "<spaces>") == 0) lines[n] = "  \t ";
+        n++;
+    }
+    /* stream: good-a, half the bad lines, good-b, the rest, good-c */
+    int line_no = 0, bad_line_no[256];
+    strcat(in, good[0]), strcat(in, "\n"), line_no++;
+    for (int i = 0; i < n; i++) {
+        if (i == n / 2) strcat(in, good[1]), strcat(in, "\n"), line_no++;
+        strcat(in, lines[i]), strcat(in, "\n");
+        bad_line_no[i] = ++line_no;
+    }
+    strcat(in, good[2]), strcat(in, "\n");
+    char *out = serve_text_of(c, &c->cfg, in, strlen(in), 0);
+    int wrong = 0;
+    for (int i = 0; out && i < n; i++) {
+        char id[256], want[512];
+        expected_id(lines[i], bad_line_no[i], id, sizeof id);
+        snprintf(want, sizeof want, "{\"id\":%s,\"event\":\"error\",\"error\":{\"code\":\"%s\"", id,
+                 codes[i]);
+        if (count_str(out, want) != 1 && wrong++ < 5)
+            test_fail("proto_bad_input_case", "line %d (%s) expected one %s", bad_line_no[i],
+                      lines[i], want);
+    }
+    int same = 0;
+    for (int g = 0; out && g < 3; g++) {
+        char *alone = serve_text_of(c, &c->cfg, good[g], strlen(good[g]), 0);
+        char idj[32];
+        snprintf(idj, sizeof idj, "\"good-%c\"", 'a' + g);
+        char *a = alone ? lines_of(alone, idj) : NULL, *b = lines_of(out, idj);
+        same += a && b && strlen(a) > 0 && strcmp(a, b) == 0;
+        free(alone);
+        free(a);
+        free(b);
+    }
+    TEST_CHECK("proto_bad_input_stream", out && wrong == 0 && same == 3 && n >= 50,
+               "%d bad lines each answered once with its code (%d wrong); %d of 3 good requests "
+               "byte-identical (less timing) to running alone",
+               n, wrong, same);
+    free(out);
+    free(in);
+    free(corpus);
+}
+
+/* 10,000 requests piped in with serve.max_queue = 8: every one answered, none refused. */
+static void gate_many(ctx *c) {
+    enum { N = 10000 };
+    char *in = malloc((size_t)N * 64);
+    size_t len = 0;
+    for (int i = 0; i < N; i++)
+        len += (size_t)sprintf(in + len, "{\"id\":%d,\"tokens\":[2,%d],\"max_tokens\":1}\n", i,
+                               400 + i % 3000);
+    g4_config cfg = c->cfg;
+    cfg.serve.max_queue = 8;
+    char *out = serve_text_of(c, &cfg, in, len, 0);
+    int done = out ? count_str(out, "\"event\":\"done\"") : 0;
+    int err = out ? count_str(out, "\"event\":\"error\"") : 0;
+    TEST_CHECK("proto_10k_piped", done == N && err == 0,
+               "%d requests with max_queue 8: %d done, %d errors", N, done, err);
+    free(in);
+    free(out);
+}
+
+/* Id reuse while in flight, cancel (unknown and queued), stats, shutdown. */
+static void gate_control(ctx *c) {
+    const char *in = "{\"id\":\"x\",\"tokens\":[2,9,10],\"max_tokens\":40}\n"
+                     "{\"cmd\":\"stats\"}\n"
+                     "{\"id\":\"x\",\"tokens\":[2,11],\"max_tokens\":2}\n"
+                     "{\"cmd\":\"cancel\",\"id\":\"nope\"}\n"
+                     "{\"id\":\"y\",\"tokens\":[2,12],\"max_tokens\":40}\n"
+                     "{\"cmd\":\"cancel\",\"id\":\"y\"}\n"
+                     "{\"id\":\"z\",\"tokens\":[2,13],\"max_tokens\":3}\n"
+                     "{\"cmd\":\"shutdown\"}\n"
+                     "{\"id\":\"after\",\"tokens\":[2,14],\"max_tokens\":3}\n";
+    char *out = serve_text_of(c, &c->cfg, in, strlen(in), 0);
+    int ok_stats = out && strstr(out, "{\"event\":\"stats\",") != NULL;
+    int ok_reuse = out && strstr(out, "{\"id\":\"x\",\"event\":\"error\",\"error\":{\"code\":"
+                                      "\"bad_request\"") != NULL;
+    int ok_x = out && count_str(out, "{\"id\":\"x\",\"event\":\"done\"") == 1;
+    int ok_nope = out && strstr(out, "{\"id\":\"nope\",\"event\":\"error\"") != NULL;
+    int ok_y = out && strstr(out, "\"finish_reason\":\"cancelled\"") != NULL &&
+               count_str(out, "{\"id\":\"y\",\"event\":\"done\"") == 1;
+    int ok_z = out && count_str(out, "{\"id\":\"z\",\"event\":\"done\"") == 1;
+    int ok_after = out && strstr(out, "\"after\"") == NULL;
+    TEST_CHECK("proto_control", ok_stats && ok_reuse && ok_x && ok_nope && ok_y && ok_z && ok_after,
+               "stats %d, id reuse refused %d, x done once %d, cancel unknown refused %d, y "
+               "cancelled %d, z ended at shutdown %d, nothing read after shutdown %d",
+               ok_stats, ok_reuse, ok_x, ok_nope, ok_y, ok_z, ok_after);
+    free(out);
+}
+
+/* A stop string taken from the middle of a solo answer: the answer ends just before it and
+ * the streamed pieces never show any of it. */
+static void gate_stop_string(ctx *c) {
+    /* sampled, so the answer varies and the stop string's first match is deep inside it */
+    const char *solo = "{\"id\":1,\"prompt\":\"the river\",\"max_tokens\":24,"
+                       "\"temperature\":4.0,\"seed\":5,\"stream\":false}";
+    char *out = serve_text_of(c, &c->cfg, solo, strlen(solo), 0);
+    json_t *j = out ? json_loads(out, 0, NULL) : NULL;
+    const char *text = json_string_value(json_object_get(j, "text"));
+    size_t tl = text ? strlen(text) : 0;
+    if (tl < 8) {
+        test_fail("proto_stop_string", "the solo answer is too short to cut (%zu bytes)", tl);
+        json_decref(j);
+        free(out);
+        return;
+    }
+    char stop[8] = {0}, line[256];
+    size_t at = tl / 2;
+    while (at < tl && (text[at] & 0xC0) == 0x80) at++; /* start on a character */
+    memcpy(stop, text + at, 3);
+    json_t *sj = json_string(stop);
+    char *sq = json_dumps(sj, JSON_ENCODE_ANY);
+    snprintf(line, sizeof line,
+             "{\"id\":2,\"prompt\":\"the river\",\"max_tokens\":24,\"temperature\":4.0,"
+             "\"seed\":5,\"stop\":[%s]}",
+             sq ? sq : "\"\"");
+    char *out2 = serve_text_of(c, &c->cfg, line, strlen(line), 0);
+    /* concatenate the streamed texts, and read the done line */
+    size_t streamed_len = 0;
+    char streamed[4096] = "";
+    const char *done_text = NULL, *reason = NULL;
+    json_t *done = NULL;
+    for (char *save = NULL, *l = out2 ? strtok_r(out2, "\n", &save) : NULL; l;
+         l = strtok_r(NULL, "\n", &save)) {
+        json_t *e = json_loads(l, 0, NULL);
+        const char *ev = json_string_value(json_object_get(e, "event"));
+        if (ev && strcmp(ev, "token") == 0) {
+            const char *t = json_string_value(json_object_get(e, "text"));
+            size_t n = t ? strlen(t) : 0;
+            if (streamed_len + n < sizeof streamed) memcpy(streamed + streamed_len, t, n);
+            streamed_len += n;
+            json_decref(e);
+        } else {
+            json_decref(done);
+            done = e;
+        }
+    }
+    done_text = json_string_value(json_object_get(done, "text"));
+    reason = json_string_value(json_object_get(done, "finish_reason"));
+    const char *first = strstr(text, stop);
+    size_t want = first ? (size_t)(first - text) : 0;
+    int ok = want > 0 && done_text && reason && strcmp(reason, "stop") == 0 && strlen(done_text) == want &&
+             strncmp(done_text, text, want) == 0 && streamed_len == want &&
+             strstr(streamed, stop) == NULL;
+    TEST_CHECK("proto_stop_string", ok,
+               "stop string of %zu bytes cut the answer at byte %zu of %zu; streamed %zu bytes, "
+               "finish_reason %s",
+               strlen(stop), want, tl, streamed_len, reason ? reason : "none");
+    json_decref(done);
+    json_decref(sj);
+    free(sq);
+    json_decref(j);
+    free(out);
+    free(out2);
+}
+
+/* --text: stdin is one user message; stdout is only the answer text and a newline. */
+static void gate_text(ctx *c) {
+    const char *in = "Tell me about the river.\n";
+    char *out = serve_text_of(c, &c->cfg, in, strlen(in), 1);
+    size_t n = out ? strlen(out) : 0;
+    TEST_CHECK("proto_text_mode", out && n > 0 && out[n - 1] == '\n' && !strstr(out, "\"event\""),
+               "%zu bytes of answer text, newline-terminated, no protocol lines", n);
+    free(out);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: test_serve FIXTURES_DIR PROTO_TEST_DIR\n");
+        return 2;
+    }
+    log_set_level(LOG_ERROR);
+    ctx c = {0};
+    config_defaults(&c.cfg);
+    snprintf(c.cfg.model.path, sizeof c.cfg.model.path, "%s/tiny-moe", argv[1]);
+    c.cfg.serve.max_context = 256;
+    c.cfg.serve.prefill_chunk = 64;
+    c.cfg.serve.max_batch = 8;
+    if (config_finish(&c.cfg) != 0 || engine_open(&c.cfg, 0, &c.e) != 0 ||
+        tokenizer_load(c.cfg.model.tokenizer, &c.tk) != 0) {
+        test_fail("proto_setup", "cannot open the tiny-moe fixture and its tokenizer");
+        return harness_exit();
+    }
+    gate_transcripts(&c, argv[2]);
+    gate_bad_stream(&c, argv[2]);
+    gate_control(&c);
+    gate_stop_string(&c);
+    gate_text(&c);
+    gate_many(&c);
+    tokenizer_free(c.tk);
+    engine_close(c.e);
+    return harness_exit();
+}

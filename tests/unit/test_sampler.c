@@ -1,0 +1,299 @@
+/* tests/unit/test_sampler.c - runtime/sampler through its header.
+ *
+ * Owns: greedy ties, the (seed, index) determinism of the random stream, the sampled
+ * distribution against softmax (chi-square), temperature, top-k, top-p and min-p, logprobs,
+ * and a speed figure at n_vocab = 262,144 (printed, never judged). Logits are built from
+ * floats that bf16 holds exactly, so the expected probabilities are exact too. */
+#include "runtime/sampler.h"
+#include "tests/harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BIG_VOCAB 262144
+#define DRAWS 200000 /* draws per distribution check: ~450 per cell for a 0.2% token */
+
+static uint16_t to_bf16(float f) { /* round to nearest even; the test inputs are finite */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void fill(uint16_t *out, const float *in, int n) {
+    for (int i = 0; i < n; i++)
+        out[i] = to_bf16(in[i]);
+}
+
+/* softmax(l / t) in double, the reference the sampler's fp32 must match to ~1e-6 */
+static void softmax_ref(const float *l, int n, double t, double *p) {
+    double m = -INFINITY, s = 0;
+    for (int i = 0; i < n; i++)
+        m = fmax(m, l[i]);
+    for (int i = 0; i < n; i++)
+        s += p[i] = exp((l[i] - m) / t);
+    for (int i = 0; i < n; i++)
+        p[i] /= s;
+}
+
+/* Draws DRAWS tokens (indices 0..DRAWS) and returns the chi-square statistic against p,
+ * summed over cells with p > 0; a token drawn where p == 0 sets *stray. */
+static double chi_square(const sampler_params *sp, const uint16_t *logits, int n, const double *p,
+                         int *stray) {
+    float *work = malloc(2 * (size_t)n * sizeof *work);
+    long *count = calloc((size_t)n, sizeof *count);
+    *stray = 0;
+    for (int i = 0; i < DRAWS && work && count; i++) {
+        int32_t t = sampler_pick(sp, logits, n, i, work);
+        if (t >= 0 && t < n) count[t]++;
+    }
+    double chi = 0;
+    for (int i = 0; i < n && count; i++) {
+        if (p[i] > 0) {
+            double want = p[i] * DRAWS;
+            double d = (double)count[i] - want;
+            chi += d * d / want;
+        } else if (count[i] > 0) {
+            (*stray)++;
+        }
+    }
+    free(work);
+    free(count);
+    return chi;
+}
+
+/* The 1e-6 upper tail of chi-square with k-1 degrees of freedom (Wilson-Hilferty), so a
+ * correct sampler fails this by chance about once in a million seeds; the draws are fixed, so
+ * a failure is a real bias, and a 2% error in any cell of 8 already exceeds it. */
+static double chi_bound(int cells) {
+    double k = cells - 1, z = 4.753;
+    return k * pow(1 - 2 / (9 * k) + z * sqrt(2 / (9 * k)), 3);
+}
+
+static const float eight[8] = {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, -2.0f};
+
+static void test_greedy(void) {
+    float l[6] = {1, 3, 3, 2, -5, 3};
+    uint16_t b[6];
+    fill(b, l, 6);
+    float work[12];
+    sampler_params g = {.temperature = 0};
+    int32_t t0 = sampler_pick(&g, b, 6, 0, work), t1 = sampler_pick(&g, b, 6, 99, NULL);
+    sampler_params k1 = {.temperature = 1.5f, .top_k = 1, .seed = 5};
+    int32_t t2 = sampler_pick(&k1, b, 6, 3, work);
+    uint16_t nan_first[3] = {0x7fc0, to_bf16(-1), to_bf16(-1)}; /* NaN counts as -inf */
+    int32_t t3 = sampler_pick(&g, nan_first, 3, 0, work);
+    TEST_CHECK("sampler_greedy_ties", t0 == 1 && t1 == 1 && t2 == 1 && t3 == 1,
+               "ties to lowest id: greedy %d, greedy any index %d, top_k=1 %d, NaN skipped %d", t0,
+               t1, t2, t3);
+}
+
+static void test_stream(void) {
+    double a = sampler_uniform(42, 7), b = sampler_uniform(42, 7), c = sampler_uniform(43, 7);
+    double sum = 0, lo = 1, hi = 0;
+    for (uint64_t i = 0; i < 1000000; i++) {
+        double u = sampler_uniform(1, i);
+        sum += u;
+        lo = fmin(lo, u);
+        hi = fmax(hi, u);
+    }
+    float l[8];
+    memcpy(l, eight, sizeof l);
+    uint16_t bl[8];
+    fill(bl, l, 8);
+    float work[16];
+    sampler_params sp = {.temperature = 1, .seed = 9};
+    int same = 1, distinct = 0, seen[8] = {0};
+    for (int i = 0; i < 200; i++) {
+        int32_t t = sampler_pick(&sp, bl, 8, i, work);
+        same &= t == sampler_pick(&sp, bl, 8, i, work);
+        if (t >= 0 && t < 8 && !seen[t]++) distinct++;
+    }
+    /* the mean of 1e6 uniforms has sd 2.9e-4: 0.002 is ~7 sd */
+    int ok = a == b && a != c && lo >= 0 && hi < 1 && fabs(sum / 1e6 - 0.5) < 0.002 && same &&
+             distinct >= 6;
+    TEST_CHECK("sampler_seed_index_stream", ok,
+               "u(42,7) repeatable, seed changes it; 1e6 draws mean %.5f in [%.2g, %.6f]; same "
+               "(seed, index) same token; %d distinct tokens over 200 indices",
+               sum / 1e6, lo, hi, distinct);
+}
+
+static void test_distribution(void) {
+    uint16_t b[8];
+    fill(b, eight, 8);
+    double p[8];
+    int stray;
+    const float temps[3] = {1.0f, 2.0f, 0.5f};
+    for (int k = 0; k < 3; k++) {
+        softmax_ref(eight, 8, temps[k], p);
+        sampler_params sp = {.temperature = temps[k], .seed = 1234};
+        double chi = chi_square(&sp, b, 8, p, &stray);
+        char gate[64];
+        (void)snprintf(gate, sizeof gate, "sampler_softmax_T%g", (double)temps[k]);
+        TEST_CHECK(gate, chi < chi_bound(8) && stray == 0,
+                   "%d draws over 8 tokens: chi-square %.2f (bound %.1f at 1e-6)", DRAWS, chi,
+                   chi_bound(8));
+    }
+}
+
+static void test_filters(void) {
+    uint16_t b[8];
+    fill(b, eight, 8);
+    double p[8], q[8];
+    int stray;
+    softmax_ref(eight, 8, 1.0, p);
+    /* top-k = 3: the three largest, renormalised */
+    double s = p[0] + p[1] + p[2];
+    for (int i = 0; i < 8; i++)
+        q[i] = i < 3 ? p[i] / s : 0;
+    sampler_params k3 = {.temperature = 1, .top_k = 3, .seed = 77};
+    double chi = chi_square(&k3, b, 8, q, &stray);
+    TEST_CHECK("sampler_top_k", chi < chi_bound(3) && stray == 0,
+               "top_k=3: chi-square %.2f (bound %.1f), %d draws outside the top 3", chi,
+               chi_bound(3), stray);
+    /* top-p = 0.7: p = .403 .244 .148 ...: two reach .647, so the prefix reaching .7 is 3 */
+    sampler_params p6 = {.temperature = 1, .top_p = 0.7f, .seed = 78};
+    chi = chi_square(&p6, b, 8, q, &stray);
+    int ok = chi < chi_bound(3) && stray == 0;
+    sampler_params tiny = {.temperature = 5, .top_p = 1e-6f, .seed = 3};
+    float work[16];
+    int argmax = 1;
+    for (int i = 0; i < 1000; i++)
+        argmax &= sampler_pick(&tiny, b, 8, i, work) == 0;
+    TEST_CHECK("sampler_top_p", ok && argmax,
+               "top_p=0.7 keeps 3: chi-square %.2f, %d strays; top_p=1e-6 always argmax: %s", chi,
+               stray, argmax ? "yes" : "NO");
+    /* min-p = 0.3: keeps p >= 0.3 * p_max = e^-1.2: logits 2, 1.5, 1.0 (e^-1.0 >= e^-1.2) */
+    sampler_params m3 = {.temperature = 1, .min_p = 0.3f, .seed = 79};
+    chi = chi_square(&m3, b, 8, q, &stray);
+    TEST_CHECK("sampler_min_p", chi < chi_bound(3) && stray == 0,
+               "min_p=0.3 keeps logits >= max - 1.2: chi-square %.2f, %d strays", chi, stray);
+}
+
+/* Equal logits: the order puts lower ids first, so top-k and top-p keep the low ids. */
+static void test_tie_order(void) {
+    float l[5] = {3, 3, 3, 3, 0};
+    uint16_t b[5];
+    fill(b, l, 5);
+    float work[10];
+    sampler_params k2 = {.temperature = 1, .top_k = 2, .seed = 1};
+    sampler_params p2 = {.temperature = 1, .top_p = 0.3f, .seed = 1}; /* each tie is ~.245 */
+    int ok = 1, seen[5] = {0};
+    for (int i = 0; i < 2000; i++) {
+        int32_t t = sampler_pick(&k2, b, 5, i, work);
+        ok &= t == 0 || t == 1;
+        if (t >= 0 && t < 5) seen[t]++;
+        t = sampler_pick(&p2, b, 5, i, work);
+        ok &= t == 0 || t == 1;
+    }
+    TEST_CHECK("sampler_tie_order", ok && seen[0] > 800 && seen[1] > 800,
+               "four equal logits: top_k=2 and top_p=0.3 keep ids 0 and 1 (%d / %d draws)", seen[0],
+               seen[1]);
+}
+
+static void test_logprobs(void) {
+    enum { N = 1000 };
+    float l[N];
+    uint16_t b[N];
+    for (int i = 0; i < N; i++) /* the sampler's own stream: the same rows under glibc and musl */
+        l[i] = (float)((int)(sampler_uniform(5, (uint64_t)i) * 4000) - 2000) / 256.0f; /* ties */
+    fill(b, l, N);
+    for (int i = 0; i < N; i++)
+        l[i] = from_bf16(b[i]);
+    double p[N];
+    softmax_ref(l, N, 1.0, p);
+    int32_t ids[20];
+    float lps[20], chosen;
+    sampler_logprobs(b, N, 20, 17, ids, lps, &chosen);
+    int sorted = 1;
+    for (int i = 1; i < 20; i++)
+        sorted &= lps[i] < lps[i - 1] || (lps[i] == lps[i - 1] && ids[i] > ids[i - 1]);
+    int top_ok = 1; /* nothing outside the list beats its last entry */
+    for (int i = 0; i < N; i++) {
+        int in = 0;
+        for (int j = 0; j < 20; j++)
+            in |= ids[j] == i;
+        if (!in) top_ok &= log(p[i]) <= lps[19] + 1e-5;
+    }
+    double sum = 0, worst = 0;
+    for (int i = 0; i < N; i++) {
+        float lp;
+        sampler_logprobs(b, N, 0, i, NULL, NULL, &lp);
+        sum += exp((double)lp);
+        worst = fmax(worst, fabs(lp - log(p[i])));
+    }
+    /* fp32 log-softmax of values within ~16 of the max: ~1e-6 absolute; 1e-5 leaves room */
+    int ok = sorted && top_ok && fabs(sum - 1) < 1e-4 && worst < 1e-5 &&
+             fabs(chosen - log(p[17])) < 1e-5;
+    TEST_CHECK("sampler_logprobs", ok,
+               "top-20 sorted (ties by id) %s, is the top %s, sum of exp over %d = %.7f, worst "
+               "|lp - ref| %.2g",
+               sorted ? "yes" : "NO", top_ok ? "yes" : "NO", N, sum, worst);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void test_speed(void) {
+    uint16_t *b = malloc(BIG_VOCAB * sizeof *b);
+    float *work = malloc(2 * (size_t)BIG_VOCAB * sizeof *work);
+    if (!b || !work) {
+        test_fail("sampler_speed_262144", "out of memory");
+        free(b);
+        free(work);
+        return;
+    }
+    for (int i = 0; i < BIG_VOCAB; i++) /* a peaked row: a few large logits, a long tail */
+        b[i] = to_bf16((float)(int)(sampler_uniform(11, (uint64_t)i) * 2000) / 100.0f -
+                       (i % 97 == 0 ? 0.0f : 8.0f));
+    const sampler_params cfg[4] = {{.temperature = 0},
+                                   {.temperature = 1},
+                                   {.temperature = 1, .top_k = 40},
+                                   {.temperature = 1, .top_p = 0.9f, .min_p = 0.01f}};
+    double ms[4];
+    int valid = 1;
+    uint64_t digest = 0; /* of every pick: equal under glibc and musl when expf agrees */
+    for (int c = 0; c < 4; c++) {
+        double t0 = now_ms();
+        for (int i = 0; i < 20; i++) {
+            int32_t t = sampler_pick(&cfg[c], b, BIG_VOCAB, i, work);
+            valid &= t >= 0 && t < BIG_VOCAB;
+            digest = digest * 1000003u + (uint64_t)t;
+        }
+        ms[c] = (now_ms() - t0) / 20;
+    }
+    double t0 = now_ms();
+    int32_t ids[20];
+    float lps[20], chosen;
+    sampler_logprobs(b, BIG_VOCAB, 20, 0, ids, lps, &chosen);
+    double lp_ms = now_ms() - t0;
+    TEST_CHECK("sampler_speed_262144", valid,
+               "ms per pick: greedy %.2f, T=1 %.2f, top_k=40 %.2f, top_p+min_p %.2f; logprobs "
+               "%.2f (figures only); pick digest %016llx",
+               ms[0], ms[1], ms[2], ms[3], lp_ms, (unsigned long long)digest);
+    free(b);
+    free(work);
+}
+
+int main(void) {
+    test_greedy();
+    test_stream();
+    test_distribution();
+    test_filters();
+    test_tie_order();
+    test_logprobs();
+    test_speed();
+    return harness_exit();
+}
