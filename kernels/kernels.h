@@ -179,6 +179,23 @@ int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k);
 void k_gemm_plan_destroy(k_gemm_plan *plan);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 
+/* kernels/norm.cu: the row-wise and elementwise ops */
+int k_embed(const k_embed_args *a, g4_stream st);
+int k_rmsnorm(const k_rmsnorm_args *a, g4_stream st);
+int k_gelu_mul(const k_gelu_mul_args *a, g4_stream st);
+int k_scale_add(const k_scale_add_args *a, g4_stream st);
+int k_mul_vec_scale(const k_mul_vec_scale_args *a, g4_stream st);
+int k_gather_rows(const k_gather_rows_args *a, g4_stream st);
+int k_softcap(const k_softcap_args *a, g4_stream st);
+
+/* kernels/attn.cu: the per-family prep and the paged attention (head dims 256 and 512) */
+int k_attn_prep(const k_attn_prep_args *a, g4_stream st);
+int k_attention(const k_attention_args *a, g4_stream st);
+
+/* kernels/moe.cu: routing and the routed experts */
+int k_moe_route(const k_moe_route_args *a, g4_stream st);
+int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
+
 /* Device management for the GPU build: 0 when a usable sm_90 device is present. */
 int k_device_init(char *desc, size_t desc_len);
 void *k_device_alloc(size_t bytes);
