@@ -25,11 +25,13 @@ NVFLAGS="-std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -O2 -Werror 
 DEPS_ROOT=.deps/root
 DEB_PKGS="libinih-dev libinih1 libjansson-dev libjansson4"
 HOST_SRC="runtime/log.c runtime/config.c runtime/hfconfig.c runtime/loader.c runtime/kv_pool.c
-runtime/weights.c runtime/engine.c runtime/tokenizer.c runtime/chat.c runtime/proto.c
+runtime/weights.c runtime/device_weights.c runtime/engine.c runtime/tokenizer.c runtime/chat.c runtime/proto.c
 runtime/sampler.c runtime/sched.c runtime/serve.c graph/model_desc.c graph/schedule_find.c"
 REF_SRC="kernels/ref/bf16_ref.c kernels/ref/norm_ref.c kernels/ref/gemm_ref.c
-kernels/ref/attn_ref.c kernels/ref/moe_ref.c"
-CU_SRC="kernels/device.cu kernels/gemm_lt.cu"
+kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c"
+GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill"
+CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/fill.cu kernels/norm.cu kernels/attn.cu
+kernels/moe.cu"
 UNIT_TESTS="test_loader test_config test_kv_pool test_sampler test_chat"
 # what each unit test links: the module under test through its header, no generated code
 # (test_loader brings its own model table)
@@ -120,25 +122,44 @@ cuda_libs() {
     echo "-L$CUDA_HOME/lib64 $lt -lcudart_static -lpthread -ldl -lrt"
 }
 
+# Links a program: with g++ and the CUDA libraries in a GPU build (libstdc++ and libgcc go in
+# statically), with $CC in a CPU-only build.
+link_bin() {
+    local out=$1; shift
+    if [ $HAVE_NVCC = 1 ]; then
+        g++ -o "$out" "$@" $LIBS $(cuda_libs) -static-libstdc++ -static-libgcc
+    else
+        $CC -o "$out" "$@" $LIBS
+    fi
+}
+
 build_all() {
     generate
     HOST_OBJS=""
     for s in $HOST_SRC $REF_SRC; do HOST_OBJS="$HOST_OBJS $(compile_c "$s")"; done
+    # models.c once; the schedules once per backend (ref_ here, k_ below)
     for s in "$B"/gen/*.c; do HOST_OBJS="$HOST_OBJS $(compile_c "$s" -DG4_BACKEND_PREFIX=ref_)"; done
     LIBS="$(static_lib libjansson.a) $(static_lib libinih.a) -lm"
-    CU_OBJS=""
+    DEV_OBJS=""
     if [ $HAVE_NVCC = 1 ]; then
+        local o
         for s in $CU_SRC; do
-            local o; o=$(obj "$s")
+            o=$(obj "$s")
             "$CUDA_HOME/bin/nvcc" $NVFLAGS -I. -c "$s" -o "$o" 2> "$o.log" || { cat "$o.log" >&2; exit 1; }
             grep -i "spill" "$o.log" | grep -v " 0 bytes spill" >&2 || true
-            CU_OBJS="$CU_OBJS $o"
+            DEV_OBJS="$DEV_OBJS $o"
         done
-        g++ -o "$B/g4pipe" $(compile_c runtime/main.c) $HOST_OBJS $CU_OBJS $LIBS $(cuda_libs) \
-            -static-libstdc++ -static-libgcc
-        say "built $B/g4pipe (GPU build for sm_90a; the engine runs the CPU reference backend until the GPU schedule lands)"
+        # the same generated schedule, bound to the GPU launchers
+        for s in "$B"/gen/schedule*.c; do
+            o="$(obj "$s").gpu.o"
+            $CC $CFLAGS $INC -DG4_BACKEND_PREFIX=k_ -c "$s" -o "$o"
+            DEV_OBJS="$DEV_OBJS $o"
+        done
+        link_bin "$B/g4pipe" $(compile_c runtime/main.c) $HOST_OBJS $DEV_OBJS
+        say "built $B/g4pipe (GPU build for sm_90a, CPU reference backend without a GPU)"
     else
-        $CC -o "$B/g4pipe" $(compile_c runtime/main.c) $HOST_OBJS $LIBS
+        DEV_OBJS=$(compile_c kernels/no_gpu.c)
+        link_bin "$B/g4pipe" $(compile_c runtime/main.c) $HOST_OBJS $DEV_OBJS
         say "no nvcc at $CUDA_HOME/bin: built a CPU-only $B/g4pipe"
     fi
 }
@@ -150,9 +171,9 @@ build_tests() {
         unit=""; for s in $(unit_src $t); do unit="$unit $(obj "$s")"; done
         $CC $CFLAGS $INC "tests/unit/$t.c" $unit $LIBS -o "$B/tests/$t"
     done
-    $CC $CFLAGS $INC tests/e2e/test_fixtures.c tests/e2e/fixture_dump.c $HOST_OBJS $LIBS \
-        -o "$B/tests/test_fixtures"
-    $CC $CFLAGS $INC tests/proto/test_serve.c $HOST_OBJS $LIBS -o "$B/tests/test_serve"
+    link_bin "$B/tests/test_fixtures" $(compile_c tests/e2e/test_fixtures.c) \
+        $(compile_c tests/e2e/fixture_dump.c) $HOST_OBJS $DEV_OBJS
+    link_bin "$B/tests/test_serve" $(compile_c tests/proto/test_serve.c) $HOST_OBJS $DEV_OBJS
     $CC $CFLAGS $INC tests/proto/test_proto.c "$(obj runtime/proto.c)" "$(obj runtime/log.c)" \
         $LIBS -o "$B/tests/test_proto"
     $CC $CFLAGS $INC tests/tokenizer/test_tokenizer.c "$(obj runtime/tokenizer.c)" \
@@ -160,8 +181,9 @@ build_tests() {
     $CC $CFLAGS $INC tests/tokenizer/bench_tokenizer.c "$(obj runtime/tokenizer.c)" \
         "$(obj runtime/log.c)" $LIBS -o "$B/tests/bench_tokenizer"
     if [ $HAVE_NVCC = 1 ]; then
-        g++ -o "$B/tests/test_gemm_lt" $(compile_c tests/gpu/test_gemm_lt.c) $HOST_OBJS $CU_OBJS \
-            $LIBS $(cuda_libs)
+        for t in $GPU_TESTS; do
+            link_bin "$B/tests/$t" $(compile_c tests/gpu/$t.c) $HOST_OBJS $DEV_OBJS
+        done
     fi
 }
 
@@ -238,7 +260,7 @@ musl_suite() {
         cp "$( [ -f "/usr/include/$h" ] && echo /usr/include/$h || echo "$DEPS_ROOT/usr/include/$h")" "$minc/"
     done
     local flags="$CFLAGS -I. -I$B/gen -I$minc" objs="" ok=1
-    for s in $HOST_SRC $REF_SRC tests/musl/fortify_shim.c; do
+    for s in $HOST_SRC $REF_SRC kernels/no_gpu.c tests/musl/fortify_shim.c; do
         musl-gcc $flags -c "$s" -o "$m/$(basename "$s").o" || ok=0; objs="$objs $m/$(basename "$s").o"
     done
     for s in "$B"/gen/*.c; do
@@ -285,9 +307,35 @@ fuzz_suite() {
     done
 }
 
+# The GPU gates (design/GATES.md): each test program prints its own skip line without a
+# device; gpu-test names restrict the run to those programs (e.g. ./build.sh gpu-test test_attn).
 gpu_gates() {
-    if [ $HAVE_NVCC = 1 ]; then run_test "$B/tests/test_gemm_lt"
-    else echo "SKIP gemm_lt_vs_ref: skipped: no GPU (CPU-only build, no nvcc)"; fi
+    if [ $HAVE_NVCC = 0 ]; then
+        for t in $GPU_TESTS engine_vs_hf dummy_weights; do echo "SKIP gpu:$t: skipped: no GPU (CPU-only build, no nvcc)"; done
+        return
+    fi
+    local t want=" $* "
+    for t in $GPU_TESTS; do
+        [ "$want" = "  " ] || [ "${want#* $t }" != "$want" ] && run_test "$B/tests/$t"
+    done
+    if [ "$want" = "  " ] || [ "${want#* engine_vs_hf }" != "$want" ]; then
+        run_test "$B/tests/test_fixtures" tests/fixtures gpu
+    fi
+    if [ "$want" = "  " ] || [ "${want#* dummy_weights }" != "$want" ]; then dummy_weights; fi
+}
+
+# The 26B-A4B at its real geometry with seeded random weights answers a token request.
+dummy_weights() {
+    if ! nvidia-smi -L >/dev/null 2>&1; then echo "SKIP gpu:dummy_weights: skipped: no GPU"; return; fi
+    local out err
+    out=$(echo '{"tokens":[2,10,20],"max_tokens":16}' | "$B/g4pipe" -c conf/gemma4-26b-a4b.ini \
+          --set model.weights=dummy --set serve.max_context=4096 2> "$B/tests/dummy.stderr")
+    if [ "$(echo "$out" | grep -c '"event":"token"')" = 16 ] && echo "$out" | grep -q '"event":"done"' &&
+       ! echo "$out" | grep -q '"event":"error"'; then
+        echo "PASS gpu:dummy_weights: gemma4-26b-a4b, dummy weights: 16 token lines and a done line; $(grep -o 'device .*' "$B/tests/dummy.stderr" | head -1)"
+    else
+        echo "FAIL gpu:dummy_weights: $(echo "$out" | tail -2) $(tail -3 "$B/tests/dummy.stderr")"
+    fi
 }
 
 summarize() { # reads gate lines on stdin, prints them, ends with the count line
@@ -320,10 +368,7 @@ suite_test() {
 suite_gpu() {
     build_all
     build_tests
-    if [ $HAVE_NVCC = 0 ]; then echo "SKIP gemm_lt_vs_ref: skipped: no nvcc" | summarize; return; fi
-    {
-        if [ $# = 0 ] || printf '%s\n' "$@" | grep -qx gemm_lt_vs_ref; then run_test "$B/tests/test_gemm_lt"; fi
-    } | summarize
+    gpu_gates "$@" | summarize
 }
 
 case "${1:-build}" in

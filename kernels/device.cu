@@ -42,3 +42,9 @@ extern "C" int k_sync(void) {
     CUDA_CHECK(cudaDeviceSynchronize());
     return K_OK;
 }
+
+extern "C" size_t k_device_free_bytes(void) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    return free_b;
+}

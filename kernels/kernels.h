@@ -170,6 +170,15 @@ typedef struct k_softcap_args {
     float cap;
 } k_softcap_args;
 
+/* out[i] = bf(fma(hi - lo, u(seed, i), lo)) with u a counter hash in [0, 1): seeded random
+ * weights at the real geometry (model.weights = dummy), the same bits on CPU and GPU. */
+typedef struct k_fill_args {
+    bf16_t *out;
+    size_t n;
+    uint64_t seed;
+    float lo, hi;
+} k_fill_args;
+
 /* ---- GPU launchers (kernels/<family>.cu) ---- */
 
 /* A cuBLASLt plan for y[m,n] = x[m,k] @ w[n,k]^T at m <= max_m, built once at load: the same
@@ -178,6 +187,9 @@ typedef struct k_gemm_plan k_gemm_plan;
 int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k);
 void k_gemm_plan_destroy(k_gemm_plan *plan);
 int k_gemm(const k_gemm_args *a, g4_stream st);
+
+/* kernels/fill.cu: seeded random fill */
+int k_fill_uniform(const k_fill_args *a, g4_stream st);
 
 /* kernels/norm.cu: the row-wise and elementwise ops */
 int k_embed(const k_embed_args *a, g4_stream st);
@@ -196,13 +208,16 @@ int k_attention(const k_attention_args *a, g4_stream st);
 int k_moe_route(const k_moe_route_args *a, g4_stream st);
 int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
 
-/* Device management for the GPU build: 0 when a usable sm_90 device is present. */
+/* Device management: 0 when a usable sm_90 device is present. A build without nvcc links
+ * kernels/no_gpu.c instead, whose k_device_init says so and whose other launchers refuse. */
 int k_device_init(char *desc, size_t desc_len);
 void *k_device_alloc(size_t bytes);
 void k_device_free(void *p);
 int k_copy_to_device(void *dst, const void *src, size_t bytes);
 int k_copy_to_host(void *dst, const void *src, size_t bytes);
 int k_sync(void);
+/* Device memory not yet allocated, in bytes (0 without a device). */
+size_t k_device_free_bytes(void);
 
 #ifdef __cplusplus
 }

@@ -35,7 +35,8 @@ static int push_text(id_buf *b, const tokenizer *t, const char *text) {
     int32_t *ids = NULL;
     int n = tokenizer_encode(t, text, strlen(text), 0, &ids);
     int rc = n < 0 ? -1 : 0;
-    for (int i = 0; i < n && rc == 0; i++) rc = push_id(b, ids[i]);
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = push_id(b, ids[i]);
     free(ids);
     return rc;
 }

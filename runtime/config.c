@@ -43,6 +43,7 @@ enum cfg_key_id {
     CFG_SERVE_MAX_QUEUE,
     CFG_LOG_LEVEL,
     CFG_DEBUG_SYNC,
+    CFG_DEBUG_BACKEND,
 };
 
 static const struct cfg_key {
@@ -63,6 +64,7 @@ static const struct cfg_key {
     {"serve", "max_queue", CFG_SERVE_MAX_QUEUE},
     {"log", "level", CFG_LOG_LEVEL},
     {"debug", "sync", CFG_DEBUG_SYNC},
+    {"debug", "backend", CFG_DEBUG_BACKEND},
 };
 #define CFG_N_KEYS (sizeof cfg_keys / sizeof cfg_keys[0])
 
@@ -74,6 +76,7 @@ static const char *const cfg_weights_names[] = {"file", "dummy"};
 static const char *const cfg_kv_local_names[] = {"bf16", "fp8"};
 static const char *const cfg_level_names[] = {"error", "warn", "info", "debug"};
 static const char *const cfg_sync_names[] = {"0", "1"};
+static const char *const cfg_backend_names[] = {"auto", "cpu", "gpu"};
 
 static char cfg_error[1024];
 
@@ -99,6 +102,7 @@ void config_defaults(g4_config *c) {
     c->serve.max_queue = 256;
     c->log.level = LOG_INFO;
     c->debug.sync = 0;
+    c->debug.backend = G4_BACKEND_AUTO;
 }
 
 /* ---- the key table ---- */
@@ -262,6 +266,10 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return 0;
     case CFG_DEBUG_SYNC:
         return cfg_choice(v, cfg_sync_names, 2, &c->debug.sync, why, n);
+    case CFG_DEBUG_BACKEND:
+        if (cfg_choice(v, cfg_backend_names, 3, &x, why, n)) return -1;
+        c->debug.backend = (enum g4_backend)x;
+        return 0;
     }
     (void)snprintf(why, n, "key has no setter (a bug in config.c)");
     return -1;

@@ -21,6 +21,8 @@
 
 enum g4_weights_source { G4_WEIGHTS_FILE = 0, G4_WEIGHTS_DUMMY = 1 };
 enum g4_kv_local { G4_KV_LOCAL_BF16 = 0, G4_KV_LOCAL_FP8 = 1 };
+/* debug.backend: auto = the GPU when one is usable, else the CPU reference */
+enum g4_backend { G4_BACKEND_AUTO = 0, G4_BACKEND_CPU = 1, G4_BACKEND_GPU = 2 };
 
 typedef struct g4_config {
     struct {
@@ -44,7 +46,8 @@ typedef struct g4_config {
         enum log_level level; /* default LOG_INFO */
     } log;
     struct {
-        int sync; /* 0 or 1, default 0 */
+        int sync;                /* 0 or 1, default 0 */
+        enum g4_backend backend; /* auto, cpu or gpu; default auto */
     } debug;
 } g4_config;
 

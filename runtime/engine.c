@@ -1,8 +1,10 @@
-/* runtime/engine.c - see engine.h. Owns the host side of a loaded model on the CPU reference
- * backend: the checkpoint mapping, the bound weights, the KV backing stores sized from the
- * pool's layouts, and the activation buffers sized once at open for the largest step. */
+/* runtime/engine.c - see engine.h. Owns a loaded model on one of two backends: the GPU (device
+ * weights and plans, device KV stores and step buffers, the generated k_ schedule) when a
+ * usable device is present, else the CPU reference (the checkpoint's mapping, host buffers,
+ * the ref_ schedule). Everything is sized once at open for the largest step. */
 #include "runtime/engine.h"
 
+#include "runtime/device_weights.h"
 #include "runtime/hfconfig.h"
 #include "runtime/kv_pool.h"
 #include "runtime/loader.h"
@@ -25,13 +27,20 @@ struct engine {
     void *kv_store[2];
     int max_rows, max_out_rows;
     g4_state s;
-    void *buffers[24];
+    void *buffers[32];
     int n_buffers;
+    int gpu;              /* 1: GPU backend, buffers and KV stores are device memory */
+    char device[256];     /* the device, or why there is none */
+    device_weights *dw;   /* GPU: the weights and plans */
+    int32_t *d_meta;      /* GPU: ids, pos, seq [max_rows each], out_src [max_out_rows] */
+    int32_t *d_tables[2]; /* GPU: device copies of the page tables */
+    size_t table_bytes;
 };
 
+/* Step buffers and KV stores: device memory on the GPU backend, zeroed host memory on the CPU. */
 static void *engine_alloc(engine *e, size_t bytes) {
     if (e->n_buffers >= (int)(sizeof e->buffers / sizeof e->buffers[0])) return NULL;
-    void *p = calloc(1, bytes ? bytes : 1);
+    void *p = e->gpu ? k_device_alloc(bytes ? bytes : 1) : calloc(1, bytes ? bytes : 1);
     if (p) e->buffers[e->n_buffers++] = p;
     return p;
 }
@@ -105,8 +114,16 @@ static int open_pool(engine *e) {
     if (local_per_seq > max_pages) local_per_seq = max_pages;
     long n_local = (long)c->serve.max_batch * local_per_seq + 1;
     long n_global = (long)c->serve.max_batch * max_pages + 1;
-    if (c->kv.budget_gb > 0) {
-        double budget = c->kv.budget_gb * 1e9;
+    double budget = c->kv.budget_gb * 1e9;
+    if (e->gpu && budget <= 0) {
+        /* auto: what the device has left after weights and step buffers, less 1 GB for
+         * cuBLASLt and the CUDA context, but no more than max_batch full contexts need */
+        double free_b = (double)k_device_free_bytes() - 1e9;
+        double lb = (double)kv_layout_page_bytes(&e->layout[KV_LOCAL]);
+        double gb = (double)kv_layout_page_bytes(&e->layout[KV_GLOBAL]);
+        if (free_b < (double)n_local * lb + (double)n_global * gb) budget = free_b;
+    }
+    if (budget > 0) {
         double lb = (double)kv_layout_page_bytes(&e->layout[KV_LOCAL]);
         double gb = (double)kv_layout_page_bytes(&e->layout[KV_GLOBAL]);
         if ((double)n_local * lb > budget / 2) n_local = (long)(budget / 2 / lb);
@@ -121,11 +138,15 @@ static int open_pool(engine *e) {
     e->n_pages[KV_GLOBAL] = n_global;
     e->pool = kv_pool_create(&e->layout[KV_LOCAL], (int)n_local, &e->layout[KV_GLOBAL],
                              (int)n_global, m->window, c->serve.max_batch, max_pages);
+    e->table_bytes = (size_t)c->serve.max_batch * (size_t)max_pages * sizeof(int32_t);
+    for (int f = 0; e->gpu && f < 2; f++)
+        if (!(e->d_tables[f] = engine_alloc(e, e->table_bytes))) return -1;
     for (int f = 0; f < 2; f++) {
         long n = f == KV_LOCAL ? n_local : n_global;
-        e->kv_store[f] = calloc((size_t)n, kv_layout_page_bytes(&e->layout[f]));
+        e->kv_store[f] = engine_alloc(e, (size_t)n * kv_layout_page_bytes(&e->layout[f]));
         if (!e->kv_store[f] || !e->pool) {
-            log_msg(LOG_ERROR, "engine", "out of host memory for %ld KV pages", n);
+            log_msg(LOG_ERROR, "engine", "out of %s memory for %ld KV pages",
+                    e->gpu ? "device" : "host", n);
             return -1;
         }
         k_kv_view *v = f == KV_LOCAL ? &e->s.kv_local : &e->s.kv_global;
@@ -135,7 +156,8 @@ static int open_pool(engine *e) {
                          .n_kv_head = e->layout[f].n_kv_head,
                          .head_dim = e->layout[f].head_dim,
                          .elem_bytes = e->layout[f].elem_bytes,
-                         .tables = kv_pool_table(e->pool, (enum kv_family)f, 0),
+                         .tables =
+                             e->gpu ? e->d_tables[f] : kv_pool_table(e->pool, (enum kv_family)f, 0),
                          .max_pages = max_pages};
         log_msg(LOG_INFO, "engine", "KV %s family: %ld pages of %d tokens, %.1f MB",
                 f == KV_LOCAL ? "local" : "global", n, pt,
@@ -159,52 +181,92 @@ static int match_model(engine *e) {
     return 0;
 }
 
+/* The model and its weights: from the checkpoint (CPU: mapped; GPU: uploaded) or, on the GPU
+ * with model.weights = dummy, seeded random at the compiled-in geometry of model.name. */
+static int open_weights(engine *e) {
+    const g4_config *c = &e->cfg;
+    if (c->model.weights == G4_WEIGHTS_DUMMY) {
+        e->model = g4_model_find(c->model.name);
+        if (!e->model) {
+            log_msg(LOG_ERROR, "engine", "model.name = %s is not a compiled-in model",
+                    c->model.name);
+            return -1;
+        }
+        if (!e->gpu) {
+            log_msg(LOG_ERROR, "engine",
+                    "model.weights = dummy fills random weights on the GPU, and there is none "
+                    "(%s); the CPU reference backend needs a checkpoint (model.path)",
+                    e->device);
+            return -1;
+        }
+        return device_weights_bind(NULL, e->model, 0x67347069706eull, &e->w, &e->dw);
+    }
+    if (match_model(e) != 0 || loader_open(c->model.path, &e->ld) != 0) return -1;
+    if (e->gpu) return device_weights_bind(e->ld, e->model, 0, &e->w, &e->dw);
+    return weights_bind(e->ld, e->model, &e->w);
+}
+
 int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
     *out = NULL;
     engine *e = calloc(1, sizeof *e);
     if (!e) return -1;
     e->cfg = *cfg;
-    if (cfg->model.weights == G4_WEIGHTS_DUMMY) {
-        log_msg(LOG_ERROR, "engine",
-                "model.weights = dummy fills random weights on the GPU; "
-                "the CPU reference backend needs a checkpoint (model.path)");
+    if (cfg->debug.backend == G4_BACKEND_CPU)
+        snprintf(e->device, sizeof e->device, "debug.backend = cpu");
+    else
+        e->gpu = k_device_init(e->device, sizeof e->device) == 0 && k_n_schedules > 0;
+    if (cfg->debug.backend == G4_BACKEND_GPU && !e->gpu) {
+        log_msg(LOG_ERROR, "engine", "debug.backend = gpu, but no GPU backend: %s", e->device);
         free(e);
         return -1;
     }
     const char *variant = cfg->kv.local == G4_KV_LOCAL_FP8 ? "local_fp8" : "local_bf16";
     if (cfg->kv.local == G4_KV_LOCAL_FP8) {
-        /* the local_fp8 schedule is compiled in, but ref_attn_prep and ref_attention have no
-         * e4m3 twin yet and would refuse at the first step: say so now, naming them */
+        /* the local_fp8 schedule is compiled in, but the attention ops have no e4m3 twin yet
+         * and would refuse at the first step: say so now, naming them */
         log_msg(LOG_ERROR, "engine",
-                "kv.local = fp8: ref_attn_prep and ref_attention have no "
-                "e4m3 twin in this build; use kv.local = bf16");
+                "kv.local = fp8: attn_prep and attention have no e4m3 twin in this build; use "
+                "kv.local = bf16");
         free(e);
         return -1;
     }
-    if (match_model(e) != 0 || loader_open(cfg->model.path, &e->ld) != 0 ||
-        weights_bind(e->ld, e->model, &e->w) != 0) {
-        engine_close(e);
-        return -1;
-    }
-    e->schedule = g4_schedule_find(ref_schedules, ref_n_schedules, e->model->name, variant);
     e->max_rows = cfg->serve.prefill_chunk + cfg->serve.max_batch;
     e->max_out_rows = max_out_rows > 0 ? max_out_rows : cfg->serve.max_batch;
-    if (!e->schedule || open_pool(e) != 0 || alloc_state(e) != 0) {
+    if (open_weights(e) != 0 ||
+        (e->gpu && device_weights_plans(e->dw, e->model, &e->w, e->max_rows, e->max_out_rows))) {
         engine_close(e);
         return -1;
     }
-    log_msg(LOG_INFO, "engine", "model %s, schedule %s, CPU reference backend", e->model->name,
-            variant);
+    e->schedule = e->gpu
+                      ? g4_schedule_find(k_schedules, k_n_schedules, e->model->name, variant)
+                      : g4_schedule_find(ref_schedules, ref_n_schedules, e->model->name, variant);
+    size_t meta = sizeof(int32_t) * (3 * (size_t)e->max_rows + (size_t)e->max_out_rows);
+    if (!e->schedule || alloc_state(e) != 0 || (e->gpu && !(e->d_meta = engine_alloc(e, meta))) ||
+        open_pool(e) != 0) {
+        engine_close(e);
+        return -1;
+    }
+    if (e->gpu)
+        log_msg(LOG_INFO, "engine", "device %s; model %s (%s weights, %.2f GB), schedule %s",
+                e->device, e->model->name,
+                cfg->model.weights == G4_WEIGHTS_DUMMY ? "dummy" : "checkpoint",
+                (double)device_weights_bytes(e->dw) / 1e9, variant);
+    else
+        log_msg(LOG_INFO, "engine", "model %s, schedule %s, CPU reference backend (%s)",
+                e->model->name, variant, e->device);
     *out = e;
     return 0;
 }
 
 void engine_close(engine *e) {
     if (!e) return;
-    for (int i = 0; i < e->n_buffers; i++)
-        free(e->buffers[i]);
-    free(e->kv_store[0]);
-    free(e->kv_store[1]);
+    for (int i = 0; i < e->n_buffers; i++) {
+        if (e->gpu)
+            k_device_free(e->buffers[i]);
+        else
+            free(e->buffers[i]);
+    }
+    device_weights_free(e->dw);
     kv_pool_destroy(e->pool);
     loader_close(e->ld);
     free(e);
@@ -242,6 +304,34 @@ int engine_pages_worst(const engine *e, int family, int n_tokens) {
     return window < all ? window : all;
 }
 
+/* debug.sync = 1: synchronise after every step so a failing kernel is named by its step. */
+static int sync_hook(g4_state *s, int layer, const char *step) {
+    (void)s, (void)layer, (void)step;
+    return k_sync();
+}
+
+/* GPU: the step's row metadata and both families' page tables go to the device. The tables
+ * travel whole (max_batch x max_pages int32 per family); sending only the rows that changed is
+ * left for the paged pool on the device (issue 6). */
+static int stage_step(engine *e, const engine_batch *b) {
+    int32_t *ids = e->d_meta, *pos = ids + e->max_rows, *seq = pos + e->max_rows;
+    int32_t *src = seq + e->max_rows;
+    size_t r = sizeof(int32_t) * (size_t)b->rows;
+    if (k_copy_to_device(ids, b->ids, r) || k_copy_to_device(pos, b->pos, r) ||
+        k_copy_to_device(seq, b->seq, r) ||
+        k_copy_to_device(src, b->out_src, sizeof(int32_t) * (size_t)b->out_rows))
+        return -1;
+    for (int f = 0; f < 2; f++)
+        if (k_copy_to_device(e->d_tables[f], kv_pool_table(e->pool, (enum kv_family)f, 0),
+                             e->table_bytes))
+            return -1;
+    e->s.ids = ids;
+    e->s.pos = pos;
+    e->s.seq = seq;
+    e->s.out_src = src;
+    return 0;
+}
+
 int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
                 int (*hook)(g4_state *s, int layer, const char *step), void *hook_ctx) {
     if (b->rows <= 0 || b->rows > e->max_rows || b->out_rows < 0 || b->out_rows > e->max_out_rows) {
@@ -258,6 +348,8 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
     s->out_src = b->out_src;
     s->hook = hook;
     s->hook_ctx = hook_ctx;
+    if (!hook && e->cfg.debug.sync) s->hook = sync_hook;
+    if (e->gpu && stage_step(e, b) != 0) return K_ERR_DEVICE;
     int rc = e->schedule->forward(s);
     if (rc != 0) {
         log_msg(LOG_ERROR, "engine", "step failed at L%02d.%s (code %d)", s->failed_layer,

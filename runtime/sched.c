@@ -60,7 +60,8 @@ double sched_now_ms(void) {
 static int buf_add(text_buf *b, const char *p, size_t n) {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1) cap *= 2;
+        while (cap < b->len + n + 1)
+            cap *= 2;
         char *q = realloc(b->p, cap);
         if (!q) return -1;
         b->p = q;
@@ -113,7 +114,8 @@ void sched_destroy(sched *s) {
         s->q_head = r->next;
         sreq_free(r);
     }
-    for (int i = 0; i < s->n_running; i++) sreq_free(s->running[i]);
+    for (int i = 0; i < s->n_running; i++)
+        sreq_free(s->running[i]);
     free(s->running);
     free(s->slot_used);
     free(s->ids);
@@ -145,8 +147,10 @@ int sched_submit(sched *s, proto_request *req, int32_t *prompt, int n_prompt, do
     r->n_prompt = r->n_ids = n_prompt;
     r->slot = -1;
     r->t_arrive = t_arrive;
-    if (s->q_tail) s->q_tail->next = r;
-    else s->q_head = r;
+    if (s->q_tail)
+        s->q_tail->next = r;
+    else
+        s->q_head = r;
     s->q_tail = r;
     s->n_queued++;
     return 0;
@@ -262,19 +266,27 @@ static int take_token(sched *s, sreq *r, const bf16_t *logits) {
     char bytes[512];
     size_t n = 0, skip = 0;
     int thought = 0;
-    if (s->tk && !tokenizer_is_special(s->tk, tok)) n = detok_push(&r->dt, s->tk, tok, bytes, sizeof bytes);
+    if (s->tk && !tokenizer_is_special(s->tk, tok))
+        n = detok_push(&r->dt, s->tk, tok, bytes, sizeof bytes);
     if (s->tk) thought = chat_stream_route(&r->cs, tok, bytes, n, &skip);
     size_t rel_from = r->text.len;
     int stopped = 0;
-    if (thought) buf_add(&r->reasoning, bytes + skip, n - skip);
-    else stopped = release_text(r, bytes, n, &rel_from);
+    if (thought)
+        buf_add(&r->reasoning, bytes + skip, n - skip);
+    else
+        stopped = release_text(r, bytes, n, &rel_from);
     if (r->req.stream)
-        proto_write_token(s->out, r->req.id_json, r->n_out - 1, tok, r->text.p ? r->text.p + rel_from : "",
-                          r->text.len - rel_from, r->req.logprobs > 0 ? &lp : NULL);
-    if (stopped) finish(s, r, "stop");
-    else if (r->n_out >= r->req.max_tokens) finish(s, r, "length");
-    else if (r->n_ids >= s->cfg.serve.max_context) finish(s, r, "context");
-    else return 0;
+        proto_write_token(s->out, r->req.id_json, r->n_out - 1, tok,
+                          r->text.p ? r->text.p + rel_from : "", r->text.len - rel_from,
+                          r->req.logprobs > 0 ? &lp : NULL);
+    if (stopped)
+        finish(s, r, "stop");
+    else if (r->n_out >= r->req.max_tokens)
+        finish(s, r, "length");
+    else if (r->n_ids >= s->cfg.serve.max_context)
+        finish(s, r, "context");
+    else
+        return 0;
     return 1;
 }
 
@@ -285,12 +297,14 @@ static void admit(sched *s) {
         sreq *r = s->q_head;
         int n = r->n_prompt + r->req.max_tokens;
         if (n > s->cfg.serve.max_context) n = s->cfg.serve.max_context;
-        const int w[2] = {engine_pages_worst(s->e, KV_LOCAL, n), engine_pages_worst(s->e, KV_GLOBAL, n)};
+        const int w[2] = {engine_pages_worst(s->e, KV_LOCAL, n),
+                          engine_pages_worst(s->e, KV_GLOBAL, n)};
         if (s->committed[KV_LOCAL] + w[KV_LOCAL] > engine_usable_pages(s->e, KV_LOCAL) ||
             s->committed[KV_GLOBAL] + w[KV_GLOBAL] > engine_usable_pages(s->e, KV_GLOBAL))
             return;
         int slot = 0;
-        while (s->slot_used[slot]) slot++;
+        while (s->slot_used[slot])
+            slot++;
         s->slot_used[slot] = 1;
         r->slot = slot;
         r->worst[KV_LOCAL] = w[KV_LOCAL];
@@ -359,7 +373,8 @@ int sched_step(sched *s) {
         return -1;
     }
     size_t V = (size_t)engine_model(s->e)->n_vocab;
-    for (int i = 0; i < n_out; i++) take_token(s, s->out_req[i], s->logits + (size_t)i * V);
+    for (int i = 0; i < n_out; i++)
+        take_token(s, s->out_req[i], s->logits + (size_t)i * V);
     return 1;
 }
 
@@ -367,8 +382,10 @@ int sched_cancel(sched *s, const char *id_json) {
     sreq *prev = NULL;
     for (sreq *r = s->q_head; r; prev = r, r = r->next) {
         if (strcmp(r->req.id_json, id_json) != 0) continue;
-        if (prev) prev->next = r->next;
-        else s->q_head = r->next;
+        if (prev)
+            prev->next = r->next;
+        else
+            s->q_head = r->next;
         if (s->q_tail == r) s->q_tail = prev;
         s->n_queued--;
         finish(s, r, "cancelled");

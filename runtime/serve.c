@@ -155,7 +155,8 @@ static void handle_request(server *sv, proto_request *req, double t_arrive) {
         snprintf(err, sizeof err, "the prompt is %d tokens; serve.max_context is %d", n, max_ctx);
     } else if (code == PROTO_OK &&
                (engine_pages_worst(sv->e, KV_LOCAL, total) > engine_usable_pages(sv->e, KV_LOCAL) ||
-                engine_pages_worst(sv->e, KV_GLOBAL, total) > engine_usable_pages(sv->e, KV_GLOBAL))) {
+                engine_pages_worst(sv->e, KV_GLOBAL, total) >
+                    engine_usable_pages(sv->e, KV_GLOBAL))) {
         code = PROTO_TOO_LONG;
         snprintf(err, sizeof err, "%d tokens could not fit even the empty KV budget", total);
     }
@@ -275,8 +276,10 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
     int rc = 0, begin = 0, seq = 0;
     while (rc == 0 && n < max) {
         int end = n - begin > cfg->serve.prefill_chunk ? begin + cfg->serve.prefill_chunk : n;
-        int32_t *p = malloc(sizeof *p * (size_t)(end - begin)), *sq = calloc((size_t)(end - begin), sizeof *sq);
-        for (int i = 0; p && i < end - begin; i++) p[i] = begin + i;
+        int32_t *p = malloc(sizeof *p * (size_t)(end - begin)),
+                *sq = calloc((size_t)(end - begin), sizeof *sq);
+        for (int i = 0; p && i < end - begin; i++)
+            p[i] = begin + i;
         int32_t last = end - begin - 1;
         engine_seq_release_front(e, seq, begin);
         rc = p && sq && engine_seq_reserve(e, seq, begin, end) == 0 ? 0 : -1;

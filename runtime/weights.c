@@ -10,18 +10,27 @@
 #include "runtime/log.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
-/* Fetches one bf16 tensor of the given shape (ndim 1..3) or fails the bind. */
+/* Fetches one bf16 tensor of the given shape (ndim 1..3) from src or fails the bind. */
 #define GET(dst, d0, d1, d2, ...)                                                                  \
     do {                                                                                           \
         int64_t shape_[3] = {(d0), (d1), (d2)};                                                    \
         int ndim_ = shape_[2] != 0 ? 3 : shape_[1] != 0 ? 2 : 1;                                   \
-        (dst) = loader_get(ld, "BF16", ndim_, shape_, __VA_ARGS__);                                \
+        char name_[160];                                                                           \
+        snprintf(name_, sizeof name_, __VA_ARGS__);                                                \
+        (dst) = src->get(src->ctx, name_, ndim_, shape_);                                          \
         if (!(dst)) return -1;                                                                     \
     } while (0)
 
-static int bind_attention(loader *ld, const g4_model_desc *m, int l, g4_layer_weights *L) {
+/* The loader as a source: exact dtype and shape, or the loader's error. */
+static const void *from_loader(void *ctx, const char *name, int ndim, const int64_t *shape) {
+    return loader_get(ctx, "BF16", ndim, shape, "%s", name);
+}
+
+static int bind_attention(const weights_source *src, const g4_model_desc *m, int l,
+                          g4_layer_weights *L) {
     int full = m->layer_kind[l] == G4_LAYER_FULL;
     int hd = full ? m->head_dim_global : m->head_dim_local;
     int nkv = full ? m->n_kv_head_global : m->n_kv_head_local;
@@ -39,7 +48,7 @@ static int bind_attention(loader *ld, const g4_model_desc *m, int l, g4_layer_we
     return 0;
 }
 
-static int bind_ffn(loader *ld, const g4_model_desc *m, int l, g4_layer_weights *L) {
+static int bind_ffn(const weights_source *src, const g4_model_desc *m, int l, g4_layer_weights *L) {
     int ff = g4_model_d_ff(m, l);
     GET(L->pre_ff_norm, m->d_model, 0, 0, "layers.%d.pre_feedforward_layernorm.weight", l);
     GET(L->gate, ff, m->d_model, 0, "layers.%d.mlp.gate_proj.weight", l);
@@ -69,6 +78,12 @@ static int bind_ffn(loader *ld, const g4_model_desc *m, int l, g4_layer_weights 
 }
 
 int weights_bind(loader *ld, const g4_model_desc *m, g4_weights *w) {
+    weights_source src = {from_loader, ld};
+    if (weights_bind_source(&src, m, w) != 0) return -1;
+    return loader_finish(ld, m->n_layer - m->n_kv_shared);
+}
+
+int weights_bind_source(const weights_source *src, const g4_model_desc *m, g4_weights *w) {
     memset(w, 0, sizeof *w);
     GET(w->embed, m->n_vocab, m->d_model, 0, "embed_tokens.weight");
     GET(w->final_norm, m->d_model, 0, 0, "norm.weight");
@@ -79,8 +94,8 @@ int weights_bind(loader *ld, const g4_model_desc *m, g4_weights *w) {
         GET(w->ple_proj_norm, m->d_ple, 0, 0, "per_layer_projection_norm.weight");
     }
     for (int l = 0; l < m->n_layer; l++) {
-        if (bind_attention(ld, m, l, &w->layer[l]) != 0) return -1;
-        if (bind_ffn(ld, m, l, &w->layer[l]) != 0) return -1;
+        if (bind_attention(src, m, l, &w->layer[l]) != 0) return -1;
+        if (bind_ffn(src, m, l, &w->layer[l]) != 0) return -1;
     }
-    return loader_finish(ld, m->n_layer - m->n_kv_shared);
+    return 0;
 }

@@ -2,7 +2,7 @@
  * fixtures (design/GATES.md): CPU reference vs HF, greedy HF generation, window crossing,
  * incremental vs recompute, the fixture-feature assertions, and the published-layout load.
  *
- * usage: test_fixtures FIXTURES_DIR
+ * usage: test_fixtures FIXTURES_DIR [cpu|gpu]
  * Each gate prints one PASS/FAIL line per fixture with its figures (tests/harness.h).
  *
  * Tolerances (GATES.md), each with its reason:
@@ -34,6 +34,11 @@
 #include <string.h>
 
 #define MAX_TOKENS 128
+
+/* cpu (./build.sh test) or gpu (./build.sh gpu-test): the same gates on either backend; GPU
+ * gate names carry a "gpu:" prefix. */
+static enum g4_backend backend_choice = G4_BACKEND_CPU;
+static const char *gate_prefix = "";
 #define EXEMPT_LIMIT 0.05
 
 typedef struct run {
@@ -50,6 +55,7 @@ static engine *open_fixture(const char *dir) {
     c.serve.max_context = MAX_TOKENS;
     c.serve.prefill_chunk = 64;
     c.serve.max_batch = 4;
+    c.debug.backend = backend_choice;
     if (config_finish(&c) != 0) return NULL;
     engine *e = NULL;
     if (engine_open(&c, MAX_TOKENS, &e) != 0) return NULL;
@@ -188,7 +194,8 @@ static void gate_cpu_vs_hf(engine *e, const char *fx, const fx_dump *eager, cons
     double tol = max_d(0.02, 2 * fl);
     double exempt_frac = (double)c.exempt / (double)c.positions;
     char gate[96];
-    snprintf(gate, sizeof gate, "cpu_vs_hf[%s]", fx);
+    snprintf(gate, sizeof gate, "%s[%s]",
+             backend_choice == G4_BACKEND_CPU ? "cpu_vs_hf" : "gpu:engine_vs_hf", fx);
     TEST_CHECK(gate,
                c.mismatches <= c.floor_mismatches && c.gap <= tol && exempt_frac <= EXEMPT_LIMIT,
                "gap %.4f (limit %.4f), floor gap %.4f, argmax mismatches %d (HF eager vs sdpa: "
@@ -230,7 +237,7 @@ static void gate_greedy(engine *e, const char *fx, const fx_dump *eager) {
         free(logits);
     }
     char gate[96];
-    snprintf(gate, sizeof gate, "greedy_hf[%s]", fx);
+    snprintf(gate, sizeof gate, "%sgreedy_hf[%s]", gate_prefix, fx);
     TEST_CHECK(gate, !differ && compared > 0,
                "%d greedy steps equal over %d prompts, %d continuations cut at a tie-exempt step",
                compared, eager->n_cases, cut);
@@ -261,7 +268,7 @@ static void gate_window(engine *e, const char *fx, const fx_dump *eager, const f
     }
     double tol = max_d(0.1, 2 * fl);
     char gate[96];
-    snprintf(gate, sizeof gate, "window_crossing[%s]", fx);
+    snprintf(gate, sizeof gate, "%swindow_crossing[%s]", gate_prefix, fx);
     TEST_CHECK(gate, runs == 8 && c.mismatches <= c.floor_mismatches && c.gap <= tol,
                "W=%d, %d runs (W-1, W, W+1, 4W; whole and chunks of 3), gap %.4f (limit %.4f), "
                "argmax mismatches %d (HF eager vs sdpa: %d), exempt %d/%d%s",
@@ -296,7 +303,7 @@ static void gate_incremental(engine *e, const char *fx, const fx_dump *eager) {
     free(a);
     free(b);
     char gate[96];
-    snprintf(gate, sizeof gate, "incremental_vs_recompute[%s]", fx);
+    snprintf(gate, sizeof gate, "%sincremental_vs_recompute[%s]", gate_prefix, fx);
     TEST_CHECK(gate, !failed && positions > 0 && mismatches == 0 && gap <= 0.1,
                "%d positions, gap %.4f (limit 0.1), argmax mismatches %d", positions, gap,
                mismatches);
@@ -363,7 +370,7 @@ static void gate_features(engine *e, const char *fx, const fx_dump *eager) {
         free(rt);
     }
     char gate[96];
-    snprintf(gate, sizeof gate, "fixture_features[%s]", fx);
+    snprintf(gate, sizeof gate, "%sfixture_features[%s]", gate_prefix, fx);
     TEST_CHECK(gate,
                ok && ones == 0 && longest >= 4 * m->window &&
                    (m->n_expert == 0 || 2 * min_routed >= m->n_expert),
@@ -379,7 +386,8 @@ static void gate_published(engine *plain, const char *dir, const fx_dump *eager)
     snprintf(path, sizeof path, "%s/tiny-moe-published", dir);
     engine *pub = open_fixture(path);
     if (!pub) {
-        test_fail("published_layout", "%s did not load", path);
+        test_fail(backend_choice == G4_BACKEND_CPU ? "published_layout" : "gpu:published_layout",
+                  "%s did not load", path);
         return;
     }
     int differ = 0, cases = 0;
@@ -395,14 +403,15 @@ static void gate_published(engine *plain, const char *dir, const fx_dump *eager)
         free(b.logits);
     }
     engine_close(pub);
-    TEST_CHECK("published_layout", differ == 0,
+    TEST_CHECK(backend_choice == G4_BACKEND_CPU ? "published_layout" : "gpu:published_layout",
+               differ == 0,
                "tiny-moe-published vs tiny-moe: %d of %d prompts with identical logits",
                cases - differ, cases);
 }
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: test_fixtures FIXTURES_DIR\n");
+        fprintf(stderr, "usage: test_fixtures FIXTURES_DIR [cpu|gpu]\n");
         return 2;
     }
     log_set_level(LOG_WARN);
@@ -425,9 +434,9 @@ int main(int argc, char **argv) {
         gate_greedy(e, fixtures[f], &eager);
         gate_window(e, fixtures[f], &eager, &sdpa, fl);
         gate_incremental(e, fixtures[f], &eager);
-        gate_features(e, fixtures[f], &eager);
+        if (backend_choice == G4_BACKEND_CPU) gate_features(e, fixtures[f], &eager);
         if (f == 0) gate_published(e, argv[1], &eager);
-        TEST_CHECK("kv_pages_returned",
+        TEST_CHECK(backend_choice == G4_BACKEND_CPU ? "kv_pages_returned" : "gpu:kv_pages_returned",
                    engine_free_pages(e, KV_LOCAL) > 0 && engine_free_pages(e, KV_GLOBAL) > 0,
                    "%s: free pages after the runs: local %d, global %d", fixtures[f],
                    engine_free_pages(e, KV_LOCAL), engine_free_pages(e, KV_GLOBAL));

@@ -33,8 +33,10 @@ static char *serve_text_of(ctx *c, const g4_config *cfg, const char *input, size
     fwrite(input, 1, len, in);
     fflush(in);
     lseek(fileno(in), 0, SEEK_SET);
-    if (text_mode) serve_text(c->e, c->tk, cfg, fileno(in), out);
-    else serve_run(c->e, c->tk, cfg, fileno(in), out);
+    if (text_mode)
+        serve_text(c->e, c->tk, cfg, fileno(in), out);
+    else
+        serve_run(c->e, c->tk, cfg, fileno(in), out);
     fflush(out);
     long n = ftell(out);
     char *buf = malloc((size_t)n + 1);
@@ -92,7 +94,8 @@ static char *lines_of(const char *out, const char *id_json) {
 
 static int count_str(const char *s, const char *needle) {
     int n = 0;
-    for (const char *p = s; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+    for (const char *p = s; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
     return n;
 }
 
@@ -278,7 +281,8 @@ static void gate_stop_string(ctx *c) {
     }
     char stop[8] = {0}, line[256];
     size_t at = tl / 2;
-    while (at < tl && (text[at] & 0xC0) == 0x80) at++; /* start on a character */
+    while (at < tl && (text[at] & 0xC0) == 0x80)
+        at++; /* start on a character */
     memcpy(stop, text + at, 3);
     json_t *sj = json_string(stop);
     char *sq = json_dumps(sj, JSON_ENCODE_ANY);
@@ -311,9 +315,9 @@ static void gate_stop_string(ctx *c) {
     reason = json_string_value(json_object_get(done, "finish_reason"));
     const char *first = strstr(text, stop);
     size_t want = first ? (size_t)(first - text) : 0;
-    int ok = want > 0 && done_text && reason && strcmp(reason, "stop") == 0 && strlen(done_text) == want &&
-             strncmp(done_text, text, want) == 0 && streamed_len == want &&
-             strstr(streamed, stop) == NULL;
+    int ok = want > 0 && done_text && reason && strcmp(reason, "stop") == 0 &&
+             strlen(done_text) == want && strncmp(done_text, text, want) == 0 &&
+             streamed_len == want && strstr(streamed, stop) == NULL;
     TEST_CHECK("proto_stop_string", ok,
                "stop string of %zu bytes cut the answer at byte %zu of %zu; streamed %zu bytes, "
                "finish_reason %s",

@@ -1,0 +1,424 @@
+/* tests/gpu/test_attn.c - GPU gate: the attention prep and the paged attention core
+ * (kernels/attn.cu) against their CPU twins ref_attn_prep and ref_attention, on fresh random
+ * inputs over a paged KV store with shuffled page tables.
+ *
+ * The store has two layers (the ops use layer 1; layer 0 stays NaN, so a wrong layer stride
+ * shows), page_tokens 16, and three sequences: A with a decode row at position 3000, B with
+ * prefill rows 0..20, C with a decode row at position 100. Physical pages are a random
+ * permutation, with a few spare pages never mapped. For attention, table entries of pages that
+ * lie wholly before every window of their sequence are -1, and the K/V slots outside every
+ * row's window (before the earliest window start, after the last position) are NaN: a kernel
+ * that reads past the window or the causal edge turns its output NaN.
+ *
+ * Pass rule (design/GATES.md, op vs reference): ||out - ref|| / ||ref|| <= 1e-2 for bf16
+ * outputs, for q and for the written K/V pages alike. Both sides round at the same points and
+ * differ only in fp32 summation orders (and the last ulp of the device powf/cosf/sinf/expf), so
+ * single elements may differ by one bf16 ulp (2^-8 relative) and the norm ratio stays well
+ * under 1e-2. Outputs are poisoned with NaN first: no NaN may remain where the reference wrote,
+ * and nothing may be written where it did not. */
+#include "kernels/kernels.h"
+#include "kernels/ref/ref.h"
+#include "tests/harness.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PAGE_TOKENS 16
+#define N_LAYER 2
+#define KV_LAYER 1
+#define N_SEQ 3
+#define SPARE_PAGES 3
+#define BF16_NAN 0x7fc0u
+
+static uint64_t rng_state;
+
+static float rnd(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static int rnd_int(int n) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (int)((rng_state >> 33) % (uint64_t)n);
+}
+
+static void fill(bf16_t *p, size_t n, float scale, float offset) {
+    for (size_t i = 0; i < n; i++)
+        p[i] = ref_f32_to_bf16(offset + rnd() * scale);
+}
+
+typedef struct cfg {
+    int d, n_rot, n_head, n_kv, k_eq_v;
+    float base;
+} cfg;
+
+/* The rows: B's prefill 0..20, A's decode at 3000, C's decode at 100 (ragged on purpose). */
+#define N_ROWS 23
+static int32_t row_pos[N_ROWS], row_seq[N_ROWS];
+static const int seq_len[N_SEQ] = {3001, 21, 101}; /* positions 0..len-1 exist */
+
+static void make_rows(void) {
+    for (int r = 0; r < 21; r++) {
+        row_pos[r] = r;
+        row_seq[r] = 1;
+    }
+    row_pos[21] = 3000;
+    row_seq[21] = 0;
+    row_pos[22] = 100;
+    row_seq[22] = 2;
+}
+
+static int window_start(int pos, int window) {
+    return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
+
+/* The paged store of one test: tables (host copy), element counts and strides. */
+typedef struct store {
+    int32_t *tables;
+    int max_pages, n_phys;
+    size_t per_slot, per_kv, per_page, elems;
+    int lo[N_SEQ]; /* earliest position any row of the sequence reads */
+} store;
+
+/* Shuffled physical pages for every logical page; with window >= 0, pages wholly before lo of
+ * their sequence are unmapped (-1). window < 0: every page mapped. */
+static void make_store(store *s, const cfg *c, int window) {
+    s->max_pages = 0;
+    int logical = 0;
+    for (int q = 0; q < N_SEQ; q++) {
+        int np = (seq_len[q] + PAGE_TOKENS - 1) / PAGE_TOKENS;
+        if (np > s->max_pages) s->max_pages = np;
+        logical += np;
+    }
+    s->max_pages += 2; /* a stride larger than any sequence needs */
+    s->n_phys = logical + SPARE_PAGES;
+    int *perm = malloc(sizeof(int) * (size_t)s->n_phys);
+    for (int i = 0; i < s->n_phys; i++)
+        perm[i] = i;
+    for (int i = s->n_phys - 1; i > 0; i--) {
+        int k = rnd_int(i + 1), t = perm[i];
+        perm[i] = perm[k];
+        perm[k] = t;
+    }
+    s->tables = malloc(sizeof(int32_t) * (size_t)(N_SEQ * s->max_pages));
+    int next = 0;
+    for (int q = 0; q < N_SEQ; q++) {
+        s->lo[q] = seq_len[q];
+        for (int r = 0; r < N_ROWS; r++)
+            if (row_seq[r] == q && window_start(row_pos[r], window) < s->lo[q])
+                s->lo[q] = window_start(row_pos[r], window);
+        int np = (seq_len[q] + PAGE_TOKENS - 1) / PAGE_TOKENS;
+        for (int p = 0; p < s->max_pages; p++) {
+            int32_t *t = &s->tables[q * s->max_pages + p];
+            *t = -1;
+            if (p < np) *t = perm[next++];
+            if (window >= 0 && (p + 1) * PAGE_TOKENS - 1 < s->lo[q]) *t = -1;
+        }
+    }
+    free(perm);
+    s->per_slot = (size_t)c->n_kv * (size_t)c->d;
+    s->per_kv = PAGE_TOKENS * s->per_slot;
+    s->per_page = N_LAYER * 2 * s->per_kv;
+    s->elems = (size_t)s->n_phys * s->per_page;
+}
+
+static k_kv_view view_of(const store *s, const cfg *c, void *base, const int32_t *tables) {
+    k_kv_view v = {.base = base,
+                   .page_tokens = PAGE_TOKENS,
+                   .n_layer = N_LAYER,
+                   .n_kv_head = c->n_kv,
+                   .head_dim = c->d,
+                   .elem_bytes = 2,
+                   .tables = tables,
+                   .max_pages = s->max_pages};
+    return v;
+}
+
+/* Norm-ratio comparison of n bf16 values; counts NaN left in out where ref is a number, and
+ * elements written by one side only (NaN in exactly one of them). */
+typedef struct cmp {
+    double num, den;
+    long unwritten, stray;
+} cmp;
+
+static void compare(cmp *m, const bf16_t *out, const bf16_t *ref, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float o = ref_bf16_to_f32(out[i]), e = ref_bf16_to_f32(ref[i]);
+        if (isnan(e)) {
+            m->stray += !isnan(o);
+            continue;
+        }
+        if (isnan(o)) {
+            m->unwritten++;
+            continue;
+        }
+        m->num += (double)(o - e) * (o - e);
+        m->den += (double)e * e;
+    }
+}
+
+static double rel_of(const cmp *m) { return sqrt(m->num / (m->den > 0 ? m->den : 1)); }
+
+static const char *tag_of(const cfg *c, char *buf, size_t len) {
+    snprintf(buf, len, "hd%d g%d%s", c->d, c->n_head / c->n_kv, c->k_eq_v ? " k=v" : "");
+    return buf;
+}
+
+/* ---- prep ---- */
+
+static void run_prep(const cfg *c, int write_kv, uint64_t seed) {
+    char gate[128], tag[48];
+    snprintf(gate, sizeof gate, "op_vs_ref[attn_prep %s kv%d]", tag_of(c, tag, sizeof tag),
+             write_kv);
+    rng_state = seed;
+    store s;
+    make_store(&s, c, 1024);
+    size_t qn = (size_t)N_ROWS * (size_t)c->n_head * (size_t)c->d;
+    size_t kn = (size_t)N_ROWS * (size_t)c->n_kv * (size_t)c->d;
+    size_t d = (size_t)c->d;
+    bf16_t *q = malloc(qn * 2), *q_ref = malloc(qn * 2), *k = malloc(kn * 2);
+    bf16_t *v = c->k_eq_v ? k : malloc(kn * 2);
+    bf16_t *qw = malloc(d * 2), *kw = malloc(d * 2);
+    bf16_t *kv = malloc(s.elems * 2), *kv_ref = malloc(s.elems * 2);
+    fill(q, qn, 3.0f, 0.0f);
+    fill(k, kn, 3.0f, 0.0f);
+    if (!c->k_eq_v) fill(v, kn, 3.0f, 0.5f);
+    fill(qw, d, 0.5f, 1.0f);
+    fill(kw, d, 0.5f, 1.0f);
+    memcpy(q_ref, q, qn * 2);
+    for (size_t i = 0; i < s.elems; i++)
+        kv[i] = kv_ref[i] = BF16_NAN;
+
+    size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages), rb = sizeof(int32_t) * N_ROWS;
+    void *dq = k_device_alloc(qn * 2), *dk = k_device_alloc(kn * 2), *dv = k_device_alloc(kn * 2);
+    void *dqw = k_device_alloc(d * 2), *dkw = k_device_alloc(d * 2);
+    void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
+    void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
+    int rc = !dq || !dk || !dv || !dqw || !dkw || !dkv || !dt || !dpos || !dseq;
+    if (!rc)
+        rc = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dk, k, kn * 2) |
+             k_copy_to_device(dv, v, kn * 2) | k_copy_to_device(dqw, qw, d * 2) |
+             k_copy_to_device(dkw, kw, d * 2) | k_copy_to_device(dkv, kv, s.elems * 2) |
+             k_copy_to_device(dt, s.tables, tb) | k_copy_to_device(dpos, row_pos, rb) |
+             k_copy_to_device(dseq, row_seq, rb);
+    k_attn_prep_args a = {.q = dq,
+                          .k_raw = dk,
+                          .v_raw = c->k_eq_v ? dk : dv,
+                          .q_norm = dqw,
+                          .k_norm = dkw,
+                          .pos = dpos,
+                          .seq = dseq,
+                          .kv = view_of(&s, c, dkv, dt),
+                          .rows = N_ROWS,
+                          .n_head = c->n_head,
+                          .kv_layer = KV_LAYER,
+                          .write_kv = write_kv,
+                          .n_rot = c->n_rot,
+                          .rope_base = c->base,
+                          .eps = 1e-6f};
+    if (!rc)
+        rc = k_attn_prep(&a, NULL) | k_sync() | k_copy_to_host(q, dq, qn * 2) |
+             k_copy_to_host(kv, dkv, s.elems * 2);
+    k_attn_prep_args ra = a;
+    ra.q = q_ref;
+    ra.k_raw = k;
+    ra.v_raw = v;
+    ra.q_norm = qw;
+    ra.k_norm = kw;
+    ra.pos = row_pos;
+    ra.seq = row_seq;
+    ra.kv = view_of(&s, c, kv_ref, s.tables);
+    int rrc = ref_attn_prep(&ra, NULL);
+
+    cmp mq = {0}, mkv = {0};
+    compare(&mq, q, q_ref, qn);
+    compare(&mkv, kv, kv_ref, s.elems);
+    double rq = rel_of(&mq), rkv = rel_of(&mkv);
+    TEST_CHECK(gate,
+               rc == 0 && rrc == 0 && rq <= 1e-2 && rkv <= 1e-2 && mq.unwritten == 0 &&
+                   mkv.unwritten == 0 && mkv.stray == 0,
+               "q rel err %.2e, K/V rel err %.2e (limit 1e-2), unwritten q %ld K/V %ld, stray "
+               "K/V writes %ld, rc %d ref rc %d",
+               rq, rkv, mq.unwritten, mkv.unwritten, mkv.stray, rc, rrc);
+    k_device_free(dq);
+    k_device_free(dk);
+    k_device_free(dv);
+    k_device_free(dqw);
+    k_device_free(dkw);
+    k_device_free(dkv);
+    k_device_free(dt);
+    k_device_free(dpos);
+    k_device_free(dseq);
+    free(q);
+    free(q_ref);
+    if (v != k) free(v);
+    free(k);
+    free(qw);
+    free(kw);
+    free(kv);
+    free(kv_ref);
+    free(s.tables);
+}
+
+/* ---- attention ---- */
+
+/* Random K/V where a row may read them, NaN everywhere else (layer 0, spare pages, slots
+ * outside [lo, len) of each sequence). */
+static void fill_store(bf16_t *kv, const store *s, const cfg *c) {
+    for (size_t i = 0; i < s->elems; i++)
+        kv[i] = BF16_NAN;
+    for (int q = 0; q < N_SEQ; q++)
+        for (int p = 0; p < s->max_pages; p++) {
+            int32_t page = s->tables[q * s->max_pages + p];
+            if (page < 0) continue;
+            for (int slot = 0; slot < PAGE_TOKENS; slot++) {
+                int pos = p * PAGE_TOKENS + slot;
+                if (pos < s->lo[q] || pos >= seq_len[q]) continue;
+                for (int which = 0; which < 2; which++) {
+                    size_t off = (size_t)page * s->per_page +
+                                 (size_t)(KV_LAYER * 2 + which) * s->per_kv +
+                                 (size_t)slot * s->per_slot;
+                    fill(kv + off, s->per_slot, 1.7f, 0.0f); /* rms ~1, as after the norms */
+                }
+            }
+        }
+    (void)c;
+}
+
+static void run_attention(const cfg *c, int window, uint64_t seed) {
+    char gate[128], tag[48];
+    snprintf(gate, sizeof gate, "op_vs_ref[attention %s w%d]", tag_of(c, tag, sizeof tag), window);
+    rng_state = seed;
+    store s;
+    make_store(&s, c, window);
+    size_t qn = (size_t)N_ROWS * (size_t)c->n_head * (size_t)c->d;
+    bf16_t *q = malloc(qn * 2), *out = malloc(qn * 2), *ref = malloc(qn * 2);
+    bf16_t *kv = malloc(s.elems * 2);
+    /* scores of std ~2.3: a softmax neither flat nor one-hot over thousands of keys */
+    fill(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
+    fill_store(kv, &s, c);
+    for (size_t i = 0; i < qn; i++)
+        out[i] = ref[i] = BF16_NAN;
+
+    size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages), rb = sizeof(int32_t) * N_ROWS;
+    void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
+    void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
+    void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
+    int rc = !dq || !dout || !dkv || !dt || !dpos || !dseq;
+    if (!rc)
+        rc = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dout, out, qn * 2) |
+             k_copy_to_device(dkv, kv, s.elems * 2) | k_copy_to_device(dt, s.tables, tb) |
+             k_copy_to_device(dpos, row_pos, rb) | k_copy_to_device(dseq, row_seq, rb);
+    k_attention_args a = {.out = dout,
+                          .q = dq,
+                          .pos = dpos,
+                          .seq = dseq,
+                          .kv = view_of(&s, c, dkv, dt),
+                          .rows = N_ROWS,
+                          .n_head = c->n_head,
+                          .kv_layer = KV_LAYER,
+                          .window = window};
+    if (!rc) rc = k_attention(&a, NULL) | k_sync() | k_copy_to_host(out, dout, qn * 2);
+    k_attention_args ra = a;
+    ra.out = ref;
+    ra.q = q;
+    ra.pos = row_pos;
+    ra.seq = row_seq;
+    ra.kv = view_of(&s, c, kv, s.tables);
+    int rrc = ref_attention(&ra, NULL);
+
+    cmp m = {0};
+    compare(&m, out, ref, qn);
+    long ref_nan = 0;
+    for (size_t i = 0; i < qn; i++)
+        ref_nan += isnan(ref_bf16_to_f32(ref[i]));
+    double rel = rel_of(&m);
+    TEST_CHECK(gate, rc == 0 && rrc == 0 && rel <= 1e-2 && m.unwritten == 0 && ref_nan == 0,
+               "rel err %.2e (limit 1e-2), unwritten %ld, NaN in ref %ld, rc %d ref rc %d", rel,
+               m.unwritten, ref_nan, rc, rrc);
+    k_device_free(dq);
+    k_device_free(dout);
+    k_device_free(dkv);
+    k_device_free(dt);
+    k_device_free(dpos);
+    k_device_free(dseq);
+    free(q);
+    free(out);
+    free(ref);
+    free(kv);
+    free(s.tables);
+}
+
+/* The launchers refuse what they have no kernel for, before touching the device. */
+static void run_refusals(void) {
+    int32_t table = 0, pos = 0;
+    k_attention_args a = {.out = (bf16_t *)16,
+                          .q = (const bf16_t *)16,
+                          .pos = &pos,
+                          .seq = &pos,
+                          .kv = {.base = (void *)16,
+                                 .page_tokens = PAGE_TOKENS,
+                                 .n_layer = 1,
+                                 .n_kv_head = 1,
+                                 .head_dim = 256,
+                                 .elem_bytes = 1,
+                                 .tables = &table,
+                                 .max_pages = 1},
+                          .rows = 1,
+                          .n_head = 1};
+    int e4m3 = k_attention(&a, NULL);
+    a.kv.elem_bytes = 2;
+    a.kv.head_dim = 128;
+    int hd128 = k_attention(&a, NULL);
+    a.kv.head_dim = 256;
+    a.n_head = 3;
+    a.kv.n_kv_head = 2;
+    int ragged_group = k_attention(&a, NULL);
+    k_attn_prep_args p = {.q = (bf16_t *)16,
+                          .q_norm = (const bf16_t *)16,
+                          .pos = &pos,
+                          .kv = a.kv,
+                          .rows = 1,
+                          .n_head = 1,
+                          .n_rot = 64};
+    p.kv.elem_bytes = 1;
+    int prep_e4m3 = k_attn_prep(&p, NULL);
+    p.kv.elem_bytes = 2;
+    p.kv.head_dim = 384;
+    int prep_hd384 = k_attn_prep(&p, NULL);
+    TEST_CHECK("attn_refuses_unsupported",
+               e4m3 == K_ERR_DTYPE && hd128 == K_ERR_SHAPE && ragged_group == K_ERR_SHAPE &&
+                   prep_e4m3 == K_ERR_DTYPE && prep_hd384 == K_ERR_SHAPE,
+               "attention e4m3 %d hd128 %d group 3/2 %d; prep e4m3 %d hd384 %d", e4m3, hd128,
+               ragged_group, prep_e4m3, prep_hd384);
+}
+
+int main(void) {
+    char desc[256];
+    if (k_device_init(desc, sizeof desc) != 0) {
+        test_skip("op_vs_ref_attn", "no GPU (%s)", desc);
+        return 0;
+    }
+    printf("# device: %s\n", desc);
+    make_rows();
+    /* local family (hd 256, default RoPE) and global family (hd 512, proportional RoPE: 64 of
+     * 256 pairs), GQA groups 2 and 8, one k_eq_v case */
+    static const cfg cfgs[] = {
+        {.d = 256, .n_rot = 128, .n_head = 16, .n_kv = 8, .base = 10000.0f},
+        {.d = 256, .n_rot = 128, .n_head = 32, .n_kv = 4, .base = 10000.0f},
+        {.d = 512, .n_rot = 64, .n_head = 16, .n_kv = 2, .k_eq_v = 1, .base = 1e6f},
+        {.d = 512, .n_rot = 64, .n_head = 8, .n_kv = 4, .base = 1e6f},
+    };
+    static const int windows[] = {0, 8, 1024};
+    uint64_t seed = 4242;
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        for (int w = 0; w <= 1; w++)
+            run_prep(&cfgs[i], w, seed++);
+        for (size_t k = 0; k < sizeof windows / sizeof windows[0]; k++)
+            run_attention(&cfgs[i], windows[k], seed++);
+    }
+    run_refusals();
+    return harness_exit();
+}

@@ -1,0 +1,252 @@
+/* tests/gpu/test_moe.c - GPU gates: the MoE routing and routed experts (kernels/moe.cu) against
+ * their CPU twins ref_moe_route and ref_moe_experts on fresh seeded random inputs, outputs
+ * poisoned first, at the 26B-A4B's shape (128 experts, top 8, d_model 2816, d_expert 704), the
+ * tiny fixture's (16, 4, 64, 32) and a geometry check (128, 8, 2816, 64), with 1, 5 and 64 rows.
+ *
+ * Pass rules (design/GATES.md, op vs reference):
+ * - route: the chosen ids equal the reference's exactly, ties included (some rows carry exact
+ *   ties in the logits, at the top and across the top-k cut, to test the lower-id rule; the
+ *   tied logits give bit-identical p on both sides, so the rule alone decides). The weights
+ *   within 1e-6 relative: both sides do the same fp32 operations in the same order, and only
+ *   the exponential may differ: the kernel rounds a double exp once (the correctly rounded
+ *   value), the host's expf is within 0.502 ulp and so equals it except in rare near-halfway
+ *   cases, where one ulp (1.2e-7 relative at most) separates them; through the division by the
+ *   sum and by the chosen sum a few such ulps stay well under 1e-6.
+ * - experts: ||out - ref|| / ||ref|| <= 1e-2 (bf16 outputs). Given the same ids and weights
+ *   the two sides differ only by the summation order of the dot products and tanhf's last
+ *   bits, so an intermediate bf16 rounding (gu, h, y) may land one ulp (2^-8 relative) apart
+ *   now and then; the norm ratio stays a few 1e-3 at most. No NaN from the poison may be left.
+ *   Batch invariance: row 0 computed alone equals row 0 of the batch bit for bit. */
+#include "kernels/kernels.h"
+#include "kernels/ref/ref.h"
+#include "tests/harness.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state;
+
+static uint32_t rnd_u32(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 32);
+}
+
+/* uniform in [-1, 1) */
+static float rnd(void) { return (float)(rnd_u32() >> 8) / 16777216.0f * 2.0f - 1.0f; }
+
+static void fill(bf16_t *p, size_t n, float scale, float offset) {
+    for (size_t i = 0; i < n; i++)
+        p[i] = ref_f32_to_bf16(offset + rnd() * scale);
+}
+
+typedef struct shape {
+    int n_expert, top_k, d_model, d_expert;
+} shape;
+
+/* Router logits with ties: row r % 3 == 1 gets top_k + 2 experts at one equal top value (the
+ * cut falls inside the tie), row r % 3 == 2 is quantised to quarters in [-2, 2] (ties
+ * everywhere, as the torch.topk check in box_run.sh draws them). */
+static void make_logits(bf16_t *lg, int rows, int n) {
+    for (int r = 0; r < rows; r++) {
+        bf16_t *row = lg + (size_t)r * (size_t)n;
+        fill(row, (size_t)n, 2.0f, 0.0f);
+        if (r % 3 == 1) {
+            int k_tie = n / 4 + 2 < n ? n / 4 + 2 : n;
+            for (int j = 0; j < k_tie; j++)
+                row[(r * 7 + j * 3) % n] = ref_f32_to_bf16(3.0f);
+        } else if (r % 3 == 2) {
+            for (int e = 0; e < n; e++)
+                row[e] = ref_f32_to_bf16(roundf(rnd() * 8.0f) / 4.0f);
+        }
+    }
+}
+
+/* k_moe_route vs ref_moe_route; leaves the reference's ids and weights in idx, w. */
+static void check_route(const shape *s, int rows, const bf16_t *scale_h, void *d_scale,
+                        int32_t *idx, float *w) {
+    char gate[96];
+    snprintf(gate, sizeof gate, "op_vs_ref[moe_route e%d k%d rows%d]", s->n_expert, s->top_k, rows);
+    size_t nl = (size_t)rows * (size_t)s->n_expert, nk = (size_t)rows * (size_t)s->top_k;
+    bf16_t *lg = malloc(nl * 2);
+    int32_t *gidx = malloc(nk * 4);
+    float *gw = malloc(nk * 4);
+    make_logits(lg, rows, s->n_expert);
+    void *d_lg = k_device_alloc(nl * 2), *d_idx = k_device_alloc(nk * 4),
+         *d_w = k_device_alloc(nk * 4);
+    int rc = (!d_lg || !d_idx || !d_w) ? K_ERR_NO_MEMORY : 0;
+    for (size_t i = 0; i < nk; i++) {
+        gidx[i] = -1;
+        gw[i] = NAN;
+    }
+    if (rc == 0)
+        rc |= k_copy_to_device(d_lg, lg, nl * 2) | k_copy_to_device(d_idx, gidx, nk * 4) |
+              k_copy_to_device(d_w, gw, nk * 4);
+    k_moe_route_args a = {.idx = d_idx,
+                          .weight = d_w,
+                          .logits = d_lg,
+                          .per_expert_scale = d_scale,
+                          .rows = rows,
+                          .n_expert = s->n_expert,
+                          .top_k = s->top_k};
+    if (rc == 0)
+        rc |= k_moe_route(&a, NULL) | k_sync() | k_copy_to_host(gidx, d_idx, nk * 4) |
+              k_copy_to_host(gw, d_w, nk * 4);
+    k_moe_route_args ra = {.idx = idx,
+                           .weight = w,
+                           .logits = lg,
+                           .per_expert_scale = scale_h,
+                           .rows = rows,
+                           .n_expert = s->n_expert,
+                           .top_k = s->top_k};
+    int rrc = ref_moe_route(&ra, NULL);
+    int idx_diff = 0, first = -1, nan = 0;
+    double worst = 0;
+    for (size_t i = 0; i < nk; i++) {
+        if (gidx[i] != idx[i]) {
+            if (first < 0) first = (int)i;
+            idx_diff++;
+        }
+        if (isnan(gw[i])) nan++;
+        double d = fabs((double)gw[i] - (double)w[i]);
+        double rel = w[i] != 0.0f ? d / fabs((double)w[i]) : d;
+        if (!(rel <= worst)) worst = rel; /* NaN counts as worst */
+    }
+    if (first >= 0)
+        printf("# %s: first id mismatch at row %d rank %d: gpu %d ref %d\n", gate, first / s->top_k,
+               first % s->top_k, gidx[first], idx[first]);
+    TEST_CHECK(gate, rc == 0 && rrc == 0 && idx_diff == 0 && nan == 0 && worst <= 1e-6,
+               "ids differing %d, weights max rel err %.2e (limit 1e-6), NaN %d, rc %d/%d",
+               idx_diff, worst, nan, rc, rrc);
+    k_device_free(d_lg);
+    k_device_free(d_idx);
+    k_device_free(d_w);
+    free(lg);
+    free(gidx);
+    free(gw);
+}
+
+/* k_moe_experts vs ref_moe_experts on the same ids and weights. */
+static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf16_t *dn_h,
+                          void *d_gu, void *d_dn, const int32_t *idx, const float *w) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "op_vs_ref[moe_experts e%d k%d dm%d de%d rows%d]", s->n_expert,
+             s->top_k, s->d_model, s->d_expert, rows);
+    size_t nx = (size_t)rows * (size_t)s->d_model, nk = (size_t)rows * (size_t)s->top_k;
+    bf16_t *x = malloc(nx * 2), *out = malloc(nx * 2), *ref = malloc(nx * 2);
+    fill(x, nx, 1.0f, 0.0f);
+    void *d_x = k_device_alloc(nx * 2), *d_out = k_device_alloc(nx * 2),
+         *d_idx = k_device_alloc(nk * 4), *d_w = k_device_alloc(nk * 4);
+    int rc = (!d_x || !d_out || !d_idx || !d_w) ? K_ERR_NO_MEMORY : 0;
+    for (size_t i = 0; i < nx; i++)
+        out[i] = 0x7fc0; /* NaN poison */
+    if (rc == 0)
+        rc |= k_copy_to_device(d_x, x, nx * 2) | k_copy_to_device(d_out, out, nx * 2) |
+              k_copy_to_device(d_idx, idx, nk * 4) | k_copy_to_device(d_w, w, nk * 4);
+    k_moe_experts_args a = {.out = d_out,
+                            .x = d_x,
+                            .gate_up = d_gu,
+                            .down = d_dn,
+                            .idx = d_idx,
+                            .weight = d_w,
+                            .rows = rows,
+                            .d_model = s->d_model,
+                            .d_expert = s->d_expert,
+                            .n_expert = s->n_expert,
+                            .top_k = s->top_k};
+    if (rc == 0) rc |= k_moe_experts(&a, NULL) | k_sync() | k_copy_to_host(out, d_out, nx * 2);
+    k_moe_experts_args ra = a;
+    ra.out = ref;
+    ra.x = x;
+    ra.gate_up = gu_h;
+    ra.down = dn_h;
+    ra.idx = idx;
+    ra.weight = w;
+    int rrc = ref_moe_experts(&ra, NULL);
+    double num = 0, den = 0;
+    int unwritten = 0, far = 0;
+    for (size_t i = 0; i < nx; i++) {
+        float o = ref_bf16_to_f32(out[i]), e = ref_bf16_to_f32(ref[i]);
+        if (isnan(o)) unwritten++;
+        num += (double)(o - e) * (o - e);
+        den += (double)e * e;
+        int d = (int)out[i] - (int)ref[i];
+        if (d > 1 || d < -1) far += !(o == 0 && e == 0);
+    }
+    /* batch invariance: row 0 alone equals row 0 of the batch, bit for bit */
+    int variant = 0;
+    if (rows > 1 && rc == 0) {
+        bf16_t *row = malloc((size_t)s->d_model * 2);
+        k_moe_experts_args one = a;
+        one.rows = 1;
+        rc |= k_moe_experts(&one, NULL) | k_sync() |
+              k_copy_to_host(row, d_out, (size_t)s->d_model * 2);
+        variant = memcmp(row, out, (size_t)s->d_model * 2) != 0;
+        free(row);
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    TEST_CHECK(gate, rc == 0 && rrc == 0 && unwritten == 0 && rel <= 1e-2 && !variant && den > 0,
+               "rel err %.2e (limit 1e-2), unwritten %d, elements over 1 ulp %d, row 0 alone %s, "
+               "rc %d/%d",
+               rel, unwritten, far, variant ? "DIFFERS" : "identical", rc, rrc);
+    k_device_free(d_x);
+    k_device_free(d_out);
+    k_device_free(d_idx);
+    k_device_free(d_w);
+    free(x);
+    free(out);
+    free(ref);
+}
+
+static void run_shape(const shape *s, uint64_t seed) {
+    rng_state = seed;
+    size_t ngu = (size_t)s->n_expert * 2 * (size_t)s->d_expert * (size_t)s->d_model;
+    size_t ndn = (size_t)s->n_expert * (size_t)s->d_model * (size_t)s->d_expert;
+    bf16_t *scale = malloc((size_t)s->n_expert * 2), *gu = malloc(ngu * 2), *dn = malloc(ndn * 2);
+    fill(scale, (size_t)s->n_expert, 0.5f, 1.0f);
+    /* unit-variance-ish activations: weights at 1/sqrt(fan-in) */
+    fill(gu, ngu, 1.0f / sqrtf((float)s->d_model), 0.0f);
+    fill(dn, ndn, 1.0f / sqrtf((float)s->d_expert), 0.0f);
+    void *d_scale = k_device_alloc((size_t)s->n_expert * 2), *d_gu = k_device_alloc(ngu * 2),
+         *d_dn = k_device_alloc(ndn * 2);
+    int ok = d_scale && d_gu && d_dn &&
+             k_copy_to_device(d_scale, scale, (size_t)s->n_expert * 2) == 0 &&
+             k_copy_to_device(d_gu, gu, ngu * 2) == 0 && k_copy_to_device(d_dn, dn, ndn * 2) == 0;
+    const int rows_list[] = {1, 5, 64};
+    for (size_t i = 0; i < sizeof rows_list / sizeof rows_list[0]; i++) {
+        int rows = rows_list[i];
+        if (!ok) {
+            test_fail("op_vs_ref_moe", "device allocation or copy failed (e%d dm%d de%d)",
+                      s->n_expert, s->d_model, s->d_expert);
+            break;
+        }
+        size_t nk = (size_t)rows * (size_t)s->top_k;
+        int32_t *idx = malloc(nk * 4);
+        float *w = malloc(nk * 4);
+        check_route(s, rows, scale, d_scale, idx, w);
+        check_experts(s, rows, gu, dn, d_gu, d_dn, idx, w);
+        free(idx);
+        free(w);
+    }
+    k_device_free(d_scale);
+    k_device_free(d_gu);
+    k_device_free(d_dn);
+    free(scale);
+    free(gu);
+    free(dn);
+}
+
+int main(void) {
+    char desc[256];
+    if (k_device_init(desc, sizeof desc) != 0) {
+        test_skip("op_vs_ref_moe", "no GPU (%s)", desc);
+        return 0;
+    }
+    printf("# device: %s\n", desc);
+    /* the 26B-A4B, the tiny fixture, and the 26B-A4B's routing with a narrow expert */
+    const shape shapes[] = {{128, 8, 2816, 704}, {16, 4, 64, 32}, {128, 8, 2816, 64}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        run_shape(&shapes[i], 4321 + i);
+    return harness_exit();
+}

@@ -1,0 +1,569 @@
+/* tests/gpu/test_ops.c - GPU gate: the row-wise and elementwise ops of kernels/norm.cu
+ * (embed, rmsnorm, gelu_mul, scale_add, mul_vec_scale, gather_rows, softcap) against their
+ * CPU twins in kernels/ref/norm_ref.c, on fresh seeded random inputs at the model's widths
+ * (16..512 head and PLE norms, 2816 and 5376 hidden sizes) and ragged ones, with the output
+ * poisoned with NaN first (except where the op is in place or the case aliases out on an
+ * input), plus the launchers' precondition answers.
+ *
+ * Pass rule (design/GATES.md, op vs reference): ||out - ref|| / ||ref|| <= 1e-2 for bf16
+ * outputs, no poison left, and a tighter per-element rule for each op, stated with its reason
+ * where it is chosen. Distances are counted in bf16 ulps along the ordered bit patterns. */
+#include "kernels/kernels.h"
+#include "kernels/ref/ref.h"
+#include "tests/harness.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define POISON 0x7fc0 /* bf16 quiet NaN */
+#define REL_LIMIT 1e-2
+#define EPS 1e-6f /* Gemma's rms_norm_eps */
+
+static uint64_t rng_state;
+
+static float rnd(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static int rnd_int(int n) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (int)((rng_state >> 33) % (uint64_t)n);
+}
+
+/* ~N(0,1)-ish: three uniforms on [-1,1) sum to variance 1; one value in 32 is scaled by 8 so
+ * the tails (saturated tanh, gelu's flat negative side, large norms) are exercised. */
+static float rnd_act(void) {
+    float v = rnd() + rnd() + rnd();
+    if (rnd_int(32) == 0) v *= 8.0f;
+    return v;
+}
+
+static void fill(bf16_t *p, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++)
+        p[i] = ref_f32_to_bf16(rnd_act() * scale);
+}
+
+static bf16_t *hbuf(size_t n) {
+    bf16_t *p = malloc((n ? n : 1) * sizeof *p);
+    if (!p) {
+        fprintf(stderr, "test_ops: out of host memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static bf16_t *poisoned(size_t n) {
+    bf16_t *p = hbuf(n);
+    for (size_t i = 0; i < n; i++)
+        p[i] = POISON;
+    return p;
+}
+
+/* A device copy of host memory; a failure sets *rc (later launches then refuse NULL). */
+static void *dcopy(const void *h, size_t bytes, int *rc) {
+    void *d = k_device_alloc(bytes ? bytes : 1);
+    if (!d) {
+        *rc |= K_ERR_NO_MEMORY;
+        return NULL;
+    }
+    *rc |= k_copy_to_device(d, h, bytes);
+    return d;
+}
+
+/* ---- comparison ---- */
+
+typedef struct cmp {
+    double num, den;  /* sum of (out - ref)^2 and of ref^2 */
+    size_t unwritten; /* NaN out where ref is a number: poison left */
+    size_t far;       /* elements outside the op's element rule */
+    size_t worst;     /* index of the largest ulp distance */
+    int worst_ulps;
+    float worst_o, worst_e;
+} cmp;
+
+/* Sign-magnitude bf16 bits on one monotone integer line: +0 and -0 both 0, neighbours 1. */
+static int ord(bf16_t v) { return (v & 0x8000) ? -(int)(v & 0x7fff) : (int)(v & 0x7fff); }
+
+/* One ulp of a bf16 value of v's magnitude (8 significant bits). */
+static float ulp_bf16(float v) {
+    if (v == 0.0f || !isfinite(v)) return 0x1p-133f;
+    float u = ldexpf(1.0f, ilogbf(v) - 7);
+    return u > 0x1p-133f ? u : 0x1p-133f;
+}
+
+/* Element i passes when out is within max_ulps of ref, or within atol of it. */
+static void cmp_elem(cmp *c, size_t i, bf16_t o, bf16_t e, int max_ulps, float atol) {
+    float fo = ref_bf16_to_f32(o), fe = ref_bf16_to_f32(e);
+    if (isnan(fo) || isnan(fe)) {
+        if (isnan(fo) && !isnan(fe)) c->unwritten++;
+        if (!isnan(fo) && isnan(fe)) c->far++;
+        return;
+    }
+    double d = (double)fo - (double)fe;
+    c->num += d * d;
+    c->den += (double)fe * (double)fe;
+    int u = abs(ord(o) - ord(e));
+    if (u > c->worst_ulps) {
+        c->worst_ulps = u;
+        c->worst = i;
+        c->worst_o = fo;
+        c->worst_e = fe;
+    }
+    if (u > max_ulps && fabs(d) > (double)atol) c->far++;
+}
+
+static void report(const char *gate, int rc, const cmp *c, const char *rule, const char *extra) {
+    double rel = sqrt(c->num / (c->den > 0 ? c->den : 1));
+    TEST_CHECK(gate, rc == 0 && c->unwritten == 0 && c->far == 0 && rel <= REL_LIMIT,
+               "rc %d, rel err %.2e (limit %.0e), unwritten %zu, outside %s: %zu, worst %d ulp "
+               "at %zu (got %g want %g)%s",
+               rc, rel, REL_LIMIT, c->unwritten, rule, c->far, c->worst_ulps, c->worst,
+               (double)c->worst_o, (double)c->worst_e, extra);
+}
+
+/* Exact ops (embed, scale_add, mul_vec_scale, gather_rows) apply the same IEEE fp32
+ * multiplies and adds as the twin (the kernels forbid FMA contraction) and round at the same
+ * points, so they must match bit for bit. */
+static void cmp_exact(cmp *c, const bf16_t *out, const bf16_t *ref, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        cmp_elem(c, i, out[i], ref[i], 0, 0.0f);
+}
+
+/* ---- embed ---- */
+
+static void run_embed(int rows, int width, int bad_ids, uint64_t seed) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "op_vs_ref[embed w=%d rows=%d%s]", width, rows,
+             bad_ids ? " bad ids" : "");
+    rng_state = seed;
+    const int n_vocab = 300;
+    size_t n = (size_t)rows * (size_t)width, tn = (size_t)n_vocab * (size_t)width;
+    bf16_t *table = hbuf(tn), *out = poisoned(n), *ref = hbuf(n);
+    int32_t *ids = malloc((size_t)rows * sizeof *ids), *good = malloc((size_t)rows * sizeof *good);
+    if (!ids || !good) exit(1);
+    fill(table, tn, 1.0f);
+    for (int r = 0; r < rows; r++)
+        ids[r] = good[r] = rnd_int(n_vocab);
+    /* bad ids: the kernel writes a zero row instead of reading outside the table */
+    if (bad_ids) {
+        ids[0] = -1;
+        if (rows > 1) ids[rows - 1] = n_vocab;
+    }
+    float scale = ref_round_bf16(sqrtf((float)width)); /* HF's bf16(sqrt(d_model)) */
+    k_embed_args ra = {.out = ref,
+                       .table = table,
+                       .ids = good,
+                       .rows = rows,
+                       .width = width,
+                       .n_vocab = n_vocab,
+                       .scale = scale};
+    ref_embed(&ra, NULL);
+    for (int r = 0; r < rows; r++)
+        if (ids[r] < 0 || ids[r] >= n_vocab) memset(ref + (size_t)r * width, 0, (size_t)width * 2);
+    int rc = 0;
+    void *dt = dcopy(table, tn * 2, &rc), *di = dcopy(ids, (size_t)rows * 4, &rc);
+    void *dout = dcopy(out, n * 2, &rc);
+    k_embed_args a = ra;
+    a.out = dout;
+    a.table = dt;
+    a.ids = di;
+    rc |= k_embed(&a, NULL);
+    rc |= k_sync();
+    rc |= k_copy_to_host(out, dout, n * 2);
+    cmp c = {0};
+    cmp_exact(&c, out, ref, n);
+    report(gate, rc, &c, "exact", "");
+    k_device_free(dt);
+    k_device_free(di);
+    k_device_free(dout);
+    free(table);
+    free(out);
+    free(ref);
+    free(ids);
+    free(good);
+}
+
+/* ---- rmsnorm ---- */
+
+enum { ALIAS_NONE, ALIAS_IN, ALIAS_RES };
+
+static void run_rmsnorm(int rows, int width, int has_w, int has_res, int alias, uint64_t seed) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "op_vs_ref[rmsnorm w=%d rows=%d%s%s%s]", width, rows,
+             has_w ? "" : " unweighted", has_res ? " res" : "",
+             alias == ALIAS_IN    ? " out=in"
+             : alias == ALIAS_RES ? " out=res"
+                                  : "");
+    rng_state = seed;
+    size_t n = (size_t)rows * (size_t)width;
+    bf16_t *x = hbuf(n), *w = hbuf((size_t)width), *res = hbuf(n), *out = poisoned(n);
+    bf16_t *ref = hbuf(n), *y = hbuf(n);
+    fill(x, n, 1.0f);
+    fill(w, (size_t)width, 1.0f);
+    fill(res, n, 4.0f); /* the residual stream runs larger than the normed branch */
+    k_rmsnorm_args ra = {.out = ref,
+                         .in = x,
+                         .w = has_w ? w : NULL,
+                         .residual = has_res ? res : NULL,
+                         .rows = rows,
+                         .width = width,
+                         .eps = EPS};
+    ref_rmsnorm(&ra, NULL);
+    /* the normed branch before the residual add, for the element rule below */
+    k_rmsnorm_args rb = ra;
+    rb.out = y;
+    rb.residual = NULL;
+    ref_rmsnorm(&rb, NULL);
+
+    int rc = 0;
+    void *dx = dcopy(x, n * 2, &rc), *dw = dcopy(w, (size_t)width * 2, &rc);
+    void *dres = dcopy(res, n * 2, &rc), *dout = dcopy(out, n * 2, &rc);
+    k_rmsnorm_args a = ra;
+    a.in = dx;
+    a.w = has_w ? dw : NULL;
+    a.residual = has_res ? dres : NULL;
+    a.out = alias == ALIAS_IN ? dx : alias == ALIAS_RES ? dres : dout;
+    rc |= k_rmsnorm(&a, NULL);
+    rc |= k_sync();
+    rc |= k_copy_to_host(out, a.out, n * 2);
+
+    /* Element rule. The device sums the squares in a block tree, the twin left to right, and
+     * device powf may differ from glibc's by a few fp32 ulps: inv differs by a relative
+     * ~1e-6 (<< one bf16 ulp, 2^-8), which can move the one rounding of bf(x*inv*w) by at most
+     * one ulp. With a residual, that one ulp of the branch y enters the sum, which rounds
+     * again: |out - ref| <= ulp(y) + 2 ulp(ref) (cancellation can make ulp(y) many ulps of
+     * the sum, hence the absolute form). */
+    cmp c = {0};
+    for (size_t i = 0; i < n; i++) {
+        float e = ref_bf16_to_f32(ref[i]);
+        float atol = has_res ? ulp_bf16(ref_bf16_to_f32(y[i])) + 2.0f * ulp_bf16(e) : 0.0f;
+        cmp_elem(&c, i, out[i], ref[i], 1, atol);
+    }
+
+    /* batch invariance: row 0 alone gives the same bits as row 0 of the batch */
+    const char *alone = "";
+    if (rows > 1 && alias == ALIAS_NONE && rc == 0) {
+        bf16_t *row = poisoned((size_t)width);
+        rc |= k_copy_to_device(dout, row, (size_t)width * 2);
+        a.rows = 1;
+        rc |= k_rmsnorm(&a, NULL);
+        rc |= k_sync();
+        rc |= k_copy_to_host(row, dout, (size_t)width * 2);
+        if (memcmp(row, out, (size_t)width * 2) != 0) {
+            alone = ", row 0 alone DIFFERS";
+            c.far++;
+        } else {
+            alone = ", row 0 alone identical";
+        }
+        free(row);
+    }
+    report(gate, rc, &c, has_res ? "1 ulp or ulp(y)+2ulp(ref)" : "1 ulp", alone);
+    k_device_free(dx);
+    k_device_free(dw);
+    k_device_free(dres);
+    k_device_free(dout);
+    free(x);
+    free(w);
+    free(res);
+    free(out);
+    free(ref);
+    free(y);
+}
+
+/* ---- gelu_mul ---- */
+
+enum { GM_PLAIN, GM_PACKED, GM_NO_B };
+
+static void run_gelu_mul(int rows, int width, int variant, uint64_t seed) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "op_vs_ref[gelu_mul w=%d rows=%d %s]", width, rows,
+             variant == GM_PACKED  ? "packed gate|up"
+             : variant == GM_PLAIN ? "a*b"
+                                   : "b=NULL");
+    rng_state = seed;
+    size_t n = (size_t)rows * (size_t)width, sn = 2 * n;
+    bf16_t *src = hbuf(sn), *out = poisoned(n), *ref = hbuf(n);
+    fill(src, sn, 2.0f); /* wide enough to reach gelu's flat negative side */
+    /* PACKED: one [rows, 2*width] gate|up row as the fused projection writes it; PLAIN: two
+     * dense [rows, width] operands; NO_B: gelu alone. */
+    size_t b_off = variant == GM_PACKED ? (size_t)width : n;
+    int ld = variant == GM_PACKED ? 2 * width : width;
+    k_gelu_mul_args ra = {.out = ref,
+                          .a = src,
+                          .b = variant == GM_NO_B ? NULL : src + b_off,
+                          .rows = rows,
+                          .width = width,
+                          .lda = ld,
+                          .ldb = ld};
+    ref_gelu_mul(&ra, NULL);
+    int rc = 0;
+    bf16_t *dsrc = dcopy(src, sn * 2, &rc), *dout = dcopy(out, n * 2, &rc);
+    k_gelu_mul_args a = ra;
+    a.out = dout;
+    a.a = dsrc;
+    a.b = variant == GM_NO_B ? NULL : dsrc + b_off;
+    rc |= k_gelu_mul(&a, NULL);
+    rc |= k_sync();
+    rc |= k_copy_to_host(out, dout, n * 2);
+
+    /* Element rule: 2 ulps, or an absolute 1e-6 (1 + |x|) max(1, |b|). tanhf on the device
+     * and in glibc each err by <= 2 fp32 ulps, which can move bf(gelu) by one bf16 ulp; that
+     * one relative ulp (<= 2^-7) times b moves the product by under 2 ulps before its own
+     * rounding, so at most 2 ulps apart. Where gelu is nearly 0 (x < -3, 1 + tanh cancels)
+     * the tanh error is relative to 1, not to gelu: |dgelu| <= 0.5 |x| 4 2^-24 ~ 1.2e-7 |x|,
+     * times |b|; the absolute term covers it with room. */
+    cmp c = {0};
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < width; j++) {
+            size_t i = (size_t)r * width + j;
+            float x = ref_bf16_to_f32(src[(size_t)r * ld + j]);
+            float b = variant == GM_NO_B ? 1.0f : ref_bf16_to_f32(src[b_off + (size_t)r * ld + j]);
+            float atol = 1e-6f * (1.0f + fabsf(x)) * fmaxf(1.0f, fabsf(b));
+            cmp_elem(&c, i, out[i], ref[i], 2, atol);
+        }
+    report(gate, rc, &c, "2 ulp or 1e-6(1+|x|)max(1,|b|)", "");
+    k_device_free(dsrc);
+    k_device_free(dout);
+    free(src);
+    free(out);
+    free(ref);
+}
+
+/* ---- scale_add ---- */
+
+static void run_scale_add(size_t n, int has_b, int alias, float scale, uint64_t seed) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "op_vs_ref[scale_add n=%zu%s%s scale=%g]", n, has_b ? " a+b" : " a",
+             alias ? " out=a" : "", (double)scale);
+    rng_state = seed;
+    bf16_t *a_h = hbuf(n), *b_h = hbuf(n), *out = poisoned(n), *ref = hbuf(n);
+    fill(a_h, n, 4.0f);
+    fill(b_h, n, 1.0f);
+    k_scale_add_args ra = {.out = ref, .a = a_h, .b = has_b ? b_h : NULL, .n = n, .scale = scale};
+    ref_scale_add(&ra, NULL);
+    int rc = 0;
+    void *da = dcopy(a_h, n * 2, &rc), *db = dcopy(b_h, n * 2, &rc), *dout = dcopy(out, n * 2, &rc);
+    k_scale_add_args a = ra;
+    a.a = da;
+    a.b = has_b ? db : NULL;
+    a.out = alias ? da : dout;
+    rc |= k_scale_add(&a, NULL);
+    rc |= k_sync();
+    rc |= k_copy_to_host(out, a.out, n * 2);
+    cmp c = {0};
+    cmp_exact(&c, out, ref, n);
+    report(gate, rc, &c, "exact", "");
+    k_device_free(da);
+    k_device_free(db);
+    k_device_free(dout);
+    free(a_h);
+    free(b_h);
+    free(out);
+    free(ref);
+}
+
+/* ---- mul_vec_scale ---- */
+
+static void run_mul_vec_scale(int rows, int width, uint64_t seed) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "op_vs_ref[mul_vec_scale w=%d rows=%d]", width, rows);
+    rng_state = seed;
+    size_t n = (size_t)rows * (size_t)width;
+    bf16_t *a_h = hbuf(n), *v = hbuf((size_t)width), *out = poisoned(n), *ref = hbuf(n);
+    fill(a_h, n, 1.0f);
+    fill(v, (size_t)width, 1.0f);
+    /* the router's d_model^-0.5, a Python float applied in fp32 */
+    float scale = 1.0f / sqrtf((float)width);
+    k_mul_vec_scale_args ra = {
+        .out = ref, .a = a_h, .v = v, .rows = rows, .width = width, .scale = scale};
+    ref_mul_vec_scale(&ra, NULL);
+    int rc = 0;
+    void *da = dcopy(a_h, n * 2, &rc), *dv = dcopy(v, (size_t)width * 2, &rc);
+    void *dout = dcopy(out, n * 2, &rc);
+    k_mul_vec_scale_args a = ra;
+    a.out = dout;
+    a.a = da;
+    a.v = dv;
+    rc |= k_mul_vec_scale(&a, NULL);
+    rc |= k_sync();
+    rc |= k_copy_to_host(out, dout, n * 2);
+    cmp c = {0};
+    cmp_exact(&c, out, ref, n);
+    report(gate, rc, &c, "exact", "");
+    k_device_free(da);
+    k_device_free(dv);
+    k_device_free(dout);
+    free(a_h);
+    free(v);
+    free(out);
+    free(ref);
+}
+
+/* ---- gather_rows ---- */
+
+static void run_gather_rows(int rows, int width, uint64_t seed) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "op_vs_ref[gather_rows w=%d rows=%d]", width, rows);
+    rng_state = seed;
+    int n_in = rows + 7;
+    size_t n = (size_t)rows * (size_t)width, in_n = (size_t)n_in * (size_t)width;
+    bf16_t *in = hbuf(in_n), *out = poisoned(n), *ref = hbuf(n);
+    int32_t *src = malloc((size_t)rows * sizeof *src);
+    if (!src) exit(1);
+    fill(in, in_n, 1.0f);
+    for (int r = 0; r < rows; r++)
+        src[r] = rnd_int(n_in);
+    k_gather_rows_args ra = {.out = ref, .in = in, .src = src, .rows = rows, .width = width};
+    ref_gather_rows(&ra, NULL);
+    int rc = 0;
+    void *din = dcopy(in, in_n * 2, &rc), *ds = dcopy(src, (size_t)rows * 4, &rc);
+    void *dout = dcopy(out, n * 2, &rc);
+    k_gather_rows_args a = ra;
+    a.out = dout;
+    a.in = din;
+    a.src = ds;
+    rc |= k_gather_rows(&a, NULL);
+    rc |= k_sync();
+    rc |= k_copy_to_host(out, dout, n * 2);
+    cmp c = {0};
+    cmp_exact(&c, out, ref, n); /* a copy */
+    report(gate, rc, &c, "exact", "");
+    k_device_free(din);
+    k_device_free(ds);
+    k_device_free(dout);
+    free(in);
+    free(out);
+    free(ref);
+    free(src);
+}
+
+/* ---- softcap ---- */
+
+static void run_softcap(size_t n, float cap, uint64_t seed) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "op_vs_ref[softcap n=%zu cap=%g]", n, (double)cap);
+    rng_state = seed;
+    bf16_t *x = hbuf(n), *out = hbuf(n), *ref = hbuf(n);
+    fill(x, n, 20.0f); /* logits: many beyond the cap, where tanh saturates */
+    memcpy(ref, x, n * 2);
+    k_softcap_args ra = {.x = ref, .n = n, .cap = cap};
+    ref_softcap(&ra, NULL);
+    /* in place by contract, so no poison: the comparison itself shows what was written */
+    int rc = 0;
+    void *dx = dcopy(x, n * 2, &rc);
+    k_softcap_args a = {.x = dx, .n = n, .cap = cap};
+    rc |= k_softcap(&a, NULL);
+    rc |= k_sync();
+    rc |= k_copy_to_host(out, dx, n * 2);
+    /* Element rule: 2 ulps. x / cap is one IEEE division on both sides; tanhf (<= 2 fp32 ulps
+     * off on each side) can move bf(tanh) by one bf16 ulp, and that ulp times cap is under 2
+     * ulps of the product (cap / 2^floor(log2 cap) < 2), so the rounded products are at most
+     * 2 ulps apart. */
+    cmp c = {0};
+    for (size_t i = 0; i < n; i++)
+        cmp_elem(&c, i, out[i], ref[i], 2, 0.0f);
+    report(gate, rc, &c, "2 ulp", "");
+    k_device_free(dx);
+    free(x);
+    free(out);
+    free(ref);
+}
+
+/* ---- preconditions ---- */
+
+static void run_preconditions(void) {
+    bf16_t dummy = 0;
+    int32_t id = 0;
+    int bad = 0;
+    k_rmsnorm_args rn = {.out = &dummy, .in = &dummy, .rows = 1, .width = 0, .eps = EPS};
+    bad += k_rmsnorm(&rn, NULL) != K_ERR_SHAPE; /* width 0 */
+    rn.width = 4;
+    rn.rows = -1;
+    bad += k_rmsnorm(&rn, NULL) != K_ERR_SHAPE; /* negative rows */
+    k_rmsnorm_args rz = {.rows = 0, .width = 16, .eps = EPS};
+    bad += k_rmsnorm(&rz, NULL) != K_OK; /* nothing to do: no launch, NULLs fine */
+    rz.rows = 1;
+    bad += k_rmsnorm(&rz, NULL) != K_ERR_SHAPE; /* NULL in/out with work to do */
+    k_gelu_mul_args gm = {
+        .out = &dummy, .a = &dummy, .b = &dummy, .rows = 1, .width = 8, .lda = 4, .ldb = 8};
+    bad += k_gelu_mul(&gm, NULL) != K_ERR_SHAPE; /* lda < width */
+    gm.lda = 8;
+    gm.ldb = 0;
+    bad += k_gelu_mul(&gm, NULL) != K_ERR_SHAPE; /* ldb < width with b */
+    k_scale_add_args sa = {.n = 0, .scale = 1.0f};
+    bad += k_scale_add(&sa, NULL) != K_OK;
+    sa.n = 4;
+    bad += k_scale_add(&sa, NULL) != K_ERR_SHAPE;
+    k_softcap_args sc = {.x = NULL, .n = 0, .cap = 30.0f};
+    bad += k_softcap(&sc, NULL) != K_OK;
+    sc.n = 4;
+    bad += k_softcap(&sc, NULL) != K_ERR_SHAPE;
+    k_embed_args em = {.out = &dummy,
+                       .table = &dummy,
+                       .ids = &id,
+                       .rows = 1,
+                       .width = 4,
+                       .n_vocab = 0,
+                       .scale = 1.0f};
+    bad += k_embed(&em, NULL) != K_ERR_SHAPE; /* empty vocabulary */
+    k_mul_vec_scale_args mv = {.out = &dummy, .a = &dummy, .v = NULL, .rows = 1, .width = 4};
+    bad += k_mul_vec_scale(&mv, NULL) != K_ERR_SHAPE; /* NULL v */
+    k_gather_rows_args gr = {.out = &dummy, .in = &dummy, .src = &id, .rows = -2, .width = 4};
+    bad += k_gather_rows(&gr, NULL) != K_ERR_SHAPE;
+    TEST_CHECK("op_preconditions", bad == 0, "%d of 13 precondition answers wrong", bad);
+}
+
+int main(void) {
+    char desc[256];
+    if (k_device_init(desc, sizeof desc) != 0) {
+        test_skip("op_vs_ref", "no GPU (%s)", desc);
+        return 0;
+    }
+    printf("# device: %s\n", desc);
+    run_preconditions();
+
+    static const int widths[] = {16, 64, 256, 512, 2816, 5376};
+    static const int row_counts[] = {1, 3, 17};
+    const size_t nw = sizeof widths / sizeof widths[0], nr = sizeof row_counts / sizeof *row_counts;
+    uint64_t seed = 1000;
+
+    /* rmsnorm: the fused residual form at every width and row count, then the variants */
+    for (size_t i = 0; i < nw; i++)
+        for (size_t k = 0; k < nr; k++)
+            run_rmsnorm(row_counts[k], widths[i], 1, 1, ALIAS_NONE, seed++);
+    for (size_t i = 0; i < nw; i++) {
+        run_rmsnorm(3, widths[i], 1, 0, ALIAS_NONE, seed++);
+        run_rmsnorm(17, widths[i], 0, 0, ALIAS_NONE, seed++);
+        run_rmsnorm(17, widths[i], 1, 0, ALIAS_IN, seed++);
+        run_rmsnorm(17, widths[i], 1, 1, ALIAS_IN, seed++);
+        run_rmsnorm(3, widths[i], 1, 1, ALIAS_RES, seed++);
+    }
+
+    /* the elementwise and row ops: the model's widths plus an odd ragged one */
+    static const int shapes[][2] = {{1, 16}, {3, 64},    {17, 256}, {3, 512},
+                                    {5, 33}, {17, 2816}, {1, 5376}, {17, 5376}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int rows = shapes[i][0], width = shapes[i][1];
+        size_t n = (size_t)rows * (size_t)width;
+        run_embed(rows, width, 0, seed++);
+        run_gelu_mul(rows, width, GM_PACKED, seed++);
+        run_gelu_mul(rows, width, GM_PLAIN, seed++);
+        run_gelu_mul(rows, width, GM_NO_B, seed++);
+        run_scale_add(n, 1, 0, 0.70710678f, seed++);
+        run_scale_add(n, 0, 0, ref_round_bf16(0.37f), seed++); /* a bf16 layer_scalar */
+        run_scale_add(n, 1, 1, 0.70710678f, seed++);
+        run_mul_vec_scale(rows, width, seed++);
+        run_gather_rows(rows, width, seed++);
+        run_softcap(n, 30.0f, seed++);
+    }
+    run_embed(17, 256, 1, seed++);
+    run_embed(1, 64, 1, seed++);
+    /* one large elementwise n, past EW_THREADS * EW_MAX_BLOCKS: the grid-stride loop wraps */
+    run_scale_add((size_t)262144 * 5 + 3, 1, 0, 0.70710678f, seed++);
+    run_softcap((size_t)262144 * 5 + 3, 30.0f, seed++);
+    run_gelu_mul(257, 5376, GM_PACKED, seed++);
+    return harness_exit();
+}
