@@ -329,7 +329,8 @@ dummy_weights() {
     if ! nvidia-smi -L >/dev/null 2>&1; then echo "SKIP gpu:dummy_weights: skipped: no GPU"; return; fi
     local out err
     out=$(echo '{"tokens":[2,10,20],"max_tokens":16}' | "$B/g4pipe" -c conf/gemma4-26b-a4b.ini \
-          --set model.weights=dummy --set serve.max_context=4096 2> "$B/tests/dummy.stderr")
+          --set model.weights=dummy --set serve.max_context=4096 2> "$B/tests/dummy.stderr" ||
+          echo "exit status $?")
     if [ "$(echo "$out" | grep -c '"event":"token"')" = 16 ] && echo "$out" | grep -q '"event":"done"' &&
        ! echo "$out" | grep -q '"event":"error"'; then
         echo "PASS gpu:dummy_weights: gemma4-26b-a4b, dummy weights: 16 token lines and a done line; $(grep -o 'device .*' "$B/tests/dummy.stderr" | head -1)"

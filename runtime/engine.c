@@ -356,6 +356,8 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
                 s->failed_step ? s->failed_step : "?", rc);
         return rc;
     }
-    memcpy(logits, s->logits, (size_t)b->out_rows * (size_t)e->model->n_vocab * sizeof(bf16_t));
+    size_t bytes = (size_t)b->out_rows * (size_t)e->model->n_vocab * sizeof(bf16_t);
+    if (e->gpu) return k_copy_to_host(logits, s->logits, bytes) == 0 ? 0 : K_ERR_DEVICE;
+    memcpy(logits, s->logits, bytes);
     return 0;
 }

@@ -410,9 +410,19 @@ static void gate_published(engine *plain, const char *dir, const fx_dump *eager)
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
+    if (argc < 2 || argc > 3 ||
+        (argc == 3 && strcmp(argv[2], "cpu") != 0 && strcmp(argv[2], "gpu") != 0)) {
         fprintf(stderr, "usage: test_fixtures FIXTURES_DIR [cpu|gpu]\n");
         return 2;
+    }
+    if (argc == 3 && strcmp(argv[2], "gpu") == 0) {
+        char desc[256];
+        if (k_device_init(desc, sizeof desc) != 0) {
+            test_skip("gpu:engine_vs_hf", "no GPU (%s)", desc);
+            return 0;
+        }
+        backend_choice = G4_BACKEND_GPU;
+        gate_prefix = "gpu:";
     }
     log_set_level(LOG_WARN);
     const char *fixtures[] = {"tiny-moe", "tiny-ple", "tiny-dense"};

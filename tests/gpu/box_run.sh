@@ -9,11 +9,14 @@ export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 { nvidia-smi; nvcc --version; python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'; } > "$OUT/env.log" 2>&1
 echo "== build"; ./build.sh > "$OUT/build.log" 2>&1; echo "build rc $?"; tail -2 "$OUT/build.log"
 echo "== ldd"; ldd build/g4pipe | grep -v -E "vdso|ld-linux"
-echo "== gpu-test"; ./build.sh gpu-test > "$OUT/gpu-test.log" 2>&1; grep -E "^(FAIL|SKIP)" "$OUT/gpu-test.log"; tail -1 "$OUT/gpu-test.log"
+echo "== gpu-test"; ./build.sh gpu-test > "$OUT/gpu-test.log" 2>&1; grep -E "^(FAIL|SKIP)|gpu:" "$OUT/gpu-test.log" | cut -c1-240; tail -1 "$OUT/gpu-test.log"
 case " $* " in *" sanitize "*)
-    echo "== compute-sanitizer memcheck, tiny fixtures on the GPU"
-    compute-sanitizer --tool memcheck build/tests/test_fixtures tests/fixtures gpu > "$OUT/memcheck.log" 2>&1
-    grep -E "ERROR SUMMARY|^FAIL" "$OUT/memcheck.log" | head -5 ;;
+    echo "== compute-sanitizer memcheck: one request through g4pipe on tiny-moe"
+    echo '{"tokens":[2,700,800,900],"max_tokens":6}' | compute-sanitizer --tool memcheck \
+        build/g4pipe --model tests/fixtures/tiny-moe 2>&1 | grep -E "ERROR SUMMARY"
+    echo "== compute-sanitizer memcheck: the tiny-fixture gate run (up to 240 s)"
+    timeout 240 compute-sanitizer --tool memcheck build/tests/test_fixtures tests/fixtures gpu > "$OUT/memcheck.log" 2>&1
+    echo "rc $?"; grep -E "ERROR SUMMARY|^FAIL" "$OUT/memcheck.log" | head -5; grep -c "^PASS" "$OUT/memcheck.log" ;;
 esac
 case " $* " in *" speed "*)
     echo "== decode speed, dummy weights, one request"
