@@ -24,8 +24,8 @@ int device_weights_bind(loader *ld, const g4_model_desc *m, uint64_t seed, g4_we
 
 /* Builds the plan of every projection in w: max_rows rows for the layers, max_out_rows for the
  * LM head. Returns 0 or -1 after logging. */
-int device_weights_plans(device_weights *dw, const g4_model_desc *m, g4_weights *w,
-                         int max_rows, int max_out_rows);
+int device_weights_plans(device_weights *dw, const g4_model_desc *m, g4_weights *w, int max_rows,
+                         int max_out_rows);
 
 /* Device bytes the weights occupy. */
 size_t device_weights_bytes(const device_weights *dw);

@@ -23,7 +23,8 @@ int main(void) {
         a.out = want;
         ref_fill_uniform(&a, NULL);
         size_t diff = 0;
-        for (size_t j = 0; j < n; j++) diff += got[j] != want[j];
+        for (size_t j = 0; j < n; j++)
+            diff += got[j] != want[j];
         char gate[64];
         snprintf(gate, sizeof gate, "op_vs_ref[fill_uniform n=%zu]", n);
         TEST_CHECK(gate, rc == 0 && diff == 0, "%zu of %zu elements differ (exact rule)", diff, n);
