@@ -8,6 +8,7 @@
 #   ./build.sh format     rewrite every hand-written C/CUDA file with clang-format
 #   ./build.sh lint       format check, cppcheck, clang-tidy only
 #   ./build.sh fuzz [SECONDS]   the libFuzzer targets, each for SECONDS (default 600)
+#   ./build.sh bench      tokenizer and decode figures (decode needs a GPU)
 #   ./build.sh release    static release binary under release/out/
 #   ./build.sh debug      CPU build with AddressSanitizer and UBSan under build/debug/
 #   ./build.sh deps       fill .deps/ with the Debian archives the offline GPU box needs
@@ -180,6 +181,7 @@ build_tests() {
         "$(obj runtime/log.c)" $LIBS -o "$B/tests/test_tokenizer"
     $CC $CFLAGS $INC tests/tokenizer/bench_tokenizer.c "$(obj runtime/tokenizer.c)" \
         "$(obj runtime/log.c)" $LIBS -o "$B/tests/bench_tokenizer"
+    link_bin "$B/tests/bench_decode" $(compile_c tests/bench/bench_decode.c) $HOST_OBJS $DEV_OBJS
     if [ $HAVE_NVCC = 1 ]; then
         for t in $GPU_TESTS; do
             link_bin "$B/tests/$t" $(compile_c tests/gpu/$t.c) $HOST_OBJS $DEV_OBJS
@@ -377,6 +379,16 @@ build) ensure_deps; build_all ;;
 test) ensure_deps; suite_test ;;
 gpu-test) shift; suite_gpu "$@" ;;
 fuzz) ensure_deps; build_all; shift; fuzz_suite "${1:-600}" | summarize ;;
+bench)
+    # figures, not pass/fail: the tokenizer, and decode on the GPU at the real geometry
+    ensure_deps; build_all; build_tests
+    "$B/tests/bench_tokenizer" "$SHARED_TOKENIZER" tests/tokenizer || true
+    if nvidia-smi -L >/dev/null 2>&1; then
+        for m in gemma4-26b-a4b gemma4-31b; do for bt in 1 4 16; do
+            "$B/tests/bench_decode" -c conf/$m.ini --set model.weights=dummy \
+                --set serve.max_context=4096 --batch $bt --prompt 1024 --steps 32 || true
+        done; done
+    else say "no GPU: decode figures need one"; fi ;;
 format) hand_sources | xargs clang-format -i --style=file; say "formatted" ;;
 lint) ensure_deps; generate; lint | summarize ;;
 deps) fill_deps ;;

@@ -275,6 +275,7 @@ void engine_close(engine *e) {
 const g4_model_desc *engine_model(const engine *e) { return e->model; }
 const g4_weights *engine_weights(const engine *e) { return &e->w; }
 const char *engine_variant(const engine *e) { return e->schedule->variant; }
+int engine_on_gpu(const engine *e) { return e->gpu; }
 int engine_max_rows(const engine *e) { return e->max_rows; }
 
 int engine_seq_reserve(engine *e, int seq, int pos_begin, int pos_end) {

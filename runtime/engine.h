@@ -26,6 +26,8 @@ void engine_close(engine *e);
 const g4_model_desc *engine_model(const engine *e);
 const g4_weights *engine_weights(const engine *e);
 const char *engine_variant(const engine *e);
+/* 1 when the engine runs on the GPU backend. */
+int engine_on_gpu(const engine *e);
 
 /* Largest rows a step may carry (serve.prefill_chunk + serve.max_batch). */
 int engine_max_rows(const engine *e);

@@ -1,0 +1,189 @@
+/* tests/bench/bench_decode.c - decode step time of one model on the engine, against the
+ * memory-bandwidth floor of design/BENCH.md, with a per-step breakdown.
+ *
+ * usage: bench_decode -c FILE [--set k=v]... [--batch B] [--prompt N] [--steps S] [--bw GBPS]
+ * B sequences are prefilled with N random tokens each, then S decode steps of B rows are timed
+ * (wall clock around each whole step, which ends in the logits' copy to the host, so it
+ * includes the launch gaps). A second pass synchronises after every named step and sums the
+ * time per step name: that pass is slower than a real step (one sync per step), so its
+ * figures are shares, not absolutes. The floor counts the bytes a step must read: every
+ * non-expert weight once, top_k of n_expert experts per layer (the batch-1 count; at B > 1 the
+ * distinct experts are counted from the router's output), the LM head, and the KV of every
+ * row (window-capped for the local family). A benchmark, not a test: it prints figures only. */
+#include "runtime/config.h"
+#include "runtime/engine.h"
+#include "runtime/kv_pool.h"
+#include "runtime/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_STEP_NAMES 64
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+typedef struct profile {
+    const char *names[MAX_STEP_NAMES];
+    double ms[MAX_STEP_NAMES];
+    long calls[MAX_STEP_NAMES];
+    int n, gpu;
+    long layer_calls; /* op calls made inside decoder layers */
+    double last;
+} profile;
+
+static int profile_hook(g4_state *s, int layer, const char *step) {
+    profile *p = s->hook_ctx;
+    if (layer >= 0) p->layer_calls++;
+    if (p->gpu && k_sync() != 0) return -1;
+    double t = now_ms();
+    int i = 0;
+    while (i < p->n && strcmp(p->names[i], step) != 0) i++;
+    if (i == p->n && p->n < MAX_STEP_NAMES) p->names[p->n++] = step;
+    if (i < MAX_STEP_NAMES) {
+        p->ms[i] += t - p->last;
+        p->calls[i]++;
+    }
+    p->last = t;
+    return 0;
+}
+
+/* Bytes of every weight a batch-1 decode step reads, and of the experts alone. */
+static double weight_bytes(const g4_model_desc *m, double *experts_all) {
+    double b = (double)m->n_vocab * m->d_model; /* tied LM head */
+    *experts_all = 0;
+    for (int l = 0; l < m->n_layer; l++) {
+        int full = m->layer_kind[l] == G4_LAYER_FULL;
+        double hd = full ? m->head_dim_global : m->head_dim_local;
+        double kv = (full ? m->n_kv_head_global : m->n_kv_head_local) * hd;
+        int owns = g4_model_kv_donor(m, l) == l;
+        b += 2.0 * m->n_head * hd * m->d_model; /* q, o */
+        if (owns) b += kv * m->d_model * ((full && m->k_eq_v) ? 1 : 2);
+        b += 3.0 * g4_model_d_ff(m, l) * m->d_model;
+        if (m->n_expert) {
+            b += (double)m->n_expert * m->d_model; /* router */
+            *experts_all += (double)m->n_expert * 3.0 * m->d_expert * m->d_model;
+        }
+        if (m->d_ple) b += 2.0 * m->d_ple * m->d_model;
+    }
+    return 2.0 * b; /* bf16 */
+}
+
+static double kv_bytes(const g4_model_desc *m, int ctx, int rows) {
+    double b = 0;
+    for (int l = 0; l < m->n_layer; l++) {
+        int full = m->layer_kind[l] == G4_LAYER_FULL;
+        int keys = full || ctx < m->window ? ctx : m->window;
+        double hd = full ? m->head_dim_global : m->head_dim_local;
+        b += (double)keys * (full ? m->n_kv_head_global : m->n_kv_head_local) * hd * 2 * 2;
+    }
+    return b * rows;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    g4_config cfg;
+    config_defaults(&cfg);
+    int batch = 1, prompt = 1024, steps = 32;
+    double bw = 4280; /* GB/s: the H200 of record's measured copy bandwidth (BENCH.md) */
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-c") && config_load(&cfg, argv[i + 1])) return 2;
+        if (!strcmp(argv[i], "--set") && config_set(&cfg, argv[i + 1])) return 2;
+        if (!strcmp(argv[i], "--batch")) batch = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--bw")) bw = atof(argv[i + 1]);
+    }
+    if (batch < 1 || batch > cfg.serve.max_batch || prompt < 1 || steps < 1 ||
+        prompt + steps + 1 > cfg.serve.max_context || config_finish(&cfg) != 0) {
+        fprintf(stderr, "bench_decode: bad arguments (batch <= serve.max_batch, prompt + steps "
+                        "< serve.max_context)\n");
+        return 2;
+    }
+    log_set_level(LOG_WARN);
+    engine *e = NULL;
+    if (engine_open(&cfg, 0, &e) != 0) return 1;
+    const g4_model_desc *m = engine_model(e);
+    int32_t *ids = calloc((size_t)cfg.serve.prefill_chunk + (size_t)batch, sizeof *ids);
+    int32_t *pos = calloc((size_t)cfg.serve.prefill_chunk + (size_t)batch, sizeof *pos);
+    int32_t *seq = calloc((size_t)cfg.serve.prefill_chunk + (size_t)batch, sizeof *seq);
+    int32_t *src = calloc((size_t)batch, sizeof *src);
+    bf16_t *logits = malloc(sizeof *logits * (size_t)batch * (size_t)m->n_vocab);
+    double *t = calloc((size_t)steps, sizeof *t), ttft = 0;
+    srand(1);
+    /* prefill every sequence in chunks */
+    for (int b = 0; b < batch; b++)
+        for (int p0 = 0; p0 < prompt; p0 += cfg.serve.prefill_chunk) {
+            int n = prompt - p0 < cfg.serve.prefill_chunk ? prompt - p0 : cfg.serve.prefill_chunk;
+            for (int i = 0; i < n; i++) {
+                ids[i] = i + p0 == 0 ? 2 : 1000 + rand() % (m->n_vocab - 1000);
+                pos[i] = p0 + i;
+                seq[i] = b;
+            }
+            src[0] = n - 1;
+            engine_seq_release_front(e, b, p0);
+            engine_seq_reserve(e, b, p0, p0 + n);
+            double t0 = now_ms();
+            engine_batch eb = {n, ids, pos, seq, 1, src};
+            if (engine_step(e, &eb, logits, NULL, NULL) != 0) return 1;
+            ttft += now_ms() - t0;
+        }
+    profile prof = {.gpu = engine_on_gpu(e)};
+    for (int s = 0; s <= steps; s++) { /* the last step is the profiled one */
+        for (int b = 0; b < batch; b++) {
+            ids[b] = 1000 + rand() % (m->n_vocab - 1000);
+            pos[b] = prompt + s;
+            seq[b] = b;
+            src[b] = b;
+            engine_seq_release_front(e, b, pos[b]);
+            engine_seq_reserve(e, b, pos[b], pos[b] + 1);
+        }
+        engine_batch eb = {batch, ids, pos, seq, batch, src};
+        prof.last = now_ms();
+        double t0 = now_ms();
+        if (engine_step(e, &eb, logits, s == steps ? profile_hook : NULL, &prof) != 0) return 1;
+        if (s < steps) t[s] = now_ms() - t0;
+    }
+    qsort(t, (size_t)steps, sizeof *t, cmp_double);
+    double experts_all, wb = weight_bytes(m, &experts_all);
+    double routed = m->n_expert ? experts_all * (double)m->top_k / m->n_expert : 0;
+    double floor_bytes = wb + routed + kv_bytes(m, prompt, batch);
+    double floor_ms = floor_bytes / (bw * 1e6);
+    double med = t[steps / 2];
+    printf("model %s, variant %s, batch %d, context %d, %d steps\n", m->name, engine_variant(e),
+           batch, prompt, steps);
+    printf("decode step: median %.3f ms, p90 %.3f ms, min %.3f ms (%.1f tok/s at batch %d)\n", med,
+           t[steps * 9 / 10], t[0], 1e3 * batch / med, batch);
+    printf("floor: %.3f GB per step (weights %.3f, routed experts %.3f, KV %.3f; experts at batch "
+           "1) / %.0f GB/s = %.3f ms; fraction of floor %.3f\n",
+           floor_bytes / 1e9, wb / 1e9, routed / 1e9, kv_bytes(m, prompt, batch) / 1e9, bw,
+           floor_ms, floor_ms / med);
+    printf("prefill: %d tokens x %d sequences in %.1f ms\n", prompt, batch, ttft);
+    double total = 0;
+    for (int i = 0; i < prof.n; i++) total += prof.ms[i];
+    printf("per-step breakdown (one step, synchronised after every named step; %.2f ms in all):\n",
+           total);
+    printf("%-16s %10s %8s %8s\n", "step", "ms", "share", "calls");
+    for (int i = 0; i < prof.n; i++)
+        printf("%-16s %10.3f %7.1f%% %8ld\n", prof.names[i], prof.ms[i], 100 * prof.ms[i] / total,
+               prof.calls[i]);
+    printf("op calls per decoder layer: %.1f (moe_experts launches 3 kernels, the others 1)\n",
+           (double)prof.layer_calls / m->n_layer);
+    engine_close(e);
+    free(ids);
+    free(pos);
+    free(seq);
+    free(src);
+    free(logits);
+    free(t);
+    return 0;
+}
