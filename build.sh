@@ -313,7 +313,7 @@ fuzz_suite() {
 # device; gpu-test names restrict the run to those programs (e.g. ./build.sh gpu-test test_attn).
 gpu_gates() {
     if [ $HAVE_NVCC = 0 ]; then
-        for t in $GPU_TESTS engine_vs_hf dummy_weights; do echo "SKIP gpu:$t: skipped: no GPU (CPU-only build, no nvcc)"; done
+        for t in $GPU_TESTS engine_vs_hf dummy_weights geometry; do echo "SKIP gpu:$t: skipped: no GPU (CPU-only build, no nvcc)"; done
         return
     fi
     local t want=" $* "
@@ -324,6 +324,23 @@ gpu_gates() {
         run_test "$B/tests/test_fixtures" tests/fixtures gpu
     fi
     if [ "$want" = "  " ] || [ "${want#* dummy_weights }" != "$want" ]; then dummy_weights; fi
+    if [ "$want" = "  " ] || [ "${want#* geometry }" != "$want" ]; then geometry_gates; fi
+}
+
+# The engine against HF on few-layer models at the real head dims, KV heads, window (1024) and
+# vocabulary of the 26B-A4B and 31B, made here with torch and transformers (never committed):
+# window crossing at W-1, W, W+1 and 4W tokens, whole and chunked.
+geometry_gates() {
+    if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
+        echo "SKIP gpu:geometry: skipped: needs torch and transformers with a GPU"; return
+    fi
+    local g="$B/geometry" m
+    for m in 26b-a4b 31b; do
+        [ -f "$g/geometry-$m/hf_sdpa.txt" ] ||
+            python3 tests/fixtures/make_fixtures.py geometry --model $m --out "$g" > "$g.$m.log" 2>&1 ||
+            { echo "FAIL gpu:geometry[$m]: make_fixtures.py failed, see $g.$m.log"; continue; }
+        run_test "$B/tests/test_fixtures" "$g" gpu "geometry-$m"
+    done
 }
 
 # The 26B-A4B at its real geometry with seeded random weights answers a token request.

@@ -18,6 +18,13 @@ case " $* " in *" sanitize "*)
     timeout 240 compute-sanitizer --tool memcheck build/tests/test_fixtures tests/fixtures gpu > "$OUT/memcheck.log" 2>&1
     echo "rc $?"; grep -E "ERROR SUMMARY|^FAIL" "$OUT/memcheck.log" | head -5; grep -c "^PASS" "$OUT/memcheck.log" ;;
 esac
+case " $* " in *" bench "*)
+    echo "== bench_decode, batch 1, 1024-token context"
+    for m in gemma4-26b-a4b gemma4-31b; do
+        timeout 150 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
+            --set serve.max_context=4096 --batch 1 --prompt 1024 --steps 16 2>&1 | tee "$OUT/bench_$m.txt" | head -4
+    done ;;
+esac
 case " $* " in *" speed "*)
     echo "== decode speed, dummy weights, one request"
     for m in gemma4-26b-a4b gemma4-31b; do
