@@ -43,7 +43,8 @@ static int profile_hook(g4_state *s, int layer, const char *step) {
     if (p->gpu && k_sync() != 0) return -1;
     double t = now_ms();
     int i = 0;
-    while (i < p->n && strcmp(p->names[i], step) != 0) i++;
+    while (i < p->n && strcmp(p->names[i], step) != 0)
+        i++;
     if (i == p->n && p->n < MAX_STEP_NAMES) p->names[p->n++] = step;
     if (i < MAX_STEP_NAMES) {
         p->ms[i] += t - p->last;
@@ -53,7 +54,8 @@ static int profile_hook(g4_state *s, int layer, const char *step) {
     return 0;
 }
 
-/* Bytes of every weight a batch-1 decode step reads, and of the experts alone. */
+/* Bytes of every non-expert weight a decode step reads; *experts_all gets the bytes of all
+ * experts (gate_up and down of each). */
 static double weight_bytes(const g4_model_desc *m, double *experts_all) {
     double b = (double)m->n_vocab * m->d_model; /* tied LM head */
     *experts_all = 0;
@@ -66,8 +68,8 @@ static double weight_bytes(const g4_model_desc *m, double *experts_all) {
         if (owns) b += kv * m->d_model * ((full && m->k_eq_v) ? 1 : 2);
         b += 3.0 * g4_model_d_ff(m, l) * m->d_model;
         if (m->n_expert) {
-            b += (double)m->n_expert * m->d_model; /* router */
-            *experts_all += (double)m->n_expert * 3.0 * m->d_expert * m->d_model;
+            b += (double)m->n_expert * m->d_model;                              /* router */
+            *experts_all += 2.0 * m->n_expert * 3.0 * m->d_expert * m->d_model; /* bytes */
         }
         if (m->d_ple) b += 2.0 * m->d_ple * m->d_model;
     }
@@ -169,7 +171,8 @@ int main(int argc, char **argv) {
            floor_ms, floor_ms / med);
     printf("prefill: %d tokens x %d sequences in %.1f ms\n", prompt, batch, ttft);
     double total = 0;
-    for (int i = 0; i < prof.n; i++) total += prof.ms[i];
+    for (int i = 0; i < prof.n; i++)
+        total += prof.ms[i];
     printf("per-step breakdown (one step, synchronised after every named step; %.2f ms in all):\n",
            total);
     printf("%-16s %10s %8s %8s\n", "step", "ms", "share", "calls");

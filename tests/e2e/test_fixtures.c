@@ -415,9 +415,8 @@ static void gate_published(engine *plain, const char *dir, const fx_dump *eager)
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || argc > 3 ||
-        (argc == 3 && strcmp(argv[2], "cpu") != 0 && strcmp(argv[2], "gpu") != 0)) {
-        fprintf(stderr, "usage: test_fixtures FIXTURES_DIR [cpu|gpu]\n");
+    if (argc < 2 || (argc >= 3 && strcmp(argv[2], "cpu") != 0 && strcmp(argv[2], "gpu") != 0)) {
+        fprintf(stderr, "usage: test_fixtures FIXTURES_DIR [cpu|gpu] [FIXTURE...]\n");
         return 2;
     }
     if (argc >= 3 && strcmp(argv[2], "gpu") == 0) {
