@@ -33,7 +33,7 @@ kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c"
 GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill"
 CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/fill.cu kernels/norm.cu kernels/attn.cu
 kernels/moe.cu"
-UNIT_TESTS="test_loader test_config test_kv_pool test_sampler test_chat"
+UNIT_TESTS="test_loader test_config test_kv_pool test_sampler test_chat test_ref_fp8"
 # what each unit test links: the module under test through its header, no generated code
 # (test_loader brings its own model table)
 unit_src() {
@@ -43,6 +43,7 @@ unit_src() {
     test_kv_pool) echo runtime/log.c runtime/kv_pool.c ;;
     test_sampler) echo runtime/log.c runtime/sampler.c ;;
     test_chat) echo runtime/log.c runtime/tokenizer.c runtime/chat.c ;;
+    test_ref_fp8) echo kernels/ref/bf16_ref.c kernels/ref/attn_ref.c ;;
     esac
 }
 LINT_DIRS="runtime codegen kernels/ref graph"

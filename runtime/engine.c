@@ -221,12 +221,12 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
         return -1;
     }
     const char *variant = cfg->kv.local == G4_KV_LOCAL_FP8 ? "local_fp8" : "local_bf16";
-    if (cfg->kv.local == G4_KV_LOCAL_FP8) {
-        /* the local_fp8 schedule is compiled in, but the attention ops have no e4m3 twin yet
-         * and would refuse at the first step: say so now, naming them */
+    if (cfg->kv.local == G4_KV_LOCAL_FP8 && e->gpu) {
+        /* the local_fp8 schedule is compiled in and the CPU reference stores e4m3, but the
+         * GPU launchers would refuse a one-byte layout at the first step: say so now */
         log_msg(LOG_ERROR, "engine",
-                "kv.local = fp8: attn_prep and attention have no e4m3 twin in this build; use "
-                "kv.local = bf16");
+                "kv.local = fp8: k_attn_prep and k_attention have no e4m3 twin yet; use "
+                "kv.local = bf16, or debug.backend = cpu for the CPU reference");
         free(e);
         return -1;
     }

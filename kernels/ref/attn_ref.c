@@ -4,8 +4,9 @@
  *
  * Follows HF's eager attention (gemma4/ARCHITECTURE.md 2.5-2.6): scale 1.0, scores rounded
  * to bf16, softmax in fp32, probabilities rounded to bf16, P.V accumulated in fp32 and
- * rounded once. The window rule is i - W < j <= i. Only the bf16 layout has a twin here: a
- * one-byte (e4m3) layout is refused until the fp8 local pool lands. */
+ * rounded once. The window rule is i - W < j <= i. A one-byte layout (the fp8 local pool)
+ * stores e4m3 at scale 1.0 of exactly the bf16 value the bf16 pool would store, and reads it
+ * back exactly (every e4m3 value is a bf16 value); queries and outputs stay bf16. */
 #include "kernels/ref/ref.h"
 
 #include <math.h>
@@ -29,12 +30,25 @@ static long kv_offset(const k_kv_view *kv, int seq, int pos, int layer, int whic
 }
 
 static int kv_check(const k_kv_view *kv, const char *op) {
-    if (kv->elem_bytes != 2) {
-        fprintf(stderr, "g4pipe: error %s: no e4m3 twin: refusing a %d-byte KV layout\n", op,
-                kv->elem_bytes);
+    if (kv->elem_bytes != 2 && kv->elem_bytes != 1) {
+        fprintf(stderr, "g4pipe: error %s: refusing a %d-byte KV layout\n", op, kv->elem_bytes);
         return K_ERR_DTYPE;
     }
     return K_OK;
+}
+
+/* One KV element at element offset o, as fp32, from either width. */
+static float kv_load(const k_kv_view *kv, long o) {
+    if (kv->elem_bytes == 1) return ref_e4m3_to_f32(((const uint8_t *)kv->base)[o]);
+    return ref_bf16_to_f32(((const bf16_t *)kv->base)[o]);
+}
+
+/* Stores the bf16 value v (already rounded) at element offset o in the family's width. */
+static void kv_store(const k_kv_view *kv, long o, float v) {
+    if (kv->elem_bytes == 1)
+        ((uint8_t *)kv->base)[o] = ref_f32_to_e4m3(v);
+    else
+        ((bf16_t *)kv->base)[o] = ref_f32_to_bf16(v);
 }
 
 /* RMS(x; w) over one head vector, rounded to bf16, in place into out. */
@@ -67,7 +81,6 @@ int ref_attn_prep(const k_attn_prep_args *a, g4_stream st) {
     int d = a->kv.head_dim;
     float *tmp = calloc((size_t)d, sizeof(float));
     if (!tmp) return K_ERR_NO_MEMORY;
-    bf16_t *store = a->kv.base;
     for (int r = 0; r < a->rows; r++) {
         for (int h = 0; h < a->n_head; h++) {
             bf16_t *q = a->q + ((size_t)r * (size_t)a->n_head + (size_t)h) * (size_t)d;
@@ -88,10 +101,10 @@ int ref_attn_prep(const k_attn_prep_args *a, g4_stream st) {
             head_norm(tmp, a->k_raw + in, a->k_norm, d, a->eps);
             rope(tmp, d, a->n_rot, a->pos[r], a->rope_base);
             for (int j = 0; j < d; j++)
-                store[ko + j] = ref_f32_to_bf16(tmp[j]);
+                kv_store(&a->kv, ko + j, tmp[j]);
             head_norm(tmp, a->v_raw + in, NULL, d, a->eps);
             for (int j = 0; j < d; j++)
-                store[vo + j] = ref_f32_to_bf16(tmp[j]);
+                kv_store(&a->kv, vo + j, tmp[j]);
         }
     }
     free(tmp);
@@ -106,14 +119,13 @@ static int attend_head(const k_attention_args *a, int r, int h, float *p, float 
     int i = a->pos[r];
     int j0 = a->window > 0 && i - a->window + 1 > 0 ? i - a->window + 1 : 0;
     const bf16_t *q = a->q + ((size_t)r * (size_t)a->n_head + (size_t)h) * (size_t)d;
-    const bf16_t *store = a->kv.base;
     float mx = -INFINITY;
     for (int j = j0; j <= i; j++) {
         long ko = kv_offset(&a->kv, a->seq[r], j, a->kv_layer, 0, kvh);
         if (ko < 0) return K_ERR_SHAPE;
         float s = 0.0f;
         for (int t = 0; t < d; t++)
-            s += F(q[t]) * F(store[ko + t]);
+            s += F(q[t]) * kv_load(&a->kv, ko + t);
         p[j - j0] = BF(s);
         if (p[j - j0] > mx) mx = p[j - j0];
     }
@@ -128,7 +140,7 @@ static int attend_head(const k_attention_args *a, int r, int h, float *p, float 
         float pj = BF(p[j - j0] / sum);
         long vo = kv_offset(&a->kv, a->seq[r], j, a->kv_layer, 1, kvh);
         for (int t = 0; t < d; t++)
-            acc[t] += pj * F(store[vo + t]);
+            acc[t] += pj * kv_load(&a->kv, vo + t);
     }
     bf16_t *out = a->out + ((size_t)r * (size_t)a->n_head + (size_t)h) * (size_t)d;
     for (int t = 0; t < d; t++)

@@ -18,6 +18,11 @@ float ref_bf16_to_f32(bf16_t v);
 bf16_t ref_f32_to_bf16(float f);
 /* fp32 rounded through bf16: bf(x). */
 float ref_round_bf16(float f);
+/* e4m3 (OCP fp8 "E4M3FN": bias 7, no infinities, 0x7f NaN, largest finite 448) at scale
+ * 1.0: round to nearest even, saturating to +-448 as __nv_cvt_float_to_fp8(x, __NV_SATFINITE,
+ * __NV_E4M3) does. Every e4m3 value is exact in bf16 and fp32. */
+uint8_t ref_f32_to_e4m3(float f);
+float ref_e4m3_to_f32(uint8_t v);
 /* gelu_pytorch_tanh in fp32. */
 float ref_gelu_tanh(float x);
 
