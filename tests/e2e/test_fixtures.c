@@ -54,7 +54,7 @@ typedef struct run {
 } run;
 
 /* longest: the longest prompt, which a whole-prompt prefill runs as one step */
-static engine *open_fixture(const char *dir, int longest) {
+static engine *open_fixture(const char *dir, int longest, int fp8) {
     g4_config c;
     config_defaults(&c);
     snprintf(c.model.path, sizeof c.model.path, "%s", dir);
@@ -63,7 +63,7 @@ static engine *open_fixture(const char *dir, int longest) {
     c.serve.prefill_chunk = longest > 64 ? (longest + 3) / 4 * 4 : 64;
     c.serve.max_batch = 4;
     c.debug.backend = backend_choice;
-    c.kv.local = fp8_pool ? G4_KV_LOCAL_FP8 : G4_KV_LOCAL_BF16;
+    c.kv.local = fp8 ? G4_KV_LOCAL_FP8 : G4_KV_LOCAL_BF16;
     if (config_finish(&c) != 0) return NULL;
     engine *e = NULL;
     if (engine_open(&c, MAX_TOKENS, &e) != 0) return NULL;
@@ -393,7 +393,7 @@ static void gate_features(engine *e, const char *fx, const fx_dump *eager) {
 static void gate_published(engine *plain, const char *dir, const fx_dump *eager) {
     char path[1024];
     snprintf(path, sizeof path, "%s/tiny-moe-published", dir);
-    engine *pub = open_fixture(path, 64);
+    engine *pub = open_fixture(path, 64, fp8_pool);
     if (!pub) {
         test_fail(backend_choice == G4_BACKEND_CPU ? "published_layout" : "gpu:published_layout",
                   "%s did not load", path);
@@ -422,12 +422,10 @@ static void gate_published(engine *plain, const char *dir, const fx_dump *eager)
  * distribution gate over >= 768 positions and its floor is the GPU suite's, issue 7). */
 static void report_fp8_agreement(engine *fp8, const char *dir, const char *fx,
                                  const fx_dump *eager) {
-    fp8_pool = 0;
     int longest = 0;
     for (int i = 0; i < eager->n_cases; i++)
         if (eager->cases[i].n > longest) longest = eager->cases[i].n;
-    engine *bf = open_fixture(dir, longest);
-    fp8_pool = 1;
+    engine *bf = open_fixture(dir, longest, 0);
     int agree = 0, n = 0;
     for (int i = 0; bf && i < eager->n_cases; i++) {
         const fx_case *hc = &eager->cases[i];
@@ -483,7 +481,8 @@ int main(int argc, char **argv) {
         int longest = 0;
         for (int i = 0; rc == 0 && i < eager.n_cases; i++)
             if (eager.cases[i].n > longest) longest = eager.cases[i].n;
-        engine *e = rc == 0 && longest + 20 < MAX_TOKENS ? open_fixture(dir, longest) : NULL;
+        engine *e =
+            rc == 0 && longest + 20 < MAX_TOKENS ? open_fixture(dir, longest, fp8_pool) : NULL;
         if (!e) {
             test_fail("fixture", "%s: could not load the fixture or its dumps", dir);
             continue;
