@@ -29,10 +29,10 @@ HOST_SRC="runtime/log.c runtime/config.c runtime/hfconfig.c runtime/loader.c run
 runtime/weights.c runtime/device_weights.c runtime/engine.c runtime/tokenizer.c runtime/chat.c runtime/proto.c
 runtime/sampler.c runtime/sched.c runtime/serve.c graph/model_desc.c graph/schedule_find.c"
 REF_SRC="kernels/ref/bf16_ref.c kernels/ref/norm_ref.c kernels/ref/gemm_ref.c
-kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c"
-GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill"
+kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c kernels/ref/sample_ref.c"
+GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill test_sample"
 CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/fill.cu kernels/norm.cu kernels/attn.cu
-kernels/moe.cu"
+kernels/moe.cu kernels/sample.cu"
 UNIT_TESTS="test_loader test_config test_kv_pool test_sampler test_chat test_ref_fp8"
 # what each unit test links: the module under test through its header, no generated code
 # (test_loader brings its own model table)
@@ -183,6 +183,7 @@ build_tests() {
     $CC $CFLAGS $INC tests/tokenizer/bench_tokenizer.c "$(obj runtime/tokenizer.c)" \
         "$(obj runtime/log.c)" $LIBS -o "$B/tests/bench_tokenizer"
     link_bin "$B/tests/bench_decode" $(compile_c tests/bench/bench_decode.c) $HOST_OBJS $DEV_OBJS
+    link_bin "$B/tests/bench_gemm" $(compile_c tests/bench/bench_gemm.c) $HOST_OBJS $DEV_OBJS
     if [ $HAVE_NVCC = 1 ]; then
         for t in $GPU_TESTS; do
             link_bin "$B/tests/$t" $(compile_c tests/gpu/$t.c) $HOST_OBJS $DEV_OBJS

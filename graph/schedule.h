@@ -77,6 +77,7 @@ typedef struct g4_state {
     const int32_t *ids;     /* [rows] token ids */
     const int32_t *pos;     /* [rows] position of each token in its sequence */
     const int32_t *seq;     /* [rows] sequence slot (row of the KV page tables) */
+    int max_pos;            /* the largest of pos (host-side; sizes the attention grid) */
     int out_rows;           /* rows that need logits */
     const int32_t *out_src; /* [out_rows] which rows */
     k_kv_view kv_local;     /* sliding family */

@@ -5,16 +5,12 @@
  * points; only fp32 summation orders differ (the sum of squares of a head norm, the q.k dot
  * product, the softmax denominator, the P.V accumulation), which GATES.md's 1e-2 bound covers.
  *
- * This is the plain, obviously correct version (design/KERNELS.md "Attention" wants split-KV
- * decode and a flash-style prefill later):
  *   k_attn_prep: one block per (row, head), head_dim/2 threads; thread j owns the RoPE pair
- *     (j, j + head_dim/2), so the in-place q update needs no shared copy of the head.
- *   k_attention: one block per (row, query head), 8 warps; warp w takes keys j0 + w, j0 + w + 8,
- *     ... and each lane owns head_dim/32 dims (16-byte loads). Pass 1 runs an online max and
- *     sum over the scores (per warp, merged in a fixed warp order); pass 2 recomputes each
- *     score and accumulates bf(exp(s - max) / sum) * v with the final max and sum, as the
- *     reference rounds p. Scores are recomputed rather than stored, so any context length
- *     works without a score buffer.
+ *     (j, j + head_dim/2), so the in-place q update needs no shared copy of the head. With a
+ *     one-byte layout (the fp8 local pool) K and V are stored as e4m3 of the bf16 value the
+ *     bf16 pool would hold: round to nearest even, saturating at +-448 (design/GATES.md "fp8
+ *     layout"), q stays bf16.
+ *   k_attention: split-KV, described below.
  *
  * Unmapped pages (table entry -1): the reference returns K_ERR_SHAPE; a kernel cannot, so
  * k_attn_prep skips the write of such a row's K/V and k_attention writes NaN for every head of
@@ -22,12 +18,12 @@
  * unmapped positions. Likewise a position outside [0, max_pages * page_tokens). */
 #include "kernels/common.cuh"
 
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <math.h>
 #include <stdint.h>
 
 #define PREP_MAX_THREADS 256 /* head_dim / 2 threads: 128 (hd 256) or 256 (hd 512) */
-#define ATTN_THREADS 256     /* 8 warps, each on its own keys */
-#define ATTN_WARPS (ATTN_THREADS / 32)
 #define BF16_NAN 0x7fc0u
 
 /* ---- bf16 helpers: bit-identical to kernels/ref/bf16_ref.c ---- */
@@ -44,6 +40,14 @@ static __device__ __forceinline__ uint16_t f_to_bf(float f) {
 }
 
 static __device__ __forceinline__ float bf(float f) { return bf_to_f(f_to_bf(f)); }
+
+/* e4m3 of f as kernels/ref/bf16_ref.c's ref_f32_to_e4m3: round to nearest even, saturating
+ * at +-448 (infinities too), NaN to 0x7f with f's sign. */
+static __device__ __forceinline__ uint8_t f_to_e4m3(float f) {
+    uint8_t sign = (__float_as_uint(f) >> 24) & 0x80u;
+    if (isnan(f)) return (uint8_t)(sign | 0x7fu);
+    return (uint8_t)__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+}
 
 /* Sum over the block, the same value in every thread; red holds one float per warp. */
 static __device__ __forceinline__ float block_sum(float v, float *red) {
@@ -79,7 +83,7 @@ static __device__ __forceinline__ long long kv_offset(const k_kv_view &kv, int s
 /* blockIdx.x = row; blockIdx.y < n_head: query head (q_norm, RoPE, in place); then n_kv_head
  * K heads (k_norm, RoPE, into the pages) and n_kv_head V heads (weightless norm, into the
  * pages). Thread j handles elements j and j + D/2. */
-template <int D>
+template <int D, bool FP8>
 static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_args a) {
     constexpr int half = D / 2;
     __shared__ float red[PREP_MAX_THREADS / 32];
@@ -87,6 +91,7 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
     const int n_kv = a.kv.n_kv_head;
     const bf16_t *src;
     bf16_t *dst;
+    uint8_t *dst8 = NULL; /* the e4m3 store's K or V head */
     const bf16_t *w = NULL;
     bool rotate = true;
     if (y < a.n_head) {
@@ -98,6 +103,7 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
         long long off = kv_offset(a.kv, a.seq[r], a.pos[r], a.kv_layer, which, h);
         if (off < 0) return; /* unmapped: the reference's K_ERR_SHAPE; block-uniform */
         dst = (bf16_t *)a.kv.base + off;
+        if (FP8) dst8 = (uint8_t *)a.kv.base + off;
         src = (which ? a.v_raw : a.k_raw) + ((size_t)r * n_kv + h) * D;
         if (!which) w = a.k_norm;
         rotate = which == 0;
@@ -118,131 +124,314 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
         ya = na;
         yb = nb;
     }
+    if (FP8 && dst8) {
+        dst8[j] = f_to_e4m3(ya);
+        dst8[j + half] = f_to_e4m3(yb);
+        return;
+    }
     dst[j] = f_to_bf(ya);
     dst[j + half] = f_to_bf(yb);
 }
 
 /* ---- attention ---- */
 
-/* Lane-owned slice of a head vector: dims c * 256 + lane * 8 + t (c < D/256, t < 8), so one
- * 16-byte load per 256 dims; q, K, V and the accumulator all use this mapping. */
-template <int D> static __device__ __forceinline__ void load_slice(const bf16_t *p, float *x) {
-    const int lane = threadIdx.x & 31;
+/* Split-KV attention, one kernel family for decode and prefill rows alike. The keys of a row are
+ * cut into tiles of ATTN_TILE and the tiles into at most ATTN_MAX_SPLIT splits; both counts are
+ * a function of the row's own key count only (plan_split), so a row's arithmetic never depends
+ * on its batch mates (design/GATES.md, batch invariance). One block per (split, KV head, row)
+ * serves all G query heads of the group, so each K/V element is read once per group per pass.
+ *
+ * The reference (HF eager) rounds each weight after normalising, p = bf(exp(s - max) / sum), so
+ * the max and the sum over all keys must be known before P.V. Two passes keep that rounding:
+ *   stats  per split, the scores' max m_s and sum l_s of exp(s - m_s) (online over tiles);
+ *   pv     every block first merges all splits' (m_s, l_s) in split order into the row's (m, l),
+ *          the same values in every block; then recomputes its scores, p = bf(exp(s - m) / l),
+ *          and sums p * v into its split's partial;
+ *   combine out = bf(sum of the partials in split order).
+ * K is read twice (1.5x the KV bytes of one pass); the rounding matches the reference, so the
+ * engine tracks HF eager as the first version did (an fp32 p, FlashAttention-style, drifted past
+ * the tiny fixtures' HF gap limit).
+ * Inside a block: scores - warp w takes keys w, w+4, ... of the tile, lanes own 8 dims per 256
+ * (one 16-byte bf16 or 8-byte e4m3 load) and a butterfly sums each head's dot product, rounded
+ * to bf16 as the reference's q.k; P.V - thread t owns D/128 consecutive dims of every head, V
+ * rows read coalesced.
+ *
+ * e4m3 KV (the fp8 local pool): the same kernels with the loads converting e4m3 pairs to fp32
+ * in registers (cvt e4m3x2 -> f16x2 is exact, then f16 -> f32); arithmetic is unchanged. */
+#define ATTN_TILE 64
+#define ATTN_MAX_SPLIT 32
+#define ATTN_THREADS 128
+#define ATTN_WARPS (ATTN_THREADS / 32)
+#define ATTN_SCRATCH_MAX (64u << 20) /* partials per launch; larger steps go in row chunks */
+
+/* Keys of row at position i: [j0, i]. Tiles per split and splits, from the key count alone. */
+struct split_plan {
+    int j0, len, per_split, n_split; /* per_split in keys, a multiple of ATTN_TILE */
+};
+
+static __host__ __device__ __forceinline__ split_plan plan_split(int i, int window) {
+    split_plan p;
+    p.j0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+    p.len = i < 0 ? 0 : i - p.j0 + 1;
+    int tiles = (p.len + ATTN_TILE - 1) / ATTN_TILE;
+    int tps = (tiles + ATTN_MAX_SPLIT - 1) / ATTN_MAX_SPLIT;
+    if (tps < 1) tps = 1;
+    p.per_split = tps * ATTN_TILE;
+    p.n_split = (tiles + tps - 1) / tps;
+    return p;
+}
+
+/* 8 KV elements of a lane's slice (at element offset o of the store) as fp32. */
+template <bool FP8>
+static __device__ __forceinline__ void load8(const void *base, long long o, float *x) {
+    if (FP8) {
+        uint2 u = *reinterpret_cast<const uint2 *>((const uint8_t *)base + o);
+        uint32_t w[2] = {u.x, u.y};
 #pragma unroll
-    for (int c = 0; c < D / 256; c++) {
-        uint4 u = *reinterpret_cast<const uint4 *>(p + c * 256 + lane * 8);
-        uint32_t words[4] = {u.x, u.y, u.z, u.w};
+        for (int k = 0; k < 2; k++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+                    (__nv_fp8x2_storage_t)((w[k] >> (16 * h)) & 0xffffu), __NV_E4M3);
+                float2 f = __half22float2(*reinterpret_cast<__half2 *>(&r));
+                x[4 * k + 2 * h] = f.x;
+                x[4 * k + 2 * h + 1] = f.y;
+            }
+        }
+    } else {
+        uint4 u = *reinterpret_cast<const uint4 *>((const bf16_t *)base + o);
+        uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            x[c * 8 + 2 * k] = __uint_as_float(words[k] << 16);
-            x[c * 8 + 2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
+            x[2 * k] = __uint_as_float(w[k] << 16);
+            x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
         }
     }
 }
 
-/* s = bf(q . k) with fp32 accumulation; the xor butterfly leaves every lane the same value. */
-template <int D> static __device__ __forceinline__ float score(const float *qf, const bf16_t *k) {
-    float kf[D / 32];
-    load_slice<D>(k, kf);
-    float s = 0.0f;
+/* N (2 or 4) consecutive KV elements at element offset o as fp32. */
+template <bool FP8, int N>
+static __device__ __forceinline__ void load_n(const void *base, long long o, float *x) {
+    if (FP8) {
+        const uint8_t *p = (const uint8_t *)base + o;
+        uint32_t w = N == 4 ? *reinterpret_cast<const uint32_t *>(p)
+                            : (uint32_t) * reinterpret_cast<const uint16_t *>(p);
 #pragma unroll
-    for (int t = 0; t < D / 32; t++)
-        s += qf[t] * kf[t];
+        for (int h = 0; h < N / 2; h++) {
+            __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+                (__nv_fp8x2_storage_t)((w >> (16 * h)) & 0xffffu), __NV_E4M3);
+            float2 f = __half22float2(*reinterpret_cast<__half2 *>(&r));
+            x[2 * h] = f.x;
+            x[2 * h + 1] = f.y;
+        }
+    } else {
+        const bf16_t *p = (const bf16_t *)base + o;
+        uint32_t w[2];
+        if (N == 4) {
+            uint2 u = *reinterpret_cast<const uint2 *>(p);
+            w[0] = u.x;
+            w[1] = u.y;
+        } else {
+            w[0] = *reinterpret_cast<const uint32_t *>(p);
+        }
 #pragma unroll
-    for (int m = 16; m > 0; m >>= 1)
-        s += __shfl_xor_sync(0xffffffffu, s, m);
-    return bf(s);
+        for (int k = 0; k < N / 2; k++) {
+            x[2 * k] = __uint_as_float(w[k] << 16);
+            x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+        }
+    }
 }
 
-template <int D>
-static __global__ void __launch_bounds__(ATTN_THREADS) attention_kernel(k_attention_args a) {
-    constexpr int per = D / 32;
-    __shared__ float part[ATTN_WARPS][D]; /* per-warp P.V partials */
-    __shared__ float warp_m[ATTN_WARPS], warp_l[ATTN_WARPS];
-    const int r = blockIdx.x, h = blockIdx.y;
+/* The scores of one tile into ps[g][kk] (-inf for an unmapped key, with *bad set) and the V
+ * offsets into voff. */
+template <int D, int G, bool FP8>
+static __device__ __forceinline__ void tile_scores(const k_attention_args &a, int seq, int kvh,
+                                                   int t0, int nk, const float *qs, float *ps,
+                                                   long long *voff, int *bad) {
+    constexpr int SL = D / 256; /* 8-dim slices per lane */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int kvh = h / (a.n_head / a.kv.n_kv_head);
-    const int i = a.pos[r], seq = a.seq[r];
-    const int j0 = a.window > 0 && i - a.window + 1 > 0 ? i - a.window + 1 : 0;
-    const bf16_t *store = (const bf16_t *)a.kv.base;
-    bf16_t *out = a.out + ((size_t)r * a.n_head + h) * D;
-
-    float qf[per];
-    load_slice<D>(a.q + ((size_t)r * a.n_head + h) * D, qf);
-
-    /* pass 1: online max and sum of exp over this warp's keys */
-    float m = -INFINITY, l = 0.0f;
-    int bad = i < 0; /* a negative position has no keys: NaN out, as for unmapped pages */
-    for (int j = j0 + warp; j <= i; j += ATTN_WARPS) {
+    for (int kk = warp; kk < nk; kk += ATTN_WARPS) {
+        const int j = t0 + kk;
         long long ko = kv_offset(a.kv, seq, j, a.kv_layer, 0, kvh);
-        if (ko < 0) {
-            bad = 1;
+        if (ko < 0) { /* warp-uniform */
+            if (lane == 0) *bad = 1;
+            for (int g = lane; g < G; g += 32)
+                ps[g * ATTN_TILE + kk] = -INFINITY;
+            if (lane == 0) voff[kk] = -1;
             continue;
         }
-        float s = score<D>(qf, store + ko);
-        if (s > m) {
-            l = l * expf(m - s) + 1.0f; /* m = -inf at first: l is 0 then */
-            m = s;
+        float kf[SL * 8];
+#pragma unroll
+        for (int c = 0; c < SL; c++)
+            load8<FP8>(a.kv.base, ko + c * 256 + lane * 8, kf + c * 8);
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int c = 0; c < SL; c++) {
+                const float4 *q4 =
+                    reinterpret_cast<const float4 *>(qs + g * D + c * 256 + lane * 8);
+                float4 qa = q4[0], qb = q4[1];
+                sum += qa.x * kf[c * 8] + qa.y * kf[c * 8 + 1] + qa.z * kf[c * 8 + 2] +
+                       qa.w * kf[c * 8 + 3] + qb.x * kf[c * 8 + 4] + qb.y * kf[c * 8 + 5] +
+                       qb.z * kf[c * 8 + 6] + qb.w * kf[c * 8 + 7];
+            }
+#pragma unroll
+            for (int m = 16; m > 0; m >>= 1)
+                sum += __shfl_xor_sync(0xffffffffu, sum, m);
+            if (lane == 0) ps[g * ATTN_TILE + kk] = bf(sum);
+        }
+        if (lane == 0) voff[kk] = kv_offset(a.kv, seq, j, a.kv_layer, 1, kvh);
+    }
+}
+
+/* PV = false: the stats pass, writes ml[rl][h][split] = (max, sum of exp(s - max)), the sum NaN
+ * when a key was unmapped. PV = true: the P.V pass, writes part[rl][h][split][D]. rl is the row
+ * within this launch's chunk (the scratch holds one chunk), row0 + rl the row of the step. */
+template <int D, int G, bool FP8, bool PV>
+static __global__ void __launch_bounds__(ATTN_THREADS, 4)
+    attn_split_kernel(k_attention_args a, int row0, int max_split, float *part, float2 *ml) {
+    constexpr int DPT = D / ATTN_THREADS; /* dims per thread in P.V: 2 or 4 */
+    extern __shared__ float smem[];
+    float *qs = smem;         /* [G][D] the group's queries */
+    float *ps = smem + G * D; /* [G][ATTN_TILE] scores, then p */
+    __shared__ long long voff[ATTN_TILE];
+    __shared__ float m_run[G], l_run[G];
+    __shared__ int bad;
+    const int split = blockIdx.x, kvh = blockIdx.y, rl = blockIdx.z, r = row0 + rl;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
+    const int i = a.pos[r], seq = a.seq[r];
+    const split_plan sp = plan_split(i, a.window);
+    if (i < 0 || split >= sp.n_split || sp.n_split > max_split) return; /* combine: NaN */
+    const int k_begin = sp.j0 + split * sp.per_split;
+    const int k_end = min(k_begin + sp.per_split, i + 1);
+    const size_t base = ((size_t)rl * a.n_head + (size_t)kvh * G) * max_split; /* + g*max_split */
+
+    for (int e = tid; e < G * D; e += ATTN_THREADS) {
+        int g = e / D, d = e % D;
+        qs[e] = bf_to_f(a.q[((size_t)r * a.n_head + (size_t)kvh * G + g) * D + d]);
+    }
+    if (tid == 0) bad = 0;
+    if (tid < G) {
+        if (PV) { /* the row's max and sum, merged in split order: the same in every block */
+            const float2 *st = ml + base + (size_t)tid * max_split;
+            float m = -INFINITY, l = 0.0f;
+            for (int t = 0; t < sp.n_split; t++)
+                m = fmaxf(m, st[t].x);
+            for (int t = 0; t < sp.n_split; t++)
+                l += st[t].y * expf(st[t].x - m);
+            m_run[tid] = m;
+            l_run[tid] = l;
         } else {
-            l += expf(s - m);
+            m_run[tid] = -INFINITY;
+            l_run[tid] = 0.0f;
         }
     }
-    if (lane == 0) {
-        warp_m[warp] = m;
-        warp_l[warp] = l;
-    }
-    bad = __syncthreads_or(bad);
-    if (bad) {
-        for (int e = threadIdx.x; e < D; e += ATTN_THREADS)
-            out[e] = BF16_NAN;
-        return;
-    }
-    /* merge the warps in a fixed order: every thread gets the same max and sum */
-    float mx = -INFINITY;
-    for (int w = 0; w < ATTN_WARPS; w++)
-        mx = fmaxf(mx, warp_m[w]);
-    float sum = 0.0f;
-    for (int w = 0; w < ATTN_WARPS; w++)
-        if (warp_l[w] > 0.0f) sum += warp_l[w] * expf(warp_m[w] - mx);
-
-    /* pass 2: p_j = bf(exp(s_j - max) / sum), acc += p_j * v_j */
-    float acc[per];
+    float acc[G][DPT];
 #pragma unroll
-    for (int t = 0; t < per; t++)
-        acc[t] = 0.0f;
-    for (int j = j0 + warp; j <= i; j += ATTN_WARPS) {
-        long long ko = kv_offset(a.kv, seq, j, a.kv_layer, 0, kvh);
-        long long vo = kv_offset(a.kv, seq, j, a.kv_layer, 1, kvh);
-        float p = bf(expf(score<D>(qf, store + ko) - mx) / sum);
-        float vf[per];
-        load_slice<D>(store + vo, vf);
+    for (int g = 0; g < G; g++)
 #pragma unroll
-        for (int t = 0; t < per; t++)
-            acc[t] += p * vf[t];
-    }
-#pragma unroll
-    for (int c = 0; c < D / 256; c++)
-#pragma unroll
-        for (int t = 0; t < 8; t++)
-            part[warp][c * 256 + lane * 8 + t] = acc[c * 8 + t];
+        for (int t = 0; t < DPT; t++)
+            acc[g][t] = 0.0f;
     __syncthreads();
-    for (int e = threadIdx.x; e < D; e += ATTN_THREADS) {
-        float o = 0.0f;
-        for (int w = 0; w < ATTN_WARPS; w++)
-            o += part[w][e];
-        out[e] = f_to_bf(o);
+
+    for (int t0 = k_begin; t0 < k_end; t0 += ATTN_TILE) {
+        const int nk = min(ATTN_TILE, k_end - t0);
+        tile_scores<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, &bad);
+        __syncthreads();
+        if (!PV) { /* online max and sum over the tile, one warp per head */
+            for (int g = warp; g < G; g += ATTN_WARPS) {
+                float s0 = lane < nk ? ps[g * ATTN_TILE + lane] : -INFINITY;
+                float s1 = lane + 32 < nk ? ps[g * ATTN_TILE + lane + 32] : -INFINITY;
+                float mt = fmaxf(s0, s1);
+#pragma unroll
+                for (int m = 16; m > 0; m >>= 1)
+                    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, m));
+                const float m_old = m_run[g], m_new = fmaxf(m_old, mt);
+                float sum = (lane < nk ? expf(s0 - m_new) : 0.0f) +
+                            (lane + 32 < nk ? expf(s1 - m_new) : 0.0f);
+#pragma unroll
+                for (int m = 16; m > 0; m >>= 1)
+                    sum += __shfl_xor_sync(0xffffffffu, sum, m);
+                if (lane == 0) {
+                    l_run[g] = (m_old == -INFINITY ? 0.0f : l_run[g] * expf(m_old - m_new)) + sum;
+                    m_run[g] = m_new;
+                }
+            }
+        } else {
+            /* p = bf(exp(s - m) / l) as the reference rounds it, then P.V */
+            for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
+                int g = e / ATTN_TILE, kk = e % ATTN_TILE;
+                if (kk < nk) ps[e] = bf(expf(ps[e] - m_run[g]) / l_run[g]);
+            }
+            __syncthreads();
+#pragma unroll 4
+            for (int kk = 0; kk < nk; kk++) {
+                long long vo = voff[kk];
+                if (vo < 0) continue; /* block-uniform */
+                float v[DPT];
+                load_n<FP8, DPT>(a.kv.base, vo + tid * DPT, v);
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    const float p = ps[g * ATTN_TILE + kk];
+#pragma unroll
+                    for (int t = 0; t < DPT; t++)
+                        acc[g][t] += p * v[t];
+                }
+            }
+        }
+        __syncthreads(); /* ps and voff are rewritten by the next tile */
     }
+
+    if (PV) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float *dst = part + (base + (size_t)g * max_split + split) * D + tid * DPT;
+#pragma unroll
+            for (int t = 0; t < DPT; t++)
+                dst[t] = acc[g][t];
+        }
+    } else if (tid < G) {
+        ml[base + (size_t)tid * max_split + split] =
+            make_float2(m_run[tid], bad ? NAN : l_run[tid]);
+    }
+}
+
+/* One block per (query head, row): out = bf(sum of the row's partials in split order); NaN
+ * for a row without keys, past the grid, or with an unmapped key (a NaN sum in any split). */
+template <int D>
+static __global__ void __launch_bounds__(ATTN_THREADS)
+    attn_combine_kernel(k_attention_args a, int row0, int max_split, const float *part,
+                        const float2 *ml) {
+    constexpr int DPT = D / ATTN_THREADS;
+    const int h = blockIdx.x, rl = blockIdx.y, r = row0 + rl, tid = threadIdx.x;
+    const int i = a.pos[r];
+    const split_plan sp = plan_split(i, a.window);
+    bf16_t *out = a.out + ((size_t)r * a.n_head + h) * D + tid * DPT;
+    const size_t base = ((size_t)rl * a.n_head + h) * max_split;
+    bool nan = i < 0 || sp.n_split > max_split;
+    for (int s = 0; !nan && s < sp.n_split; s++)
+        nan = isnan(ml[base + s].y);
+    float o[DPT];
+#pragma unroll
+    for (int t = 0; t < DPT; t++)
+        o[t] = 0.0f;
+    for (int s = 0; !nan && s < sp.n_split; s++) {
+        const float *src = part + (base + s) * D + tid * DPT;
+#pragma unroll
+        for (int t = 0; t < DPT; t++)
+            o[t] += src[t];
+    }
+#pragma unroll
+    for (int t = 0; t < DPT; t++)
+        out[t] = nan ? (bf16_t)BF16_NAN : f_to_bf(o[t]);
 }
 
 /* ---- launchers ---- */
 
-static int kv_dtype_check(const k_kv_view *kv, const char *op) {
-    if (kv->elem_bytes != 2) {
-        fprintf(stderr, "g4pipe: error %s: no e4m3 kernel: refusing a %d-byte KV layout\n", op,
-                kv->elem_bytes);
-        return K_ERR_DTYPE;
-    }
-    return K_OK;
+/* bf16 (2) and e4m3 (1) stores have kernels; anything else is refused. */
+static int kv_dtype_check(const k_kv_view *kv) {
+    return kv->elem_bytes == 2 || kv->elem_bytes == 1 ? K_OK : K_ERR_DTYPE;
 }
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -255,7 +444,7 @@ static bool kv_shape_ok(const k_kv_view *kv, int kv_layer) {
 }
 
 extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
-    int rc = kv_dtype_check(&a->kv, "k_attn_prep");
+    int rc = kv_dtype_check(&a->kv);
     if (rc) return rc;
     int d = a->kv.head_dim;
     if ((d != 256 && d != 512) || a->rows < 0 || a->n_head <= 0 || a->kv.n_kv_head <= 0 ||
@@ -268,28 +457,88 @@ extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
     if (heads > 65535) return K_ERR_SHAPE;
     dim3 grid((unsigned)a->rows, (unsigned)heads);
     cudaStream_t s = (cudaStream_t)st;
-    if (d == 256)
-        attn_prep_kernel<256><<<grid, 128, 0, s>>>(*a);
+    bool fp8 = a->write_kv && a->kv.elem_bytes == 1;
+    if (d == 256 && fp8)
+        attn_prep_kernel<256, true><<<grid, 128, 0, s>>>(*a);
+    else if (d == 256)
+        attn_prep_kernel<256, false><<<grid, 128, 0, s>>>(*a);
+    else if (fp8)
+        attn_prep_kernel<512, true><<<grid, 256, 0, s>>>(*a);
     else
-        attn_prep_kernel<512><<<grid, 256, 0, s>>>(*a);
+        attn_prep_kernel<512, false><<<grid, 256, 0, s>>>(*a);
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
 
-extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
-    int rc = kv_dtype_check(&a->kv, "k_attention");
-    if (rc) return rc;
-    if (!kv_shape_ok(&a->kv, a->kv_layer) || a->rows < 0 || a->n_head <= 0 ||
-        a->n_head % a->kv.n_kv_head || a->n_head > 65535 || a->window < 0 || !a->out || !a->q ||
-        !a->pos || !a->seq || !aligned16(a->q))
-        return K_ERR_SHAPE;
-    if (a->rows == 0) return K_OK;
-    dim3 grid((unsigned)a->rows, (unsigned)a->n_head);
-    cudaStream_t s = (cudaStream_t)st;
-    if (a->kv.head_dim == 256)
-        attention_kernel<256><<<grid, ATTN_THREADS, 0, s>>>(*a);
-    else
-        attention_kernel<512><<<grid, ATTN_THREADS, 0, s>>>(*a);
+template <int D, int G, bool FP8>
+static int launch_group(const k_attention_args *a, int max_split, float *part, float2 *ml, int row0,
+                        int nr, cudaStream_t s) {
+    dim3 grid((unsigned)max_split, (unsigned)a->kv.n_kv_head, (unsigned)nr);
+    size_t smem = (size_t)G * (D + ATTN_TILE) * sizeof(float);
+    attn_split_kernel<D, G, FP8, false>
+        <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml);
+    CUDA_CHECK(cudaGetLastError());
+    attn_split_kernel<D, G, FP8, true>
+        <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml);
+    CUDA_CHECK(cudaGetLastError());
+    attn_combine_kernel<D><<<dim3((unsigned)a->n_head, (unsigned)nr), ATTN_THREADS, 0, s>>>(
+        *a, row0, max_split, part, ml);
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
+}
+
+template <int D, bool FP8>
+static int launch_attention(const k_attention_args *a, int group, int max_split, float *part,
+                            float2 *ml, int row0, int nr, cudaStream_t s) {
+    switch (group) {
+    case 1:
+        return launch_group<D, 1, FP8>(a, max_split, part, ml, row0, nr, s);
+    case 2:
+        return launch_group<D, 2, FP8>(a, max_split, part, ml, row0, nr, s);
+    case 4:
+        return launch_group<D, 4, FP8>(a, max_split, part, ml, row0, nr, s);
+    case 8:
+        return launch_group<D, 8, FP8>(a, max_split, part, ml, row0, nr, s);
+    default:
+        return launch_group<D, 16, FP8>(a, max_split, part, ml, row0, nr, s);
+    }
+}
+
+extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
+    int rc = kv_dtype_check(&a->kv);
+    if (rc) return rc;
+    if (!kv_shape_ok(&a->kv, a->kv_layer) || a->rows < 0 || a->n_head <= 0 ||
+        a->n_head % a->kv.n_kv_head || a->window < 0 || a->max_pos < 0 || !a->out || !a->q ||
+        !a->pos || !a->seq || !aligned16(a->q))
+        return K_ERR_SHAPE;
+    int group = a->n_head / a->kv.n_kv_head;
+    if (group != 1 && group != 2 && group != 4 && group != 8 && group != 16) return K_ERR_SHAPE;
+    if (a->rows == 0) return K_OK;
+    /* the grid's splits: those of the longest row the step can hold */
+    int reach = a->kv.max_pages * a->kv.page_tokens - 1;
+    int max_pos = a->max_pos > 0 && a->max_pos < reach ? a->max_pos : reach;
+    int max_split = plan_split(max_pos, a->window).n_split;
+    int d = a->kv.head_dim;
+    size_t per_row = (size_t)a->n_head * (size_t)max_split * ((size_t)d + 2) * sizeof(float);
+    int chunk = (int)(ATTN_SCRATCH_MAX / per_row);
+    if (chunk < 1) chunk = 1;
+    if (chunk > a->rows) chunk = a->rows;
+    if (chunk > 65535) chunk = 65535;
+    cudaStream_t s = (cudaStream_t)st;
+    void *ws = NULL;
+    rc = k_scratch(K_SCRATCH_ATTN, per_row * (size_t)chunk, s, &ws);
+    if (rc) return rc;
+    float *part = (float *)ws;
+    float2 *ml = (float2 *)(part + (size_t)chunk * a->n_head * max_split * d);
+    bool fp8 = a->kv.elem_bytes == 1;
+    for (int row0 = 0; row0 < a->rows && rc == K_OK; row0 += chunk) {
+        int nr = a->rows - row0 < chunk ? a->rows - row0 : chunk;
+        if (d == 256)
+            rc = fp8 ? launch_attention<256, true>(a, group, max_split, part, ml, row0, nr, s)
+                     : launch_attention<256, false>(a, group, max_split, part, ml, row0, nr, s);
+        else
+            rc = fp8 ? launch_attention<512, true>(a, group, max_split, part, ml, row0, nr, s)
+                     : launch_attention<512, false>(a, group, max_split, part, ml, row0, nr, s);
+    }
+    return rc;
 }

@@ -39,4 +39,12 @@ static inline void k_report(const char *api, const char *status, const char *stm
         }                                                                                          \
     } while (0)
 
+/* Per-op device workspaces (kernels/device.cu): one buffer per kind, grown on demand and reused
+ * by every call of that kind. Not thread-safe and for one stream: two calls in flight on
+ * different streams would share it. Growing synchronises the stream first (kernels queued
+ * earlier may still read the old buffer) and uses cudaMalloc, so it must not happen during
+ * graph capture: warm up once at the largest step. */
+enum k_scratch_kind { K_SCRATCH_MOE, K_SCRATCH_ATTN, K_SCRATCH_SAMPLE, K_SCRATCH_KINDS };
+int k_scratch(enum k_scratch_kind kind, size_t bytes, cudaStream_t st, void **out);
+
 #endif

@@ -2,8 +2,8 @@
  * operands and fp32 accumulation.
  *
  * Our shapes are fixed by the model, so each weight gets a plan built once at load: the matmul
- * descriptor, the weight's layout and one algorithm chosen for the largest batch and checked
- * for the smallest. Every batch size then runs the same algorithm, hence the same reduction
+ * descriptor, the weight's layout and one algorithm (see plan_m_for), checked for the smallest
+ * and the largest batch. Every batch size then runs the same algorithm, hence the same reduction
  * order per output element: a row's result does not depend on its batch mates
  * (design/GATES.md, batch invariance); the algorithm fixes its split-K too, so the K
  * reduction order of an output element never changes with m.
@@ -18,7 +18,7 @@
 #define GEMM_WORKSPACE_BYTES (32u << 20)
 
 struct k_gemm_plan {
-    int max_m, n, k;
+    int max_m, heur_m, n, k;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a;
     cublasLtMatmulAlgo_t algo;
@@ -39,7 +39,7 @@ static int layout_bf16(cublasLtMatrixLayout_t *l, int rows, int cols, int ld) {
     return K_OK;
 }
 
-/* The heuristic's best algorithm at m = max_m, verified to also run m = 1. */
+/* The heuristic's best algorithm at m = heur_m, verified to also run m = 1 and m = max_m. */
 static int choose_algo(k_gemm_plan *p) {
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -47,35 +47,42 @@ static int choose_algo(k_gemm_plan *p) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     cublasLtMatrixLayout_t b, c;
-    int rc = layout_bf16(&b, p->k, p->max_m, p->k);
-    if (rc == K_OK) rc = layout_bf16(&c, p->n, p->max_m, p->n);
+    int rc = layout_bf16(&b, p->k, p->heur_m, p->k);
+    if (rc == K_OK) rc = layout_bf16(&c, p->n, p->heur_m, p->n);
     cublasLtMatmulHeuristicResult_t res[8];
     int found = 0;
     if (rc == K_OK && cublasLtMatmulAlgoGetHeuristic(lt_handle, p->desc, p->a, b, c, c, pref, 8,
                                                      res, &found) != CUBLAS_STATUS_SUCCESS)
         found = 0;
-    cublasLtMatrixLayout_t b1, c1;
+    cublasLtMatrixLayout_t b1, c1, bm, cm;
     int ok = -1;
     if (rc == K_OK && layout_bf16(&b1, p->k, 1, p->k) == K_OK &&
-        layout_bf16(&c1, p->n, 1, p->n) == K_OK) {
+        layout_bf16(&c1, p->n, 1, p->n) == K_OK && layout_bf16(&bm, p->k, p->max_m, p->k) == K_OK &&
+        layout_bf16(&cm, p->n, p->max_m, p->n) == K_OK) {
         for (int i = 0; i < found && ok < 0; i++) {
-            cublasLtMatmulHeuristicResult_t chk;
+            cublasLtMatmulHeuristicResult_t chk, chk_m;
             if (cublasLtMatmulAlgoCheck(lt_handle, p->desc, p->a, b1, c1, c1, &res[i].algo, &chk) ==
                     CUBLAS_STATUS_SUCCESS &&
-                chk.workspaceSize <= GEMM_WORKSPACE_BYTES)
+                cublasLtMatmulAlgoCheck(lt_handle, p->desc, p->a, bm, cm, cm, &res[i].algo,
+                                        &chk_m) == CUBLAS_STATUS_SUCCESS &&
+                chk.workspaceSize <= GEMM_WORKSPACE_BYTES &&
+                chk_m.workspaceSize <= GEMM_WORKSPACE_BYTES)
                 ok = i;
         }
         cublasLtMatrixLayoutDestroy(b1);
         cublasLtMatrixLayoutDestroy(c1);
+        cublasLtMatrixLayoutDestroy(bm);
+        cublasLtMatrixLayoutDestroy(cm);
     }
     if (rc == K_OK) {
         cublasLtMatrixLayoutDestroy(b);
         cublasLtMatrixLayoutDestroy(c);
     }
     cublasLtMatmulPreferenceDestroy(pref);
-    if (ok < 0) {
-        fprintf(stderr, "g4pipe: error kernels: no cuBLASLt algorithm for %d x %d x %d\n", p->max_m,
-                p->n, p->k);
+    if (ok < 0) { /* k_gemm_plan_create then asks at max_m; only that failure is an error */
+        if (p->heur_m == p->max_m)
+            fprintf(stderr, "g4pipe: error kernels: no cuBLASLt algorithm for %d x %d x %d\n",
+                    p->max_m, p->n, p->k);
         return K_ERR_SHAPE;
     }
     p->algo = res[ok].algo;
@@ -84,14 +91,36 @@ static int choose_algo(k_gemm_plan *p) {
 
 /* ---- launchers ---- */
 
+/* Which m the heuristic is asked at, measured on the H200 (tests/bench/bench_gemm.c, numbers in
+ * docs/perf-notes.md): asked at the prefill chunk, cuBLASLt picks large tiles that leave most SMs
+ * idle at one decode row (27 us for a 4096 x 2816 weight whose bytes stream in 5.4 us); asked at
+ * 16 it runs m = 1..16 in 14-16 us but a 528-row chunk 4x slower; at 64 it sits between. So
+ * weights up to 16M elements (every 26B-A4B layer weight but global q) plan at m = 16, larger
+ * ones at 64, and the plan falls back to max_m when no algorithm asked at the smaller m also
+ * runs max_m within the workspace (the 31B's down projection). Deterministic: the heuristic's
+ * answer depends only on the shapes, so every run of the binary uses the same algorithms. */
+static int plan_m_for(int max_m, int n, int k) {
+    int m = (long long)n * k <= (16ll << 20) ? 16 : 64;
+    return m < max_m ? m : max_m;
+}
+
 extern "C" int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k) {
+    int rc = k_gemm_plan_create_at(out, max_m, plan_m_for(max_m, n, k), n, k);
+    if (rc == K_ERR_SHAPE && max_m > 0 && n > 0 && k > 0 && k % 8 == 0)
+        rc = k_gemm_plan_create_at(out, max_m, max_m, n, k);
+    return rc;
+}
+
+extern "C" int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, int n, int k) {
     *out = NULL;
-    if (max_m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return K_ERR_SHAPE;
+    if (max_m <= 0 || heur_m <= 0 || heur_m > max_m || n <= 0 || k <= 0 || k % 8 != 0)
+        return K_ERR_SHAPE;
     int rc = lt_init();
     if (rc != K_OK) return rc;
     k_gemm_plan *p = (k_gemm_plan *)calloc(1, sizeof *p);
     if (!p) return K_ERR_NO_MEMORY;
     p->max_m = max_m;
+    p->heur_m = heur_m;
     p->n = n;
     p->k = k;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -101,9 +130,14 @@ extern "C" int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k) {
             CUBLAS_STATUS_SUCCESS ||
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) !=
             CUBLAS_STATUS_SUCCESS ||
-        layout_bf16(&p->a, k, n, k) != K_OK || choose_algo(p) != K_OK) {
+        layout_bf16(&p->a, k, n, k) != K_OK) {
         k_gemm_plan_destroy(p);
         return K_ERR_DEVICE;
+    }
+    int rc_algo = choose_algo(p);
+    if (rc_algo != K_OK) {
+        k_gemm_plan_destroy(p);
+        return rc_algo;
     }
     *out = p;
     return K_OK;

@@ -94,7 +94,10 @@ typedef struct k_attn_prep_args {
 
 /* out[r, h, :] = softmax_j(q[r,h]·K[j]) V[j] over the keys j of seq[r] with
  * pos[r] - window < j <= pos[r] (window 0: all j <= pos[r]); scale 1.0; GQA: query head h
- * reads KV head h / (n_head / n_kv_head). */
+ * reads KV head h / (n_head / n_kv_head). max_pos bounds pos[r] from the host's side so the GPU
+ * grid is sized to the step (0: the table's reach, max_pages * page_tokens - 1); no pos may
+ * exceed it (the GPU writes NaN for a row whose keys its grid cannot hold). The CPU reference
+ * ignores it. */
 typedef struct k_attention_args {
     bf16_t *out;        /* [rows, n_head, head_dim] */
     const bf16_t *q;    /* [rows, n_head, head_dim] */
@@ -102,6 +105,7 @@ typedef struct k_attention_args {
     const int32_t *seq; /* [rows] */
     k_kv_view kv;
     int rows, n_head, kv_layer, window;
+    int max_pos;
 } k_attention_args;
 
 /* out[r, j] = bf(bf(gelu_tanh(a[r*lda + j])) * b[r*ldb + j]) for j < width; b NULL drops
@@ -170,6 +174,14 @@ typedef struct k_softcap_args {
     float cap;
 } k_softcap_args;
 
+/* id[r] = the index of the largest of logits[r, 0..n_vocab) (NaN counts as -inf), the lowest
+ * index among equals: the greedy token, as runtime/sampler.c picks it. */
+typedef struct k_argmax_args {
+    int32_t *id;          /* [rows] */
+    const bf16_t *logits; /* [rows, n_vocab] */
+    int rows, n_vocab;
+} k_argmax_args;
+
 /* out[i] = bf(fma(hi - lo, u(seed, i), lo)) with u a counter hash in [0, 1): seeded random
  * weights at the real geometry (model.weights = dummy), the same bits on CPU and GPU. */
 typedef struct k_fill_args {
@@ -185,6 +197,9 @@ typedef struct k_fill_args {
  * algorithm for every m, so a row's result never depends on its batch (design/GATES.md). */
 typedef struct k_gemm_plan k_gemm_plan;
 int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k);
+/* The same with the algorithm the heuristic picks for m = heur_m (still checked at 1 and max_m);
+ * k_gemm_plan_create picks heur_m by the weight's size (kernels/gemm_lt.cu, plan_m_for). */
+int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, int n, int k);
 void k_gemm_plan_destroy(k_gemm_plan *plan);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 
@@ -204,6 +219,9 @@ int k_softcap(const k_softcap_args *a, g4_stream st);
 int k_attn_prep(const k_attn_prep_args *a, g4_stream st);
 int k_attention(const k_attention_args *a, g4_stream st);
 
+/* kernels/sample.cu: the greedy token on the device */
+int k_argmax(const k_argmax_args *a, g4_stream st);
+
 /* kernels/moe.cu: routing and the routed experts */
 int k_moe_route(const k_moe_route_args *a, g4_stream st);
 int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
@@ -218,6 +236,13 @@ int k_copy_to_host(void *dst, const void *src, size_t bytes);
 int k_sync(void);
 /* Device memory not yet allocated, in bytes (0 without a device). */
 size_t k_device_free_bytes(void);
+/* CUDA events for timing named steps without synchronising between them (bench_decode). */
+typedef struct k_event k_event;
+int k_event_create(k_event **out);
+void k_event_destroy(k_event *ev);
+int k_event_record(k_event *ev, g4_stream st);
+/* Milliseconds from a to b, both recorded and complete (synchronises on b). */
+int k_event_elapsed_ms(k_event *a, k_event *b, float *ms);
 
 #ifdef __cplusplus
 }

@@ -10,14 +10,16 @@
  *   experts: gu = bf(x @ gate_up[e]^T); h = bf(bf(gelu_tanh(g)) * u); y = bf(h @ down[e]^T);
  *            out = bf(sum_k y_k * w_k), the k terms summed in fp32 in rank order.
  *
- * Shape of the expert path (correct first; design/KERNELS.md asks for a grouped tensor-core
- * path later): one small single-block kernel buckets the (row, rank) items by expert, one block
- * per item then computes that item's expert output y into an fp32 workspace, and one block per
- * row sums its top_k terms in rank order. Blocks are dispatched in bucket order, so the blocks
- * that share an expert run side by side and read its 6 MB of weights through L2 rather than
- * once per item from HBM. The fp32 workspace is what keeps the rank-order sum exact and the
- * result of every row independent of its batch mates (design/GATES.md, batch invariance): no
- * item's arithmetic depends on which other items exist or in which order they were bucketed. */
+ * Shape of the expert path (CUDA cores; design/KERNELS.md's grouped tensor-core prefill is
+ * later): a single-block kernel buckets the (row, rank) items by expert and lists the active
+ * experts; an up kernel (grid: output tile x active expert) computes h = bf(gelu(g)) * u for
+ * every item of the expert with gate and up fused, reading each weight row once per group of
+ * up to 8 items; a down kernel does the same for y into an fp32 workspace; one block per row
+ * then sums its top_k terms in rank order. At one decode row the two projection grids have
+ * ~350 and ~700 blocks, so all SMs stream the 8 chosen experts' 95 MB per layer with 16-byte
+ * loads. The workspace is what keeps the rank-order sum exact and every row independent of its
+ * batch mates (design/GATES.md, batch invariance): no item's arithmetic depends on which other
+ * items exist, how they were grouped or in which order they were bucketed. */
 #include "kernels/common.cuh"
 
 #include <math.h>
@@ -28,9 +30,11 @@
 
 #define BUCKET_THREADS 1024
 #define EXPERTS_MAX_EXPERT 1024 /* bucket counters live in shared memory */
-#define EXPERT_THREADS 256      /* 8 warps per (row, rank) item */
+#define EXPERT_THREADS 256      /* 8 warps, each one output at a time */
 #define EXPERT_WARPS (EXPERT_THREADS / 32)
-#define EXPERT_SMEM_MAX (48u << 10) /* default dynamic shared memory limit, no opt-in needed */
+#define EXPERT_ROWS 8 /* rows of a bucket sharing one pass over a weight row */
+#define UP_OUTS 16    /* h outputs per up block: 2 per warp, ~350 blocks at one decode row */
+#define DOWN_OUTS 32  /* d_model outputs per down block: 4 per warp */
 #define COMBINE_THREADS 256
 
 #define FULL_MASK 0xffffffffu
@@ -135,12 +139,14 @@ __global__ static void __launch_bounds__(ROUTE_THREADS) moe_route_kernel(k_moe_r
 /* ---- experts ---- */
 
 /* One block: list = the item ids i = r * top_k + k sorted into buckets by expert, ascending
- * expert; *n_valid = the number listed. Items with an id outside [0, n_expert) are left out
+ * expert; the active experts (those with items) listed in ascending id with their bucket's start
+ * and size; *n_active their number. Items with an id outside [0, n_expert) are left out
  * (moe_combine_kernel turns their rows into NaN). The order inside a bucket depends on atomic
- * timing and does not matter: every item writes only its own workspace slot. */
+ * timing and does not matter: every item writes only its own workspace rows, and no item's
+ * arithmetic depends on which other items share its bucket. */
 __global__ static void __launch_bounds__(BUCKET_THREADS)
-    moe_bucket_kernel(const int32_t *idx, int n_items, int n_expert, int32_t *list,
-                      int32_t *n_valid) {
+    moe_bucket_kernel(const int32_t *idx, int n_items, int n_expert, int32_t *list, int32_t *active,
+                      int32_t *n_active) {
     __shared__ int count[EXPERTS_MAX_EXPERT];
     for (int e = threadIdx.x; e < n_expert; e += blockDim.x)
         count[e] = 0;
@@ -151,13 +157,19 @@ __global__ static void __launch_bounds__(BUCKET_THREADS)
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        int run = 0;
+        int run = 0, n = 0;
         for (int e = 0; e < n_expert; e++) {
             int c = count[e];
+            if (c > 0) {
+                active[3 * n] = e;
+                active[3 * n + 1] = run;
+                active[3 * n + 2] = c;
+                n++;
+            }
             count[e] = run; /* becomes the bucket's write cursor */
             run += c;
         }
-        *n_valid = run;
+        *n_active = n;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < n_items; i += blockDim.x) {
@@ -166,65 +178,112 @@ __global__ static void __launch_bounds__(BUCKET_THREADS)
     }
 }
 
-/* One block per listed item (r, k) with expert e: ys[i, :] = bf(down[e] @ h), h =
- * bf(bf(gelu(g)) * u), g|u = bf(gate_up[e] @ x[r]), values kept as bf16-rounded fp32. Each
- * output is a warp's dot product: lanes take 8 consecutive weights (one 16-byte load) at a
- * stride of 256 elements and the warp sums with a fixed butterfly. bf16 x bf16 products are
- * exact in fp32, so contraction into FMA changes nothing. Dynamic shared memory: x as fp32
- * [d_model], then gu [2 * d_expert] (h overwrites its first half in place). */
-__global__ static void __launch_bounds__(EXPERT_THREADS)
-    moe_expert_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *n_valid,
-                      float *ys) {
-    extern __shared__ float smem[];
-    if ((int)blockIdx.x >= *n_valid) return;
-    const int dm = a.d_model, de = a.d_expert;
-    const int item = list[blockIdx.x];
-    const int r = item / a.top_k, e = a.idx[item];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *xs = smem, *gu = smem + dm;
-
-    const bf16_t *x = a.x + (size_t)r * (size_t)dm;
-    for (int t = threadIdx.x; t < dm; t += blockDim.x)
-        xs[t] = bf2f(x[t]);
-    __syncthreads();
-
-    const bf16_t *wgu = a.gate_up + (size_t)e * 2 * (size_t)de * (size_t)dm;
-    for (int o = warp; o < 2 * de; o += EXPERT_WARPS) {
-        const bf16_t *row = wgu + (size_t)o * (size_t)dm;
-        float s = 0.0f;
-        for (int t = lane * 8; t < dm; t += 32 * 8) {
-            uint4 v = *(const uint4 *)(row + t);
-            const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+/* 8 bf16 of a 16-byte word into fp32. */
+static __device__ __forceinline__ void unpack8(uint4 v, float *f) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                s += xs[t + 2 * j] * __uint_as_float(wv[j] << 16);
-                s += xs[t + 2 * j + 1] * __uint_as_float(wv[j] & 0xffff0000u);
-            }
-        }
-        s = warp_sum(s);
-        if (lane == 0) gu[o] = round_bf(s);
+    for (int j = 0; j < 4; j++) {
+        f[2 * j] = __uint_as_float(w[j] << 16);
+        f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
     }
-    __syncthreads();
-    for (int o = threadIdx.x; o < de; o += blockDim.x)
-        gu[o] = round_bf(round_bf(gelu_tanh(gu[o])) * gu[de + o]);
-    __syncthreads();
+}
 
-    const bf16_t *wd = a.down + (size_t)e * (size_t)dm * (size_t)de;
-    float *y = ys + (size_t)item * (size_t)dm;
-    for (int t = warp; t < dm; t += EXPERT_WARPS) {
-        const bf16_t *row = wd + (size_t)t * (size_t)de;
-        float s = 0.0f;
-        for (int o = lane * 8; o < de; o += 32 * 8) {
-            uint4 v = *(const uint4 *)(row + o);
-            const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+/* The expert projections read each active expert's weights once for all the rows that chose it
+ * (the decode case: a few rows per expert) and re-read them per group of EXPERT_ROWS rows from
+ * L2 otherwise (prefill). Grid: x = a tile of outputs, y = an active-expert slot. Each output is
+ * one warp's dot product over k: lane l takes the 8 consecutive weights at l*8 + 256*c (one
+ * 16-byte load each), multiplies them with the same elements of each of the group's input rows,
+ * and the warp sums with a fixed butterfly. The sum order per (output, row) is the same whatever
+ * the group holds, so a row's result is independent of its batch mates (GATES.md). */
+template <int ROWS>
+static __device__ __forceinline__ void dot_rows(const bf16_t *wrow, const bf16_t *const *in,
+                                                int n_in, int k, float *acc) {
+    const int lane = threadIdx.x & 31;
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                s += gu[o + 2 * j] * __uint_as_float(wv[j] << 16);
-                s += gu[o + 2 * j + 1] * __uint_as_float(wv[j] & 0xffff0000u);
-            }
+    for (int r = 0; r < ROWS; r++)
+        acc[r] = 0.0f;
+#pragma unroll 4
+    for (int t = lane * 8; t < k; t += 32 * 8) {
+        float w[8];
+        unpack8(__ldg((const uint4 *)(wrow + t)), w);
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            if (r >= n_in) break;
+            float x[8];
+            unpack8(__ldg((const uint4 *)(in[r] + t)), x);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                acc[r] += x[j] * w[j];
         }
-        s = warp_sum(s);
-        if (lane == 0) y[t] = round_bf(s);
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+        acc[r] = warp_sum(acc[r]);
+}
+
+/* h[item, o] = bf(bf(gelu(g)) * u) with g = bf(x[r] . gate_up[e, o]), u = bf(x[r] .
+ * gate_up[e, de + o]), for the UP_OUTS outputs o of this block's tile; h is bf16. */
+__global__ static void __launch_bounds__(EXPERT_THREADS)
+    moe_up_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                  const int32_t *n_active, bf16_t *h) {
+    if ((int)blockIdx.y >= *n_active) return;
+    const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
+              n = active[3 * blockIdx.y + 2];
+    const int dm = a.d_model, de = a.d_expert;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const bf16_t *wgu = a.gate_up + (size_t)e * 2 * (size_t)de * (size_t)dm;
+    for (int o = blockIdx.x * UP_OUTS + warp; o < de && o < (int)(blockIdx.x + 1) * UP_OUTS;
+         o += EXPERT_WARPS) {
+        for (int g0 = 0; g0 < n; g0 += EXPERT_ROWS) {
+            const bf16_t *in[EXPERT_ROWS];
+            int items[EXPERT_ROWS];
+            int cnt = n - g0 < EXPERT_ROWS ? n - g0 : EXPERT_ROWS;
+#pragma unroll
+            for (int r = 0; r < EXPERT_ROWS; r++) { /* unrolled: the arrays stay in registers */
+                items[r] = r < cnt ? list[first + g0 + r] : 0;
+                in[r] = a.x + (size_t)(items[r] / a.top_k) * (size_t)dm;
+            }
+            float g[EXPERT_ROWS], u[EXPERT_ROWS];
+            dot_rows<EXPERT_ROWS>(wgu + (size_t)o * (size_t)dm, in, cnt, dm, g);
+            dot_rows<EXPERT_ROWS>(wgu + (size_t)(de + o) * (size_t)dm, in, cnt, dm, u);
+            if (lane == 0)
+#pragma unroll
+                for (int r = 0; r < EXPERT_ROWS; r++)
+                    if (r < cnt)
+                        h[(size_t)items[r] * (size_t)de + (size_t)o] =
+                            f2bf(round_bf(gelu_tanh(round_bf(g[r]))) * round_bf(u[r]));
+        }
+    }
+}
+
+/* ys[item, t] = bf(h[item] . down[e, t]) as fp32, for the DOWN_OUTS outputs t of this tile. */
+__global__ static void __launch_bounds__(EXPERT_THREADS)
+    moe_down_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                    const int32_t *n_active, const bf16_t *h, float *ys) {
+    if ((int)blockIdx.y >= *n_active) return;
+    const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
+              n = active[3 * blockIdx.y + 2];
+    const int dm = a.d_model, de = a.d_expert;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const bf16_t *wd = a.down + (size_t)e * (size_t)dm * (size_t)de;
+    for (int t = blockIdx.x * DOWN_OUTS + warp; t < dm && t < (int)(blockIdx.x + 1) * DOWN_OUTS;
+         t += EXPERT_WARPS) {
+        for (int g0 = 0; g0 < n; g0 += EXPERT_ROWS) {
+            const bf16_t *in[EXPERT_ROWS];
+            int items[EXPERT_ROWS];
+            int cnt = n - g0 < EXPERT_ROWS ? n - g0 : EXPERT_ROWS;
+#pragma unroll
+            for (int r = 0; r < EXPERT_ROWS; r++) {
+                items[r] = r < cnt ? list[first + g0 + r] : 0;
+                in[r] = h + (size_t)items[r] * (size_t)de;
+            }
+            float s[EXPERT_ROWS];
+            dot_rows<EXPERT_ROWS>(wd + (size_t)t * (size_t)de, in, cnt, de, s);
+            if (lane == 0)
+#pragma unroll
+                for (int r = 0; r < EXPERT_ROWS; r++)
+                    if (r < cnt) ys[(size_t)items[r] * (size_t)dm + (size_t)t] = round_bf(s[r]);
+        }
     }
 }
 
@@ -249,31 +308,6 @@ __global__ static void __launch_bounds__(COMBINE_THREADS)
     }
 }
 
-/* The expert path's workspace: ys [items, d_model] fp32, then list [items] and n_valid, int32.
- * One static device buffer grown on demand and reused by every call. Not thread-safe and for
- * one stream: two calls in flight on different streams would share it. Growing synchronises
- * the stream first because kernels queued earlier may still read the old buffer. Growing uses
- * cudaMalloc, so it must not happen during graph capture: warm up once at the largest rows. */
-static void *ws_buf;
-static size_t ws_bytes;
-
-static int ws_reserve(size_t bytes, cudaStream_t st) {
-    if (bytes <= ws_bytes) return K_OK;
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    if (ws_buf) CUDA_CHECK(cudaFree(ws_buf));
-    ws_buf = NULL;
-    ws_bytes = 0;
-    if (cudaMalloc(&ws_buf, bytes) != cudaSuccess) {
-        cudaGetLastError(); /* clear the error so later launches do not report it */
-        ws_buf = NULL;
-        fprintf(stderr, "g4pipe: error kernels: moe workspace of %zu bytes: out of memory\n",
-                bytes);
-        return K_ERR_NO_MEMORY;
-    }
-    ws_bytes = bytes;
-    return K_OK;
-}
-
 /* ---- launchers ---- */
 
 extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
@@ -288,30 +322,42 @@ extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
 }
 
 extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
-    /* 16-byte weight loads: rows of gate_up and down start on 16 bytes when the base does
-     * and d_model, d_expert are multiples of 8 */
-    size_t smem = ((size_t)a->d_model + 2 * (size_t)a->d_expert) * sizeof(float);
+    /* 16-byte loads: rows of x, gate_up, down and h start on 16 bytes when the bases do and
+     * d_model, d_expert are multiples of 8 */
     if (a->rows < 0 || a->d_model <= 0 || a->d_expert <= 0 || a->d_model % 8 != 0 ||
         a->d_expert % 8 != 0 || a->n_expert <= 0 || a->n_expert > EXPERTS_MAX_EXPERT ||
-        a->top_k <= 0 || smem > EXPERT_SMEM_MAX)
+        a->top_k <= 0)
         return K_ERR_SHAPE;
     if (a->rows == 0) return K_OK;
     if (!a->out || !a->x || !a->gate_up || !a->down || !a->idx || !a->weight ||
-        (uintptr_t)a->gate_up % 16 != 0 || (uintptr_t)a->down % 16 != 0)
+        (uintptr_t)a->gate_up % 16 != 0 || (uintptr_t)a->down % 16 != 0 ||
+        (uintptr_t)a->x % 16 != 0)
         return K_ERR_SHAPE;
     size_t items = (size_t)a->rows * (size_t)a->top_k;
-    if (items > (size_t)INT32_MAX) return K_ERR_SHAPE;
+    if (items > (size_t)INT32_MAX / (size_t)a->d_model) return K_ERR_SHAPE;
     size_t ys_bytes = items * (size_t)a->d_model * sizeof(float);
+    size_t h_bytes = (items * (size_t)a->d_expert * sizeof(bf16_t) + 15) & ~(size_t)15;
+    size_t idx_bytes = (items + 3 * (size_t)a->n_expert + 1) * sizeof(int32_t);
     cudaStream_t s = (cudaStream_t)st;
-    int rc = ws_reserve(ys_bytes + (items + 1) * sizeof(int32_t), s);
+    void *ws_buf = NULL;
+    int rc = k_scratch(K_SCRATCH_MOE, ys_bytes + h_bytes + idx_bytes, s, &ws_buf);
     if (rc != K_OK) return rc;
     float *ys = (float *)ws_buf;
-    int32_t *list = (int32_t *)((char *)ws_buf + ys_bytes);
-    int32_t *n_valid = list + items;
+    bf16_t *h = (bf16_t *)((char *)ws_buf + ys_bytes);
+    int32_t *list = (int32_t *)((char *)ws_buf + ys_bytes + h_bytes);
+    int32_t *active = list + items;
+    int32_t *n_active = active + 3 * a->n_expert;
+    /* one grid row per possible active expert; the rows past *n_active return at once */
+    unsigned slots = (unsigned)(items < (size_t)a->n_expert ? items : (size_t)a->n_expert);
 
-    moe_bucket_kernel<<<1, BUCKET_THREADS, 0, s>>>(a->idx, (int)items, a->n_expert, list, n_valid);
+    moe_bucket_kernel<<<1, BUCKET_THREADS, 0, s>>>(a->idx, (int)items, a->n_expert, list, active,
+                                                   n_active);
     CUDA_CHECK(cudaGetLastError());
-    moe_expert_kernel<<<(unsigned)items, EXPERT_THREADS, smem, s>>>(*a, list, n_valid, ys);
+    dim3 up((unsigned)((a->d_expert + UP_OUTS - 1) / UP_OUTS), slots);
+    moe_up_kernel<<<up, EXPERT_THREADS, 0, s>>>(*a, list, active, n_active, h);
+    CUDA_CHECK(cudaGetLastError());
+    dim3 down((unsigned)((a->d_model + DOWN_OUTS - 1) / DOWN_OUTS), slots);
+    moe_down_kernel<<<down, EXPERT_THREADS, 0, s>>>(*a, list, active, n_active, h, ys);
     CUDA_CHECK(cudaGetLastError());
     moe_combine_kernel<<<a->rows, COMBINE_THREADS, 0, s>>>(*a, ys);
     CUDA_CHECK(cudaGetLastError());

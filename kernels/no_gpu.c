@@ -37,10 +37,44 @@ int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k) {
     return K_ERR_DEVICE;
 }
 
+int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, int n, int k) {
+    (void)max_m, (void)heur_m, (void)n, (void)k;
+    *out = NULL;
+    return K_ERR_DEVICE;
+}
+
 void k_gemm_plan_destroy(k_gemm_plan *plan) { (void)plan; }
+
+int k_gemm(const k_gemm_args *a, g4_stream st) {
+    (void)a, (void)st;
+    return K_ERR_DEVICE;
+}
 
 int k_fill_uniform(const k_fill_args *a, g4_stream st) {
     (void)a, (void)st;
+    return K_ERR_DEVICE;
+}
+
+int k_argmax(const k_argmax_args *a, g4_stream st) {
+    (void)a, (void)st;
+    return K_ERR_DEVICE;
+}
+
+int k_event_create(k_event **out) {
+    *out = NULL;
+    return K_ERR_DEVICE;
+}
+
+void k_event_destroy(k_event *ev) { (void)ev; }
+
+int k_event_record(k_event *ev, g4_stream st) {
+    (void)ev, (void)st;
+    return K_ERR_DEVICE;
+}
+
+int k_event_elapsed_ms(k_event *a, k_event *b, float *ms) {
+    (void)a, (void)b;
+    *ms = 0;
     return K_ERR_DEVICE;
 }
 

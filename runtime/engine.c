@@ -4,6 +4,7 @@
  * the ref_ schedule). Everything is sized once at open for the largest step. */
 #include "runtime/engine.h"
 
+#include "kernels/ref/ref.h"
 #include "runtime/device_weights.h"
 #include "runtime/hfconfig.h"
 #include "runtime/kv_pool.h"
@@ -34,6 +35,7 @@ struct engine {
     device_weights *dw;   /* GPU: the weights and plans */
     int32_t *d_meta;      /* GPU: ids, pos, seq [max_rows each], out_src [max_out_rows] */
     int32_t *d_tables[2]; /* GPU: device copies of the page tables */
+    int32_t *d_argmax;    /* GPU: [max_out_rows] greedy tokens */
     size_t table_bytes;
 };
 
@@ -221,15 +223,6 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
         return -1;
     }
     const char *variant = cfg->kv.local == G4_KV_LOCAL_FP8 ? "local_fp8" : "local_bf16";
-    if (cfg->kv.local == G4_KV_LOCAL_FP8 && e->gpu) {
-        /* the local_fp8 schedule is compiled in and the CPU reference stores e4m3, but the
-         * GPU launchers would refuse a one-byte layout at the first step: say so now */
-        log_msg(LOG_ERROR, "engine",
-                "kv.local = fp8: k_attn_prep and k_attention have no e4m3 twin yet; use "
-                "kv.local = bf16, or debug.backend = cpu for the CPU reference");
-        free(e);
-        return -1;
-    }
     e->max_rows = cfg->serve.prefill_chunk + cfg->serve.max_batch;
     e->max_out_rows = max_out_rows > 0 ? max_out_rows : cfg->serve.max_batch;
     if (open_weights(e) != 0 ||
@@ -242,6 +235,7 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
                       : g4_schedule_find(ref_schedules, ref_n_schedules, e->model->name, variant);
     size_t meta = sizeof(int32_t) * (3 * (size_t)e->max_rows + (size_t)e->max_out_rows);
     if (!e->schedule || alloc_state(e) != 0 || (e->gpu && !(e->d_meta = engine_alloc(e, meta))) ||
+        (e->gpu && !(e->d_argmax = engine_alloc(e, sizeof(int32_t) * (size_t)e->max_out_rows))) ||
         open_pool(e) != 0) {
         engine_close(e);
         return -1;
@@ -333,6 +327,38 @@ static int stage_step(engine *e, const engine_batch *b) {
     return 0;
 }
 
+/* The out rows' logits (all, or those need_logits asks for) and greedy tokens to the host. */
+static int fetch_outputs(engine *e, const engine_batch *b, bf16_t *logits) {
+    g4_state *s = &e->s;
+    size_t row = (size_t)e->model->n_vocab;
+    k_argmax_args am = {.id = e->gpu ? e->d_argmax : b->argmax,
+                        .logits = s->logits,
+                        .rows = b->out_rows,
+                        .n_vocab = e->model->n_vocab};
+    if (b->argmax && b->out_rows > 0) {
+        int rc = e->gpu ? k_argmax(&am, s->stream) : ref_argmax(&am, NULL);
+        if (rc == 0 && e->gpu)
+            rc = k_copy_to_host(b->argmax, e->d_argmax, sizeof(int32_t) * (size_t)b->out_rows);
+        if (rc != 0) return K_ERR_DEVICE;
+    }
+    if (!b->need_logits) {
+        size_t bytes = (size_t)b->out_rows * row * sizeof(bf16_t);
+        if (e->gpu) return k_copy_to_host(logits, s->logits, bytes) == 0 ? 0 : K_ERR_DEVICE;
+        memcpy(logits, s->logits, bytes);
+        return 0;
+    }
+    for (int o = 0; o < b->out_rows; o++) {
+        if (!b->need_logits[o]) continue;
+        size_t off = (size_t)o * row, bytes = row * sizeof(bf16_t);
+        if (e->gpu) {
+            if (k_copy_to_host(logits + off, s->logits + off, bytes) != 0) return K_ERR_DEVICE;
+        } else {
+            memcpy(logits + off, s->logits + off, bytes);
+        }
+    }
+    return 0;
+}
+
 int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
                 int (*hook)(g4_state *s, int layer, const char *step), void *hook_ctx) {
     if (b->rows <= 0 || b->rows > e->max_rows || b->out_rows < 0 || b->out_rows > e->max_out_rows) {
@@ -345,6 +371,9 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
     s->ids = b->ids;
     s->pos = b->pos;
     s->seq = b->seq;
+    s->max_pos = 0;
+    for (int r = 0; r < b->rows; r++)
+        if (b->pos[r] > s->max_pos) s->max_pos = b->pos[r];
     s->out_rows = b->out_rows;
     s->out_src = b->out_src;
     s->hook = hook;
@@ -357,8 +386,5 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
                 s->failed_step ? s->failed_step : "?", rc);
         return rc;
     }
-    size_t bytes = (size_t)b->out_rows * (size_t)e->model->n_vocab * sizeof(bf16_t);
-    if (e->gpu) return k_copy_to_host(logits, s->logits, bytes) == 0 ? 0 : K_ERR_DEVICE;
-    memcpy(logits, s->logits, bytes);
-    return 0;
+    return fetch_outputs(e, b, logits);
 }

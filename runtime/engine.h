@@ -54,11 +54,17 @@ typedef struct engine_batch {
     const int32_t *seq;     /* [rows] slots, each with its positions reserved */
     int out_rows;           /* rows that want logits, <= max_out_rows */
     const int32_t *out_src; /* [out_rows] indices into the rows */
+    /* optional: need_logits[o] = 0 skips copying out row o's logits to the host (a greedy row
+     * without logprobs needs only its argmax); NULL copies every row */
+    const uint8_t *need_logits;
+    int32_t *argmax; /* optional out: [out_rows] the greedy token of each out row */
 } engine_batch;
 
 /* Runs one step and copies the bf16 logits (after softcap) of the out rows into logits
- * [out_rows, n_vocab]. hook, when set, runs after every named step (see g4_state). Returns 0,
- * or a negative code after logging the layer and step that failed. */
+ * [out_rows, n_vocab] (row o at o * n_vocab, rows with need_logits[o] = 0 left as they were),
+ * and, when b->argmax is set, each out row's greedy token (computed on the device on the GPU
+ * backend). hook, when set, runs after every named step (see g4_state). Returns 0, or a
+ * negative code after logging the layer and step that failed. */
 int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
                 int (*hook)(g4_state *s, int layer, const char *step), void *hook_ctx);
 

@@ -43,6 +43,8 @@ struct sched {
     int committed[2];
     /* step buffers */
     int32_t *ids, *pos, *seq, *out_src;
+    int32_t *argmax;      /* [max_batch] each out row's greedy token, from the engine */
+    uint8_t *need_logits; /* [max_batch] 0: the row's greedy token is all it needs */
     sreq **out_req;
     bf16_t *logits;
     float *work;
@@ -88,10 +90,12 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     s->seq = calloc((size_t)rows, sizeof *s->seq);
     s->out_src = calloc((size_t)mb, sizeof *s->out_src);
     s->out_req = calloc((size_t)mb, sizeof(sreq *));
+    s->argmax = calloc((size_t)mb, sizeof *s->argmax);
+    s->need_logits = calloc((size_t)mb, sizeof *s->need_logits);
     s->logits = calloc((size_t)mb * (size_t)V, sizeof *s->logits);
     s->work = calloc(2 * (size_t)V, sizeof *s->work);
     if (!s->running || !s->slot_used || !s->ids || !s->pos || !s->seq || !s->out_src ||
-        !s->out_req || !s->logits || !s->work) {
+        !s->out_req || !s->logits || !s->work || !s->argmax || !s->need_logits) {
         sched_destroy(s);
         return NULL;
     }
@@ -123,6 +127,8 @@ void sched_destroy(sched *s) {
     free(s->seq);
     free(s->out_src);
     free(s->out_req);
+    free(s->argmax);
+    free(s->need_logits);
     free(s->logits);
     free(s->work);
     free(s);
@@ -242,12 +248,18 @@ static void finish(sched *s, sreq *r, const char *reason) {
     sreq_free(r);
 }
 
-/* One generated token of r: stop token, text, stop strings, limits. Returns 1 when r ended. */
-static int take_token(sched *s, sreq *r, const bf16_t *logits) {
+/* Greedy requests take the argmax, which the engine computes (on the device on the GPU
+ * backend); sampler_pick's greedy rule is the same one (temperature 0 or top_k 1). */
+static int is_greedy(const proto_request *q) { return !(q->temperature > 0) || q->top_k == 1; }
+
+/* One generated token of r: stop token, text, stop strings, limits. greedy_tok >= 0 is the
+ * engine's argmax when the row's logits were not fetched. Returns 1 when r ended. */
+static int take_token(sched *s, sreq *r, const bf16_t *logits, int32_t greedy_tok) {
     const g4_model_desc *m = engine_model(s->e);
     sampler_params sp = {(float)r->req.temperature, r->req.top_k, (float)r->req.top_p,
                          (float)r->req.min_p, r->req.seed};
-    int32_t tok = sampler_pick(&sp, logits, m->n_vocab, r->n_out, s->work);
+    int32_t tok =
+        greedy_tok >= 0 ? greedy_tok : sampler_pick(&sp, logits, m->n_vocab, r->n_out, s->work);
     double now = sched_now_ms();
     if (r->t_first == 0) r->t_first = now;
     r->t_last = now;
@@ -355,11 +367,12 @@ int sched_step(sched *s) {
         r->n_written = end;
         if (end == r->n_ids) {
             s->out_src[n_out] = rows - 1;
+            s->need_logits[n_out] = !is_greedy(&r->req) || r->req.logprobs > 0;
             s->out_req[n_out++] = r;
         }
     }
     if (s->t_first_step == 0) s->t_first_step = sched_now_ms();
-    engine_batch b = {rows, s->ids, s->pos, s->seq, n_out, s->out_src};
+    engine_batch b = {rows, s->ids, s->pos, s->seq, n_out, s->out_src, s->need_logits, s->argmax};
     int rc = engine_step(s->e, &b, s->logits, NULL, NULL);
     s->steps++;
     s->last_rows = rows;
@@ -374,7 +387,8 @@ int sched_step(sched *s) {
     }
     size_t V = (size_t)engine_model(s->e)->n_vocab;
     for (int i = 0; i < n_out; i++)
-        take_token(s, s->out_req[i], s->logits + (size_t)i * V);
+        take_token(s, s->out_req[i], s->logits + (size_t)i * V,
+                   s->need_logits[i] ? -1 : s->argmax[i]);
     return 1;
 }
 

@@ -3,18 +3,21 @@
  *
  * usage: bench_decode -c FILE [--set k=v]... [--batch B] [--prompt N] [--steps S] [--bw GBPS]
  * B sequences are prefilled with N random tokens each, then S decode steps of B rows are timed
- * (wall clock around each whole step, which ends in the logits' copy to the host, so it
- * includes the launch gaps). A second pass synchronises after every named step and sums the
- * time per step name: that pass is slower than a real step (one sync per step), so its
- * figures are shares, not absolutes. The floor counts the bytes a step must read: every
- * non-expert weight once, top_k of n_expert experts per layer (the batch-1 count; at B > 1 the
- * distinct experts are counted from the router's output), the LM head, and the KV of every
- * row (window-capped for the local family). A benchmark, not a test: it prints figures only. */
+ * (wall clock around each whole step, which ends in the greedy tokens' copy to the host, so it
+ * includes the launch gaps). One more step records a CUDA event after every named step and
+ * sums the intervals per step name (see profile). The floor counts the bytes a step must read:
+ * every non-expert weight once, the experts B rows route to per layer, the LM head, and the KV of
+ * every row (window-capped for the local family). Expert count: top_k at B = 1; at B > 1 the
+ * expected number of distinct experts when each row picks top_k of n_expert independently and
+ * evenly, n_expert * (1 - (1 - top_k / n_expert)^B) (82 of 128 at B = 16 on the 26B-A4B), which
+ * is what the dummy weights' router does to within sampling noise. A benchmark, not a test: it
+ * prints figures only. */
 #include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/kv_pool.h"
 #include "runtime/log.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +31,12 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* One step's named steps. On the GPU a CUDA event is recorded after every named step and
+ * nothing synchronises until the step ends, so the step runs as in serving and the time
+ * between consecutive events is the GPU time of each step plus its launch gap. On the CPU the
+ * wall clock is read at each step instead. */
+#define MAX_EVENTS 4096
+
 typedef struct profile {
     const char *names[MAX_STEP_NAMES];
     double ms[MAX_STEP_NAMES];
@@ -35,22 +44,45 @@ typedef struct profile {
     int n, gpu;
     long layer_calls; /* op calls made inside decoder layers */
     double last;
+    k_event *ev[MAX_EVENTS + 1]; /* ev[0] before the step */
+    int ev_step[MAX_EVENTS + 1]; /* the name index each event closes */
+    int n_ev;
 } profile;
 
-static int profile_hook(g4_state *s, int layer, const char *step) {
-    profile *p = s->hook_ctx;
-    if (layer >= 0) p->layer_calls++;
-    if (p->gpu && k_sync() != 0) return -1;
-    double t = now_ms();
+static int name_index(profile *p, const char *step) {
     int i = 0;
     while (i < p->n && strcmp(p->names[i], step) != 0)
         i++;
     if (i == p->n && p->n < MAX_STEP_NAMES) p->names[p->n++] = step;
+    return i;
+}
+
+static int profile_hook(g4_state *s, int layer, const char *step) {
+    profile *p = s->hook_ctx;
+    if (layer >= 0) p->layer_calls++;
+    int i = name_index(p, step);
+    if (p->gpu) {
+        if (p->n_ev >= MAX_EVENTS || i >= MAX_STEP_NAMES) return 0;
+        p->ev_step[++p->n_ev] = i;
+        return k_event_record(p->ev[p->n_ev], s->stream);
+    }
+    double t = now_ms();
     if (i < MAX_STEP_NAMES) {
         p->ms[i] += t - p->last;
         p->calls[i]++;
     }
     p->last = t;
+    return 0;
+}
+
+/* Sums the event intervals into the per-name totals (GPU). */
+static int profile_collect(profile *p) {
+    for (int k = 1; k <= p->n_ev; k++) {
+        float ms = 0;
+        if (k_event_elapsed_ms(p->ev[k - 1], p->ev[k], &ms) != 0) return -1;
+        p->ms[p->ev_step[k]] += ms;
+        p->calls[p->ev_step[k]]++;
+    }
     return 0;
 }
 
@@ -135,11 +167,17 @@ int main(int argc, char **argv) {
             engine_seq_release_front(e, b, p0);
             engine_seq_reserve(e, b, p0, p0 + n);
             double t0 = now_ms();
-            engine_batch eb = {n, ids, pos, seq, 1, src};
+            engine_batch eb = {n, ids, pos, seq, 1, src, NULL, NULL};
             if (engine_step(e, &eb, logits, NULL, NULL) != 0) return 1;
             ttft += now_ms() - t0;
         }
-    profile prof = {.gpu = engine_on_gpu(e)};
+    static profile prof;
+    prof.gpu = engine_on_gpu(e);
+    for (int k = 0; prof.gpu && k <= MAX_EVENTS; k++)
+        if (k_event_create(&prof.ev[k]) != 0) return 1;
+    /* decode rows are greedy: the engine's argmax, no logits copied (as serving does) */
+    int32_t *argmax = calloc((size_t)batch, sizeof *argmax);
+    uint8_t *need = calloc((size_t)batch, 1);
     for (int s = 0; s <= steps; s++) { /* the last step is the profiled one */
         for (int b = 0; b < batch; b++) {
             ids[b] = 1000 + rand() % (m->n_vocab - 1000);
@@ -149,15 +187,19 @@ int main(int argc, char **argv) {
             engine_seq_release_front(e, b, pos[b]);
             engine_seq_reserve(e, b, pos[b], pos[b] + 1);
         }
-        engine_batch eb = {batch, ids, pos, seq, batch, src};
+        engine_batch eb = {batch, ids, pos, seq, batch, src, need, argmax};
         prof.last = now_ms();
+        if (prof.gpu && s == steps && k_event_record(prof.ev[0], NULL) != 0) return 1;
         double t0 = now_ms();
         if (engine_step(e, &eb, logits, s == steps ? profile_hook : NULL, &prof) != 0) return 1;
+        if (s == steps && prof.gpu && profile_collect(&prof) != 0) return 1;
         if (s < steps) t[s] = now_ms() - t0;
     }
     qsort(t, (size_t)steps, sizeof *t, cmp_double);
     double experts_all, wb = weight_bytes(m, &experts_all);
-    double routed = m->n_expert ? experts_all * (double)m->top_k / m->n_expert : 0;
+    double distinct =
+        m->n_expert ? m->n_expert * (1.0 - pow(1.0 - (double)m->top_k / m->n_expert, batch)) : 0;
+    double routed = m->n_expert ? experts_all * distinct / m->n_expert : 0;
     double floor_bytes = wb + routed + kv_bytes(m, prompt, batch);
     double floor_ms = floor_bytes / (bw * 1e6);
     double med = t[steps / 2];
@@ -165,21 +207,24 @@ int main(int argc, char **argv) {
            batch, prompt, steps);
     printf("decode step: median %.3f ms, p90 %.3f ms, min %.3f ms (%.1f tok/s at batch %d)\n", med,
            t[steps * 9 / 10], t[0], 1e3 * batch / med, batch);
-    printf("floor: %.3f GB per step (weights %.3f, routed experts %.3f, KV %.3f; experts at batch "
-           "1) / %.0f GB/s = %.3f ms; fraction of floor %.3f\n",
-           floor_bytes / 1e9, wb / 1e9, routed / 1e9, kv_bytes(m, prompt, batch) / 1e9, bw,
-           floor_ms, floor_ms / med);
+    printf("floor: %.3f GB per step (weights %.3f, routed experts %.3f = %.1f distinct per layer, "
+           "KV %.3f) / %.0f GB/s = %.3f ms; fraction of floor %.3f\n",
+           floor_bytes / 1e9, wb / 1e9, routed / 1e9, distinct, kv_bytes(m, prompt, batch) / 1e9,
+           bw, floor_ms, floor_ms / med);
     printf("prefill: %d tokens x %d sequences in %.1f ms\n", prompt, batch, ttft);
     double total = 0;
     for (int i = 0; i < prof.n; i++)
         total += prof.ms[i];
-    printf("per-step breakdown (one step, synchronised after every named step; %.2f ms in all):\n",
+    printf("per-step breakdown (one step; %s; %.2f ms in all):\n",
+           prof.gpu ? "CUDA events after every named step, no synchronisation inside the step"
+                    : "wall clock after every named step",
            total);
     printf("%-16s %10s %8s %8s\n", "step", "ms", "share", "calls");
     for (int i = 0; i < prof.n; i++)
         printf("%-16s %10.3f %7.1f%% %8ld\n", prof.names[i], prof.ms[i], 100 * prof.ms[i] / total,
                prof.calls[i]);
-    printf("op calls per decoder layer: %.1f (moe_experts launches 3 kernels, the others 1)\n",
+    printf("op calls per decoder layer: %.1f (moe_experts launches 4 kernels, attention 2, the "
+           "others 1)\n",
            (double)prof.layer_calls / m->n_layer);
     engine_close(e);
     free(ids);
@@ -188,5 +233,9 @@ int main(int argc, char **argv) {
     free(src);
     free(logits);
     free(t);
+    free(argmax);
+    free(need);
+    for (int k = 0; prof.gpu && k <= MAX_EVENTS; k++)
+        k_event_destroy(prof.ev[k]);
     return 0;
 }

@@ -82,7 +82,7 @@ static int step_range(engine *e, const int32_t *ids, int begin, int end, bf16_t 
     }
     engine_seq_release_front(e, 0, begin);
     if (engine_seq_reserve(e, 0, begin, end) != 0) return -1;
-    engine_batch b = {rows, ids + begin, pos, seq, rows, src};
+    engine_batch b = {rows, ids + begin, pos, seq, rows, src, NULL, NULL};
     return engine_step(e, &b, out, hook, ctx);
 }
 
@@ -440,7 +440,7 @@ static void report_fp8_agreement(engine *fp8, const char *dir, const char *fx,
     }
     engine_close(bf);
     char gate[96];
-    snprintf(gate, sizeof gate, "fp8:agreement_with_bf16[%s]", fx);
+    snprintf(gate, sizeof gate, "%sagreement_with_bf16[%s]", gate_prefix, fx);
     TEST_CHECK(gate, n > 0,
                "fp8 and bf16 local pools pick the same argmax at %d of %d positions "
                "(%.1f%%; reported, the floor-based distribution gate is the GPU suite's)",
@@ -448,23 +448,25 @@ static void report_fp8_agreement(engine *fp8, const char *dir, const char *fx,
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || (argc >= 3 && strcmp(argv[2], "cpu") != 0 && strcmp(argv[2], "gpu") != 0 &&
-                     strcmp(argv[2], "cpu-fp8") != 0)) {
-        fprintf(stderr, "usage: test_fixtures FIXTURES_DIR [cpu|gpu|cpu-fp8] [FIXTURE...]\n");
+    const char *mode = argc >= 3 ? argv[2] : "cpu";
+    if (argc < 2 || (strcmp(mode, "cpu") != 0 && strcmp(mode, "gpu") != 0 &&
+                     strcmp(mode, "cpu-fp8") != 0 && strcmp(mode, "gpu-fp8") != 0)) {
+        fprintf(stderr,
+                "usage: test_fixtures FIXTURES_DIR [cpu|gpu|cpu-fp8|gpu-fp8] [FIXTURE...]\n");
         return 2;
     }
-    if (argc >= 3 && strcmp(argv[2], "cpu-fp8") == 0) {
+    if (strcmp(mode, "cpu-fp8") == 0 || strcmp(mode, "gpu-fp8") == 0) {
         fp8_pool = 1;
         gate_prefix = "fp8:";
     }
-    if (argc >= 3 && strcmp(argv[2], "gpu") == 0) {
+    if (strcmp(mode, "gpu") == 0 || strcmp(mode, "gpu-fp8") == 0) {
         char desc[256];
         if (k_device_init(desc, sizeof desc) != 0) {
-            test_skip("gpu:engine_vs_hf", "no GPU (%s)", desc);
+            test_skip(fp8_pool ? "gpu-fp8:engine_vs_hf" : "gpu:engine_vs_hf", "no GPU (%s)", desc);
             return 0;
         }
         backend_choice = G4_BACKEND_GPU;
-        gate_prefix = "gpu:";
+        gate_prefix = fp8_pool ? "gpu-fp8:" : "gpu:";
     }
     log_set_level(LOG_WARN);
     const char *tiny[] = {"tiny-moe", "tiny-ple", "tiny-dense"};

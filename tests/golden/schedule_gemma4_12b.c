@@ -130,6 +130,7 @@ static int G4_FN(gemma4_12b_sliding_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_12B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_12B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -298,6 +299,7 @@ static int G4_FN(gemma4_12b_full_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_12B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -587,6 +589,7 @@ static int G4_FN(gemma4_12b_sliding_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_12B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_12B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -755,6 +758,7 @@ static int G4_FN(gemma4_12b_full_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_12B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

@@ -112,6 +112,7 @@ static int G4_FN(gemma4_26b_a4b_sliding_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_26B_A4B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_26B_A4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -367,6 +368,7 @@ static int G4_FN(gemma4_26b_a4b_full_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_26B_A4B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -725,6 +727,7 @@ static int G4_FN(gemma4_26b_a4b_sliding_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_26B_A4B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_26B_A4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -980,6 +983,7 @@ static int G4_FN(gemma4_26b_a4b_full_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_26B_A4B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

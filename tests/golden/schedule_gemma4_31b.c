@@ -142,6 +142,7 @@ static int G4_FN(gemma4_31b_sliding_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_31B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_31B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -310,6 +311,7 @@ static int G4_FN(gemma4_31b_full_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_31B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -611,6 +613,7 @@ static int G4_FN(gemma4_31b_sliding_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_31B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_31B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -779,6 +782,7 @@ static int G4_FN(gemma4_31b_full_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_31B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

@@ -117,6 +117,7 @@ static int G4_FN(gemma4_e2b_sliding_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_E2B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -315,6 +316,7 @@ static int G4_FN(gemma4_e2b_sliding_shared_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_E2B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -538,6 +540,7 @@ static int G4_FN(gemma4_e2b_full_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -736,6 +739,7 @@ static int G4_FN(gemma4_e2b_full_shared_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1105,6 +1109,7 @@ static int G4_FN(gemma4_e2b_sliding_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_E2B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1303,6 +1308,7 @@ static int G4_FN(gemma4_e2b_sliding_shared_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_E2B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1526,6 +1532,7 @@ static int G4_FN(gemma4_e2b_full_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1724,6 +1731,7 @@ static int G4_FN(gemma4_e2b_full_shared_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

@@ -124,6 +124,7 @@ static int G4_FN(gemma4_e4b_sliding_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_E4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -322,6 +323,7 @@ static int G4_FN(gemma4_e4b_sliding_shared_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_E4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -545,6 +547,7 @@ static int G4_FN(gemma4_e4b_full_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -743,6 +746,7 @@ static int G4_FN(gemma4_e4b_full_shared_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1119,6 +1123,7 @@ static int G4_FN(gemma4_e4b_sliding_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_E4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1317,6 +1322,7 @@ static int G4_FN(gemma4_e4b_sliding_shared_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEMMA4_E4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1540,6 +1546,7 @@ static int G4_FN(gemma4_e4b_full_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1738,6 +1745,7 @@ static int G4_FN(gemma4_e4b_full_shared_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

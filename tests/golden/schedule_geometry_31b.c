@@ -88,6 +88,7 @@ static int G4_FN(geometry_31b_sliding_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEOMETRY_31B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEOMETRY_31B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -256,6 +257,7 @@ static int G4_FN(geometry_31b_full_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEOMETRY_31B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -503,6 +505,7 @@ static int G4_FN(geometry_31b_sliding_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEOMETRY_31B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = GEOMETRY_31B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -671,6 +674,7 @@ static int G4_FN(geometry_31b_full_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = GEOMETRY_31B_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

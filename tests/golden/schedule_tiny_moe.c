@@ -88,6 +88,7 @@ static int G4_FN(tiny_moe_sliding_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = TINY_MOE_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = TINY_MOE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -343,6 +344,7 @@ static int G4_FN(tiny_moe_full_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = TINY_MOE_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -677,6 +679,7 @@ static int G4_FN(tiny_moe_sliding_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = TINY_MOE_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = TINY_MOE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -932,6 +935,7 @@ static int G4_FN(tiny_moe_full_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = TINY_MOE_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

@@ -88,6 +88,7 @@ static int G4_FN(tiny_ple_sliding_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = TINY_PLE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -286,6 +287,7 @@ static int G4_FN(tiny_ple_sliding_shared_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = TINY_PLE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -509,6 +511,7 @@ static int G4_FN(tiny_ple_full_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -707,6 +710,7 @@ static int G4_FN(tiny_ple_full_shared_local_bf16)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1047,6 +1051,7 @@ static int G4_FN(tiny_ple_sliding_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = TINY_PLE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1245,6 +1250,7 @@ static int G4_FN(tiny_ple_sliding_shared_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = TINY_PLE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1468,6 +1474,7 @@ static int G4_FN(tiny_ple_full_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1666,6 +1673,7 @@ static int G4_FN(tiny_ple_full_shared_local_fp8)(g4_state *s, int il) {
         .rows = s->rows,
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

@@ -130,7 +130,7 @@ static k_kv_view view_of(const store *s, const cfg *c, void *base, const int32_t
                    .n_layer = N_LAYER,
                    .n_kv_head = c->n_kv,
                    .head_dim = c->d,
-                   .elem_bytes = 2,
+                   .elem_bytes = 2, /* the e4m3 runs set 1 */
                    .tables = tables,
                    .max_pages = s->max_pages};
     return v;
@@ -168,6 +168,70 @@ static const char *tag_of(const cfg *c, char *buf, size_t len) {
 
 /* ---- prep ---- */
 
+/* The fp8 layout gates for the prep (design/GATES.md "fp8 layout"), after a bf16 prep run left
+ * its K/V pages in kv_bf16: the same inputs through a one-byte store must write, in every slot
+ * the bf16 run wrote, exactly the e4m3 of that bf16 value (round to nearest even, saturating),
+ * nothing elsewhere (the poison 0x7f stays), and q exactly as the bf16 run. Against the CPU
+ * reference's own e4m3 store the decoded values stay within the 1e-2 norm bound: a one-ulp bf16
+ * difference (see the file comment) can move an e4m3 code by one step now and then. */
+static void check_prep_fp8(const cfg *c, const store *s, const k_attn_prep_args *bf16_run,
+                           const bf16_t *q0, const bf16_t *kv_bf16, k_attn_prep_args ra) {
+    char gate[128], tag[48];
+    snprintf(gate, sizeof gate, "fp8_layout_prep[gpu %s]", tag_of(c, tag, sizeof tag));
+    size_t qn = (size_t)N_ROWS * (size_t)c->n_head * (size_t)c->d;
+    uint8_t *kv8 = malloc(s->elems), *kv8_ref = malloc(s->elems);
+    bf16_t *q8 = malloc(qn * 2), *q_bf16 = malloc(qn * 2), *q_ref = malloc(qn * 2);
+    memset(kv8, 0x7f, s->elems);
+    memset(kv8_ref, 0x7f, s->elems);
+    void *dkv8 = k_device_alloc(s->elems);
+    k_attn_prep_args a = *bf16_run;
+    int rc = !dkv8 || k_copy_to_host(q_bf16, a.q, qn * 2) ||
+             k_copy_to_device((void *)a.q, q0, qn * 2) || k_copy_to_device(dkv8, kv8, s->elems);
+    a.kv.base = dkv8;
+    a.kv.elem_bytes = 1;
+    if (!rc)
+        rc = k_attn_prep(&a, NULL) | k_sync() | k_copy_to_host(kv8, dkv8, s->elems) |
+             k_copy_to_host(q8, a.q, qn * 2);
+    long mismatch = 0, written = 0, stray = 0, q_diff = 0;
+    for (size_t i = 0; i < s->elems; i++) {
+        float b = ref_bf16_to_f32(kv_bf16[i]);
+        if (isnan(b)) {
+            stray += kv8[i] != 0x7f;
+            continue;
+        }
+        written++;
+        mismatch += kv8[i] != ref_f32_to_e4m3(b);
+    }
+    for (size_t i = 0; i < qn; i++)
+        q_diff += q8[i] != q_bf16[i];
+    memcpy(q_ref, q0, qn * 2);
+    ra.q = q_ref;
+    ra.kv.base = kv8_ref;
+    ra.kv.elem_bytes = 1;
+    int rrc = ref_attn_prep(&ra, NULL);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < s->elems; i++) {
+        float o = ref_e4m3_to_f32(kv8[i]), e = ref_e4m3_to_f32(kv8_ref[i]);
+        if (isnan(o) || isnan(e)) continue;
+        num += (double)(o - e) * (o - e);
+        den += (double)e * e;
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    TEST_CHECK(
+        gate,
+        rc == 0 && rrc == 0 && written > 0 && mismatch == 0 && stray == 0 && q_diff == 0 &&
+            rel <= 1e-2,
+        "%ld K/V elements written, %ld not the e4m3 of the bf16 run (exact rule), %ld stray, "
+        "q differing %ld; vs the CPU e4m3 store rel err %.2e (limit 1e-2); rc %d/%d",
+        written, mismatch, stray, q_diff, rel, rc, rrc);
+    k_device_free(dkv8);
+    free(kv8);
+    free(kv8_ref);
+    free(q8);
+    free(q_bf16);
+    free(q_ref);
+}
+
 static void run_prep(const cfg *c, int write_kv, uint64_t seed) {
     char gate[128], tag[48];
     snprintf(gate, sizeof gate, "op_vs_ref[attn_prep %s kv%d]", tag_of(c, tag, sizeof tag),
@@ -188,6 +252,8 @@ static void run_prep(const cfg *c, int write_kv, uint64_t seed) {
     fill(qw, d, 0.5f, 1.0f);
     fill(kw, d, 0.5f, 1.0f);
     memcpy(q_ref, q, qn * 2);
+    bf16_t *q0 = malloc(qn * 2);
+    memcpy(q0, q, qn * 2);
     for (size_t i = 0; i < s.elems; i++)
         kv[i] = kv_ref[i] = BF16_NAN;
 
@@ -242,6 +308,8 @@ static void run_prep(const cfg *c, int write_kv, uint64_t seed) {
                "q rel err %.2e, K/V rel err %.2e (limit 1e-2), unwritten q %ld K/V %ld, stray "
                "K/V writes %ld, rc %d ref rc %d",
                rq, rkv, mq.unwritten, mkv.unwritten, mkv.stray, rc, rrc);
+    if (write_kv && rc == 0) check_prep_fp8(c, &s, &a, q0, kv, ra);
+    free(q0);
     k_device_free(dq);
     k_device_free(dk);
     k_device_free(dv);
@@ -287,9 +355,12 @@ static void fill_store(bf16_t *kv, const store *s, const cfg *c) {
     (void)c;
 }
 
-static void run_attention(const cfg *c, int window, uint64_t seed) {
+/* fp8: the store holds the e4m3 of the same random values (NaN slots as 0x7f), both sides read
+ * it as e4m3; the pass rule is the bf16 one, since both convert the same bytes exactly. */
+static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     char gate[128], tag[48];
-    snprintf(gate, sizeof gate, "op_vs_ref[attention %s w%d]", tag_of(c, tag, sizeof tag), window);
+    snprintf(gate, sizeof gate, "op_vs_ref[attention %s w%d%s]", tag_of(c, tag, sizeof tag), window,
+             fp8 ? " e4m3" : "");
     rng_state = seed;
     store s;
     make_store(&s, c, window);
@@ -299,6 +370,13 @@ static void run_attention(const cfg *c, int window, uint64_t seed) {
     /* scores of std ~2.3: a softmax neither flat nor one-hot over thousands of keys */
     fill(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
     fill_store(kv, &s, c);
+    size_t kv_bytes = s.elems * 2;
+    if (fp8) { /* the same buffer now holds e4m3 bytes in its first half */
+        uint8_t *b = (uint8_t *)kv;
+        for (size_t i = 0; i < s.elems; i++)
+            b[i] = ref_f32_to_e4m3(ref_bf16_to_f32(kv[i]));
+        kv_bytes = s.elems;
+    }
     for (size_t i = 0; i < qn; i++)
         out[i] = ref[i] = BF16_NAN;
 
@@ -309,7 +387,7 @@ static void run_attention(const cfg *c, int window, uint64_t seed) {
     int rc = !dq || !dout || !dkv || !dt || !dpos || !dseq;
     if (!rc)
         rc = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dout, out, qn * 2) |
-             k_copy_to_device(dkv, kv, s.elems * 2) | k_copy_to_device(dt, s.tables, tb) |
+             k_copy_to_device(dkv, kv, kv_bytes) | k_copy_to_device(dt, s.tables, tb) |
              k_copy_to_device(dpos, row_pos, rb) | k_copy_to_device(dseq, row_seq, rb);
     k_attention_args a = {.out = dout,
                           .q = dq,
@@ -319,7 +397,10 @@ static void run_attention(const cfg *c, int window, uint64_t seed) {
                           .rows = N_ROWS,
                           .n_head = c->n_head,
                           .kv_layer = KV_LAYER,
-                          .window = window};
+                          .window = window,
+                          /* the host's bound on pos (3000 is the largest row), or the table's */
+                          .max_pos = window == 1024 ? 3000 : 0};
+    a.kv.elem_bytes = fp8 ? 1 : 2;
     if (!rc) rc = k_attention(&a, NULL) | k_sync() | k_copy_to_host(out, dout, qn * 2);
     k_attention_args ra = a;
     ra.out = ref;
@@ -327,6 +408,7 @@ static void run_attention(const cfg *c, int window, uint64_t seed) {
     ra.pos = row_pos;
     ra.seq = row_seq;
     ra.kv = view_of(&s, c, kv, s.tables);
+    ra.kv.elem_bytes = a.kv.elem_bytes;
     int rrc = ref_attention(&ra, NULL);
 
     cmp m = {0};
@@ -363,12 +445,12 @@ static void run_refusals(void) {
                                  .n_layer = 1,
                                  .n_kv_head = 1,
                                  .head_dim = 256,
-                                 .elem_bytes = 1,
+                                 .elem_bytes = 3,
                                  .tables = &table,
                                  .max_pages = 1},
                           .rows = 1,
                           .n_head = 1};
-    int e4m3 = k_attention(&a, NULL);
+    int width3 = k_attention(&a, NULL);
     a.kv.elem_bytes = 2;
     a.kv.head_dim = 128;
     int hd128 = k_attention(&a, NULL);
@@ -383,16 +465,16 @@ static void run_refusals(void) {
                           .rows = 1,
                           .n_head = 1,
                           .n_rot = 64};
-    p.kv.elem_bytes = 1;
-    int prep_e4m3 = k_attn_prep(&p, NULL);
+    p.kv.elem_bytes = 3;
+    int prep_width3 = k_attn_prep(&p, NULL);
     p.kv.elem_bytes = 2;
     p.kv.head_dim = 384;
     int prep_hd384 = k_attn_prep(&p, NULL);
     TEST_CHECK("attn_refuses_unsupported",
-               e4m3 == K_ERR_DTYPE && hd128 == K_ERR_SHAPE && ragged_group == K_ERR_SHAPE &&
-                   prep_e4m3 == K_ERR_DTYPE && prep_hd384 == K_ERR_SHAPE,
-               "attention e4m3 %d hd128 %d group 3/2 %d; prep e4m3 %d hd384 %d", e4m3, hd128,
-               ragged_group, prep_e4m3, prep_hd384);
+               width3 == K_ERR_DTYPE && hd128 == K_ERR_SHAPE && ragged_group == K_ERR_SHAPE &&
+                   prep_width3 == K_ERR_DTYPE && prep_hd384 == K_ERR_SHAPE,
+               "attention 3-byte KV %d hd128 %d group 3/2 %d; prep 3-byte KV %d hd384 %d", width3,
+               hd128, ragged_group, prep_width3, prep_hd384);
 }
 
 int main(void) {
@@ -417,7 +499,9 @@ int main(void) {
         for (int w = 0; w <= 1; w++)
             run_prep(&cfgs[i], w, seed++);
         for (size_t k = 0; k < sizeof windows / sizeof windows[0]; k++)
-            run_attention(&cfgs[i], windows[k], seed++);
+            run_attention(&cfgs[i], windows[k], seed++, 0);
+        run_attention(&cfgs[i], 0, seed++, 1);
+        run_attention(&cfgs[i], 1024, seed++, 1);
     }
     run_refusals();
     return harness_exit();

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# tests/gpu/box_quick.sh - one device call in a fixed order, so the cheapest evidence comes back
+# first if the call runs out of time: build, the op gates and the tiny-fixture engine gates,
+# the decode benchmark, then the geometry gates (bounded by what is left of DEADLINE seconds).
+# Logs under $OUT; the gate programs' stderr is copied there too.
+# Usage: tests/gpu/box_quick.sh [nobench] [gemm] [fp8] [sanitize] [nogeometry]
+set -u
+OUT=${OUT:-/tmp/g4pipe-out}
+DEADLINE=${DEADLINE:-540}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+t0=$(date +%s)
+stamp() { echo "== $1 (+$(($(date +%s) - t0)) s)"; }
+left() { echo $((DEADLINE - ($(date +%s) - t0))); }
+stamp build; ./build.sh > "$OUT/build.log" 2>&1; echo "build rc $?"; tail -1 "$OUT/build.log"
+ldd build/g4pipe | grep -v -E "vdso|ld-linux"
+stamp "op gates + tiny fixtures + dummy weights"
+./build.sh gpu-test test_gemm_lt test_ops test_attn test_moe test_fill test_sample engine_vs_hf \
+    dummy_weights > "$OUT/gpu-test.log" 2>&1
+grep -E "^(FAIL|SKIP)" "$OUT/gpu-test.log" | cut -c1-300; tail -1 "$OUT/gpu-test.log"
+grep -h "device\|engine" build/tests/dummy.stderr 2>/dev/null | head -3
+case " $* " in *" nobench "*) ;; *)
+    stamp bench
+    for mb in gemma4-26b-a4b:1 gemma4-26b-a4b:4 gemma4-26b-a4b:16 gemma4-31b:1 gemma4-31b:16; do
+        m=${mb%:*} b=${mb#*:}
+        timeout 80 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
+            --set serve.max_context=4096 --batch $b --prompt 1024 --steps 16 \
+            > "$OUT/bench_${m}_b$b.txt" 2>&1
+        head -4 "$OUT/bench_${m}_b$b.txt" | tail -3
+    done ;;
+esac
+case " $* " in *" gemm "*)
+    stamp "bench_gemm"
+    timeout 150 build/tests/bench_gemm > "$OUT/bench_gemm.txt" 2>&1; cat "$OUT/bench_gemm.txt" ;;
+esac
+case " $* " in *" fp8 "*)
+    stamp "fp8 local pool on the GPU, tiny fixtures (readings under the fp8 rules)"
+    timeout 120 build/tests/test_fixtures tests/fixtures gpu-fp8 > "$OUT/gpu-fp8.log" 2> /dev/null
+    cut -c1-260 "$OUT/gpu-fp8.log" ;;
+esac
+case " $* " in *" sanitize "*)
+    stamp "memcheck tiny fixtures"
+    timeout 200 compute-sanitizer --tool memcheck build/tests/test_fixtures tests/fixtures gpu \
+        > "$OUT/memcheck.log" 2>&1
+    echo "rc $?"; grep -E "ERROR SUMMARY|^FAIL" "$OUT/memcheck.log" | head -5 ;;
+esac
+case " $* " in *" nogeometry "*) ;; *)
+    stamp "geometry ($(left) s left)"
+    timeout "$(left)" ./build.sh gpu-test geometry > "$OUT/geometry.log" 2>&1
+    grep -E "^(FAIL|SKIP)|gpu:" "$OUT/geometry.log" | cut -c1-300 | head -20; tail -1 "$OUT/geometry.log"
+    { tail -5 build/geometry.*.log; tail -20 build/tests/test_fixtures.stderr; } > "$OUT/geometry.stderr" 2>&1 ;;
+esac
+stamp done
