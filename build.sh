@@ -380,6 +380,7 @@ suite_test() {
         run_test "$B/tests/test_proto"
         run_test "$B/tests/test_tokenizer" "$SHARED_TOKENIZER" tests/tokenizer tests/fixtures
         run_test "$B/tests/test_serve" tests/fixtures tests/proto
+        BUILD_DIR="$B" run_test python3 tests/release/test_bench_driver.py
         fuzz_suite "${FUZZ_SECONDS:-20}"
         cli_refusals
         musl_suite

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""tests/release/test_bench_driver.py - the serving A/B driver (release/bench.py) end to end on
+the CPU backend with the tiny-moe fixture (two configurations, two concurrencies, two rounds),
+its floor arithmetic against design/BENCH.md's reference figures, and its refusals. Prints
+PASS/FAIL lines (tests/harness.h's format); exits 1 on any FAIL. Timing values are checked for
+presence and sign only: timing is never asserted (design/BENCH.md)."""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "release"))
+import bench  # noqa: E402
+
+failures = 0
+
+
+def check(gate, ok, msg):
+    global failures
+    print(f"{'PASS' if ok else 'FAIL'} {gate}: {msg}", flush=True)
+    failures += not ok
+
+
+def png_ok(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        return False, "no PNG signature or IHDR"
+    w, h = struct.unpack(">II", data[16:24])
+    pos, idat = 8, b""
+    while pos < len(data):
+        n = struct.unpack(">I", data[pos:pos + 4])[0]
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+        crc = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])[0]
+        if zlib.crc32(kind + body) & 0xffffffff != crc:
+            return False, f"bad CRC in {kind!r}"
+        if kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    return len(raw) == h * (1 + 3 * w), f"{w}x{h}, {len(raw)} bytes of scanlines"
+
+
+def main():
+    binary = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"), "g4pipe")
+    out = tempfile.mkdtemp(prefix="g4bench")
+    cmd = [sys.executable, os.path.join(ROOT, "release", "bench.py"), "-c",
+           os.path.join(ROOT, "conf", "demo.ini"), "--checkpoint", "--set", "debug.backend=cpu",
+           "--a-bin", binary, "--b-bin", binary, "--a-label", "chunk256", "--b-label", "chunk16",
+           "--b-set", "serve.prefill_chunk=16", "--concurrency", "1,2", "--prompt", "24",
+           "--output", "6", "--rounds", "2", "--out", out]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    files = sorted(os.listdir(out))
+    js = [f for f in files if f.endswith(".json")]
+    check("release_driver_runs", p.returncode == 0 and len(js) == 1,
+          f"exit {p.returncode}, files {len(files)}; {p.stderr.strip().splitlines()[-1:]}")
+    if p.returncode != 0 or len(js) != 1:
+        return
+    base = os.path.join(out, js[0][:-5])
+    r = json.load(open(base + ".json"))
+    summ = [s for c in r["configs"] for s in c["summary"]]
+    good = all(s["decode_step_ms_median"] > 0 and s["ttft_ms_p50"] > 0 and s["tokens_per_s"] > 0
+               and s["floor_ms"] > 0 for s in summ)
+    progress = p.stderr.count("] round ")
+    check("release_driver_json", len(r["runs"]) == 8 and len(summ) == 4 and good and
+          all(x["verdict"] in ("flat", "B faster", "B slower") for x in r["comparison"]) and
+          progress == 8 and all(len(x["requests"]) == x["c"] for x in r["runs"]),
+          f"{len(r['runs'])} measurements (2 rounds x 2 configs x 2 concurrencies), "
+          f"{progress} progress lines, every summary positive: {good}")
+    md = open(base + ".md").read()
+    rows = [l for l in md.splitlines() if l.startswith("| chunk")]
+    check("release_driver_markdown", len(rows) == 4 and "| 2 |" in md and md == p.stdout,
+          f"{len(rows)} config rows, comparison rows for c=1 and c=2, same text on stdout")
+    ok, why = png_ok(base + ".png")
+    check("release_driver_png", ok, why)
+
+    # the floor against design/BENCH.md: 26B-A4B, 1 row at 1K context = 7.64 GB of weights
+    # (4.79 dense + 2.86 routed) and 0.23 GB of KV; fp8 halves the local family only
+    d = bench.model_desc(None, [], os.path.join(ROOT, "graph", "models", "gemma4-26b-a4b.ini"))
+    bf, f8 = bench.floor_bytes(d, 1, 1024, 2), bench.floor_bytes(d, 1, 1024, 1)
+    w = (bf["weights"] + bf["experts"]) / 1e9
+    check("release_floor_bytes", abs(w - 7.64) < 0.01 and abs(bf["kv"] / 1e9 - 0.23) < 0.005 and
+          abs((bf["kv"] - f8["kv"]) - bf["kv_local"] / 2) < 1 and
+          abs(bench.floor_bytes(d, 16, 1024, 2)["distinct_experts"] - 82.4) < 0.1,
+          f"weights {w:.3f} GB, KV {bf['kv'] / 1e9:.3f} GB (BENCH.md: 7.64, 0.23); fp8 saves "
+          f"{(bf['kv'] - f8['kv']) / 1e6:.1f} MB = half the local family; 82.4 experts at 16 rows")
+
+    refusals = []
+    for extra, want in ((["--concurrency", "0"], "at least one number"),
+                        (["--a-bin", "/nonexistent"], "not an executable"),
+                        (["--b-label", "A"], "different labels")):
+        q = subprocess.run([sys.executable, os.path.join(ROOT, "release", "bench.py"), "-c",
+                            os.path.join(ROOT, "conf", "demo.ini"), "--a-bin", binary,
+                            "--b-bin", binary, "--out", out] + extra,
+                           capture_output=True, text=True, timeout=60)
+        refusals.append(q.returncode == 2 and want in q.stderr)
+    check("release_driver_refuses", all(refusals),
+          f"--concurrency 0, a missing binary, equal labels: exit 2 with the cause: {refusals}")
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(1 if failures else 0)
