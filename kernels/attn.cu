@@ -504,6 +504,10 @@ static int launch_attention(const k_attention_args *a, int group, int max_split,
     }
 }
 
+/* The most k_attention asks of its scratch: row chunks keep the partials under
+ * ATTN_SCRATCH_MAX, and one row's partials (32 heads x 32 splits x 514 floats) are far below. */
+extern "C" size_t k_attention_workspace(void) { return ATTN_SCRATCH_MAX; }
+
 extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     int rc = kv_dtype_check(&a->kv);
     if (rc) return rc;

@@ -95,3 +95,79 @@ extern "C" int k_event_elapsed_ms(k_event *a, k_event *b, float *ms) {
     CUDA_CHECK(cudaEventElapsedTime(ms, (cudaEvent_t)a, (cudaEvent_t)b));
     return K_OK;
 }
+
+/* ---- streams, pinned memory, async copies, graphs ---- */
+
+extern "C" int k_stream_create(g4_stream *out) {
+    cudaStream_t st;
+    *out = NULL;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    *out = (g4_stream)st;
+    return K_OK;
+}
+
+extern "C" void k_stream_destroy(g4_stream st) {
+    if (st) cudaStreamDestroy((cudaStream_t)st);
+}
+
+extern "C" int k_stream_sync(g4_stream st) {
+    CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)st));
+    return K_OK;
+}
+
+extern "C" void *k_host_alloc_pinned(size_t bytes) {
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void k_host_free_pinned(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+extern "C" int k_copy_to_device_async(void *dst, const void *src, size_t bytes, g4_stream st) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)st));
+    return K_OK;
+}
+
+extern "C" int k_copy_to_host_async(void *dst, const void *src, size_t bytes, g4_stream st) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)st));
+    return K_OK;
+}
+
+/* Thread-local capture: another thread's unrelated CUDA call cannot invalidate it. */
+extern "C" int k_capture_begin(g4_stream st) {
+    CUDA_CHECK(cudaStreamBeginCapture((cudaStream_t)st, cudaStreamCaptureModeThreadLocal));
+    return K_OK;
+}
+
+extern "C" int k_capture_end(g4_stream st, k_graph **out) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    *out = NULL;
+    CUDA_CHECK(cudaStreamEndCapture((cudaStream_t)st, &g));
+    cudaError_t err = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    CUDA_CHECK(err);
+    *out = (k_graph *)exec;
+    return K_OK;
+}
+
+extern "C" int k_graph_launch(k_graph *g, g4_stream st) {
+    CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g, (cudaStream_t)st));
+    return K_OK;
+}
+
+extern "C" void k_graph_destroy(k_graph *g) {
+    if (g) cudaGraphExecDestroy((cudaGraphExec_t)g);
+}
+
+extern "C" int k_workspace_reserve(size_t moe_bytes, size_t attn_bytes) {
+    void *p = NULL;
+    int rc = moe_bytes ? k_scratch(K_SCRATCH_MOE, moe_bytes, NULL, &p) : K_OK;
+    if (rc == K_OK && attn_bytes) rc = k_scratch(K_SCRATCH_ATTN, attn_bytes, NULL, &p);
+    return rc;
+}

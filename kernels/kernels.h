@@ -236,6 +236,29 @@ int k_copy_to_host(void *dst, const void *src, size_t bytes);
 int k_sync(void);
 /* Device memory not yet allocated, in bytes (0 without a device). */
 size_t k_device_free_bytes(void);
+/* Streams, pinned host memory, asynchronous copies and CUDA graphs: the engine's replayed
+ * decode steps (serve.cuda_graphs). A graph captured on a stream replays every launch and copy
+ * enqueued between k_capture_begin and k_capture_end, with the same arguments and addresses. */
+typedef struct k_graph k_graph;
+int k_stream_create(g4_stream *out);
+void k_stream_destroy(g4_stream st);
+int k_stream_sync(g4_stream st);
+void *k_host_alloc_pinned(size_t bytes);
+void k_host_free_pinned(void *p);
+int k_copy_to_device_async(void *dst, const void *src, size_t bytes, g4_stream st);
+int k_copy_to_host_async(void *dst, const void *src, size_t bytes, g4_stream st);
+int k_capture_begin(g4_stream st);
+/* Ends the capture and instantiates it into *out (NULL after a failure, capture ended). */
+int k_capture_end(g4_stream st, k_graph **out);
+int k_graph_launch(k_graph *g, g4_stream st);
+void k_graph_destroy(k_graph *g);
+
+/* Workspaces the ops grow on demand (kernels/common.cuh, k_scratch); reserving their largest
+ * sizes up front means no allocation happens later, which graph capture requires. */
+size_t k_moe_experts_workspace(int rows, int d_model, int d_expert, int n_expert, int top_k);
+size_t k_attention_workspace(void);
+int k_workspace_reserve(size_t moe_bytes, size_t attn_bytes);
+
 /* CUDA events for timing named steps without synchronising between them (bench_decode). */
 typedef struct k_event k_event;
 int k_event_create(k_event **out);

@@ -321,6 +321,16 @@ extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
     return K_OK;
 }
 
+/* ys [items, d_model] fp32, h [items, d_expert] bf16 (16-byte aligned end), then list [items],
+ * active [3 * n_expert] and n_active, int32. */
+extern "C" size_t k_moe_experts_workspace(int rows, int d_model, int d_expert, int n_expert,
+                                          int top_k) {
+    size_t items = (size_t)rows * (size_t)top_k;
+    size_t ys_bytes = items * (size_t)d_model * sizeof(float);
+    size_t h_bytes = (items * (size_t)d_expert * sizeof(bf16_t) + 15) & ~(size_t)15;
+    return ys_bytes + h_bytes + (items + 3 * (size_t)n_expert + 1) * sizeof(int32_t);
+}
+
 extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
     /* 16-byte loads: rows of x, gate_up, down and h start on 16 bytes when the bases do and
      * d_model, d_expert are multiples of 8 */
@@ -337,10 +347,12 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
     if (items > (size_t)INT32_MAX / (size_t)a->d_model) return K_ERR_SHAPE;
     size_t ys_bytes = items * (size_t)a->d_model * sizeof(float);
     size_t h_bytes = (items * (size_t)a->d_expert * sizeof(bf16_t) + 15) & ~(size_t)15;
-    size_t idx_bytes = (items + 3 * (size_t)a->n_expert + 1) * sizeof(int32_t);
     cudaStream_t s = (cudaStream_t)st;
     void *ws_buf = NULL;
-    int rc = k_scratch(K_SCRATCH_MOE, ys_bytes + h_bytes + idx_bytes, s, &ws_buf);
+    int rc =
+        k_scratch(K_SCRATCH_MOE,
+                  k_moe_experts_workspace(a->rows, a->d_model, a->d_expert, a->n_expert, a->top_k),
+                  s, &ws_buf);
     if (rc != K_OK) return rc;
     float *ys = (float *)ws_buf;
     bf16_t *h = (bf16_t *)((char *)ws_buf + ys_bytes);

@@ -78,6 +78,65 @@ int k_event_elapsed_ms(k_event *a, k_event *b, float *ms) {
     return K_ERR_DEVICE;
 }
 
+int k_stream_create(g4_stream *out) {
+    *out = NULL;
+    return K_ERR_DEVICE;
+}
+
+void k_stream_destroy(g4_stream st) { (void)st; }
+
+int k_stream_sync(g4_stream st) {
+    (void)st;
+    return K_ERR_DEVICE;
+}
+
+void *k_host_alloc_pinned(size_t bytes) {
+    (void)bytes;
+    return NULL;
+}
+
+void k_host_free_pinned(void *p) { (void)p; }
+
+int k_copy_to_device_async(void *dst, const void *src, size_t bytes, g4_stream st) {
+    (void)dst, (void)src, (void)bytes, (void)st;
+    return K_ERR_DEVICE;
+}
+
+int k_copy_to_host_async(void *dst, const void *src, size_t bytes, g4_stream st) {
+    (void)dst, (void)src, (void)bytes, (void)st;
+    return K_ERR_DEVICE;
+}
+
+int k_capture_begin(g4_stream st) {
+    (void)st;
+    return K_ERR_DEVICE;
+}
+
+int k_capture_end(g4_stream st, k_graph **out) {
+    (void)st;
+    *out = NULL;
+    return K_ERR_DEVICE;
+}
+
+int k_graph_launch(k_graph *g, g4_stream st) {
+    (void)g, (void)st;
+    return K_ERR_DEVICE;
+}
+
+void k_graph_destroy(k_graph *g) { (void)g; }
+
+size_t k_moe_experts_workspace(int rows, int d_model, int d_expert, int n_expert, int top_k) {
+    (void)rows, (void)d_model, (void)d_expert, (void)n_expert, (void)top_k;
+    return 0;
+}
+
+size_t k_attention_workspace(void) { return 0; }
+
+int k_workspace_reserve(size_t moe_bytes, size_t attn_bytes) {
+    (void)moe_bytes, (void)attn_bytes;
+    return K_ERR_DEVICE;
+}
+
 /* no GPU schedules in this build */
 const g4_schedule *const k_schedules[] = {NULL};
 const int k_n_schedules = 0;

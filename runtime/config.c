@@ -41,6 +41,7 @@ enum cfg_key_id {
     CFG_SERVE_MAX_CONTEXT,
     CFG_SERVE_PREFILL_CHUNK,
     CFG_SERVE_MAX_QUEUE,
+    CFG_SERVE_CUDA_GRAPHS,
     CFG_LOG_LEVEL,
     CFG_DEBUG_SYNC,
     CFG_DEBUG_BACKEND,
@@ -62,6 +63,7 @@ static const struct cfg_key {
     {"serve", "max_context", CFG_SERVE_MAX_CONTEXT},
     {"serve", "prefill_chunk", CFG_SERVE_PREFILL_CHUNK},
     {"serve", "max_queue", CFG_SERVE_MAX_QUEUE},
+    {"serve", "cuda_graphs", CFG_SERVE_CUDA_GRAPHS},
     {"log", "level", CFG_LOG_LEVEL},
     {"debug", "sync", CFG_DEBUG_SYNC},
     {"debug", "backend", CFG_DEBUG_BACKEND},
@@ -100,6 +102,7 @@ void config_defaults(g4_config *c) {
     c->serve.max_context = 32768;
     c->serve.prefill_chunk = 2048;
     c->serve.max_queue = 256;
+    c->serve.cuda_graphs = 0;
     c->log.level = LOG_INFO;
     c->debug.sync = 0;
     c->debug.backend = G4_BACKEND_AUTO;
@@ -260,6 +263,8 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return cfg_int(v, 16, 65536, &c->serve.prefill_chunk, why, n);
     case CFG_SERVE_MAX_QUEUE:
         return cfg_int(v, 1, 1000000, &c->serve.max_queue, why, n);
+    case CFG_SERVE_CUDA_GRAPHS:
+        return cfg_choice(v, cfg_sync_names, 2, &c->serve.cuda_graphs, why, n);
     case CFG_LOG_LEVEL:
         if (cfg_choice(v, cfg_level_names, 4, &x, why, n)) return -1;
         c->log.level = (enum log_level)x;

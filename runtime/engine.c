@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define GRAPH_SIZES 12 /* padded decode sizes 1, 2, 4, ..., max_batch */
+
 struct engine {
     g4_config cfg;
     const g4_model_desc *model;
@@ -36,6 +38,15 @@ struct engine {
     int32_t *d_meta;      /* GPU: ids, pos, seq [max_rows each], out_src [max_out_rows] */
     int32_t *d_tables[2]; /* GPU: device copies of the page tables */
     int32_t *d_argmax;    /* GPU: [max_out_rows] greedy tokens */
+    /* serve.cuda_graphs (GPU): decode-only steps replay a graph captured per padded size */
+    int graphs;
+    g4_stream stream;     /* the engine's stream; NULL (legacy stream) without graphs */
+    int32_t *h_meta;      /* pinned twin of d_meta, the graphs' copy source */
+    int32_t *h_argmax;    /* pinned [max_out_rows], the graphs' copy target */
+    int32_t *h_tables[2]; /* pinned twins of d_tables (the padding slot's row is zero) */
+    k_graph *graph[GRAPH_SIZES];
+    int graph_rows[GRAPH_SIZES];
+    int n_graph_sizes;
     size_t table_bytes;
 };
 
@@ -141,8 +152,21 @@ static int open_pool(engine *e) {
     e->pool = kv_pool_create(&e->layout[KV_LOCAL], (int)n_local, &e->layout[KV_GLOBAL],
                              (int)n_global, m->window, c->serve.max_batch, max_pages);
     e->table_bytes = (size_t)c->serve.max_batch * (size_t)max_pages * sizeof(int32_t);
-    for (int f = 0; e->gpu && f < 2; f++)
-        if (!(e->d_tables[f] = engine_alloc(e, e->table_bytes))) return -1;
+    /* one more row on the device: the padding slot (seq = max_batch) of padded graph steps,
+     * every entry physical page 0, the padding page of kv_pool */
+    size_t pad_row = (size_t)max_pages * sizeof(int32_t);
+    int32_t *zeros = calloc(1, pad_row);
+    for (int f = 0; e->gpu && f < 2; f++) {
+        e->d_tables[f] = engine_alloc(e, e->table_bytes + pad_row);
+        if (!zeros || !e->d_tables[f] ||
+            k_copy_to_device((char *)e->d_tables[f] + e->table_bytes, zeros, pad_row) != 0 ||
+            (e->graphs && !(e->h_tables[f] = k_host_alloc_pinned(e->table_bytes + pad_row)))) {
+            free(zeros);
+            return -1;
+        }
+        if (e->graphs) memset(e->h_tables[f], 0, e->table_bytes + pad_row);
+    }
+    free(zeros);
     for (int f = 0; f < 2; f++) {
         long n = f == KV_LOCAL ? n_local : n_global;
         e->kv_store[f] = engine_alloc(e, (size_t)n * kv_layout_page_bytes(&e->layout[f]));
@@ -208,6 +232,36 @@ static int open_weights(engine *e) {
     return weights_bind(e->ld, e->model, &e->w);
 }
 
+/* The ops' workspaces at their largest, before the KV budget takes what is left: no step
+ * allocates after this, which graph capture needs and serving likes. */
+static int reserve_workspaces(engine *e) {
+    const g4_model_desc *m = e->model;
+    size_t moe = m->n_expert ? k_moe_experts_workspace(e->max_rows, m->d_model, m->d_expert,
+                                                       m->n_expert, m->top_k)
+                             : 0;
+    if (k_workspace_reserve(moe, k_attention_workspace()) != 0) {
+        log_msg(LOG_ERROR, "engine", "out of device memory for the op workspaces");
+        return -1;
+    }
+    return 0;
+}
+
+/* serve.cuda_graphs: the engine's own stream, pinned staging for the graphs' copies, and the
+ * padded decode sizes (powers of two up to serve.max_batch, and max_batch itself). */
+static int open_graphs(engine *e, size_t meta_bytes) {
+    if (k_stream_create(&e->stream) != 0 || !(e->h_meta = k_host_alloc_pinned(meta_bytes)) ||
+        !(e->h_argmax = k_host_alloc_pinned(sizeof(int32_t) * (size_t)e->max_out_rows))) {
+        log_msg(LOG_ERROR, "engine", "serve.cuda_graphs: no stream or pinned host memory");
+        return -1;
+    }
+    int mb = e->cfg.serve.max_batch < e->max_out_rows ? e->cfg.serve.max_batch : e->max_out_rows;
+    for (int p = 1; p < mb && e->n_graph_sizes < GRAPH_SIZES - 1; p *= 2)
+        e->graph_rows[e->n_graph_sizes++] = p;
+    e->graph_rows[e->n_graph_sizes++] = mb;
+    e->s.stream = e->stream;
+    return 0;
+}
+
 int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
     *out = NULL;
     engine *e = calloc(1, sizeof *e);
@@ -225,6 +279,9 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
     const char *variant = cfg->kv.local == G4_KV_LOCAL_FP8 ? "local_fp8" : "local_bf16";
     e->max_rows = cfg->serve.prefill_chunk + cfg->serve.max_batch;
     e->max_out_rows = max_out_rows > 0 ? max_out_rows : cfg->serve.max_batch;
+    /* a graph replays a fixed sequence of launches; debug.sync's per-step synchronisation
+     * cannot be captured, so it turns graphs off */
+    e->graphs = e->gpu && cfg->serve.cuda_graphs && !cfg->debug.sync;
     if (open_weights(e) != 0 ||
         (e->gpu && device_weights_plans(e->dw, e->model, &e->w, e->max_rows, e->max_out_rows))) {
         engine_close(e);
@@ -236,6 +293,7 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
     size_t meta = sizeof(int32_t) * (3 * (size_t)e->max_rows + (size_t)e->max_out_rows);
     if (!e->schedule || alloc_state(e) != 0 || (e->gpu && !(e->d_meta = engine_alloc(e, meta))) ||
         (e->gpu && !(e->d_argmax = engine_alloc(e, sizeof(int32_t) * (size_t)e->max_out_rows))) ||
+        (e->gpu && reserve_workspaces(e) != 0) || (e->graphs && open_graphs(e, meta) != 0) ||
         open_pool(e) != 0) {
         engine_close(e);
         return -1;
@@ -254,6 +312,14 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
 
 void engine_close(engine *e) {
     if (!e) return;
+    for (int i = 0; i < e->n_graph_sizes; i++)
+        k_graph_destroy(e->graph[i]);
+    if (e->stream) k_stream_sync(e->stream);
+    k_stream_destroy(e->stream);
+    k_host_free_pinned(e->h_meta);
+    k_host_free_pinned(e->h_argmax);
+    k_host_free_pinned(e->h_tables[0]);
+    k_host_free_pinned(e->h_tables[1]);
     for (int i = 0; i < e->n_buffers; i++) {
         if (e->gpu)
             k_device_free(e->buffers[i]);
@@ -305,6 +371,21 @@ static int sync_hook(g4_state *s, int layer, const char *step) {
     return k_sync();
 }
 
+/* Copies of the step path. With serve.cuda_graphs the kernels run on the engine's non-blocking
+ * stream, which the legacy synchronous copies would not wait for, so every copy goes on that
+ * stream (device-to-host ones then wait for it). */
+static int to_device(engine *e, void *dst, const void *src, size_t bytes) {
+    return e->stream ? k_copy_to_device_async(dst, src, bytes, e->stream)
+                     : k_copy_to_device(dst, src, bytes);
+}
+
+static int to_host(engine *e, void *dst, const void *src, size_t bytes) {
+    if (!e->stream) return k_copy_to_host(dst, src, bytes);
+    return k_copy_to_host_async(dst, src, bytes, e->stream) != 0 || k_stream_sync(e->stream) != 0
+               ? K_ERR_DEVICE
+               : 0;
+}
+
 /* GPU: the step's row metadata and both families' page tables go to the device. The tables
  * travel whole (max_batch x max_pages int32 per family); sending only the rows that changed is
  * left for the paged pool on the device (issue 6). */
@@ -312,13 +393,13 @@ static int stage_step(engine *e, const engine_batch *b) {
     int32_t *ids = e->d_meta, *pos = ids + e->max_rows, *seq = pos + e->max_rows;
     int32_t *src = seq + e->max_rows;
     size_t r = sizeof(int32_t) * (size_t)b->rows;
-    if (k_copy_to_device(ids, b->ids, r) || k_copy_to_device(pos, b->pos, r) ||
-        k_copy_to_device(seq, b->seq, r) ||
-        k_copy_to_device(src, b->out_src, sizeof(int32_t) * (size_t)b->out_rows))
+    if (to_device(e, ids, b->ids, r) || to_device(e, pos, b->pos, r) ||
+        to_device(e, seq, b->seq, r) ||
+        to_device(e, src, b->out_src, sizeof(int32_t) * (size_t)b->out_rows))
         return -1;
     for (int f = 0; f < 2; f++)
-        if (k_copy_to_device(e->d_tables[f], kv_pool_table(e->pool, (enum kv_family)f, 0),
-                             e->table_bytes))
+        if (to_device(e, e->d_tables[f], kv_pool_table(e->pool, (enum kv_family)f, 0),
+                      e->table_bytes))
             return -1;
     e->s.ids = ids;
     e->s.pos = pos;
@@ -338,12 +419,12 @@ static int fetch_outputs(engine *e, const engine_batch *b, bf16_t *logits) {
     if (b->argmax && b->out_rows > 0) {
         int rc = e->gpu ? k_argmax(&am, s->stream) : ref_argmax(&am, NULL);
         if (rc == 0 && e->gpu)
-            rc = k_copy_to_host(b->argmax, e->d_argmax, sizeof(int32_t) * (size_t)b->out_rows);
+            rc = to_host(e, b->argmax, e->d_argmax, sizeof(int32_t) * (size_t)b->out_rows);
         if (rc != 0) return K_ERR_DEVICE;
     }
     if (!b->need_logits) {
         size_t bytes = (size_t)b->out_rows * row * sizeof(bf16_t);
-        if (e->gpu) return k_copy_to_host(logits, s->logits, bytes) == 0 ? 0 : K_ERR_DEVICE;
+        if (e->gpu) return to_host(e, logits, s->logits, bytes) == 0 ? 0 : K_ERR_DEVICE;
         memcpy(logits, s->logits, bytes);
         return 0;
     }
@@ -351,10 +432,93 @@ static int fetch_outputs(engine *e, const engine_batch *b, bf16_t *logits) {
         if (!b->need_logits[o]) continue;
         size_t off = (size_t)o * row, bytes = row * sizeof(bf16_t);
         if (e->gpu) {
-            if (k_copy_to_host(logits + off, s->logits + off, bytes) != 0) return K_ERR_DEVICE;
+            if (to_host(e, logits + off, s->logits + off, bytes) != 0) return K_ERR_DEVICE;
         } else {
             memcpy(logits + off, s->logits + off, bytes);
         }
+    }
+    return 0;
+}
+
+/* ---- CUDA-graph steps (serve.cuda_graphs) ---- */
+
+/* The padded size index a step can replay at, or -1. A graph step has every row as an out row
+ * in row order (decode steps; also a short prompt whose every position wants logits) and no
+ * per-step hook; it is padded to the next captured size with rows of the padding slot. */
+static int graph_index(const engine *e, const engine_batch *b) {
+    if (!e->graphs || e->s.hook || b->out_rows != b->rows) return -1;
+    for (int r = 0; r < b->rows; r++)
+        if (b->out_src[r] != r) return -1;
+    for (int i = 0; i < e->n_graph_sizes; i++)
+        if (e->graph_rows[i] >= b->rows) return i;
+    return -1;
+}
+
+/* Enqueues what a graph step replays: the staged rows and tables from pinned memory, the
+ * forward pass, the argmax and its copy back. rows = the padded size. */
+static int enqueue_graph_step(engine *e, int rows) {
+    g4_state *s = &e->s;
+    size_t r = sizeof(int32_t) * (size_t)rows, stride = (size_t)e->max_rows;
+    int32_t *d = e->d_meta, *h = e->h_meta;
+    for (size_t part = 0; part < 4; part++) /* ids, pos, seq, out_src: max_rows apart */
+        if (k_copy_to_device_async(d + part * stride, h + part * stride, r, e->stream))
+            return K_ERR_DEVICE;
+    for (int f = 0; f < 2; f++)
+        if (k_copy_to_device_async(e->d_tables[f], e->h_tables[f], e->table_bytes, e->stream))
+            return K_ERR_DEVICE;
+    s->rows = s->out_rows = rows;
+    s->ids = d;
+    s->pos = d + stride;
+    s->seq = d + 2 * stride;
+    s->out_src = d + 3 * stride;
+    s->max_pos = 0; /* the grid at the tables' reach: the same launches whatever the positions */
+    int rc = e->schedule->forward(s);
+    if (rc != 0) return rc;
+    k_argmax_args am = {
+        .id = e->d_argmax, .logits = s->logits, .rows = rows, .n_vocab = e->model->n_vocab};
+    if (k_argmax(&am, e->stream) != 0 ||
+        k_copy_to_host_async(e->h_argmax, e->d_argmax, r, e->stream) != 0)
+        return K_ERR_DEVICE;
+    return 0;
+}
+
+/* Runs b through the graph of size index gi, capturing it on first use. */
+static int graph_step(engine *e, const engine_batch *b, int gi, bf16_t *logits) {
+    int rows = e->graph_rows[gi], pad_seq = e->cfg.serve.max_batch;
+    int32_t *ids = e->h_meta, *pos = ids + e->max_rows, *seq = pos + e->max_rows;
+    int32_t *src = seq + e->max_rows;
+    for (int r = 0; r < rows; r++) {
+        int real = r < b->rows;
+        ids[r] = real ? b->ids[r] : 0;
+        pos[r] = real ? b->pos[r] : 0;
+        seq[r] = real ? b->seq[r] : pad_seq; /* the padding slot: every page is page 0 */
+        src[r] = r;
+    }
+    for (int f = 0; f < 2; f++)
+        memcpy(e->h_tables[f], kv_pool_table(e->pool, (enum kv_family)f, 0), e->table_bytes);
+    if (!e->graph[gi]) {
+        if (k_capture_begin(e->stream) != 0) return K_ERR_DEVICE;
+        int rc = enqueue_graph_step(e, rows);
+        k_graph *g = NULL;
+        int end = k_capture_end(e->stream, &g); /* ends the capture even after a failure */
+        if (rc != 0 || end != 0) {
+            k_graph_destroy(g);
+            log_msg(LOG_ERROR, "engine", "capturing the %d-row decode graph failed (code %d/%d)",
+                    rows, rc, end);
+            return rc ? rc : K_ERR_DEVICE;
+        }
+        e->graph[gi] = g;
+        log_msg(LOG_DEBUG, "engine", "captured the %d-row decode graph", rows);
+    }
+    if (k_graph_launch(e->graph[gi], e->stream) != 0 || k_stream_sync(e->stream) != 0)
+        return K_ERR_DEVICE;
+    if (b->argmax) memcpy(b->argmax, e->h_argmax, sizeof(int32_t) * (size_t)b->rows);
+    size_t row = (size_t)e->model->n_vocab;
+    for (int o = 0; o < b->out_rows; o++) {
+        if (b->need_logits && !b->need_logits[o]) continue;
+        size_t off = (size_t)o * row;
+        if (to_host(e, logits + off, e->s.logits + off, row * sizeof(bf16_t)) != 0)
+            return K_ERR_DEVICE;
     }
     return 0;
 }
@@ -379,6 +543,8 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
     s->hook = hook;
     s->hook_ctx = hook_ctx;
     if (!hook && e->cfg.debug.sync) s->hook = sync_hook;
+    int gi = graph_index(e, b);
+    if (gi >= 0) return graph_step(e, b, gi, logits);
     if (e->gpu && stage_step(e, b) != 0) return K_ERR_DEVICE;
     int rc = e->schedule->forward(s);
     if (rc != 0) {

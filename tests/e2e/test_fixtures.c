@@ -1,6 +1,7 @@
 /* tests/e2e/test_fixtures.c - the CPU reference engine against Hugging Face on the tiny
  * fixtures (design/GATES.md): CPU reference vs HF, greedy HF generation, window crossing,
- * incremental vs recompute, the fixture-feature assertions, and the published-layout load.
+ * incremental vs recompute, batch invariance, the fixture-feature assertions, and the
+ * published-layout load.
  *
  * usage: test_fixtures FIXTURES_DIR [cpu|gpu] [FIXTURE...]
  * (default fixtures: tiny-moe tiny-ple tiny-dense; the GPU gates add the geometry fixtures
@@ -45,6 +46,8 @@ static const char *gate_prefix = "";
 /* cpu-fp8: the sliding-window family stored as e4m3 (kv.local = fp8), with the fp8 rules of
  * GATES.md: argmax as above, gap <= max(1.0, 2 x floor gap), greedy exact to the margin cut. */
 static int fp8_pool;
+/* open_fixture's serve.cuda_graphs (the GPU's graph-replay gate) */
+static int graphs_on;
 #define EXEMPT_LIMIT 0.05
 
 typedef struct run {
@@ -64,6 +67,7 @@ static engine *open_fixture(const char *dir, int longest, int fp8) {
     c.serve.max_batch = 4;
     c.debug.backend = backend_choice;
     c.kv.local = fp8 ? G4_KV_LOCAL_FP8 : G4_KV_LOCAL_BF16;
+    c.serve.cuda_graphs = graphs_on;
     if (config_finish(&c) != 0) return NULL;
     engine *e = NULL;
     if (engine_open(&c, MAX_TOKENS, &e) != 0) return NULL;
@@ -318,6 +322,125 @@ static void gate_incremental(engine *e, const char *fx, const fx_dump *eager) {
                mismatches);
 }
 
+/* ---- batch invariance (GATES.md: exact) ---- */
+
+#define BI_SEQS 4     /* sequences sharing the steps (the fixture engine's serve.max_batch) */
+#define BI_MAX_LEN 48 /* positions per sequence: the cases cut short keep the CPU run brief */
+
+static uint64_t bi_rng;
+
+static int bi_draw(int n) { /* uniform in [0, n) from a 64-bit LCG */
+    bi_rng = bi_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (int)((bi_rng >> 33) % (uint64_t)n);
+}
+
+/* Runs n_seq sequences interleaved on slots 0..n_seq-1: at each step every unfinished sequence
+ * adds its next 0..max_chunk tokens (a seeded draw; 1 is a decode-like row), and the steps'
+ * per-sequence blocks go in a seeded order. Every row asks for logits; out[q] gets sequence q's
+ * [len[q], V]. Returns 0, or -1 when a step or a reservation failed. */
+static int run_interleaved(engine *e, int n_seq, const int32_t *const *ids, const int *len,
+                           int max_chunk, uint64_t seed, bf16_t **out) {
+    int V = engine_model(e)->n_vocab, done[BI_SEQS] = {0}, rc = 0;
+    int32_t sid[BI_SEQS * 8], spos[BI_SEQS * 8], sseq[BI_SEQS * 8], src[BI_SEQS * 8];
+    bf16_t *step_out = malloc((size_t)BI_SEQS * (size_t)max_chunk * (size_t)V * sizeof(bf16_t));
+    bi_rng = seed;
+    if (!step_out || max_chunk > 8) rc = -1;
+    for (int left = 1; left && rc == 0;) {
+        int order[BI_SEQS], take[BI_SEQS], rows = 0;
+        for (int q = 0; q < n_seq; q++) {
+            order[q] = q;
+            int room = len[q] - done[q];
+            take[q] = room > 0 ? bi_draw(max_chunk + 1) : 0;
+            if (take[q] > room) take[q] = room;
+        }
+        for (int q = n_seq - 1; q > 0; q--) {
+            int k = bi_draw(q + 1), t = order[q];
+            order[q] = order[k];
+            order[k] = t;
+        }
+        for (int i = 0; i < n_seq && rc == 0; i++) {
+            int q = order[i];
+            if (!take[q]) continue;
+            engine_seq_release_front(e, q, done[q]);
+            if (engine_seq_reserve(e, q, done[q], done[q] + take[q]) != 0) rc = -1;
+            for (int t = 0; t < take[q]; t++, rows++) {
+                sid[rows] = ids[q][done[q] + t];
+                spos[rows] = done[q] + t;
+                sseq[rows] = q;
+                src[rows] = rows;
+            }
+        }
+        if (rows > 0 && rc == 0) {
+            engine_batch b = {rows, sid, spos, sseq, rows, src, NULL, NULL};
+            rc = engine_step(e, &b, step_out, NULL, NULL);
+            for (int r = 0; r < rows && rc == 0; r++)
+                memcpy(out[sseq[r]] + (size_t)spos[r] * (size_t)V, step_out + (size_t)r * (size_t)V,
+                       sizeof(bf16_t) * (size_t)V);
+        }
+        left = 0;
+        for (int q = 0; q < n_seq; q++) {
+            done[q] += take[q];
+            left |= done[q] < len[q];
+        }
+    }
+    for (int q = 0; q < n_seq; q++)
+        engine_seq_free(e, q);
+    free(step_out);
+    return rc;
+}
+
+/* A row's logits must not depend on which rows share its steps, how many, in which order, or
+ * how its own prompt is chunked: up to four of the fixture's prompts run alone on e (whole
+ * prompt, one step) and then interleaved on mixed_e in three seeded compositions: prefill
+ * chunks of up to 5 and 3 tokens mixed with 1-token rows, and token by token; every position's
+ * logits must be bit-identical. With mixed_e a serve.cuda_graphs engine the small steps replay
+ * graphs, so the same gate proves graph replay equal to the plain launches. */
+static void gate_batch_invariance(engine *e, engine *mixed_e, const char *name, const char *fx,
+                                  const fx_dump *eager) {
+    int n_seq = eager->n_cases < BI_SEQS ? eager->n_cases : BI_SEQS, V = engine_model(e)->n_vocab;
+    int len[BI_SEQS], failed = 0, differ = 0, positions = 0;
+    const int32_t *ids[BI_SEQS];
+    bf16_t *alone[BI_SEQS] = {0}, *mixed[BI_SEQS] = {0};
+    int pick[FX_MAX_CASES], n_pick = 0; /* the longest cases: they cross the window most */
+    for (int i = 0; i < eager->n_cases; i++) {
+        int j = n_pick++;
+        while (j > 0 && eager->cases[pick[j - 1]].n < eager->cases[i].n) {
+            pick[j] = pick[j - 1];
+            j--;
+        }
+        pick[j] = i;
+    }
+    for (int q = 0; q < n_seq; q++) {
+        const fx_case *hc = &eager->cases[pick[q]];
+        len[q] = hc->n < BI_MAX_LEN ? hc->n : BI_MAX_LEN;
+        ids[q] = hc->ids;
+        run r = {0};
+        failed |= run_case(e, ids[q], len[q], len[q], len[q], &r, NULL, NULL);
+        alone[q] = r.logits;
+        mixed[q] = malloc((size_t)len[q] * (size_t)V * sizeof(bf16_t));
+        failed |= !alone[q] || !mixed[q];
+    }
+    static const int chunks[] = {5, 3, 1};
+    for (int c = 0; c < 3 && !failed; c++) {
+        failed |= run_interleaved(mixed_e, n_seq, ids, len, chunks[c], 0x5eed + (uint64_t)c, mixed);
+        for (int q = 0; q < n_seq && !failed; q++)
+            for (int p = 0; p < len[q]; p++, positions++)
+                differ += memcmp(alone[q] + (size_t)p * (size_t)V, mixed[q] + (size_t)p * (size_t)V,
+                                 sizeof(bf16_t) * (size_t)V) != 0;
+    }
+    for (int q = 0; q < n_seq; q++) {
+        free(alone[q]);
+        free(mixed[q]);
+    }
+    char gate[96];
+    snprintf(gate, sizeof gate, "%s%s[%s]", gate_prefix, name, fx);
+    TEST_CHECK(gate, !failed && positions > 0 && differ == 0,
+               "%d sequences, %d positions in 3 interleaved compositions (chunks of up to 5, 3 and "
+               "1, seeded orders): %d with logits differing from the sequence run alone (exact "
+               "rule)",
+               n_seq, positions, differ);
+}
+
 typedef struct routing {
     int n_expert, top_k;
     unsigned char used[G4_MAX_LAYERS][256];
@@ -507,6 +630,17 @@ int main(int argc, char **argv) {
         gate_greedy(e, fixtures[f], &eager);
         gate_window(e, fixtures[f], &eager, &sdpa, fl);
         gate_incremental(e, fixtures[f], &eager);
+        gate_batch_invariance(e, e, "batch_invariance", fixtures[f], &eager);
+        if (backend_choice == G4_BACKEND_GPU) { /* graph replay equals the plain launches */
+            graphs_on = 1;
+            engine *g = open_fixture(dir, longest, fp8_pool);
+            graphs_on = 0;
+            if (g)
+                gate_batch_invariance(e, g, "cuda_graphs_equal", fixtures[f], &eager);
+            else
+                test_fail("gpu:cuda_graphs_equal", "%s: no serve.cuda_graphs engine", dir);
+            engine_close(g);
+        }
         if (backend_choice == G4_BACKEND_CPU) gate_features(e, fixtures[f], &eager);
         if (strcmp(fixtures[f], "tiny-moe") == 0) gate_published(e, argv[1], &eager);
         TEST_CHECK(backend_choice == G4_BACKEND_CPU ? "kv_pages_returned" : "gpu:kv_pages_returned",

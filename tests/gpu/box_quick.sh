@@ -3,7 +3,7 @@
 # first if the call runs out of time: build, the op gates and the tiny-fixture engine gates,
 # the decode benchmark, then the geometry gates (bounded by what is left of DEADLINE seconds).
 # Logs under $OUT; the gate programs' stderr is copied there too.
-# Usage: tests/gpu/box_quick.sh [nobench] [gemm] [fp8] [sanitize] [nogeometry]
+# Usage: tests/gpu/box_quick.sh [nobench] [graphs] [gemm] [fp8] [sanitize] [nogeometry]
 set -u
 OUT=${OUT:-/tmp/g4pipe-out}
 DEADLINE=${DEADLINE:-540}
@@ -27,6 +27,15 @@ case " $* " in *" nobench "*) ;; *)
             --set serve.max_context=4096 --batch $b --prompt 1024 --steps 16 \
             > "$OUT/bench_${m}_b$b.txt" 2>&1
         head -4 "$OUT/bench_${m}_b$b.txt" | tail -3
+    done ;;
+esac
+case " $* " in *" graphs "*)
+    stamp "bench with serve.cuda_graphs = 1"
+    for b in 1 16; do
+        timeout 80 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
+            --set serve.max_context=4096 --set serve.cuda_graphs=1 --batch $b --prompt 1024 \
+            --steps 16 > "$OUT/bench_graphs_b$b.txt" 2>&1
+        head -4 "$OUT/bench_graphs_b$b.txt" | tail -3
     done ;;
 esac
 case " $* " in *" gemm "*)
