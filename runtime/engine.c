@@ -356,6 +356,15 @@ int engine_usable_pages(const engine *e, int family) {
     return (int)e->n_pages[family == KV_LOCAL ? KV_LOCAL : KV_GLOBAL] - 1;
 }
 
+double engine_family_bytes(const engine *e, int family) {
+    int f = family == KV_LOCAL ? KV_LOCAL : KV_GLOBAL;
+    return (double)e->n_pages[f] * (double)kv_layout_page_bytes(&e->layout[f]);
+}
+
+int engine_elem_bytes(const engine *e, int family) {
+    return e->layout[family == KV_LOCAL ? KV_LOCAL : KV_GLOBAL].elem_bytes;
+}
+
 int engine_pages_worst(const engine *e, int family, int n_tokens) {
     int pt = e->cfg.kv.page_tokens;
     int all = (n_tokens + pt - 1) / pt;

@@ -43,6 +43,10 @@ void engine_seq_free(engine *e, int seq);
 int engine_free_pages(const engine *e, int family);
 /* Pages of a family that can ever be handed out (the padding page excluded). */
 int engine_usable_pages(const engine *e, int family);
+/* The family's KV budget in bytes (every page, the padding page included) and its element
+ * width (2 bf16, 1 e4m3): the KV budget per family that stats reports. */
+double engine_family_bytes(const engine *e, int family);
+int engine_elem_bytes(const engine *e, int family);
 /* The most pages of a family one sequence of n_tokens positions can hold at once while it is
  * prefilled in serve.prefill_chunk chunks and decoded (the local family is window-capped). */
 int engine_pages_worst(const engine *e, int family, int n_tokens);
