@@ -381,6 +381,7 @@ suite_test() {
         run_test "$B/tests/test_tokenizer" "$SHARED_TOKENIZER" tests/tokenizer tests/fixtures
         run_test "$B/tests/test_serve" tests/fixtures tests/proto
         BUILD_DIR="$B" run_test python3 tests/release/test_bench_driver.py
+        BUILD_DIR="$B" run_test python3 tests/proto/test_batching.py
         fuzz_suite "${FUZZ_SECONDS:-20}"
         cli_refusals
         musl_suite
