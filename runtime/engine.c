@@ -417,10 +417,31 @@ static int stage_step(engine *e, const engine_batch *b) {
     return 0;
 }
 
-/* The out rows' logits (all, or those need_logits asks for) and greedy tokens to the host. */
+/* The out rows' logits (all, or those need_logits asks for) to the host. */
+static int fetch_logits(engine *e, const engine_batch *b, bf16_t *logits) {
+    const bf16_t *dev = e->s.logits;
+    size_t row = (size_t)e->model->n_vocab;
+    if (!b->need_logits) {
+        size_t bytes = (size_t)b->out_rows * row * sizeof(bf16_t);
+        if (e->gpu) return to_host(e, logits, dev, bytes) == 0 ? 0 : K_ERR_DEVICE;
+        memcpy(logits, dev, bytes);
+        return 0;
+    }
+    for (int o = 0; o < b->out_rows; o++) {
+        if (!b->need_logits[o]) continue;
+        size_t off = (size_t)o * row, bytes = row * sizeof(bf16_t);
+        if (e->gpu) {
+            if (to_host(e, logits + off, dev + off, bytes) != 0) return K_ERR_DEVICE;
+        } else {
+            memcpy(logits + off, dev + off, bytes);
+        }
+    }
+    return 0;
+}
+
+/* The out rows' greedy tokens (when asked for) and logits to the host. */
 static int fetch_outputs(engine *e, const engine_batch *b, bf16_t *logits) {
     g4_state *s = &e->s;
-    size_t row = (size_t)e->model->n_vocab;
     k_argmax_args am = {.id = e->gpu ? e->d_argmax : b->argmax,
                         .logits = s->logits,
                         .rows = b->out_rows,
@@ -431,22 +452,7 @@ static int fetch_outputs(engine *e, const engine_batch *b, bf16_t *logits) {
             rc = to_host(e, b->argmax, e->d_argmax, sizeof(int32_t) * (size_t)b->out_rows);
         if (rc != 0) return K_ERR_DEVICE;
     }
-    if (!b->need_logits) {
-        size_t bytes = (size_t)b->out_rows * row * sizeof(bf16_t);
-        if (e->gpu) return to_host(e, logits, s->logits, bytes) == 0 ? 0 : K_ERR_DEVICE;
-        memcpy(logits, s->logits, bytes);
-        return 0;
-    }
-    for (int o = 0; o < b->out_rows; o++) {
-        if (!b->need_logits[o]) continue;
-        size_t off = (size_t)o * row, bytes = row * sizeof(bf16_t);
-        if (e->gpu) {
-            if (to_host(e, logits + off, s->logits + off, bytes) != 0) return K_ERR_DEVICE;
-        } else {
-            memcpy(logits + off, s->logits + off, bytes);
-        }
-    }
-    return 0;
+    return fetch_logits(e, b, logits);
 }
 
 /* ---- CUDA-graph steps (serve.cuda_graphs) ---- */
@@ -522,14 +528,7 @@ static int graph_step(engine *e, const engine_batch *b, int gi, bf16_t *logits) 
     if (k_graph_launch(e->graph[gi], e->stream) != 0 || k_stream_sync(e->stream) != 0)
         return K_ERR_DEVICE;
     if (b->argmax) memcpy(b->argmax, e->h_argmax, sizeof(int32_t) * (size_t)b->rows);
-    size_t row = (size_t)e->model->n_vocab;
-    for (int o = 0; o < b->out_rows; o++) {
-        if (b->need_logits && !b->need_logits[o]) continue;
-        size_t off = (size_t)o * row;
-        if (to_host(e, logits + off, e->s.logits + off, row * sizeof(bf16_t)) != 0)
-            return K_ERR_DEVICE;
-    }
-    return 0;
+    return fetch_logits(e, b, logits);
 }
 
 int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
