@@ -26,7 +26,7 @@ NVFLAGS="-std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -O2 -Werror 
 DEPS_ROOT=.deps/root
 DEB_PKGS="libinih-dev libinih1 libjansson-dev libjansson4"
 HOST_SRC="runtime/log.c runtime/config.c runtime/hfconfig.c runtime/loader.c runtime/kv_pool.c
-runtime/weights.c runtime/device_weights.c runtime/engine.c runtime/tokenizer.c runtime/chat.c runtime/proto.c
+runtime/weights.c runtime/device_weights.c runtime/engine.c runtime/tokenizer.c runtime/tokenizer_load.c runtime/tokenizer_tables.c runtime/chat.c runtime/proto.c
 runtime/sampler.c runtime/sched.c runtime/serve.c graph/model_desc.c graph/schedule_find.c"
 REF_SRC="kernels/ref/bf16_ref.c kernels/ref/norm_ref.c kernels/ref/gemm_ref.c
 kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c kernels/ref/sample_ref.c"
@@ -42,11 +42,12 @@ unit_src() {
     test_config) echo runtime/log.c runtime/config.c ;;
     test_kv_pool) echo runtime/log.c runtime/kv_pool.c ;;
     test_sampler) echo runtime/log.c runtime/sampler.c ;;
-    test_chat) echo runtime/log.c runtime/tokenizer.c runtime/chat.c ;;
+    test_chat) echo runtime/log.c $TOKENIZER_SRC runtime/chat.c ;;
     test_ref_fp8) echo kernels/ref/bf16_ref.c kernels/ref/attn_ref.c ;;
     esac
 }
 LINT_DIRS="runtime codegen kernels/ref graph"
+TOKENIZER_SRC="runtime/tokenizer.c runtime/tokenizer_load.c runtime/tokenizer_tables.c"
 SHARED_TOKENIZER=${SHARED_TOKENIZER:-../shared/data/gemma3-tokenizer/tokenizer.json}
 
 say() { echo "build.sh: $*" >&2; }
@@ -178,10 +179,10 @@ build_tests() {
     link_bin "$B/tests/test_serve" $(compile_c tests/proto/test_serve.c) $HOST_OBJS $DEV_OBJS
     $CC $CFLAGS $INC tests/proto/test_proto.c "$(obj runtime/proto.c)" "$(obj runtime/log.c)" \
         $LIBS -o "$B/tests/test_proto"
-    $CC $CFLAGS $INC tests/tokenizer/test_tokenizer.c "$(obj runtime/tokenizer.c)" \
-        "$(obj runtime/log.c)" $LIBS -o "$B/tests/test_tokenizer"
-    $CC $CFLAGS $INC tests/tokenizer/bench_tokenizer.c "$(obj runtime/tokenizer.c)" \
-        "$(obj runtime/log.c)" $LIBS -o "$B/tests/bench_tokenizer"
+    local tok_objs="" t_src
+    for t_src in $TOKENIZER_SRC runtime/log.c; do tok_objs="$tok_objs $(obj $t_src)"; done
+    $CC $CFLAGS $INC tests/tokenizer/test_tokenizer.c $tok_objs $LIBS -o "$B/tests/test_tokenizer"
+    $CC $CFLAGS $INC tests/tokenizer/bench_tokenizer.c $tok_objs $LIBS -o "$B/tests/bench_tokenizer"
     link_bin "$B/tests/bench_decode" $(compile_c tests/bench/bench_decode.c) $HOST_OBJS $DEV_OBJS
     link_bin "$B/tests/bench_gemm" $(compile_c tests/bench/bench_gemm.c) $HOST_OBJS $DEV_OBJS
     if [ $HAVE_NVCC = 1 ]; then
@@ -300,7 +301,8 @@ fuzz_suite() {
         if ! command -v clang >/dev/null; then echo "SKIP fuzz_$t: skipped: no clang"; continue; fi
         local bin="$B/fuzz/fuzz_$t" work="$B/fuzz/work_$t"
         mkdir -p "$B/fuzz" "$work"
-        clang -g -O1 -fsanitize=fuzzer,address,undefined $INC runtime/$t.c runtime/log.c \
+        local srcs="runtime/$t.c"; [ $t = tokenizer ] && srcs=$TOKENIZER_SRC
+        clang -g -O1 -fsanitize=fuzzer,address,undefined $INC $srcs runtime/log.c \
             "tests/fuzz/fuzz_$t.c" "$(static_lib libjansson.a)" -lm -o "$bin"
         if "$bin" -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$B/fuzz/" \
             "$work" "tests/fuzz/corpus_$t" > "$B/fuzz/$t.log" 2>&1; then
