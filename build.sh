@@ -64,6 +64,7 @@ ensure_deps() {
     have_header jansson.h || missing="$missing libjansson-dev"
     command -v musl-gcc >/dev/null || tools="$tools musl-tools"
     for t in clang clang-format cppcheck clang-tidy; do command -v $t >/dev/null || tools="$tools $t"; done
+    command -v python3 >/dev/null || tools="$tools python3" # release driver and batching tests
     [ -z "$missing$tools" ] && return 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         say "installing Debian packages:$missing$tools"
