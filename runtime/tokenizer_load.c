@@ -271,7 +271,8 @@ static int tok_read_added(tokenizer *t, json_t *list) {
     }
     t->added = malloc((n ? n : 1) * sizeof *t->added);
     t->trie_term = malloc((bytes + 1) * sizeof *t->trie_term);
-    if (!t->added || !t->trie_term || tok_smap_init(&t->added_map, n) || tok_qmap_init(&t->trie, bytes))
+    if (!t->added || !t->trie_term || tok_smap_init(&t->added_map, n) ||
+        tok_qmap_init(&t->trie, bytes))
         return TOK_ERR(t, "out of memory");
     t->trie_term[0] = -1;
     t->n_trie_nodes = 1;

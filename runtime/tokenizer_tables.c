@@ -58,7 +58,7 @@ int tok_smap_init(tok_smap *m, size_t n) {
 
 /* The slot holding s, or the empty slot where it would go. */
 tok_sslot *tok_smap_slot(const tok_smap *m, const char *arena, const char *s, size_t n,
-                            uint32_t h) {
+                         uint32_t h) {
     for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
         tok_sslot *e = &m->slots[i];
         if (e->val < 0) return e;
