@@ -38,6 +38,7 @@ struct engine {
     int32_t *d_meta;      /* GPU: ids, pos, seq [max_rows each], out_src [max_out_rows] */
     int32_t *d_tables[2]; /* GPU: device copies of the page tables */
     int32_t *d_argmax;    /* GPU: [max_out_rows] greedy tokens */
+    int *changed;         /* GPU: [max_batch] table rows to send, from kv_pool_take_changed */
     /* serve.cuda_graphs (GPU): decode-only steps replay a graph captured per padded size */
     int graphs;
     g4_stream stream;     /* the engine's stream; NULL (legacy stream) without graphs */
@@ -152,6 +153,7 @@ static int open_pool(engine *e) {
     e->pool = kv_pool_create(&e->layout[KV_LOCAL], (int)n_local, &e->layout[KV_GLOBAL],
                              (int)n_global, m->window, c->serve.max_batch, max_pages);
     e->table_bytes = (size_t)c->serve.max_batch * (size_t)max_pages * sizeof(int32_t);
+    if (e->gpu && !(e->changed = calloc((size_t)c->serve.max_batch, sizeof *e->changed))) return -1;
     /* one more row on the device: the padding slot (seq = max_batch) of padded graph steps,
      * every entry physical page 0, the padding page of kv_pool */
     size_t pad_row = (size_t)max_pages * sizeof(int32_t);
@@ -326,6 +328,7 @@ void engine_close(engine *e) {
         else
             free(e->buffers[i]);
     }
+    free(e->changed);
     device_weights_free(e->dw);
     kv_pool_destroy(e->pool);
     loader_close(e->ld);
@@ -395,9 +398,8 @@ static int to_host(engine *e, void *dst, const void *src, size_t bytes) {
                : 0;
 }
 
-/* GPU: the step's row metadata and both families' page tables go to the device. The tables
- * travel whole (max_batch x max_pages int32 per family); sending only the rows that changed is
- * left for the paged pool on the device (issue 6). */
+/* GPU: the step's row metadata and the rows of both families' page tables that changed since
+ * the last step (kv_pool_take_changed: every row at the first step) go to the device. */
 static int stage_step(engine *e, const engine_batch *b) {
     int32_t *ids = e->d_meta, *pos = ids + e->max_rows, *seq = pos + e->max_rows;
     int32_t *src = seq + e->max_rows;
@@ -406,10 +408,14 @@ static int stage_step(engine *e, const engine_batch *b) {
         to_device(e, seq, b->seq, r) ||
         to_device(e, src, b->out_src, sizeof(int32_t) * (size_t)b->out_rows))
         return -1;
-    for (int f = 0; f < 2; f++)
-        if (to_device(e, e->d_tables[f], kv_pool_table(e->pool, (enum kv_family)f, 0),
-                      e->table_bytes))
-            return -1;
+    size_t row = e->table_bytes / (size_t)e->cfg.serve.max_batch;
+    for (int f = 0; f < 2; f++) {
+        int n = kv_pool_take_changed(e->pool, (enum kv_family)f, e->changed);
+        for (int i = 0; i < n; i++)
+            if (to_device(e, (char *)e->d_tables[f] + (size_t)e->changed[i] * row,
+                          kv_pool_table(e->pool, (enum kv_family)f, e->changed[i]), row))
+                return -1;
+    }
     e->s.ids = ids;
     e->s.pos = pos;
     e->s.seq = seq;

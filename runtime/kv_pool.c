@@ -13,6 +13,7 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 size_t kv_layout_page_elems(const kv_layout *l) {
     return (size_t)l->n_layer * 2u * (size_t)l->page_tokens * (size_t)l->n_kv_head *
@@ -37,9 +38,10 @@ typedef struct kv_fam {
     int n_pages;         /* physical pages, padding page 0 included */
     int32_t *free_stack; /* [n_pages - 1] page ids; the top is handed out next */
     int n_free;
-    int32_t *tables; /* [max_seqs][max_pages_per_seq] logical -> physical, -1 unmapped */
-    int *held;       /* [max_seqs] pages mapped now */
-    int *lo, *hi;    /* [max_seqs] logical pages outside [lo, hi) are unmapped */
+    int32_t *tables;        /* [max_seqs][max_pages_per_seq] logical -> physical, -1 unmapped */
+    int *held;              /* [max_seqs] pages mapped now */
+    int *lo, *hi;           /* [max_seqs] logical pages outside [lo, hi) are unmapped */
+    unsigned char *changed; /* [max_seqs] 1: the table row changed since kv_pool_take_changed */
 } kv_fam;
 
 struct kv_pool {
@@ -64,7 +66,9 @@ static int kv_fam_init(kv_fam *f, const kv_layout *l, int n_pages, int max_seqs,
     f->held = calloc((size_t)max_seqs, sizeof(int));
     f->lo = calloc((size_t)max_seqs, sizeof(int));
     f->hi = calloc((size_t)max_seqs, sizeof(int));
-    if (!f->free_stack || !f->tables || !f->held || !f->lo || !f->hi) return -1;
+    f->changed = malloc((size_t)max_seqs);
+    if (!f->free_stack || !f->tables || !f->held || !f->lo || !f->hi || !f->changed) return -1;
+    memset(f->changed, 1, (size_t)max_seqs); /* a backend's copy starts out unknown */
     /* pushed high to low so that a fresh pool hands out 1, 2, 3, ... (easier to read in dumps) */
     f->n_free = 0;
     for (int32_t page = n_pages - 1; page >= 1; page--)
@@ -80,6 +84,7 @@ static void kv_fam_fini(kv_fam *f) {
     free(f->held);
     free(f->lo);
     free(f->hi);
+    free(f->changed);
 }
 
 kv_pool *kv_pool_create(const kv_layout *local, int n_pages_local, const kv_layout *global,
@@ -159,6 +164,7 @@ static void kv_map(const kv_pool *p, kv_fam *f, int seq, int k0, int k1) {
         if (row[k] >= 0) continue;
         row[k] = f->free_stack[--f->n_free];
         f->held[seq]++;
+        f->changed[seq] = 1;
     }
     if (k0 < k1) {
         if (k0 < f->lo[seq]) f->lo[seq] = k0;
@@ -174,6 +180,7 @@ static void kv_unmap(const kv_pool *p, kv_fam *f, int seq, int k0, int k1) {
         f->free_stack[f->n_free++] = row[k];
         row[k] = -1;
         f->held[seq]--;
+        f->changed[seq] = 1;
     }
 }
 
@@ -226,6 +233,18 @@ void kv_pool_free_seq(kv_pool *p, int seq) {
 
 static int kv_family_valid(enum kv_family family) {
     return family == KV_LOCAL || family == KV_GLOBAL;
+}
+
+int kv_pool_take_changed(kv_pool *p, enum kv_family family, int *seqs) {
+    if (!p || !kv_family_valid(family)) return 0;
+    kv_fam *f = &p->fam[family];
+    int n = 0;
+    for (int seq = 0; seq < p->max_seqs; seq++)
+        if (f->changed[seq]) {
+            f->changed[seq] = 0;
+            seqs[n++] = seq;
+        }
+    return n;
 }
 
 const int32_t *kv_pool_table(const kv_pool *p, enum kv_family family, int seq) {

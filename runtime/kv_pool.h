@@ -86,6 +86,11 @@ void kv_pool_free_seq(kv_pool *p, int seq);
  * change with reserve/release/free. NULL for a bad seq or family. */
 const int32_t *kv_pool_table(const kv_pool *p, enum kv_family family, int seq);
 
+/* The sequence slots whose table of family changed (a page mapped or unmapped) since the last
+ * call, all of them on the first call, into seqs (room for max_seqs entries); clears the
+ * marks. Returns their number. A backend that mirrors the tables sends only these rows. */
+int kv_pool_take_changed(kv_pool *p, enum kv_family family, int *seqs);
+
 /* Physical pages of family on the free list (the padding page never counts). */
 int kv_pool_free_pages(const kv_pool *p, enum kv_family family);
 

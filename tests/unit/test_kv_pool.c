@@ -265,7 +265,44 @@ static void test_could_ever_fit(void) {
     kv_pool_destroy(p);
 }
 
+/* take_changed names exactly the rows that reserve, release_front and free_seq changed: all
+ * rows at first, then none until a call maps or unmaps a page of that row and family. */
+static void test_changed_rows(void) {
+    kv_layout l = mk(4, 2), g = mk(4, 2);
+    kv_pool *p = kv_pool_create(&l, 40, &g, 40, 8, 3, 16);
+    int seqs[3], ok = p != NULL;
+    if (!p) {
+        TEST_CHECK("kv_pool.changed_rows", 0, "create failed");
+        return;
+    }
+    ok &= kv_pool_take_changed(p, KV_LOCAL, seqs) == 3 &&
+          kv_pool_take_changed(p, KV_GLOBAL, seqs) == 3;
+    ok &= kv_pool_take_changed(p, KV_LOCAL, seqs) == 0 &&
+          kv_pool_take_changed(p, KV_GLOBAL, seqs) == 0;
+    ok &= kv_pool_reserve(p, 1, 0, 10) == 0; /* maps pages of both families */
+    ok &= kv_pool_take_changed(p, KV_LOCAL, seqs) == 1 && seqs[0] == 1;
+    ok &= kv_pool_take_changed(p, KV_GLOBAL, seqs) == 1 && seqs[0] == 1;
+    ok &= kv_pool_reserve(p, 1, 9, 10) == 0; /* already mapped: nothing changes */
+    ok &= kv_pool_take_changed(p, KV_LOCAL, seqs) == 0 &&
+          kv_pool_take_changed(p, KV_GLOBAL, seqs) == 0;
+    kv_pool_release_front(p, 1, 20); /* window 8: local pages before 13 go, global stay */
+    ok &= kv_pool_take_changed(p, KV_LOCAL, seqs) == 1 && seqs[0] == 1;
+    ok &= kv_pool_take_changed(p, KV_GLOBAL, seqs) == 0;
+    ok &= kv_pool_reserve(p, 2, 0, 4) == 0;
+    kv_pool_free_seq(p, 1); /* its local pages were already released: only global changes */
+    ok &= kv_pool_take_changed(p, KV_LOCAL, seqs) == 1 && seqs[0] == 2;
+    ok &= kv_pool_take_changed(p, KV_GLOBAL, seqs) == 2 && seqs[0] == 1 && seqs[1] == 2;
+    kv_pool_free_seq(p, 0); /* holds nothing: no change */
+    ok &= kv_pool_take_changed(p, KV_GLOBAL, seqs) == 0 &&
+          kv_pool_take_changed(p, KV_LOCAL, seqs) == 0;
+    TEST_CHECK("kv_pool.changed_rows", ok,
+               "all rows at first; then only the rows a reserve, front release or free changed, "
+               "per family");
+    kv_pool_destroy(p);
+}
+
 int main(void) {
+    test_changed_rows();
     test_layout();
     test_both_or_neither();
     test_release_front();
