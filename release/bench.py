@@ -317,6 +317,7 @@ def parse_args(argv):
     p.add_argument("--bw", type=float, default=4280.0, help="copy bandwidth, GB/s")
     p.add_argument("--model-desc", default="", help="graph/models INI (default: from -c)")
     p.add_argument("--out", default=os.path.join(ROOT, "release", "results"))
+    p.add_argument("--logs", default="", help="folder for each process's stderr (default: --out)")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args(argv)
     try:
@@ -353,6 +354,8 @@ def main(argv):
         fail("the two configurations need different labels")
     d = model_desc(args.conf, common + cfgs[0]["sets"], args.model_desc)
     os.makedirs(args.out, exist_ok=True)
+    if args.logs:
+        os.makedirs(args.logs, exist_ok=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     card = card_name()
     base = os.path.join(args.out, f"{git_commit()}-{card.replace(' ', '_')}-{stamp}")
@@ -361,7 +364,8 @@ def main(argv):
     for rnd in range(args.rounds):
         order = cfgs if rnd % 2 == 0 else cfgs[::-1]  # ABBA: neither side always goes first
         for cfg in order:
-            srv = Server(cfg["bin"], args.conf, cfg["sets"], f"{base}.{cfg['label']}.r{rnd}.log")
+            logs = os.path.join(args.logs, os.path.basename(base)) if args.logs else base
+            srv = Server(cfg["bin"], args.conf, cfg["sets"], f"{logs}.{cfg['label']}.r{rnd}.log")
             try:
                 srv.send({"id": "warm", "tokens": [2, 3, 4, 5], "max_tokens": 2,
                           "ignore_eos": True, "stream": False})

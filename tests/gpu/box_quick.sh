@@ -3,7 +3,8 @@
 # first if the call runs out of time: build, the op gates and the tiny-fixture engine gates,
 # the decode benchmark, then the geometry gates (bounded by what is left of DEADLINE seconds).
 # Logs under $OUT; the gate programs' stderr is copied there too.
-# Usage: tests/gpu/box_quick.sh [nobench] [graphs] [gemm] [fp8] [sanitize] [nogeometry]
+# Usage: tests/gpu/box_quick.sh [nobench] [graphs] [gemm] [fp8] [sanitize] [ab] [nogeometry]
+# (ab: the fp8-vs-bf16 serving A/B of both models into $OUT/ab, AB_ROUNDS rounds, default 3)
 set -u
 OUT=${OUT:-/tmp/g4pipe-out}
 DEADLINE=${DEADLINE:-540}
@@ -53,6 +54,15 @@ case " $* " in *" sanitize "*)
         > "$OUT/memcheck.log" 2>&1
     echo "rc $?"; grep -E "ERROR SUMMARY|^FAIL" "$OUT/memcheck.log" | head -5 ;;
 esac
+case " $* " in *" ab "*)
+    stamp "serving A/B: kv.local bf16 vs fp8 (release/bench.py), $(left) s left"
+    for m in gemma4-26b-a4b gemma4-31b; do
+        timeout "$(( $(left) > 60 ? $(left) / 2 : 30 ))" python3 release/bench.py -c conf/$m.ini \
+            --a-label bf16 --a-set kv.local=bf16 --b-label fp8 --b-set kv.local=fp8 \
+            --rounds "${AB_ROUNDS:-3}" --out "$OUT/ab" --logs /tmp/ab-logs 2> "$OUT/ab_$m.stderr" |
+            tail -12
+    done ;;
+esac
 case " $* " in *" nogeometry "*) ;; *)
     stamp "geometry ($(left) s left)"
     timeout "$(left)" ./build.sh gpu-test geometry > "$OUT/geometry.log" 2>&1
@@ -60,3 +70,6 @@ case " $* " in *" nogeometry "*) ;; *)
     { tail -5 build/geometry.*.log; tail -20 build/tests/test_fixtures.stderr; } > "$OUT/geometry.stderr" 2>&1 ;;
 esac
 stamp done
+# the device tool brings back at most 8 files: everything goes back as one archive
+(cd "$OUT" && tar czf /tmp/box-logs.tgz --exclude box-logs.tgz . && find . -mindepth 1 -delete &&
+    mv /tmp/box-logs.tgz "$OUT/")
