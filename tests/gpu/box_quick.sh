@@ -56,11 +56,13 @@ case " $* " in *" sanitize "*)
 esac
 case " $* " in *" ab "*)
     stamp "serving A/B: kv.local bf16 vs fp8 (release/bench.py), $(left) s left"
+    share=2 # the first model gets half of what is left, the second the rest
     for m in gemma4-26b-a4b gemma4-31b; do
-        timeout "$(( $(left) > 60 ? $(left) / 2 : 30 ))" python3 release/bench.py -c conf/$m.ini \
+        timeout "$(( $(left) > 60 ? $(left) / share : 30 ))" python3 release/bench.py -c conf/$m.ini \
             --a-label bf16 --a-set kv.local=bf16 --b-label fp8 --b-set kv.local=fp8 \
             --rounds "${AB_ROUNDS:-3}" --out "$OUT/ab" --logs /tmp/ab-logs 2> "$OUT/ab_$m.stderr" |
             tail -12
+        share=1
     done ;;
 esac
 case " $* " in *" nogeometry "*) ;; *)
