@@ -8,6 +8,7 @@ tokens equal those of the same request run alone. Prints PASS/FAIL lines (tests/
 format); exits 1 on any FAIL."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -93,6 +94,13 @@ def main():
           f"{len(g.tokens.get('r16', []))} tokens as when run alone")
 
 
+def give_up(signum, frame):
+    print("FAIL serve_batching: no answer within 300 s (a stalled server?)", flush=True)
+    os._exit(1)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(300)  # a stalled server must fail the test, not hang the suite
     main()
     sys.exit(1 if failures else 0)
