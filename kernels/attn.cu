@@ -353,6 +353,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
 #pragma unroll
                 for (int m = 16; m > 0; m >>= 1)
                     sum += __shfl_xor_sync(0xffffffffu, sum, m);
+                __syncwarp(); /* every lane has read m_run[g] before lane 0 rewrites it */
                 if (lane == 0) {
                     l_run[g] = (m_old == -INFINITY ? 0.0f : l_run[g] * expf(m_old - m_new)) + sum;
                     m_run[g] = m_new;

@@ -69,6 +69,22 @@ static int parse_greedy(char *line, fx_case *c) {
     return 0;
 }
 
+static int parse_greedy_floor(char *line, fx_case *c) {
+    char *save = NULL;
+    strtok_r(line, " \n", &save); /* "greedy_floor" */
+    const char *n = strtok_r(NULL, " \n", &save);
+    if (!n || atoi(n) < 0) return -1;
+    c->n_floor = atoi(n);
+    c->floor_greedy = calloc((size_t)c->n_floor + 1, sizeof *c->floor_greedy);
+    if (!c->floor_greedy) return -1;
+    for (int i = 0; i < c->n_floor; i++) {
+        const char *t = strtok_r(NULL, " \n", &save);
+        if (!t) return -1;
+        c->floor_greedy[i] = (int32_t)atoi(t);
+    }
+    return 0;
+}
+
 int fx_dump_read(const char *path, fx_dump *d) {
     memset(d, 0, sizeof *d);
     FILE *f = fopen(path, "r");
@@ -90,6 +106,8 @@ int fx_dump_read(const char *path, fx_dump *d) {
             rc = cur ? parse_lp(line, cur) : -1;
         } else if (strncmp(line, "greedy ", 7) == 0) {
             rc = cur ? parse_greedy(line, cur) : -1;
+        } else if (strncmp(line, "greedy_floor ", 13) == 0) {
+            rc = cur ? parse_greedy_floor(line, cur) : -1;
         }
     }
     fclose(f);
@@ -104,6 +122,7 @@ void fx_dump_free(fx_dump *d) {
         free(d->cases[i].greedy);
         free(d->cases[i].g_top1);
         free(d->cases[i].g_top2);
+        free(d->cases[i].floor_greedy);
     }
     memset(d, 0, sizeof *d);
 }

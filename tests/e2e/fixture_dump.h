@@ -23,6 +23,10 @@ typedef struct fx_case {
     int32_t *greedy; /* [n_greedy] */
     float *g_top1;   /* [n_greedy] */
     float *g_top2;   /* [n_greedy] */
+    /* sdpa dump of a geometry fixture: sdpa's argmax at each of eager's greedy steps, fed
+     * eager's tokens (the floor of the greedy gate on models where HF disagrees with itself) */
+    int n_floor;
+    int32_t *floor_greedy; /* [n_floor] */
 } fx_case;
 
 typedef struct fx_dump {

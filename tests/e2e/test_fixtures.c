@@ -217,31 +217,51 @@ static void gate_cpu_vs_hf(engine *e, const char *fx, const fx_dump *eager, cons
                100 * exempt_frac, 100 * EXEMPT_LIMIT, c.first);
 }
 
-/* Greedy generation with the KV cache, exact up to the first tie-exempt HF step. */
-static void gate_greedy(engine *e, const char *fx, const fx_dump *eager) {
-    int compared = 0, differ = 0, cut = 0;
+/* Greedy generation with the KV cache, fed HF eager's greedy tokens. Exact up to the first
+ * tie-exempt HF step (GATES.md) unless the sdpa dump carries a greedy_floor line: on the
+ * geometry fixtures HF eager and sdpa themselves pick different tokens at some steps (their
+ * random routers and 262,144-id heads turn rounding into other winners), so there the engine
+ * may differ from eager at as many non-exempt steps as sdpa does, the rule engine_vs_hf uses
+ * for argmax (docs/testing.md). */
+static void gate_greedy(engine *e, const char *fx, const fx_dump *eager, const fx_dump *sdpa) {
+    int compared = 0, differ = 0, cut = 0, mismatches = 0, floor_mismatches = 0, floors = 0;
+    char first[160] = "";
     for (int i = 0; i < eager->n_cases && !differ; i++) {
         const fx_case *hc = &eager->cases[i];
+        const fx_case *sc = find_case(sdpa, hc->name);
+        const int floor_rule = sc && sc->n_floor == hc->n_greedy && hc->n_greedy > 0;
+        floors += floor_rule;
         int32_t ids[MAX_TOKENS];
+        if (hc->n + hc->n_greedy > MAX_TOKENS) continue;
         memcpy(ids, hc->ids, sizeof(int32_t) * (size_t)hc->n);
         int V = engine_model(e)->n_vocab;
         bf16_t *logits = malloc(sizeof(bf16_t) * (size_t)V * (size_t)(hc->n + 1));
         if (!logits || step_range(e, ids, 0, hc->n, logits, NULL, NULL) != 0) differ = 1;
         int n = hc->n;
         for (int g = 0; g < hc->n_greedy && !differ; g++) {
-            if (fx_tie_exempt(hc->g_top1[g], hc->g_top2[g])) {
+            const int exempt = fx_tie_exempt(hc->g_top1[g], hc->g_top2[g]);
+            if (exempt && !floor_rule) {
                 cut++;
                 break;
             }
-            ids[n] = argmax_row(logits + (size_t)(g == 0 ? hc->n - 1 : 0) * (size_t)V, V);
-            if (ids[n] != hc->greedy[g]) {
-                differ = 1;
-                test_fail("greedy_hf", "%s: case %s step %d: engine %d, HF %d", fx, hc->name, g,
-                          ids[n], hc->greedy[g]);
-                break;
+            int tok = argmax_row(logits + (size_t)(g == 0 ? hc->n - 1 : 0) * (size_t)V, V);
+            if (!exempt) {
+                compared++;
+                if (floor_rule && sc->floor_greedy[g] != hc->greedy[g]) floor_mismatches++;
+                if (tok != hc->greedy[g]) {
+                    if (!floor_rule) {
+                        differ = 1;
+                        test_fail("greedy_hf", "%s: case %s step %d: engine %d, HF %d", fx,
+                                  hc->name, g, tok, hc->greedy[g]);
+                        break;
+                    }
+                    if (mismatches++ == 0)
+                        snprintf(first, sizeof first,
+                                 "; first at case %s step %d (engine %d, HF %d)", hc->name, g, tok,
+                                 hc->greedy[g]);
+                }
             }
-            compared++;
-            n++;
+            ids[n++] = hc->greedy[g]; /* teacher-forced: equal to tok wherever tok is checked */
             if (g + 1 < hc->n_greedy && step_range(e, ids, n - 1, n, logits, NULL, NULL) != 0)
                 differ = 1;
         }
@@ -250,9 +270,16 @@ static void gate_greedy(engine *e, const char *fx, const fx_dump *eager) {
     }
     char gate[96];
     snprintf(gate, sizeof gate, "%sgreedy_hf[%s]", gate_prefix, fx);
-    TEST_CHECK(gate, !differ && compared > 0,
-               "%d greedy steps equal over %d prompts, %d continuations cut at a tie-exempt step",
-               compared, eager->n_cases, cut);
+    if (floors == 0)
+        TEST_CHECK(
+            gate, !differ && compared > 0,
+            "%d greedy steps equal over %d prompts, %d continuations cut at a tie-exempt step",
+            compared, eager->n_cases, cut);
+    else
+        TEST_CHECK(gate, !differ && compared > 0 && mismatches <= floor_mismatches,
+                   "%d non-exempt greedy steps over %d prompts (fed HF's tokens): engine differs "
+                   "from HF eager at %d, HF sdpa at %d (the floor)%s",
+                   compared, eager->n_cases, mismatches, floor_mismatches, first);
 }
 
 /* Window crossing: the W-1, W, W+1 and 4W prompts, prefilled whole and in chunks of 3 up to
@@ -292,7 +319,9 @@ static void gate_window(engine *e, const char *fx, const fx_dump *eager, const f
 static void gate_incremental(engine *e, const char *fx, const fx_dump *eager) {
     double gap = 0.0;
     int mismatches = 0, positions = 0, failed = 0;
-    float *a = malloc(sizeof(float) * 8192), *b = malloc(sizeof(float) * 8192);
+    /* log_softmax_row fills a whole vocabulary row (262,144 on the geometry fixtures) */
+    size_t V = (size_t)engine_model(e)->n_vocab;
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
     for (int i = 0; i < eager->n_cases && a && b; i++) {
         const fx_case *hc = &eager->cases[i];
         run whole = {0}, inc = {0};
@@ -618,7 +647,7 @@ int main(int argc, char **argv) {
                 if (find_case(&sdpa, eager.cases[i].name))
                     fl = max_d(fl,
                                floor_gap(&eager.cases[i], find_case(&sdpa, eager.cases[i].name)));
-            gate_greedy(e, fixtures[f], &eager);
+            gate_greedy(e, fixtures[f], &eager, &sdpa);
             gate_window(e, fixtures[f], &eager, &sdpa, fl);
             report_fp8_agreement(e, dir, fixtures[f], &eager);
             engine_close(e);
@@ -627,7 +656,7 @@ int main(int argc, char **argv) {
             continue;
         }
         gate_cpu_vs_hf(e, fixtures[f], &eager, &sdpa, &fl);
-        gate_greedy(e, fixtures[f], &eager);
+        gate_greedy(e, fixtures[f], &eager, &sdpa);
         gate_window(e, fixtures[f], &eager, &sdpa, fl);
         gate_incremental(e, fixtures[f], &eager);
         gate_batch_invariance(e, e, "batch_invariance", fixtures[f], &eager);

@@ -3,7 +3,8 @@
 # first if the call runs out of time: build, the op gates and the tiny-fixture engine gates,
 # the decode benchmark, then the geometry gates (bounded by what is left of DEADLINE seconds).
 # Logs under $OUT; the gate programs' stderr is copied there too.
-# Usage: tests/gpu/box_quick.sh [nobench] [graphs] [gemm] [fp8] [sanitize] [ab] [nogeometry]
+# Usage: tests/gpu/box_quick.sh [nogates] [demo] [racecheck] [nobench] [graphs] [gemm] [fp8]
+#        [sanitize] [ab] [nogeometry]
 # (ab: the fp8-vs-bf16 serving A/B of both models into $OUT/ab, AB_ROUNDS rounds, default 3)
 set -u
 OUT=${OUT:-/tmp/g4pipe-out}
@@ -15,11 +16,31 @@ stamp() { echo "== $1 (+$(($(date +%s) - t0)) s)"; }
 left() { echo $((DEADLINE - ($(date +%s) - t0))); }
 stamp build; ./build.sh > "$OUT/build.log" 2>&1; echo "build rc $?"; tail -1 "$OUT/build.log"
 ldd build/g4pipe | grep -v -E "vdso|ld-linux"
-stamp "op gates + tiny fixtures + dummy weights"
-./build.sh gpu-test test_gemm_lt test_ops test_attn test_moe test_fill test_sample engine_vs_hf \
-    dummy_weights > "$OUT/gpu-test.log" 2>&1
-grep -E "^(FAIL|SKIP)" "$OUT/gpu-test.log" | cut -c1-300; tail -1 "$OUT/gpu-test.log"
-grep -h "device\|engine" build/tests/dummy.stderr 2>/dev/null | head -3
+case " $* " in *" nogates "*) # builds the test programs; attention's op gate only
+    stamp "op gates: attention and argmax"
+    ./build.sh gpu-test test_attn test_sample > "$OUT/gpu-test.log" 2>&1
+    grep -E "^(FAIL|SKIP)" "$OUT/gpu-test.log" | cut -c1-300; tail -1 "$OUT/gpu-test.log" ;; *)
+    stamp "op gates + tiny fixtures + dummy weights"
+    ./build.sh gpu-test test_gemm_lt test_ops test_attn test_moe test_fill test_sample \
+        engine_vs_hf dummy_weights > "$OUT/gpu-test.log" 2>&1
+    grep -E "^(FAIL|SKIP)" "$OUT/gpu-test.log" | cut -c1-300; tail -1 "$OUT/gpu-test.log"
+    grep -h "device\|engine" build/tests/dummy.stderr 2>/dev/null | head -3 ;;
+esac
+case " $* " in *" demo "*)
+    stamp "16 requests piped at once, a 17th mid-run (26B-A4B, dummy weights)"
+    G4_CONF=conf/gemma4-26b-a4b.ini G4_SET="model.weights=dummy serve.max_context=4096" \
+        timeout 150 python3 tests/proto/test_batching.py > "$OUT/demo.log" 2>&1
+    grep -E "^(PASS|FAIL)|^stats" "$OUT/demo.log" | cut -c1-600 ;;
+esac
+case " $* " in *" racecheck "*)
+    stamp "racecheck: attention and experts op gates"
+    for t in test_attn test_moe; do
+        timeout 120 compute-sanitizer --tool racecheck build/tests/$t > "$OUT/racecheck_$t.log" 2>&1
+        echo "$t rc $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|Race reported" "$OUT/racecheck_$t.log" |
+            sort | uniq -c | head -6 | cut -c1-250
+        tail -1 "$OUT/racecheck_$t.log"
+    done ;;
+esac
 case " $* " in *" nobench "*) ;; *)
     stamp bench
     for mb in gemma4-26b-a4b:1 gemma4-26b-a4b:4 gemma4-26b-a4b:16 gemma4-31b:1 gemma4-31b:16; do
@@ -52,7 +73,11 @@ case " $* " in *" sanitize "*)
     stamp "memcheck tiny fixtures"
     timeout 200 compute-sanitizer --tool memcheck build/tests/test_fixtures tests/fixtures gpu \
         > "$OUT/memcheck.log" 2>&1
-    echo "rc $?"; grep -E "ERROR SUMMARY|^FAIL" "$OUT/memcheck.log" | head -5 ;;
+    echo "rc $?"; grep -E "ERROR SUMMARY|^FAIL" "$OUT/memcheck.log" | head -5
+    stamp "racecheck tiny-moe"
+    timeout 200 compute-sanitizer --tool racecheck build/tests/test_fixtures tests/fixtures gpu \
+        tiny-moe > "$OUT/racecheck.log" 2>&1
+    echo "rc $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^FAIL" "$OUT/racecheck.log" | head -5 ;;
 esac
 case " $* " in *" ab "*)
     stamp "serving A/B: kv.local bf16 vs fp8 (release/bench.py), $(left) s left"

@@ -5,7 +5,9 @@ CI): 16 requests piped in at once all decode in one step (a stats line sent mid-
 running and a 16-row step), a 17th request arriving mid-run joins the running batch (the next
 stats line shows 17 and 17), every request ends with its full answer, and the late request's
 tokens equal those of the same request run alone. Prints PASS/FAIL lines (tests/harness.h's
-format); exits 1 on any FAIL."""
+format); exits 1 on any FAIL. G4_CONF (default conf/demo.ini) and G4_SET ("key=value ...")
+choose another model, e.g. the 26B-A4B with dummy weights on the GPU box
+(tests/gpu/box_quick.sh demo); the stats lines go to stderr."""
 import json
 import os
 import signal
@@ -26,8 +28,10 @@ def check(gate, ok, msg):
 class G4:
     def __init__(self, extra):
         binary = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"), "g4pipe")
-        self.p = subprocess.Popen([binary, "-c", os.path.join(ROOT, "conf", "demo.ini"),
-                                   "--set", "serve.max_batch=20"] + extra,
+        conf = os.environ.get("G4_CONF", os.path.join(ROOT, "conf", "demo.ini"))
+        for kv in os.environ.get("G4_SET", "").split():
+            extra = extra + ["--set", kv]
+        self.p = subprocess.Popen([binary, "-c", conf, "--set", "serve.max_batch=20"] + extra,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True, bufsize=1)
         self.tokens, self.done = {}, {}
@@ -73,6 +77,8 @@ def main():
     g.send({"cmd": "stats"})
     s17 = g.read_until(lambda ev: ev.get("event") == "stats") or {}
     rc = g.close()
+    print(f"stats with 16 running: {json.dumps(s16)}\nstats after the 17th: {json.dumps(s17)}",
+          file=sys.stderr)
     check("serve_batches_16", s16.get("running") == 16 and s16.get("last_step_rows") == 16,
           f"mid-run stats: running {s16.get('running')}, last step {s16.get('last_step_rows')} "
           f"rows (want 16 and 16)")
