@@ -318,7 +318,7 @@ fuzz_suite() {
 # device; gpu-test names restrict the run to those programs (e.g. ./build.sh gpu-test test_attn).
 gpu_gates() {
     if [ $HAVE_NVCC = 0 ]; then
-        for t in $GPU_TESTS engine_vs_hf dummy_weights geometry; do echo "SKIP gpu:$t: skipped: no GPU (CPU-only build, no nvcc)"; done
+        for t in $GPU_TESTS engine_vs_hf dummy_weights pinned_composition geometry; do echo "SKIP gpu:$t: skipped: no GPU (CPU-only build, no nvcc)"; done
         return
     fi
     local t want=" $* "
@@ -329,6 +329,13 @@ gpu_gates() {
         run_test "$B/tests/test_fixtures" tests/fixtures gpu
     fi
     if [ "$want" = "  " ] || [ "${want#* dummy_weights }" != "$want" ]; then dummy_weights; fi
+    if [ "$want" = "  " ] || [ "${want#* pinned_composition }" != "$want" ]; then
+        if nvidia-smi -L >/dev/null 2>&1; then
+            BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend gpu
+        else
+            echo "SKIP gpu:pinned_composition: skipped: no GPU"
+        fi
+    fi
     if [ "$want" = "  " ] || [ "${want#* geometry }" != "$want" ]; then geometry_gates; fi
 }
 
@@ -385,6 +392,7 @@ suite_test() {
         run_test "$B/tests/test_serve" tests/fixtures tests/proto
         BUILD_DIR="$B" run_test python3 tests/release/test_bench_driver.py
         BUILD_DIR="$B" run_test python3 tests/proto/test_batching.py
+        BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend cpu
         fuzz_suite "${FUZZ_SECONDS:-20}"
         cli_refusals
         musl_suite

@@ -102,7 +102,7 @@ void config_defaults(g4_config *c) {
     c->serve.max_context = 32768;
     c->serve.prefill_chunk = 2048;
     c->serve.max_queue = 256;
-    c->serve.cuda_graphs = 0;
+    c->serve.cuda_graphs = 1; /* gpu:cuda_graphs_equal passed on the H200 (docs/testing.md) */
     c->log.level = LOG_INFO;
     c->debug.sync = 0;
     c->debug.backend = G4_BACKEND_AUTO;

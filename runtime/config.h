@@ -41,7 +41,7 @@ typedef struct g4_config {
         int max_context;   /* tokens, 16..1048576, default 32768 */
         int prefill_chunk; /* tokens, 16..65536, default 2048 */
         int max_queue;     /* 1..1000000, default 256 */
-        int cuda_graphs;   /* 0/1, default 0: replay decode-only steps from CUDA graphs */
+        int cuda_graphs;   /* 0/1, default 1: replay decode-only steps from CUDA graphs */
     } serve;
     struct {
         enum log_level level; /* default LOG_INFO */

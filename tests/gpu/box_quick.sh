@@ -3,7 +3,7 @@
 # first if the call runs out of time: build, the op gates and the tiny-fixture engine gates,
 # the decode benchmark, then the geometry gates (bounded by what is left of DEADLINE seconds).
 # Logs under $OUT; the gate programs' stderr is copied there too.
-# Usage: tests/gpu/box_quick.sh [nogates] [demo] [racecheck] [nobench] [graphs] [gemm] [fp8]
+# Usage: tests/gpu/box_quick.sh [nogates] [demo] [pinned] [racecheck] [nobench] [graphs] [gemm] [fp8]
 #        [sanitize] [ab] [nogeometry]
 # (ab: the fp8-vs-bf16 serving A/B of both models into $OUT/ab, AB_ROUNDS rounds, default 3)
 set -u
@@ -31,6 +31,11 @@ case " $* " in *" demo "*)
     G4_CONF=conf/gemma4-26b-a4b.ini G4_SET="model.weights=dummy serve.max_context=4096" \
         timeout 150 python3 tests/proto/test_batching.py > "$OUT/demo.log" 2>&1
     grep -E "^(PASS|FAIL)|^stats" "$OUT/demo.log" | cut -c1-600 ;;
+esac
+case " $* " in *" pinned "*)
+    stamp "pinned composition: record the GPU bf16 answers, then replay against them"
+    BUILD_DIR=build timeout 200 python3 tests/proto/test_pinned.py --backend gpu \
+        --record "$OUT/pinned" 2>&1 | cut -c1-400 ;;
 esac
 case " $* " in *" racecheck "*)
     stamp "racecheck: attention and experts op gates"
