@@ -341,7 +341,7 @@ gpu_gates() {
 
 # The engine against HF on few-layer models at the real head dims, KV heads, window (1024) and
 # vocabulary of the 26B-A4B and 31B, made here with torch and transformers (never committed):
-# window crossing at W-1, W, W+1 and 4W tokens, whole and chunked.
+# window crossing at W-1, W, W+1 and 4W tokens, whole and chunked; the 16K and 32K waypoints.
 geometry_gates() {
     if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
         echo "SKIP gpu:geometry: skipped: needs torch and transformers with a GPU"; return

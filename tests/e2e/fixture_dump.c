@@ -15,6 +15,7 @@ static int parse_case(char *line, fx_case *c) {
     if (!name || !n) return -1;
     snprintf(c->name, sizeof c->name, "%s", name);
     c->n = atoi(n);
+    c->lp_from = c->n; /* lowered by each lp record */
     c->ids = calloc((size_t)c->n, sizeof *c->ids);
     c->pos = calloc((size_t)c->n, sizeof *c->pos);
     if (!c->ids || !c->pos) return -1;
@@ -35,6 +36,7 @@ static int parse_lp(char *line, fx_case *c) {
     if (!p || !t1 || !t2) return -1;
     int pos = atoi(p);
     if (pos < 0 || pos >= c->n) return -1;
+    if (pos < c->lp_from) c->lp_from = pos;
     fx_pos *fp = &c->pos[pos];
     fp->top1 = strtof(t1, NULL);
     fp->top2 = strtof(t2, NULL);
@@ -92,7 +94,7 @@ int fx_dump_read(const char *path, fx_dump *d) {
         fprintf(stderr, "fixture_dump: cannot open %s\n", path);
         return -1;
     }
-    static char line[1 << 16];
+    static char line[1 << 20]; /* a 32K-token waypoint's case line is about 230 KB */
     int rc = 0, lineno = 0;
     while (rc == 0 && fgets(line, sizeof line, f)) {
         lineno++;

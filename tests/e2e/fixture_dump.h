@@ -18,7 +18,8 @@ typedef struct fx_case {
     char name[32];
     int n;           /* prompt tokens */
     int32_t *ids;    /* [n] */
-    fx_pos *pos;     /* [n] */
+    fx_pos *pos;     /* [n]; positions before lp_from carry no record */
+    int lp_from;     /* first position with an lp record (0, or n - tail for a waypoint) */
     int n_greedy;    /* greedy continuation (eager dump only) */
     int32_t *greedy; /* [n_greedy] */
     float *g_top1;   /* [n_greedy] */

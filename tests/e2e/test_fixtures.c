@@ -51,27 +51,33 @@ static int graphs_on;
 #define EXEMPT_LIMIT 0.05
 
 typedef struct run {
-    int n; /* positions with logits */
+    int first; /* the position of logits row 0 (a waypoint keeps only its tail) */
+    int n;     /* positions with logits */
     int vocab;
     bf16_t *logits; /* [n, vocab] */
 } run;
 
-/* longest: the longest prompt, which a whole-prompt prefill runs as one step */
-static engine *open_fixture(const char *dir, int longest, int fp8) {
+/* An engine of max_context tokens whose steps take up to `chunk` rows, all wanting logits. */
+static engine *open_engine(const char *dir, int max_context, int chunk, int fp8) {
     g4_config c;
     config_defaults(&c);
     snprintf(c.model.path, sizeof c.model.path, "%s", dir);
     c.kv.page_tokens = 4; /* small pages: the window of 8 spans several, releases happen */
-    c.serve.max_context = MAX_TOKENS;
-    c.serve.prefill_chunk = longest > 64 ? (longest + 3) / 4 * 4 : 64;
+    c.serve.max_context = max_context;
+    c.serve.prefill_chunk = chunk;
     c.serve.max_batch = 4;
     c.debug.backend = backend_choice;
     c.kv.local = fp8 ? G4_KV_LOCAL_FP8 : G4_KV_LOCAL_BF16;
     c.serve.cuda_graphs = graphs_on;
     if (config_finish(&c) != 0) return NULL;
     engine *e = NULL;
-    if (engine_open(&c, MAX_TOKENS, &e) != 0) return NULL;
+    if (engine_open(&c, chunk, &e) != 0) return NULL;
     return e;
+}
+
+/* longest: the longest prompt, which a whole-prompt prefill runs as one step */
+static engine *open_fixture(const char *dir, int longest, int fp8) {
+    return open_engine(dir, MAX_TOKENS, longest > 64 ? (longest + 3) / 4 * 4 : 64, fp8);
 }
 
 /* Runs tokens [begin, end) of ids on slot seq as one step, logits of every row to out. */
@@ -142,8 +148,8 @@ typedef struct cmp {
 static void compare(const run *r, const fx_case *c, const fx_case *sdpa, cmp *out) {
     float *lp = malloc(sizeof(float) * (size_t)r->vocab);
     if (!lp) return;
-    for (int p = 0; p < c->n; p++) {
-        const bf16_t *row = r->logits + (size_t)p * (size_t)r->vocab;
+    for (int p = c->lp_from; p < c->n; p++) {
+        const bf16_t *row = r->logits + (size_t)(p - r->first) * (size_t)r->vocab;
         log_softmax_row(row, r->vocab, lp);
         const fx_pos *hp = &c->pos[p];
         for (int k = 0; k < FX_TOP_K; k++) {
@@ -166,7 +172,7 @@ static void compare(const run *r, const fx_case *c, const fx_case *sdpa, cmp *ou
 /* The same measure between two HF dumps: the floor gap of eager vs sdpa. */
 static double floor_gap(const fx_case *a, const fx_case *b) {
     double gap = 0.0;
-    for (int p = 0; p < a->n && p < b->n; p++)
+    for (int p = a->lp_from > b->lp_from ? a->lp_from : b->lp_from; p < a->n && p < b->n; p++)
         for (int k = 0; k < FX_TOP_K; k++)
             for (int j = 0; j < FX_TOP_K; j++)
                 if (a->pos[p].ids[k] == b->pos[p].ids[j]) {
@@ -313,6 +319,127 @@ static void gate_window(engine *e, const char *fx, const fx_dump *eager, const f
                "argmax mismatches %d (HF eager vs sdpa: %d), exempt %d/%d%s",
                W, runs, c.gap, tol, c.mismatches, c.floor_mismatches, c.exempt, c.positions,
                c.first);
+}
+
+/* Page accounting (GATES.md): every usable page of both families back in the free lists. */
+static int all_pages_free(const engine *e) {
+    return engine_free_pages(e, KV_LOCAL) == engine_usable_pages(e, KV_LOCAL) &&
+           engine_free_pages(e, KV_GLOBAL) == engine_usable_pages(e, KV_GLOBAL);
+}
+
+/* ---- long-context waypoints (GATES.md: 16K and 32K on the geometry fixtures) ---- */
+
+/* Runs positions [begin, end) of ids on slot 0 as one step; rows at positions >= keep_from
+ * put their logits at out + (pos - keep_from) * V. A step with no such row still asks for its
+ * last row (into spare), so every step has an out row. */
+static int step_keep(engine *e, const int32_t *ids, int begin, int end, int keep_from, bf16_t *out,
+                     bf16_t *spare, int32_t *pos, int32_t *seq, int32_t *src) {
+    int rows = end - begin, o = 0;
+    for (int r = 0; r < rows; r++) {
+        pos[r] = begin + r;
+        seq[r] = 0;
+        if (begin + r >= keep_from) src[o++] = r;
+    }
+    engine_seq_release_front(e, 0, begin);
+    if (engine_seq_reserve(e, 0, begin, end) != 0) return -1;
+    bf16_t *dst = out + (size_t)(begin > keep_from ? begin - keep_from : 0) *
+                            (size_t)engine_model(e)->n_vocab;
+    if (o == 0) {
+        src[o++] = rows - 1;
+        dst = spare;
+    }
+    engine_batch b = {rows, ids + begin, pos, seq, o, src, NULL, NULL};
+    return engine_step(e, &b, dst, NULL, NULL);
+}
+
+/* One waypoint run: prefill [0, n - tail) in chunks of `chunk`, then the tail either as more
+ * chunks (decode = 0) or token by token, teacher-forced (decode = 1); the tail's logits in r. */
+static int run_waypoint(engine *e, const fx_case *c, int chunk, int decode, run *r) {
+    int V = engine_model(e)->n_vocab, tail = c->n - c->lp_from;
+    r->first = c->lp_from;
+    r->n = tail;
+    r->vocab = V;
+    r->logits = malloc((size_t)tail * (size_t)V * sizeof(bf16_t));
+    bf16_t *spare = malloc((size_t)V * sizeof(bf16_t));
+    int32_t *meta = malloc(sizeof(int32_t) * 3 * (size_t)chunk);
+    int rc = r->logits && spare && meta ? 0 : -1;
+    int split = decode ? c->lp_from : c->n;
+    for (int b = 0; b < split && rc == 0; b += chunk) {
+        int end = b + chunk < split ? b + chunk : split;
+        rc = step_keep(e, c->ids, b, end, c->lp_from, r->logits, spare, meta, meta + chunk,
+                       meta + 2 * chunk);
+    }
+    for (int p = split; p < c->n && rc == 0; p++)
+        rc = step_keep(e, c->ids, p, p + 1, c->lp_from, r->logits, spare, meta, meta + chunk,
+                       meta + 2 * chunk);
+    engine_seq_free(e, 0);
+    free(spare);
+    free(meta);
+    return rc;
+}
+
+/* The waypoint prompts of hf_eager_long.txt (absent: no gate), each prefilled in chunks to the
+ * end and prefilled to its tail then decoded through it, against HF at the tail positions. */
+static void gate_waypoints(const char *dir, const char *fx) {
+    char path[1100];
+    fx_dump eager, sdpa;
+    snprintf(path, sizeof path, "%s/hf_eager_long.txt", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    fclose(f);
+    int rc = fx_dump_read(path, &eager);
+    snprintf(path, sizeof path, "%s/hf_sdpa_long.txt", dir);
+    rc |= fx_dump_read(path, &sdpa);
+    char gate[96];
+    snprintf(gate, sizeof gate, "%swaypoints[%s]", gate_prefix, fx);
+    int longest = 0;
+    for (int i = 0; rc == 0 && i < eager.n_cases; i++)
+        if (eager.cases[i].n > longest) longest = eager.cases[i].n;
+    /* 2,048-row chunks as HF's reference used; a short test waypoint gets 8 or more chunks */
+    int chunk = longest >= 8 * 2048 ? 2048 : (longest / 8 + 3) / 4 * 4;
+    engine *e = rc == 0 && chunk > 0 ? open_engine(dir, longest + 8, chunk, fp8_pool) : NULL;
+    if (!e) {
+        test_fail(gate, "%s: could not load the waypoint dumps or open a %d-token engine", dir,
+                  longest + 8);
+        fx_dump_free(&eager);
+        fx_dump_free(&sdpa);
+        return;
+    }
+    cmp c = {0};
+    double fl = 0.0;
+    int runs = 0;
+    char lens[64] = "";
+    for (int i = 0; i < eager.n_cases; i++) {
+        const fx_case *hc = &eager.cases[i], *sc = find_case(&sdpa, hc->name);
+        if (sc) fl = max_d(fl, floor_gap(hc, sc));
+        snprintf(lens + strlen(lens), sizeof lens - strlen(lens), "%s%d", i ? ", " : "", hc->n);
+        for (int decode = 0; decode < 2; decode++) {
+            run r = {0};
+            if (hc->lp_from < hc->n && run_waypoint(e, hc, chunk, decode, &r) == 0) {
+                compare(&r, hc, sc, &c);
+                runs++;
+            }
+            free(r.logits);
+        }
+    }
+    double tol = max_d(fp8_pool ? 1.0 : 0.1, 2 * fl);
+    TEST_CHECK(gate,
+               runs == 2 * eager.n_cases && runs > 0 && c.mismatches <= c.floor_mismatches &&
+                   c.gap <= tol,
+               "%d runs (prompts of %s tokens; chunks of %d to the end, and to the last %d "
+               "positions then decoded), gap %.4f (limit %.4f), argmax mismatches %d (HF eager vs "
+               "sdpa: %d), exempt %d/%d%s",
+               runs, lens, chunk, eager.n_cases ? eager.cases[0].n - eager.cases[0].lp_from : 0,
+               c.gap, tol, c.mismatches, c.floor_mismatches, c.exempt, c.positions, c.first);
+    TEST_CHECK(backend_choice == G4_BACKEND_CPU ? "kv_pages_returned" : "gpu:kv_pages_returned",
+               all_pages_free(e),
+               "%s waypoints: free pages after the runs: local %d of %d, "
+               "global %d of %d",
+               fx, engine_free_pages(e, KV_LOCAL), engine_usable_pages(e, KV_LOCAL),
+               engine_free_pages(e, KV_GLOBAL), engine_usable_pages(e, KV_GLOBAL));
+    engine_close(e);
+    fx_dump_free(&eager);
+    fx_dump_free(&sdpa);
 }
 
 /* Token-by-token decode from position 0 against whole-prompt prefill. */
@@ -651,6 +778,7 @@ int main(int argc, char **argv) {
             gate_window(e, fixtures[f], &eager, &sdpa, fl);
             report_fp8_agreement(e, dir, fixtures[f], &eager);
             engine_close(e);
+            gate_waypoints(dir, fixtures[f]);
             fx_dump_free(&eager);
             fx_dump_free(&sdpa);
             continue;
@@ -673,10 +801,12 @@ int main(int argc, char **argv) {
         if (backend_choice == G4_BACKEND_CPU) gate_features(e, fixtures[f], &eager);
         if (strcmp(fixtures[f], "tiny-moe") == 0) gate_published(e, argv[1], &eager);
         TEST_CHECK(backend_choice == G4_BACKEND_CPU ? "kv_pages_returned" : "gpu:kv_pages_returned",
-                   engine_free_pages(e, KV_LOCAL) > 0 && engine_free_pages(e, KV_GLOBAL) > 0,
-                   "%s: free pages after the runs: local %d, global %d", fixtures[f],
-                   engine_free_pages(e, KV_LOCAL), engine_free_pages(e, KV_GLOBAL));
+                   all_pages_free(e),
+                   "%s: free pages after the runs: local %d of %d, global %d of %d", fixtures[f],
+                   engine_free_pages(e, KV_LOCAL), engine_usable_pages(e, KV_LOCAL),
+                   engine_free_pages(e, KV_GLOBAL), engine_usable_pages(e, KV_GLOBAL));
         engine_close(e);
+        gate_waypoints(dir, fixtures[f]); /* its own engine, sized for 16K and 32K tokens */
         fx_dump_free(&eager);
         fx_dump_free(&sdpa);
     }
