@@ -41,7 +41,7 @@ unit_src() {
     test_loader) echo runtime/log.c runtime/hfconfig.c runtime/loader.c graph/model_desc.c ;;
     test_config) echo runtime/log.c runtime/config.c ;;
     test_kv_pool) echo runtime/log.c runtime/kv_pool.c ;;
-    test_sampler) echo runtime/log.c runtime/sampler.c ;;
+    test_sampler) echo runtime/log.c runtime/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c ;;
     test_chat) echo runtime/log.c $TOKENIZER_SRC runtime/chat.c ;;
     test_ref_fp8) echo kernels/ref/bf16_ref.c kernels/ref/attn_ref.c ;;
     esac

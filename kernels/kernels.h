@@ -182,6 +182,20 @@ typedef struct k_argmax_args {
     int rows, n_vocab;
 } k_argmax_args;
 
+/* The k[r] best ids of logits row r (larger logit first, ties to the lower id, NaN as -inf),
+ * written in ascending id order into ids[r, 0..k[r]) with their logits in vals; entries past
+ * k[r] (up to k_max) are -1 / 0. k[r] = 0 skips row r. A sampled row with top-k then needs
+ * k[r] values on the host instead of its whole row, and the host sampler picks the same token
+ * from them (runtime/sched.c). */
+#define K_TOPK_MAX 1024
+typedef struct k_topk_args {
+    int32_t *ids;             /* [rows, k_max] */
+    bf16_t *vals;             /* [rows, k_max] */
+    const bf16_t *logits;     /* [rows, n_vocab] */
+    const int32_t *k;         /* [rows], each 0..min(k_max, n_vocab) (device memory on the GPU) */
+    int rows, n_vocab, k_max; /* k_max <= K_TOPK_MAX */
+} k_topk_args;
+
 /* out[i] = bf(fma(hi - lo, u(seed, i), lo)) with u a counter hash in [0, 1): seeded random
  * weights at the real geometry (model.weights = dummy), the same bits on CPU and GPU. */
 typedef struct k_fill_args {
@@ -221,6 +235,7 @@ int k_attention(const k_attention_args *a, g4_stream st);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);
+int k_topk(const k_topk_args *a, g4_stream st);
 
 /* kernels/moe.cu: routing and the routed experts */
 int k_moe_route(const k_moe_route_args *a, g4_stream st);

@@ -60,6 +60,11 @@ int k_argmax(const k_argmax_args *a, g4_stream st) {
     return K_ERR_DEVICE;
 }
 
+int k_topk(const k_topk_args *a, g4_stream st) {
+    (void)a, (void)st;
+    return K_ERR_DEVICE;
+}
+
 int k_event_create(k_event **out) {
     *out = NULL;
     return K_ERR_DEVICE;

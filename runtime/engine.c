@@ -38,6 +38,8 @@ struct engine {
     int32_t *d_meta;      /* GPU: ids, pos, seq [max_rows each], out_src [max_out_rows] */
     int32_t *d_tables[2]; /* GPU: device copies of the page tables */
     int32_t *d_argmax;    /* GPU: [max_out_rows] greedy tokens */
+    int32_t *d_topk;      /* GPU: k [max_out_rows], then ids [max_out_rows, K_TOPK_MAX] */
+    bf16_t *d_topk_vals;  /* GPU: [max_out_rows, K_TOPK_MAX] */
     int *changed;         /* GPU: [max_batch] table rows to send, from kv_pool_take_changed */
     /* serve.cuda_graphs (GPU): decode-only steps replay a graph captured per padded size */
     int graphs;
@@ -264,6 +266,17 @@ static int open_graphs(engine *e, size_t meta_bytes) {
     return 0;
 }
 
+/* GPU: one buffer for the top-k requests, ids and logits of max_out_rows rows. */
+static int alloc_topk(engine *e) {
+    size_t rows = (size_t)e->max_out_rows;
+    char *p =
+        engine_alloc(e, rows * (sizeof(int32_t) * (1 + K_TOPK_MAX) + sizeof(bf16_t) * K_TOPK_MAX));
+    if (!p) return -1;
+    e->d_topk = (int32_t *)p;
+    e->d_topk_vals = (bf16_t *)(p + rows * sizeof(int32_t) * (1 + K_TOPK_MAX));
+    return 0;
+}
+
 int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
     *out = NULL;
     engine *e = calloc(1, sizeof *e);
@@ -295,8 +308,8 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
     size_t meta = sizeof(int32_t) * (3 * (size_t)e->max_rows + (size_t)e->max_out_rows);
     if (!e->schedule || alloc_state(e) != 0 || (e->gpu && !(e->d_meta = engine_alloc(e, meta))) ||
         (e->gpu && !(e->d_argmax = engine_alloc(e, sizeof(int32_t) * (size_t)e->max_out_rows))) ||
-        (e->gpu && reserve_workspaces(e) != 0) || (e->graphs && open_graphs(e, meta) != 0) ||
-        open_pool(e) != 0) {
+        (e->gpu && alloc_topk(e) != 0) || (e->gpu && reserve_workspaces(e) != 0) ||
+        (e->graphs && open_graphs(e, meta) != 0) || open_pool(e) != 0) {
         engine_close(e);
         return -1;
     }
@@ -445,6 +458,30 @@ static int fetch_logits(engine *e, const engine_batch *b, bf16_t *logits) {
     return 0;
 }
 
+/* The sampled rows' top-k candidates (b->topk) to the host. */
+static int fetch_candidates(engine *e, const engine_batch *b) {
+    if (!b->topk || b->out_rows == 0) return 0;
+    k_topk_args a = {.logits = e->s.logits,
+                     .rows = b->out_rows,
+                     .n_vocab = e->model->n_vocab,
+                     .k_max = K_TOPK_MAX};
+    if (!e->gpu) {
+        a.ids = b->topk_ids;
+        a.vals = b->topk_vals;
+        a.k = b->topk;
+        return ref_topk(&a, NULL) == K_OK ? 0 : K_ERR_SHAPE;
+    }
+    size_t n = (size_t)b->out_rows * K_TOPK_MAX;
+    a.k = e->d_topk;
+    a.ids = e->d_topk + e->max_out_rows;
+    a.vals = e->d_topk_vals;
+    if (to_device(e, e->d_topk, b->topk, sizeof(int32_t) * (size_t)b->out_rows) != 0 ||
+        k_topk(&a, e->stream) != 0 || to_host(e, b->topk_ids, a.ids, n * sizeof(int32_t)) != 0 ||
+        to_host(e, b->topk_vals, a.vals, n * sizeof(bf16_t)) != 0)
+        return K_ERR_DEVICE;
+    return 0;
+}
+
 /* The out rows' greedy tokens (when asked for) and logits to the host. */
 static int fetch_outputs(engine *e, const engine_batch *b, bf16_t *logits) {
     g4_state *s = &e->s;
@@ -458,6 +495,7 @@ static int fetch_outputs(engine *e, const engine_batch *b, bf16_t *logits) {
             rc = to_host(e, b->argmax, e->d_argmax, sizeof(int32_t) * (size_t)b->out_rows);
         if (rc != 0) return K_ERR_DEVICE;
     }
+    if (fetch_candidates(e, b) != 0) return K_ERR_DEVICE;
     return fetch_logits(e, b, logits);
 }
 
@@ -534,6 +572,7 @@ static int graph_step(engine *e, const engine_batch *b, int gi, bf16_t *logits) 
     if (k_graph_launch(e->graph[gi], e->stream) != 0 || k_stream_sync(e->stream) != 0)
         return K_ERR_DEVICE;
     if (b->argmax) memcpy(b->argmax, e->h_argmax, sizeof(int32_t) * (size_t)b->rows);
+    if (fetch_candidates(e, b) != 0) return K_ERR_DEVICE;
     return fetch_logits(e, b, logits);
 }
 

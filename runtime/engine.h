@@ -62,6 +62,12 @@ typedef struct engine_batch {
      * without logprobs needs only its argmax); NULL copies every row */
     const uint8_t *need_logits;
     int32_t *argmax; /* optional out: [out_rows] the greedy token of each out row */
+    /* optional: topk[o] in 0..K_TOPK_MAX asks for out row o's topk[o] best ids in id order and
+     * their logits (kernels.h k_topk), into topk_ids / topk_vals [out_rows, K_TOPK_MAX]: a
+     * sampled top-k row then needs a few KB instead of its whole row of logits */
+    const int32_t *topk;
+    int32_t *topk_ids;
+    bf16_t *topk_vals;
 } engine_batch;
 
 /* Runs one step and copies the bf16 logits (after softcap) of the out rows into logits

@@ -258,3 +258,10 @@ void sampler_logprobs(const uint16_t *logits, int n_vocab, int n, int32_t chosen
                          ? sampler_lp(sampler_bf16(logits[chosen]), max, log_sum)
                          : -INFINITY;
 }
+
+int32_t sampler_pick_candidates(const sampler_params *p, const int32_t *ids, const uint16_t *vals,
+                                int n, int index, float *work) {
+    if (!ids || n < 1) return -1;
+    int32_t j = sampler_pick(p, vals, n, index, work);
+    return j >= 0 && j < n ? ids[j] : -1;
+}

@@ -2,8 +2,9 @@
  *
  * Owns: greedy (ties to the lowest id), temperature, top-k, top-p and min-p sampling with a
  * random stream that is a function of (seed, token index) only, so a request's answer never
- * depends on what shares its batch; and the top-n logprobs of a row. Does not own: stop
- * tokens or strings (runtime/sched.c), logits (the engine). */
+ * depends on what shares its batch; the same pick from a row's top-k candidates (what the
+ * engine hands back for sampled top-k rows instead of the whole row); and the top-n logprobs
+ * of a row. Does not own: stop tokens or strings (runtime/sched.c), logits (the engine). */
 #ifndef G4_SAMPLER_H
 #define G4_SAMPLER_H
 
@@ -26,6 +27,16 @@ typedef struct sampler_params {
  * number u(seed, index). */
 int32_t sampler_pick(const sampler_params *p, const uint16_t *logits, int n_vocab, int index,
                      float *work);
+
+/* sampler_pick from candidates instead of a whole row, for a request with 0 < top_k: ids[0..n)
+ * in ascending id order and their logits vals, the top_k best of the row (larger logit, ties
+ * to the lower id: kernels' k_topk / ref_topk, with n = min(top_k, n_vocab)). Returns the id
+ * sampler_pick would return over the whole row: its top-k set is the same (ordering by logit
+ * or by probability agrees wherever probabilities differ, as distinct bf16 logits give
+ * distinct fp32 probabilities above the underflow range), and every later step (maximum,
+ * weights, top-p, min-p, the draw) sees the same values in the same order. work as above. */
+int32_t sampler_pick_candidates(const sampler_params *p, const int32_t *ids, const uint16_t *vals,
+                                int n, int index, float *work);
 
 /* The uniform number in [0, 1) of (seed, index): a counter-based generator (no state). */
 double sampler_uniform(uint64_t seed, uint64_t index);

@@ -44,7 +44,10 @@ struct sched {
     /* step buffers */
     int32_t *ids, *pos, *seq, *out_src;
     int32_t *argmax;      /* [max_batch] each out row's greedy token, from the engine */
-    uint8_t *need_logits; /* [max_batch] 0: the row's greedy token is all it needs */
+    uint8_t *need_logits; /* [max_batch] 0: the row's greedy token or candidates suffice */
+    int32_t *topk;        /* [max_batch] candidates a sampled top-k row asks for (0: none) */
+    int32_t *topk_ids;    /* [max_batch, K_TOPK_MAX] */
+    bf16_t *topk_vals;    /* [max_batch, K_TOPK_MAX] */
     sreq **out_req;
     bf16_t *logits;
     float *work;
@@ -92,10 +95,14 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     s->out_req = calloc((size_t)mb, sizeof(sreq *));
     s->argmax = calloc((size_t)mb, sizeof *s->argmax);
     s->need_logits = calloc((size_t)mb, sizeof *s->need_logits);
+    s->topk = calloc((size_t)mb, sizeof *s->topk);
+    s->topk_ids = calloc((size_t)mb * K_TOPK_MAX, sizeof *s->topk_ids);
+    s->topk_vals = calloc((size_t)mb * K_TOPK_MAX, sizeof *s->topk_vals);
     s->logits = calloc((size_t)mb * (size_t)V, sizeof *s->logits);
     s->work = calloc(2 * (size_t)V, sizeof *s->work);
     if (!s->running || !s->slot_used || !s->ids || !s->pos || !s->seq || !s->out_src ||
-        !s->out_req || !s->logits || !s->work || !s->argmax || !s->need_logits) {
+        !s->out_req || !s->logits || !s->work || !s->argmax || !s->need_logits || !s->topk ||
+        !s->topk_ids || !s->topk_vals) {
         sched_destroy(s);
         return NULL;
     }
@@ -129,6 +136,9 @@ void sched_destroy(sched *s) {
     free(s->out_req);
     free(s->argmax);
     free(s->need_logits);
+    free(s->topk);
+    free(s->topk_ids);
+    free(s->topk_vals);
     free(s->logits);
     free(s->work);
     free(s);
@@ -252,14 +262,31 @@ static void finish(sched *s, sreq *r, const char *reason) {
  * backend); sampler_pick's greedy rule is the same one (temperature 0 or top_k 1). */
 static int is_greedy(const proto_request *q) { return !(q->temperature > 0) || q->top_k == 1; }
 
-/* One generated token of r: stop token, text, stop strings, limits. greedy_tok >= 0 is the
- * engine's argmax when the row's logits were not fetched. Returns 1 when r ended. */
-static int take_token(sched *s, sreq *r, const bf16_t *logits, int32_t greedy_tok) {
+/* Sampled rows with a top-k of at most K_TOPK_MAX and no logprobs take their token from the
+ * engine's top-k candidates (sampler_pick_candidates: the same token as from the whole row);
+ * the number asked for, or 0. */
+static int32_t candidates_wanted(const proto_request *q, int n_vocab) {
+    if (is_greedy(q) || q->logprobs > 0 || q->top_k <= 0 || q->top_k > K_TOPK_MAX) return 0;
+    return q->top_k < n_vocab ? q->top_k : n_vocab;
+}
+
+/* One generated token of r: stop token, text, stop strings, limits. Out row o's token is the
+ * engine's argmax (greedy), a draw from its candidates (s->topk[o] > 0) or from its logits.
+ * Returns 1 when r ended. */
+static int take_token(sched *s, sreq *r, int o) {
     const g4_model_desc *m = engine_model(s->e);
+    const bf16_t *logits = s->logits + (size_t)o * (size_t)m->n_vocab;
     sampler_params sp = {(float)r->req.temperature, r->req.top_k, (float)r->req.top_p,
                          (float)r->req.min_p, r->req.seed};
-    int32_t tok =
-        greedy_tok >= 0 ? greedy_tok : sampler_pick(&sp, logits, m->n_vocab, r->n_out, s->work);
+    int32_t tok;
+    if (s->topk[o] > 0)
+        tok = sampler_pick_candidates(&sp, s->topk_ids + (size_t)o * K_TOPK_MAX,
+                                      s->topk_vals + (size_t)o * K_TOPK_MAX, s->topk[o], r->n_out,
+                                      s->work);
+    else if (!s->need_logits[o])
+        tok = s->argmax[o];
+    else
+        tok = sampler_pick(&sp, logits, m->n_vocab, r->n_out, s->work);
     double now = sched_now_ms();
     if (r->t_first == 0) r->t_first = now;
     r->t_last = now;
@@ -367,12 +394,24 @@ int sched_step(sched *s) {
         r->n_written = end;
         if (end == r->n_ids) {
             s->out_src[n_out] = rows - 1;
-            s->need_logits[n_out] = !is_greedy(&r->req) || r->req.logprobs > 0;
+            s->topk[n_out] = candidates_wanted(&r->req, engine_model(s->e)->n_vocab);
+            s->need_logits[n_out] =
+                (!is_greedy(&r->req) || r->req.logprobs > 0) && s->topk[n_out] == 0;
             s->out_req[n_out++] = r;
         }
     }
     if (s->t_first_step == 0) s->t_first_step = sched_now_ms();
-    engine_batch b = {rows, s->ids, s->pos, s->seq, n_out, s->out_src, s->need_logits, s->argmax};
+    engine_batch b = {.rows = rows,
+                      .ids = s->ids,
+                      .pos = s->pos,
+                      .seq = s->seq,
+                      .out_rows = n_out,
+                      .out_src = s->out_src,
+                      .need_logits = s->need_logits,
+                      .argmax = s->argmax,
+                      .topk = s->topk,
+                      .topk_ids = s->topk_ids,
+                      .topk_vals = s->topk_vals};
     int rc = engine_step(s->e, &b, s->logits, NULL, NULL);
     s->steps++;
     s->last_rows = rows;
@@ -385,10 +424,8 @@ int sched_step(sched *s) {
         }
         return -1;
     }
-    size_t V = (size_t)engine_model(s->e)->n_vocab;
     for (int i = 0; i < n_out; i++)
-        take_token(s, s->out_req[i], s->logits + (size_t)i * V,
-                   s->need_logits[i] ? -1 : s->argmax[i]);
+        take_token(s, s->out_req[i], i);
     return 1;
 }
 

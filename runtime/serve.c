@@ -283,7 +283,12 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
         int32_t last = end - begin - 1;
         engine_seq_release_front(e, seq, begin);
         rc = p && sq && engine_seq_reserve(e, seq, begin, end) == 0 ? 0 : -1;
-        engine_batch b = {end - begin, all + begin, p, sq, 1, &last, NULL, NULL};
+        engine_batch b = {.rows = end - begin,
+                          .ids = all + begin,
+                          .pos = p,
+                          .seq = sq,
+                          .out_rows = 1,
+                          .out_src = &last};
         if (rc == 0) rc = engine_step(e, &b, logits, NULL, NULL);
         free(p);
         free(sq);

@@ -40,6 +40,7 @@ int ref_gather_rows(const k_gather_rows_args *a, g4_stream st);
 int ref_softcap(const k_softcap_args *a, g4_stream st);
 int ref_fill_uniform(const k_fill_args *a, g4_stream st);
 int ref_argmax(const k_argmax_args *a, g4_stream st);
+int ref_topk(const k_topk_args *a, g4_stream st);
 
 /* The counter hash both fills use: a uniform float in [0, 1) from 24 bits of a splitmix64
  * mix of (seed, i). Exposed so the GPU twin's test can check single values. */

@@ -167,7 +167,8 @@ int main(int argc, char **argv) {
             engine_seq_release_front(e, b, p0);
             engine_seq_reserve(e, b, p0, p0 + n);
             double t0 = now_ms();
-            engine_batch eb = {n, ids, pos, seq, 1, src, NULL, NULL};
+            engine_batch eb = {
+                .rows = n, .ids = ids, .pos = pos, .seq = seq, .out_rows = 1, .out_src = src};
             if (engine_step(e, &eb, logits, NULL, NULL) != 0) return 1;
             ttft += now_ms() - t0;
         }
@@ -187,7 +188,14 @@ int main(int argc, char **argv) {
             engine_seq_release_front(e, b, pos[b]);
             engine_seq_reserve(e, b, pos[b], pos[b] + 1);
         }
-        engine_batch eb = {batch, ids, pos, seq, batch, src, need, argmax};
+        engine_batch eb = {.rows = batch,
+                           .ids = ids,
+                           .pos = pos,
+                           .seq = seq,
+                           .out_rows = batch,
+                           .out_src = src,
+                           .need_logits = need,
+                           .argmax = argmax};
         prof.last = now_ms();
         if (prof.gpu && s == steps && k_event_record(prof.ev[0], NULL) != 0) return 1;
         double t0 = now_ms();

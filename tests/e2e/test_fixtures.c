@@ -92,7 +92,8 @@ static int step_range(engine *e, const int32_t *ids, int begin, int end, bf16_t 
     }
     engine_seq_release_front(e, 0, begin);
     if (engine_seq_reserve(e, 0, begin, end) != 0) return -1;
-    engine_batch b = {rows, ids + begin, pos, seq, rows, src, NULL, NULL};
+    engine_batch b = {
+        .rows = rows, .ids = ids + begin, .pos = pos, .seq = seq, .out_rows = rows, .out_src = src};
     return engine_step(e, &b, out, hook, ctx);
 }
 
@@ -348,7 +349,8 @@ static int step_keep(engine *e, const int32_t *ids, int begin, int end, int keep
         src[o++] = rows - 1;
         dst = spare;
     }
-    engine_batch b = {rows, ids + begin, pos, seq, o, src, NULL, NULL};
+    engine_batch b = {
+        .rows = rows, .ids = ids + begin, .pos = pos, .seq = seq, .out_rows = o, .out_src = src};
     return engine_step(e, &b, dst, NULL, NULL);
 }
 
@@ -527,7 +529,12 @@ static int run_interleaved(engine *e, int n_seq, const int32_t *const *ids, cons
             }
         }
         if (rows > 0 && rc == 0) {
-            engine_batch b = {rows, sid, spos, sseq, rows, src, NULL, NULL};
+            engine_batch b = {.rows = rows,
+                              .ids = sid,
+                              .pos = spos,
+                              .seq = sseq,
+                              .out_rows = rows,
+                              .out_src = src};
             rc = engine_step(e, &b, step_out, NULL, NULL);
             for (int r = 0; r < rows && rc == 0; r++)
                 memcpy(out[sseq[r]] + (size_t)spos[r] * (size_t)V, step_out + (size_t)r * (size_t)V,

@@ -4,6 +4,7 @@
  * distribution against softmax (chi-square), temperature, top-k, top-p and min-p, logprobs,
  * and a speed figure at n_vocab = 262,144 (printed, never judged). Logits are built from
  * floats that bf16 holds exactly, so the expected probabilities are exact too. */
+#include "kernels/ref/ref.h"
 #include "runtime/sampler.h"
 #include "tests/harness.h"
 
@@ -240,6 +241,60 @@ static void test_logprobs(void) {
                sorted ? "yes" : "NO", top_ok ? "yes" : "NO", N, sum, worst);
 }
 
+/* Candidates (ref_topk, the device kernel's twin) then sampler_pick_candidates must give the
+ * token sampler_pick gives over the whole row, for every request shape: logits in quarter
+ * steps (long runs of ties at every top-k cut), with NaN and -inf sprinkled in, temperatures
+ * from 0.05 to 50, top-k 2..1024, top-p and min-p on or off, many seeds and indexes. */
+static void test_candidates(void) {
+    enum { V = 5000 };
+    uint16_t *row = malloc(sizeof(uint16_t) * V), vals[K_TOPK_MAX];
+    int32_t ids[K_TOPK_MAX];
+    float *work = malloc(sizeof(float) * 2 * V);
+    int cases = 0, differ = 0;
+    uint64_t z = 99;
+    for (int c = 0; c < 3000 && row && work; c++) {
+        for (int i = 0; i < V; i++) {
+            z = z * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t r = (uint32_t)(z >> 33);
+            row[i] = to_bf16((float)((int)(r % 160) - 80) / 4.0f);
+            if (r % 997 == 0) row[i] = 0x7fc0; /* NaN: -inf to both */
+            if (r % 991 == 0) row[i] = 0xff80;
+        }
+        sampler_params sp = {.temperature = 0.05f * (float)(1 + (c * 7) % 1000),
+                             .top_k = 2 + (c * 37) % (K_TOPK_MAX - 1),
+                             .top_p = c % 3 == 0 ? 1.0f : 0.3f + 0.1f * (float)(c % 7),
+                             .min_p = c % 4 == 0 ? 0.02f * (float)(c % 5) : 0.0f,
+                             .seed = (uint64_t)c * 2654435761u};
+        int32_t k = sp.top_k;
+        k_topk_args a = {.ids = ids,
+                         .vals = vals,
+                         .logits = row,
+                         .k = &k,
+                         .rows = 1,
+                         .n_vocab = V,
+                         .k_max = K_TOPK_MAX};
+        if (ref_topk(&a, NULL) != K_OK) {
+            differ++;
+            continue;
+        }
+        int index = c % 50;
+        int32_t full = sampler_pick(&sp, row, V, index, work);
+        int32_t cand = sampler_pick_candidates(&sp, ids, vals, k, index, work);
+        cases++;
+        if (full != cand && differ++ == 0)
+            printf("# case %d: whole row %d, candidates %d (T %.2f, top_k %d, top_p %.2f, min_p "
+                   "%.2f)\n",
+                   c, full, cand, (double)sp.temperature, sp.top_k, (double)sp.top_p,
+                   (double)sp.min_p);
+    }
+    TEST_CHECK("sampler_candidates_equal_whole_row", cases == 3000 && differ == 0,
+               "%d sampled requests (top-k 2..1024, top-p / min-p on and off, T 0.05..50): %d "
+               "tokens differ between the whole row and its top-k candidates",
+               cases, differ);
+    free(row);
+    free(work);
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -294,6 +349,7 @@ int main(void) {
     test_filters();
     test_tie_order();
     test_logprobs();
+    test_candidates();
     test_speed();
     return harness_exit();
 }
