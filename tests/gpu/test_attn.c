@@ -18,6 +18,7 @@
  * and nothing may be written where it did not. */
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
+#include "tests/gpu/gpu_rand.h"
 #include "tests/harness.h"
 
 #include <math.h>
@@ -31,23 +32,6 @@
 #define N_SEQ 3
 #define SPARE_PAGES 3
 #define BF16_NAN 0x7fc0u
-
-static uint64_t rng_state;
-
-static float rnd(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
-
-static int rnd_int(int n) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (int)((rng_state >> 33) % (uint64_t)n);
-}
-
-static void fill(bf16_t *p, size_t n, float scale, float offset) {
-    for (size_t i = 0; i < n; i++)
-        p[i] = ref_f32_to_bf16(offset + rnd() * scale);
-}
 
 typedef struct cfg {
     int d, n_rot, n_head, n_kv, k_eq_v;
@@ -246,11 +230,11 @@ static void run_prep(const cfg *c, int write_kv, uint64_t seed) {
     bf16_t *v = c->k_eq_v ? k : malloc(kn * 2);
     bf16_t *qw = malloc(d * 2), *kw = malloc(d * 2);
     bf16_t *kv = malloc(s.elems * 2), *kv_ref = malloc(s.elems * 2);
-    fill(q, qn, 3.0f, 0.0f);
-    fill(k, kn, 3.0f, 0.0f);
-    if (!c->k_eq_v) fill(v, kn, 3.0f, 0.5f);
-    fill(qw, d, 0.5f, 1.0f);
-    fill(kw, d, 0.5f, 1.0f);
+    fill_uniform(q, qn, 3.0f, 0.0f);
+    fill_uniform(k, kn, 3.0f, 0.0f);
+    if (!c->k_eq_v) fill_uniform(v, kn, 3.0f, 0.5f);
+    fill_uniform(qw, d, 0.5f, 1.0f);
+    fill_uniform(kw, d, 0.5f, 1.0f);
     memcpy(q_ref, q, qn * 2);
     bf16_t *q0 = malloc(qn * 2);
     memcpy(q0, q, qn * 2);
@@ -348,7 +332,8 @@ static void fill_store(bf16_t *kv, const store *s, const cfg *c) {
                     size_t off = (size_t)page * s->per_page +
                                  (size_t)(KV_LAYER * 2 + which) * s->per_kv +
                                  (size_t)slot * s->per_slot;
-                    fill(kv + off, s->per_slot, 1.7f, 0.0f); /* rms ~1, as after the norms */
+                    fill_uniform(kv + off, s->per_slot, 1.7f,
+                                 0.0f); /* rms ~1, as after the norms */
                 }
             }
         }
@@ -368,7 +353,7 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     bf16_t *q = malloc(qn * 2), *out = malloc(qn * 2), *ref = malloc(qn * 2);
     bf16_t *kv = malloc(s.elems * 2);
     /* scores of std ~2.3: a softmax neither flat nor one-hot over thousands of keys */
-    fill(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
+    fill_uniform(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
     fill_store(kv, &s, c);
     size_t kv_bytes = s.elems * 2;
     if (fp8) { /* the same buffer now holds e4m3 bytes in its first half */

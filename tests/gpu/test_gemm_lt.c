@@ -9,24 +9,13 @@
  * NaN from the poison left) and that at most one ulp separates any pair. */
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
+#include "tests/gpu/gpu_rand.h"
 #include "tests/harness.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t rng_state;
-
-static float rnd(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
-
-static void fill(bf16_t *p, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++)
-        p[i] = ref_f32_to_bf16(rnd() * scale);
-}
 
 /* One shape: returns 0 on pass and prints the gate line. */
 static void run_shape(int m, int n, int k, uint64_t seed) {
@@ -35,8 +24,8 @@ static void run_shape(int m, int n, int k, uint64_t seed) {
     rng_state = seed;
     size_t xs = (size_t)m * k, ws = (size_t)n * k, ys = (size_t)m * n;
     bf16_t *x = malloc(xs * 2), *w = malloc(ws * 2), *y = malloc(ys * 2), *r = malloc(ys * 2);
-    fill(x, xs, 1.0f);
-    fill(w, ws, 1.0f / sqrtf((float)k));
+    fill_uniform(x, xs, 1.0f, 0.0f);
+    fill_uniform(w, ws, 1.0f / sqrtf((float)k), 0.0f);
     void *dx = k_device_alloc(xs * 2), *dw = k_device_alloc(ws * 2), *dy = k_device_alloc(ys * 2);
     k_gemm_plan *plan = NULL;
     int rc = k_gemm_plan_create(&plan, 64, n, k);

@@ -19,27 +19,13 @@
  *   Batch invariance: row 0 computed alone equals row 0 of the batch bit for bit. */
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
+#include "tests/gpu/gpu_rand.h"
 #include "tests/harness.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t rng_state;
-
-static uint32_t rnd_u32(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(rng_state >> 32);
-}
-
-/* uniform in [-1, 1) */
-static float rnd(void) { return (float)(rnd_u32() >> 8) / 16777216.0f * 2.0f - 1.0f; }
-
-static void fill(bf16_t *p, size_t n, float scale, float offset) {
-    for (size_t i = 0; i < n; i++)
-        p[i] = ref_f32_to_bf16(offset + rnd() * scale);
-}
 
 typedef struct shape {
     int n_expert, top_k, d_model, d_expert;
@@ -51,7 +37,7 @@ typedef struct shape {
 static void make_logits(bf16_t *lg, int rows, int n) {
     for (int r = 0; r < rows; r++) {
         bf16_t *row = lg + (size_t)r * (size_t)n;
-        fill(row, (size_t)n, 2.0f, 0.0f);
+        fill_uniform(row, (size_t)n, 2.0f, 0.0f);
         if (r % 3 == 1) {
             int k_tie = n / 4 + 2 < n ? n / 4 + 2 : n;
             for (int j = 0; j < k_tie; j++)
@@ -135,7 +121,7 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
              s->top_k, s->d_model, s->d_expert, rows);
     size_t nx = (size_t)rows * (size_t)s->d_model, nk = (size_t)rows * (size_t)s->top_k;
     bf16_t *x = malloc(nx * 2), *out = malloc(nx * 2), *ref = malloc(nx * 2);
-    fill(x, nx, 1.0f, 0.0f);
+    fill_uniform(x, nx, 1.0f, 0.0f);
     void *d_x = k_device_alloc(nx * 2), *d_out = k_device_alloc(nx * 2),
          *d_idx = k_device_alloc(nk * 4), *d_w = k_device_alloc(nk * 4);
     int rc = (!d_x || !d_out || !d_idx || !d_w) ? K_ERR_NO_MEMORY : 0;
@@ -204,10 +190,10 @@ static void run_shape(const shape *s, uint64_t seed) {
     size_t ngu = (size_t)s->n_expert * 2 * (size_t)s->d_expert * (size_t)s->d_model;
     size_t ndn = (size_t)s->n_expert * (size_t)s->d_model * (size_t)s->d_expert;
     bf16_t *scale = malloc((size_t)s->n_expert * 2), *gu = malloc(ngu * 2), *dn = malloc(ndn * 2);
-    fill(scale, (size_t)s->n_expert, 0.5f, 1.0f);
+    fill_uniform(scale, (size_t)s->n_expert, 0.5f, 1.0f);
     /* unit-variance-ish activations: weights at 1/sqrt(fan-in) */
-    fill(gu, ngu, 1.0f / sqrtf((float)s->d_model), 0.0f);
-    fill(dn, ndn, 1.0f / sqrtf((float)s->d_expert), 0.0f);
+    fill_uniform(gu, ngu, 1.0f / sqrtf((float)s->d_model), 0.0f);
+    fill_uniform(dn, ndn, 1.0f / sqrtf((float)s->d_expert), 0.0f);
     void *d_scale = k_device_alloc((size_t)s->n_expert * 2), *d_gu = k_device_alloc(ngu * 2),
          *d_dn = k_device_alloc(ndn * 2);
     int ok = d_scale && d_gu && d_dn &&

@@ -10,6 +10,7 @@
  * where it is chosen. Distances are counted in bf16 ulps along the ordered bit patterns. */
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
+#include "tests/gpu/gpu_rand.h"
 #include "tests/harness.h"
 
 #include <math.h>
@@ -20,18 +21,6 @@
 #define POISON 0x7fc0 /* bf16 quiet NaN */
 #define REL_LIMIT 1e-2
 #define EPS 1e-6f /* Gemma's rms_norm_eps */
-
-static uint64_t rng_state;
-
-static float rnd(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
-
-static int rnd_int(int n) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (int)((rng_state >> 33) % (uint64_t)n);
-}
 
 /* ~N(0,1)-ish: three uniforms on [-1,1) sum to variance 1; one value in 32 is scaled by 8 so
  * the tails (saturated tanh, gelu's flat negative side, large norms) are exercised. */
