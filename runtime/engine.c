@@ -460,7 +460,10 @@ static int fetch_logits(engine *e, const engine_batch *b, bf16_t *logits) {
 
 /* The sampled rows' top-k candidates (b->topk) to the host. */
 static int fetch_candidates(engine *e, const engine_batch *b) {
-    if (!b->topk || b->out_rows == 0) return 0;
+    int wanted = 0; /* a step of greedy rows skips the launch and the copies */
+    for (int o = 0; b->topk && o < b->out_rows; o++)
+        wanted |= b->topk[o] > 0;
+    if (!wanted) return 0;
     k_topk_args a = {.logits = e->s.logits,
                      .rows = b->out_rows,
                      .n_vocab = e->model->n_vocab,
