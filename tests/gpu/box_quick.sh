@@ -22,7 +22,7 @@ case " $* " in *" nogates "*) # builds the test programs; attention's op gate on
     grep -E "^(FAIL|SKIP)" "$OUT/gpu-test.log" | cut -c1-300; tail -1 "$OUT/gpu-test.log" ;; *)
     stamp "op gates + tiny fixtures + dummy weights"
     ./build.sh gpu-test test_gemm_lt test_ops test_attn test_moe test_fill test_sample \
-        engine_vs_hf dummy_weights > "$OUT/gpu-test.log" 2>&1
+        engine_vs_hf dummy_weights pinned_composition > "$OUT/gpu-test.log" 2>&1
     grep -E "^(FAIL|SKIP)" "$OUT/gpu-test.log" | cut -c1-300; tail -1 "$OUT/gpu-test.log"
     grep -h "device\|engine" build/tests/dummy.stderr 2>/dev/null | head -3 ;;
 esac
@@ -32,7 +32,7 @@ case " $* " in *" demo "*)
         timeout 150 python3 tests/proto/test_batching.py > "$OUT/demo.log" 2>&1
     grep -E "^(PASS|FAIL)|^stats" "$OUT/demo.log" | cut -c1-600 ;;
 esac
-case " $* " in *" pinned "*)
+case " $* " in *" pinned "*) # only to make a new recording: gpu-test compares with the committed one
     stamp "pinned composition: record the GPU bf16 answers, then replay against them"
     BUILD_DIR=build timeout 200 python3 tests/proto/test_pinned.py --backend gpu \
         --record "$OUT/pinned" 2>&1 | cut -c1-400 ;;
