@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_TOKENS 8192      /* the geometry fixtures' 4W prompts are 4096 tokens */
 #define INCREMENTAL_MAX 1100 /* token-by-token runs stop at W+1 on the geometry fixtures */
@@ -49,6 +50,31 @@ static int fp8_pool;
 /* open_fixture's serve.cuda_graphs (the GPU's graph-replay gate) */
 static int graphs_on;
 #define EXEMPT_LIMIT 0.05
+
+/* G4_FIXTURE_GATES=window,waypoints (say) runs only the gates named (a device call that must
+ * reach one long gate); unset runs all. Each gate's start goes to stderr with the seconds since
+ * the program began, so a run cut short by its deadline says where its time went. */
+static double elapsed_s(void) {
+    static struct timespec t0;
+    struct timespec now;
+    if (t0.tv_sec == 0) clock_gettime(CLOCK_MONOTONIC, &t0);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
+}
+
+static int gate_wanted(const char *name, const char *fx) {
+    const char *only = getenv("G4_FIXTURE_GATES");
+    int want = 1;
+    if (only && *only) {
+        size_t n = strlen(name);
+        want = 0;
+        for (const char *p = strstr(only, name); p && !want; p = strstr(p + 1, name))
+            want = (p == only || p[-1] == ',') && (p[n] == '\0' || p[n] == ',');
+    }
+    fprintf(stderr, "test_fixtures: +%.1f s: %s: %s %s\n", elapsed_s(), fx,
+            want ? "gate" : "skipping gate", name);
+    return want;
+}
 
 typedef struct run {
     int first; /* the position of logits row 0 (a waypoint keeps only its tail) */
@@ -417,6 +443,8 @@ static void gate_waypoints(const char *dir, const char *fx) {
         snprintf(lens + strlen(lens), sizeof lens - strlen(lens), "%s%d", i ? ", " : "", hc->n);
         for (int decode = 0; decode < 2; decode++) {
             run r = {0};
+            fprintf(stderr, "test_fixtures: +%.1f s: waypoint %d tokens, %s\n", elapsed_s(), hc->n,
+                    decode ? "tail decoded" : "chunked to the end");
             if (hc->lp_from < hc->n && run_waypoint(e, hc, chunk, decode, &r) == 0) {
                 compare(&r, hc, sc, &c);
                 runs++;
@@ -775,27 +803,29 @@ int main(int argc, char **argv) {
             test_fail("fixture", "%s: could not load the fixture or its dumps", dir);
             continue;
         }
-        double fl = 0.0;
+        double fl = 0.0; /* HF's own eager-vs-sdpa gap: the window gates' floor */
+        for (int i = 0; i < eager.n_cases; i++)
+            if (find_case(&sdpa, eager.cases[i].name))
+                fl = max_d(fl, floor_gap(&eager.cases[i], find_case(&sdpa, eager.cases[i].name)));
         if (fp8_pool) {
-            for (int i = 0; i < eager.n_cases; i++)
-                if (find_case(&sdpa, eager.cases[i].name))
-                    fl = max_d(fl,
-                               floor_gap(&eager.cases[i], find_case(&sdpa, eager.cases[i].name)));
-            gate_greedy(e, fixtures[f], &eager, &sdpa);
-            gate_window(e, fixtures[f], &eager, &sdpa, fl);
-            report_fp8_agreement(e, dir, fixtures[f], &eager);
+            if (gate_wanted("greedy", fixtures[f])) gate_greedy(e, fixtures[f], &eager, &sdpa);
+            if (gate_wanted("window", fixtures[f])) gate_window(e, fixtures[f], &eager, &sdpa, fl);
+            if (gate_wanted("fp8_agreement", fixtures[f]))
+                report_fp8_agreement(e, dir, fixtures[f], &eager);
             engine_close(e);
-            gate_waypoints(dir, fixtures[f]);
+            if (gate_wanted("waypoints", fixtures[f])) gate_waypoints(dir, fixtures[f]);
             fx_dump_free(&eager);
             fx_dump_free(&sdpa);
             continue;
         }
-        gate_cpu_vs_hf(e, fixtures[f], &eager, &sdpa, &fl);
-        gate_greedy(e, fixtures[f], &eager, &sdpa);
-        gate_window(e, fixtures[f], &eager, &sdpa, fl);
-        gate_incremental(e, fixtures[f], &eager);
-        gate_batch_invariance(e, e, "batch_invariance", fixtures[f], &eager);
-        if (backend_choice == G4_BACKEND_GPU) { /* graph replay equals the plain launches */
+        if (gate_wanted("vs_hf", fixtures[f])) gate_cpu_vs_hf(e, fixtures[f], &eager, &sdpa, &fl);
+        if (gate_wanted("greedy", fixtures[f])) gate_greedy(e, fixtures[f], &eager, &sdpa);
+        if (gate_wanted("window", fixtures[f])) gate_window(e, fixtures[f], &eager, &sdpa, fl);
+        if (gate_wanted("incremental", fixtures[f])) gate_incremental(e, fixtures[f], &eager);
+        if (gate_wanted("batch_invariance", fixtures[f]))
+            gate_batch_invariance(e, e, "batch_invariance", fixtures[f], &eager);
+        if (backend_choice == G4_BACKEND_GPU &&
+            gate_wanted("cuda_graphs", fixtures[f])) { /* graph replay equals the plain launches */
             graphs_on = 1;
             engine *g = open_fixture(dir, longest, fp8_pool);
             graphs_on = 0;
@@ -805,15 +835,18 @@ int main(int argc, char **argv) {
                 test_fail("gpu:cuda_graphs_equal", "%s: no serve.cuda_graphs engine", dir);
             engine_close(g);
         }
-        if (backend_choice == G4_BACKEND_CPU) gate_features(e, fixtures[f], &eager);
-        if (strcmp(fixtures[f], "tiny-moe") == 0) gate_published(e, argv[1], &eager);
+        if (backend_choice == G4_BACKEND_CPU && gate_wanted("features", fixtures[f]))
+            gate_features(e, fixtures[f], &eager);
+        if (strcmp(fixtures[f], "tiny-moe") == 0 && gate_wanted("published", fixtures[f]))
+            gate_published(e, argv[1], &eager);
         TEST_CHECK(backend_choice == G4_BACKEND_CPU ? "kv_pages_returned" : "gpu:kv_pages_returned",
                    all_pages_free(e),
                    "%s: free pages after the runs: local %d of %d, global %d of %d", fixtures[f],
                    engine_free_pages(e, KV_LOCAL), engine_usable_pages(e, KV_LOCAL),
                    engine_free_pages(e, KV_GLOBAL), engine_usable_pages(e, KV_GLOBAL));
         engine_close(e);
-        gate_waypoints(dir, fixtures[f]); /* its own engine, sized for 16K and 32K tokens */
+        if (gate_wanted("waypoints", fixtures[f]))
+            gate_waypoints(dir, fixtures[f]); /* its own engine, sized for 16K and 32K tokens */
         fx_dump_free(&eager);
         fx_dump_free(&sdpa);
     }

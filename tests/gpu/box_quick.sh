@@ -5,7 +5,9 @@
 # Logs under $OUT; the gate programs' stderr is copied there too.
 # Usage: tests/gpu/box_quick.sh [nogates] [demo] [pinned] [racecheck] [nobench] [graphs] [gemm] [fp8]
 #        [sanitize] [ab] [nogeometry]
-# (ab: the fp8-vs-bf16 serving A/B of both models into $OUT/ab, AB_ROUNDS rounds, default 3)
+# (ab: the fp8-vs-bf16 serving A/B of both models into $OUT/ab, AB_ROUNDS rounds, default 3;
+#  GEOMETRY_MODELS, GEOMETRY_WAYPOINTS (build.sh) and GEOMETRY_GATES (test_fixtures'
+#  G4_FIXTURE_GATES) narrow the geometry step)
 set -u
 OUT=${OUT:-/tmp/g4pipe-out}
 DEADLINE=${DEADLINE:-540}
@@ -97,9 +99,11 @@ case " $* " in *" ab "*)
 esac
 case " $* " in *" nogeometry "*) ;; *)
     stamp "geometry ($(left) s left)"
-    timeout "$(left)" ./build.sh gpu-test geometry > "$OUT/geometry.log" 2>&1
+    G4_FIXTURE_GATES="${GEOMETRY_GATES:-}" timeout "$(left)" ./build.sh gpu-test geometry \
+        > "$OUT/geometry.log" 2>&1
     grep -E "^(FAIL|SKIP)|gpu:" "$OUT/geometry.log" | cut -c1-300 | head -20; tail -1 "$OUT/geometry.log"
-    { tail -5 build/geometry.*.log; tail -20 build/tests/test_fixtures.stderr; } > "$OUT/geometry.stderr" 2>&1 ;;
+    { tail -5 build/geometry.*.log; tail -20 build/tests/test_fixtures.stderr; } > "$OUT/geometry.stderr" 2>&1
+    grep "^test_fixtures: +" build/tests/test_fixtures.stderr | grep -v skipping | tail -12 ;;
 esac
 stamp done
 # the device tool brings back at most 8 files: everything goes back as one archive
