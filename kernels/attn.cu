@@ -145,10 +145,13 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
  * the max and the sum over all keys must be known before P.V. Two passes keep that rounding:
  *   stats  per split, the scores' max m_s and sum l_s of exp(s - m_s) (online over tiles);
  *   pv     every block first merges all splits' (m_s, l_s) in split order into the row's (m, l),
- *          the same values in every block; then recomputes its scores, p = bf(exp(s - m) / l),
- *          and sums p * v into its split's partial;
+ *          the same values in every block; then takes its scores (windowed layers: those the
+ *          stats pass kept in scratch; global layers: recomputed), p = bf(exp(s - m) / l), and
+ *          sums p * v into its split's partial;
  *   combine out = bf(sum of the partials in split order).
- * K is read twice (1.5x the KV bytes of one pass); the rounding matches the reference, so the
+ * Windowed layers read K once (W x 4 bytes of kept scores per head and row instead); global
+ * layers, whose rows may hold the whole context, read K twice rather than keep a scratch sized
+ * by it (1.5x the KV bytes of one pass). The rounding matches the reference, so the
  * engine tracks HF eager as the first version did (an fp32 p, FlashAttention-style, drifted past
  * the tiny fixtures' HF gap limit).
  * Inside a block: scores - warp w takes keys w, w+4, ... of the tile, lanes own 8 dims per 256
@@ -243,54 +246,77 @@ static __device__ __forceinline__ void load_n(const void *base, long long o, flo
 }
 
 /* The scores of one tile into ps[g][kk] (-inf for an unmapped key, with *bad set) and the V
- * offsets into voff. */
+ * offsets into voff. A warp's keys go in batches of KB: the batch's page-table reads, then its
+ * K loads, all issued before the first dot product, so a warp waits on one memory latency per
+ * batch rather than two per key (the table read and the load it addresses). Each key's
+ * arithmetic is the one-key-at-a-time version's: the same dims per lane, the same butterfly. */
 template <int D, int G, bool FP8>
 static __device__ __forceinline__ void tile_scores(const k_attention_args &a, int seq, int kvh,
                                                    int t0, int nk, const float *qs, float *ps,
                                                    long long *voff, int *bad) {
     constexpr int SL = D / 256; /* 8-dim slices per lane */
+    /* keys in flight per warp: K's registers (KB x SL x 8) next to the P.V pass's G x D/128
+     * accumulators, sized so that no instantiation spills (-Xptxas -warn-spills) */
+    constexpr int ACC = G * D / 128;
+    constexpr int KB = SL == 1 ? (ACC < 32 ? 8 : 4) : (ACC < 64 ? 4 : 2);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int kk = warp; kk < nk; kk += ATTN_WARPS) {
-        const int j = t0 + kk;
-        long long ko = kv_offset(a.kv, seq, j, a.kv_layer, 0, kvh);
-        if (ko < 0) { /* warp-uniform */
-            if (lane == 0) *bad = 1;
-            for (int g = lane; g < G; g += 32)
-                ps[g * ATTN_TILE + kk] = -INFINITY;
-            if (lane == 0) voff[kk] = -1;
-            continue;
+    for (int b0 = warp; b0 < nk; b0 += ATTN_WARPS * KB) {
+        long long ko[KB];
+        float kf[KB][SL * 8];
+#pragma unroll
+        for (int u = 0; u < KB; u++) {
+            const int kk = b0 + u * ATTN_WARPS;
+            ko[u] = kk < nk ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 0, kvh) : -1;
         }
-        float kf[SL * 8];
 #pragma unroll
-        for (int c = 0; c < SL; c++)
-            load8<FP8>(a.kv.base, ko + c * 256 + lane * 8, kf + c * 8);
+        for (int u = 0; u < KB; u++)
+            if (ko[u] >= 0) /* warp-uniform */
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            float sum = 0.0f;
+                for (int c = 0; c < SL; c++)
+                    load8<FP8>(a.kv.base, ko[u] + c * 256 + lane * 8, kf[u] + c * 8);
 #pragma unroll
-            for (int c = 0; c < SL; c++) {
-                const float4 *q4 =
-                    reinterpret_cast<const float4 *>(qs + g * D + c * 256 + lane * 8);
-                float4 qa = q4[0], qb = q4[1];
-                sum += qa.x * kf[c * 8] + qa.y * kf[c * 8 + 1] + qa.z * kf[c * 8 + 2] +
-                       qa.w * kf[c * 8 + 3] + qb.x * kf[c * 8 + 4] + qb.y * kf[c * 8 + 5] +
-                       qb.z * kf[c * 8 + 6] + qb.w * kf[c * 8 + 7];
+        for (int u = 0; u < KB; u++) {
+            const int kk = b0 + u * ATTN_WARPS;
+            if (kk >= nk) break; /* warp-uniform */
+            if (ko[u] < 0) {     /* warp-uniform */
+                if (lane == 0) *bad = 1;
+                for (int g = lane; g < G; g += 32)
+                    ps[g * ATTN_TILE + kk] = -INFINITY;
+                if (lane == 0) voff[kk] = -1;
+                continue;
             }
 #pragma unroll
-            for (int m = 16; m > 0; m >>= 1)
-                sum += __shfl_xor_sync(0xffffffffu, sum, m);
-            if (lane == 0) ps[g * ATTN_TILE + kk] = bf(sum);
+            for (int g = 0; g < G; g++) {
+                float sum = 0.0f;
+#pragma unroll
+                for (int c = 0; c < SL; c++) {
+                    const float4 *q4 =
+                        reinterpret_cast<const float4 *>(qs + g * D + c * 256 + lane * 8);
+                    const float *k8 = kf[u] + c * 8;
+                    float4 qa = q4[0], qb = q4[1];
+                    sum += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] +
+                           qb.x * k8[4] + qb.y * k8[5] + qb.z * k8[6] + qb.w * k8[7];
+                }
+#pragma unroll
+                for (int m = 16; m > 0; m >>= 1)
+                    sum += __shfl_xor_sync(0xffffffffu, sum, m);
+                if (lane == 0) ps[g * ATTN_TILE + kk] = bf(sum);
+            }
+            if (lane == 0) voff[kk] = kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
         }
-        if (lane == 0) voff[kk] = kv_offset(a.kv, seq, j, a.kv_layer, 1, kvh);
     }
 }
 
 /* PV = false: the stats pass, writes ml[rl][h][split] = (max, sum of exp(s - max)), the sum NaN
  * when a key was unmapped. PV = true: the P.V pass, writes part[rl][h][split][D]. rl is the row
- * within this launch's chunk (the scratch holds one chunk), row0 + rl the row of the step. */
-template <int D, int G, bool FP8, bool PV>
+ * within this launch's chunk (the scratch holds one chunk), row0 + rl the row of the step.
+ * KEEP (windowed layers, whose keys per row are at most the window W): the stats pass also
+ * writes each score to keep[rl][h][key - j0] (W floats per head), and the P.V pass reads them
+ * back instead of loading K again: K read once, the same scores bit for bit. */
+template <int D, int G, bool FP8, bool PV, bool KEEP>
 static __global__ void __launch_bounds__(ATTN_THREADS, 4)
-    attn_split_kernel(k_attention_args a, int row0, int max_split, float *part, float2 *ml) {
+    attn_split_kernel(k_attention_args a, int row0, int max_split, float *part, float2 *ml,
+                      float *keep) {
     constexpr int DPT = D / ATTN_THREADS; /* dims per thread in P.V: 2 or 4 */
     extern __shared__ float smem[];
     float *qs = smem;         /* [G][D] the group's queries */
@@ -335,10 +361,25 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
             acc[g][t] = 0.0f;
     __syncthreads();
 
+    float *keep_row = KEEP ? keep + ((size_t)rl * a.n_head + (size_t)kvh * G) * a.window : NULL;
     for (int t0 = k_begin; t0 < k_end; t0 += ATTN_TILE) {
         const int nk = min(ATTN_TILE, k_end - t0);
-        tile_scores<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, &bad);
+        if (KEEP && PV) { /* the stats pass's scores, and the V offsets */
+            for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
+                int g = e / ATTN_TILE, kk = e % ATTN_TILE;
+                if (kk < nk) ps[e] = keep_row[(size_t)g * a.window + (t0 - sp.j0) + kk];
+            }
+            for (int kk = tid; kk < nk; kk += ATTN_THREADS)
+                voff[kk] = kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
+        } else {
+            tile_scores<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, &bad);
+        }
         __syncthreads();
+        if (KEEP && !PV) /* for the P.V pass (read-only use of ps below: no barrier needed) */
+            for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
+                int g = e / ATTN_TILE, kk = e % ATTN_TILE;
+                if (kk < nk) keep_row[(size_t)g * a.window + (t0 - sp.j0) + kk] = ps[e];
+            }
         if (!PV) { /* online max and sum over the tile, one warp per head */
             for (int g = warp; g < G; g += ATTN_WARPS) {
                 float s0 = lane < nk ? ps[g * ATTN_TILE + lane] : -INFINITY;
@@ -472,16 +513,28 @@ extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
 }
 
 template <int D, int G, bool FP8>
-static int launch_group(const k_attention_args *a, int max_split, float *part, float2 *ml, int row0,
-                        int nr, cudaStream_t s) {
+static int launch_group(const k_attention_args *a, int max_split, float *part, float2 *ml,
+                        float *keep, int row0, int nr, cudaStream_t s) {
     dim3 grid((unsigned)max_split, (unsigned)a->kv.n_kv_head, (unsigned)nr);
     size_t smem = (size_t)G * (D + ATTN_TILE) * sizeof(float);
-    attn_split_kernel<D, G, FP8, false>
-        <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml);
-    CUDA_CHECK(cudaGetLastError());
-    attn_split_kernel<D, G, FP8, true>
-        <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml);
-    CUDA_CHECK(cudaGetLastError());
+    if constexpr (D == 256) { /* the windowed families: scores kept between the passes */
+        if (keep) {
+            attn_split_kernel<D, G, FP8, false, true>
+                <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml, keep);
+            CUDA_CHECK(cudaGetLastError());
+            attn_split_kernel<D, G, FP8, true, true>
+                <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml, keep);
+            CUDA_CHECK(cudaGetLastError());
+        }
+    }
+    if (!keep) {
+        attn_split_kernel<D, G, FP8, false, false>
+            <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml, NULL);
+        CUDA_CHECK(cudaGetLastError());
+        attn_split_kernel<D, G, FP8, true, false>
+            <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml, NULL);
+        CUDA_CHECK(cudaGetLastError());
+    }
     attn_combine_kernel<D><<<dim3((unsigned)a->n_head, (unsigned)nr), ATTN_THREADS, 0, s>>>(
         *a, row0, max_split, part, ml);
     CUDA_CHECK(cudaGetLastError());
@@ -490,18 +543,18 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
 
 template <int D, bool FP8>
 static int launch_attention(const k_attention_args *a, int group, int max_split, float *part,
-                            float2 *ml, int row0, int nr, cudaStream_t s) {
+                            float2 *ml, float *keep, int row0, int nr, cudaStream_t s) {
     switch (group) {
     case 1:
-        return launch_group<D, 1, FP8>(a, max_split, part, ml, row0, nr, s);
+        return launch_group<D, 1, FP8>(a, max_split, part, ml, keep, row0, nr, s);
     case 2:
-        return launch_group<D, 2, FP8>(a, max_split, part, ml, row0, nr, s);
+        return launch_group<D, 2, FP8>(a, max_split, part, ml, keep, row0, nr, s);
     case 4:
-        return launch_group<D, 4, FP8>(a, max_split, part, ml, row0, nr, s);
+        return launch_group<D, 4, FP8>(a, max_split, part, ml, keep, row0, nr, s);
     case 8:
-        return launch_group<D, 8, FP8>(a, max_split, part, ml, row0, nr, s);
+        return launch_group<D, 8, FP8>(a, max_split, part, ml, keep, row0, nr, s);
     default:
-        return launch_group<D, 16, FP8>(a, max_split, part, ml, row0, nr, s);
+        return launch_group<D, 16, FP8>(a, max_split, part, ml, keep, row0, nr, s);
     }
 }
 
@@ -524,7 +577,10 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     int max_pos = a->max_pos > 0 && a->max_pos < reach ? a->max_pos : reach;
     int max_split = plan_split(max_pos, a->window).n_split;
     int d = a->kv.head_dim;
-    size_t per_row = (size_t)a->n_head * (size_t)max_split * ((size_t)d + 2) * sizeof(float);
+    /* windowed head-dim-256 layers keep their scores between the passes (W floats per head) */
+    bool keep = d == 256 && a->window > 0;
+    size_t per_row = (size_t)a->n_head * (size_t)max_split * ((size_t)d + 2) * sizeof(float) +
+                     (keep ? (size_t)a->n_head * (size_t)a->window * sizeof(float) : 0);
     int chunk = (int)(ATTN_SCRATCH_MAX / per_row);
     if (chunk < 1) chunk = 1;
     if (chunk > a->rows) chunk = a->rows;
@@ -535,15 +591,18 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     if (rc) return rc;
     float *part = (float *)ws;
     float2 *ml = (float2 *)(part + (size_t)chunk * a->n_head * max_split * d);
+    float *kept = keep ? (float *)(ml + (size_t)chunk * a->n_head * max_split) : NULL;
     bool fp8 = a->kv.elem_bytes == 1;
     for (int row0 = 0; row0 < a->rows && rc == K_OK; row0 += chunk) {
         int nr = a->rows - row0 < chunk ? a->rows - row0 : chunk;
         if (d == 256)
-            rc = fp8 ? launch_attention<256, true>(a, group, max_split, part, ml, row0, nr, s)
-                     : launch_attention<256, false>(a, group, max_split, part, ml, row0, nr, s);
+            rc = fp8 ? launch_attention<256, true>(a, group, max_split, part, ml, kept, row0, nr, s)
+                     : launch_attention<256, false>(a, group, max_split, part, ml, kept, row0, nr,
+                                                    s);
         else
-            rc = fp8 ? launch_attention<512, true>(a, group, max_split, part, ml, row0, nr, s)
-                     : launch_attention<512, false>(a, group, max_split, part, ml, row0, nr, s);
+            rc = fp8 ? launch_attention<512, true>(a, group, max_split, part, ml, kept, row0, nr, s)
+                     : launch_attention<512, false>(a, group, max_split, part, ml, kept, row0, nr,
+                                                    s);
     }
     return rc;
 }
