@@ -5,7 +5,8 @@
  * B sequences are prefilled with N random tokens each, then S decode steps of B rows are timed
  * (wall clock around each whole step, which ends in the greedy tokens' copy to the host, so it
  * includes the launch gaps). One more step records a CUDA event after every named step and
- * sums the intervals per step name (see profile). The floor counts the bytes a step must read:
+ * sums the intervals per step name (see profile); the last prefill chunk is profiled the same
+ * way, printed after the decode figures. The floor counts the bytes a step must read:
  * every non-expert weight once, the experts B rows route to per layer, the LM head, and the KV of
  * every row (window-capped for the local family). Expert count: top_k at B = 1; at B > 1 the
  * expected number of distinct experts when each row picks top_k of n_expert independently and
@@ -86,6 +87,20 @@ static int profile_collect(profile *p) {
     return 0;
 }
 
+static void profile_print(const profile *p, const char *what) {
+    double total = 0;
+    for (int i = 0; i < p->n; i++)
+        total += p->ms[i];
+    printf("%s breakdown (one step; %s; %.2f ms in all):\n", what,
+           p->gpu ? "CUDA events after every named step, no synchronisation inside the step"
+                  : "wall clock after every named step",
+           total);
+    printf("%-16s %10s %8s %8s\n", "step", "ms", "share", "calls");
+    for (int i = 0; i < p->n; i++)
+        printf("%-16s %10.3f %7.1f%% %8ld\n", p->names[i], p->ms[i], 100 * p->ms[i] / total,
+               p->calls[i]);
+}
+
 /* Bytes of every non-expert weight a decode step reads; *experts_all gets the bytes of all
  * experts (gate_up and down of each). */
 static double weight_bytes(const g4_model_desc *m, double *experts_all) {
@@ -154,7 +169,11 @@ int main(int argc, char **argv) {
     bf16_t *logits = malloc(sizeof *logits * (size_t)batch * (size_t)m->n_vocab);
     double *t = calloc((size_t)steps, sizeof *t), ttft = 0;
     srand(1);
-    /* prefill every sequence in chunks */
+    static profile prof, pre; /* the last decode step; the last prefill chunk */
+    prof.gpu = pre.gpu = engine_on_gpu(e);
+    for (int k = 0; prof.gpu && k <= MAX_EVENTS; k++)
+        if (k_event_create(&prof.ev[k]) != 0 || k_event_create(&pre.ev[k]) != 0) return 1;
+    /* prefill every sequence in chunks; the last chunk of the last sequence is profiled */
     for (int b = 0; b < batch; b++)
         for (int p0 = 0; p0 < prompt; p0 += cfg.serve.prefill_chunk) {
             int n = prompt - p0 < cfg.serve.prefill_chunk ? prompt - p0 : cfg.serve.prefill_chunk;
@@ -166,16 +185,16 @@ int main(int argc, char **argv) {
             src[0] = n - 1;
             engine_seq_release_front(e, b, p0);
             engine_seq_reserve(e, b, p0, p0 + n);
+            int last = b == batch - 1 && p0 + n >= prompt;
+            pre.last = now_ms();
+            if (last && pre.gpu && k_event_record(pre.ev[0], NULL) != 0) return 1;
             double t0 = now_ms();
             engine_batch eb = {
                 .rows = n, .ids = ids, .pos = pos, .seq = seq, .out_rows = 1, .out_src = src};
-            if (engine_step(e, &eb, logits, NULL, NULL) != 0) return 1;
+            if (engine_step(e, &eb, logits, last ? profile_hook : NULL, &pre) != 0) return 1;
             ttft += now_ms() - t0;
+            if (last && pre.gpu && profile_collect(&pre) != 0) return 1;
         }
-    static profile prof;
-    prof.gpu = engine_on_gpu(e);
-    for (int k = 0; prof.gpu && k <= MAX_EVENTS; k++)
-        if (k_event_create(&prof.ev[k]) != 0) return 1;
     /* decode rows are greedy: the engine's argmax, no logits copied (as serving does) */
     int32_t *argmax = calloc((size_t)batch, sizeof *argmax);
     uint8_t *need = calloc((size_t)batch, 1);
@@ -220,20 +239,17 @@ int main(int argc, char **argv) {
            floor_bytes / 1e9, wb / 1e9, routed / 1e9, distinct, kv_bytes(m, prompt, batch) / 1e9,
            bw, floor_ms, floor_ms / med);
     printf("prefill: %d tokens x %d sequences in %.1f ms\n", prompt, batch, ttft);
-    double total = 0;
-    for (int i = 0; i < prof.n; i++)
-        total += prof.ms[i];
-    printf("per-step breakdown (one step; %s; %.2f ms in all):\n",
-           prof.gpu ? "CUDA events after every named step, no synchronisation inside the step"
-                    : "wall clock after every named step",
-           total);
-    printf("%-16s %10s %8s %8s\n", "step", "ms", "share", "calls");
-    for (int i = 0; i < prof.n; i++)
-        printf("%-16s %10.3f %7.1f%% %8ld\n", prof.names[i], prof.ms[i], 100 * prof.ms[i] / total,
-               prof.calls[i]);
+    profile_print(&prof, "per-step");
     printf("op calls per decoder layer: %.1f (moe_experts launches 4 kernels, attention 2, the "
            "others 1)\n",
            (double)prof.layer_calls / m->n_layer);
+    char what[96];
+    snprintf(what, sizeof what, "prefill (the last %d-token chunk, at position %d)",
+             prompt % cfg.serve.prefill_chunk
+                 ? prompt % cfg.serve.prefill_chunk
+                 : (prompt < cfg.serve.prefill_chunk ? prompt : cfg.serve.prefill_chunk),
+             prompt - 1);
+    profile_print(&pre, what);
     engine_close(e);
     free(ids);
     free(pos);

@@ -3,8 +3,8 @@
 # first if the call runs out of time: build, the op gates and the tiny-fixture engine gates,
 # the decode benchmark, then the geometry gates (bounded by what is left of DEADLINE seconds).
 # Logs under $OUT; the gate programs' stderr is copied there too.
-# Usage: tests/gpu/box_quick.sh [nogates] [demo] [pinned] [racecheck] [nobench] [graphs] [gemm] [fp8]
-#        [sanitize] [ab] [nogeometry]
+# Usage: tests/gpu/box_quick.sh [nogates] [demo] [pinned] [racecheck] [racecheck-fixtures] [nobench]
+#        [graphs] [gemm] [fp8] [sanitize] [ab] [nogeometry]
 # (ab: the fp8-vs-bf16 serving A/B of both models into $OUT/ab, AB_ROUNDS rounds, default 3;
 #  GEOMETRY_MODELS, GEOMETRY_WAYPOINTS (build.sh) and GEOMETRY_GATES (test_fixtures'
 #  G4_FIXTURE_GATES) narrow the geometry step)
@@ -46,6 +46,20 @@ case " $* " in *" racecheck "*)
         echo "$t rc $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|Race reported" "$OUT/racecheck_$t.log" |
             sort | uniq -c | head -6 | cut -c1-250
         tail -1 "$OUT/racecheck_$t.log"
+    done ;;
+esac
+case " $* " in *" racecheck-fixtures "*) # issue 6: racecheck over the tiny-fixture gate run
+    for f in tiny-moe tiny-ple tiny-dense; do
+        stamp "racecheck test_fixtures gpu $f (${RACE_GATES:-vs_hf,batch_invariance,cuda_graphs})"
+        G4_FIXTURE_GATES="${RACE_GATES:-vs_hf,batch_invariance,cuda_graphs}" timeout 170 \
+            compute-sanitizer --tool racecheck build/tests/test_fixtures tests/fixtures gpu $f \
+            > "$OUT/racecheck_fx_$f.log" 2>&1
+        echo "rc $?"; grep -E "^(PASS|FAIL)|RACECHECK SUMMARY" "$OUT/racecheck_fx_$f.log" | cut -c1-160
+        # cuBLASLt's nvjet kernels are NVIDIA's (docs/testing.md); ours carry .cu:line (built with
+        # -lineinfo) and must show none
+        echo "race reports: $(grep -c "Race reported" "$OUT/racecheck_fx_$f.log"); lines naming our sources:"
+        grep -E "kernels/[a-z_]+\.cu:[0-9]+" "$OUT/racecheck_fx_$f.log" | sed -E 's/0x[0-9a-f]+//g' |
+            sort | uniq -c | head -6 | cut -c1-200
     done ;;
 esac
 case " $* " in *" nobench "*) ;; *)
