@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* a progress line after every this many bytes reach the device */
+#define WEIGHTS_REPORT_BYTES ((size_t)8 << 30)
+
 struct device_weights {
     loader *ld; /* NULL: dummy weights */
     uint64_t seed;
@@ -17,6 +20,8 @@ struct device_weights {
     void **buffers;
     long n_buffers, cap_buffers;
     size_t bytes;
+    size_t next_report; /* bytes at which the next progress line is due */
+    double t0;          /* when binding began */
     k_gemm_plan **plans;
     long n_plans, cap_plans;
 };
@@ -79,6 +84,11 @@ static const void *device_get(void *ctx, const char *name, int ndim, const int64
         log_msg(LOG_ERROR, "weights", "could not fill %s on the device", name);
         return NULL;
     }
+    if (dw->bytes >= dw->next_report) { /* a 50 GB checkpoint takes a while: say how far */
+        log_msg(LOG_INFO, "weights", "%.1f GB on the device after %.1f s", (double)dw->bytes / 1e9,
+                log_clock_s() - dw->t0);
+        dw->next_report = dw->bytes + WEIGHTS_REPORT_BYTES;
+    }
     return dev;
 }
 
@@ -89,12 +99,17 @@ int device_weights_bind(loader *ld, const g4_model_desc *m, uint64_t seed, g4_we
     if (!dw) return -1;
     dw->ld = ld;
     dw->seed = seed;
+    dw->t0 = log_clock_s();
+    dw->next_report = WEIGHTS_REPORT_BYTES;
     weights_source src = {device_get, dw};
     if (weights_bind_source(&src, m, w) != 0 ||
         (ld && loader_finish(ld, m->n_layer - m->n_kv_shared) != 0) || k_sync() != 0) {
         device_weights_free(dw);
         return -1;
     }
+    log_msg(LOG_INFO, "weights", "%ld tensors, %.2f GB on the device in %.1f s (%s)", dw->n_tensors,
+            (double)dw->bytes / 1e9, log_clock_s() - dw->t0,
+            ld ? "copied from the checkpoint" : "dummy, filled on the device");
     *out = dw;
     return 0;
 }

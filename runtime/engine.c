@@ -279,6 +279,7 @@ static int alloc_topk(engine *e) {
 
 int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
     *out = NULL;
+    double t_open = log_clock_s();
     engine *e = calloc(1, sizeof *e);
     if (!e) return -1;
     e->cfg = *cfg;
@@ -314,10 +315,11 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
         return -1;
     }
     if (e->gpu)
-        log_msg(LOG_INFO, "engine", "device %s; model %s (%s weights, %.2f GB), schedule %s",
+        log_msg(LOG_INFO, "engine",
+                "device %s; model %s (%s weights, %.2f GB), schedule %s; ready in %.1f s",
                 e->device, e->model->name,
                 cfg->model.weights == G4_WEIGHTS_DUMMY ? "dummy" : "checkpoint",
-                (double)device_weights_bytes(e->dw) / 1e9, variant);
+                (double)device_weights_bytes(e->dw) / 1e9, variant, log_clock_s() - t_open);
     else
         log_msg(LOG_INFO, "engine", "model %s, schedule %s, CPU reference backend (%s)",
                 e->model->name, variant, e->device);

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static enum log_level log_threshold = LOG_INFO;
 
@@ -37,4 +38,10 @@ void log_msg(enum log_level level, const char *module, const char *fmt, ...) {
         line[len + 1] = '\0';
     }
     fputs(line, stderr);
+}
+
+double log_clock_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }

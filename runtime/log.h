@@ -17,4 +17,7 @@ int log_parse_level(const char *text, enum log_level *out);
 void log_msg(enum log_level level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Seconds on the monotonic clock, for the durations that progress and start-up lines report. */
+double log_clock_s(void);
+
 #endif
