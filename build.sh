@@ -345,6 +345,9 @@ gpu_gates() {
 # vocabulary of the 26B-A4B and 31B, made here with torch and transformers (never committed):
 # window crossing at W-1, W, W+1 and 4W tokens, whole and chunked; the 16K and 32K waypoints.
 geometry_gates() {
+    if ! nvidia-smi -L >/dev/null 2>&1; then
+        echo "SKIP gpu:geometry: skipped: no GPU (the geometry fixtures are made with torch on it)"; return
+    fi
     if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
         echo "SKIP gpu:geometry: skipped: needs torch and transformers with a GPU"; return
     fi
