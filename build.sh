@@ -361,6 +361,11 @@ geometry_gates() {
             { echo "FAIL gpu:geometry[$m]: make_fixtures.py failed, see $g.$m.log"; continue; }
         # GEOMETRY_MODES: gpu (bf16 pool), gpu-fp8 (kv.local = fp8 under GATES.md's fp8 rules)
         for mode in ${GEOMETRY_MODES:-gpu gpu-fp8}; do
+            # under fp8, also HF with e4m3-stored sliding K/V (the fp8:*[f/hf-e4m3kv] gates)
+            [ "$mode" != gpu-fp8 ] || [ -f "$g/geometry-$m/hf_sdpa_e4m3kv.txt" ] ||
+                python3 tests/fixtures/make_fixtures.py e4m3kv --out "$g/geometry-$m" \
+                    > "$g.$m.e4m3kv.log" 2>&1 ||
+                echo "FAIL gpu:geometry[$m]: make_fixtures.py e4m3kv failed, see $g.$m.e4m3kv.log"
             run_test "$B/tests/test_fixtures" "$g" "$mode" "geometry-$m"
         done
     done
