@@ -357,6 +357,36 @@ static int all_pages_free(const engine *e) {
            engine_free_pages(e, KV_GLOBAL) == engine_usable_pages(e, KV_GLOBAL);
 }
 
+/* Reads dir/hf_eager<suffix>.txt and dir/hf_sdpa<suffix>.txt. Returns 0 when both read, 1 when
+ * the eager dump does not exist (an optional reference: no gate), -1 when one is unreadable.
+ * Either way both dumps may be passed to fx_dump_free. */
+static int read_dump_pair(const char *dir, const char *suffix, fx_dump *eager, fx_dump *sdpa) {
+    char path[1100];
+    memset(eager, 0, sizeof *eager);
+    memset(sdpa, 0, sizeof *sdpa);
+    snprintf(path, sizeof path, "%s/hf_eager%s.txt", dir, suffix);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    fclose(f);
+    int rc = fx_dump_read(path, eager);
+    snprintf(path, sizeof path, "%s/hf_sdpa%s.txt", dir, suffix);
+    rc |= fx_dump_read(path, sdpa);
+    return rc ? -1 : 0;
+}
+
+static int longest_case(const fx_dump *d) {
+    int longest = 0;
+    for (int i = 0; i < d->n_cases; i++)
+        if (d->cases[i].n > longest) longest = d->cases[i].n;
+    return longest;
+}
+
+/* The engine's prefill chunk for waypoint prompts up to `longest` tokens: 2,048 rows as HF's
+ * reference used; a short test waypoint gets 8 or more chunks. */
+static int waypoint_chunk(int longest) {
+    return longest >= 8 * 2048 ? 2048 : (longest / 8 + 3) / 4 * 4;
+}
+
 /* ---- long-context waypoints (GATES.md: 16K and 32K on the geometry fixtures) ---- */
 
 /* Runs positions [begin, end) of ids on slot 0 as one step; rows at positions >= keep_from
@@ -412,22 +442,12 @@ static int run_waypoint(engine *e, const fx_case *c, int chunk, int decode, run 
 /* The waypoint prompts of hf_eager_long.txt (absent: no gate), each prefilled in chunks to the
  * end and prefilled to its tail then decoded through it, against HF at the tail positions. */
 static void gate_waypoints(const char *dir, const char *fx) {
-    char path[1100];
     fx_dump eager, sdpa;
-    snprintf(path, sizeof path, "%s/hf_eager_long.txt", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    fclose(f);
-    int rc = fx_dump_read(path, &eager);
-    snprintf(path, sizeof path, "%s/hf_sdpa_long.txt", dir);
-    rc |= fx_dump_read(path, &sdpa);
+    int rc = read_dump_pair(dir, "_long", &eager, &sdpa);
+    if (rc == 1) return;
     char gate[96];
     snprintf(gate, sizeof gate, "%swaypoints[%s]", gate_prefix, fx);
-    int longest = 0;
-    for (int i = 0; rc == 0 && i < eager.n_cases; i++)
-        if (eager.cases[i].n > longest) longest = eager.cases[i].n;
-    /* 2,048-row chunks as HF's reference used; a short test waypoint gets 8 or more chunks */
-    int chunk = longest >= 8 * 2048 ? 2048 : (longest / 8 + 3) / 4 * 4;
+    int longest = longest_case(&eager), chunk = waypoint_chunk(longest);
     engine *e = rc == 0 && chunk > 0 ? open_engine(dir, longest + 8, chunk, fp8_pool) : NULL;
     if (!e) {
         test_fail(gate, "%s: could not load the waypoint dumps or open a %d-token engine", dir,
@@ -659,7 +679,7 @@ static int norm_has_one(const bf16_t *w, int n) {
 static void gate_features(engine *e, const char *fx, const fx_dump *eager) {
     const g4_model_desc *m = engine_model(e);
     const g4_weights *w = engine_weights(e);
-    int ok = 1, ones = 0, longest = 0;
+    int ok = 1, ones = 0, longest;
     if (strcmp(fx, "tiny-moe") == 0) ok = m->n_expert > 0 && m->k_eq_v;
     if (strcmp(fx, "tiny-ple") == 0) ok = m->d_ple > 0 && m->n_kv_shared > 0 && m->double_wide;
     if (strcmp(fx, "tiny-dense") == 0) ok = m->k_eq_v && m->n_expert == 0 && m->d_ple == 0;
@@ -674,8 +694,7 @@ static void gate_features(engine *e, const char *fx, const fx_dump *eager) {
         ones += norm_has_one(L->q_norm, 256) + norm_has_one(L->k_norm, 256);
         ones += L->layer_scalar == 1.0f;
     }
-    for (int i = 0; i < eager->n_cases; i++)
-        if (eager->cases[i].n > longest) longest = eager->cases[i].n;
+    longest = longest_case(eager);
     int min_routed = -1;
     if (m->n_expert) {
         routing *rt = calloc(1, sizeof *rt);
@@ -763,19 +782,10 @@ static void dist_add(dist *d, const fx_case *c, const fx_case *sc, const run *a,
 
 /* The long prompts of hf_eager_long.txt (when present) under both pools, chunked to the end. */
 static int dist_add_waypoints(dist *d, const char *dir) {
-    char path[1100];
     fx_dump eager, sdpa;
-    snprintf(path, sizeof path, "%s/hf_eager_long.txt", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    fclose(f);
-    int rc = fx_dump_read(path, &eager);
-    snprintf(path, sizeof path, "%s/hf_sdpa_long.txt", dir);
-    rc |= fx_dump_read(path, &sdpa);
-    int longest = 0;
-    for (int i = 0; rc == 0 && i < eager.n_cases; i++)
-        if (eager.cases[i].n > longest) longest = eager.cases[i].n;
-    int chunk = longest >= 8 * 2048 ? 2048 : (longest / 8 + 3) / 4 * 4;
+    int rc = read_dump_pair(dir, "_long", &eager, &sdpa);
+    if (rc == 1) return 0;
+    int longest = longest_case(&eager), chunk = waypoint_chunk(longest);
     engine *e8 = rc == 0 && chunk > 0 ? open_engine(dir, longest + 8, chunk, 1) : NULL;
     engine *eb = e8 ? open_engine(dir, longest + 8, chunk, 0) : NULL;
     rc = eb ? 0 : -1;
@@ -804,10 +814,8 @@ static int dist_add_waypoints(dist *d, const char *dir) {
  * tiny ones: 126) reports its figures and SKIPs the verdict: GATES.md asks for >= 768. */
 static void gate_distribution(engine *fp8, const char *dir, const char *fx, const fx_dump *eager,
                               const fx_dump *sdpa) {
-    int longest = 0, failed = 0;
-    for (int i = 0; i < eager->n_cases; i++)
-        if (eager->cases[i].n > longest) longest = eager->cases[i].n;
-    engine *bf = open_fixture(dir, longest, 0);
+    int failed = 0;
+    engine *bf = open_fixture(dir, longest_case(eager), 0);
     dist d = {0};
     failed |= !bf;
     for (int i = 0; bf && i < eager->n_cases && !failed; i++) {
@@ -856,18 +864,15 @@ static void gate_distribution(engine *fp8, const char *dir, const char *fx, cons
  * what e4m3 storage means; GATES.md's fp8 rules (against bf16 HF) measure what the storage costs,
  * which the tiny random-weight fixtures cannot bear (docs/testing.md). No dumps: no gate. */
 static void gate_e4m3kv_reference(engine *e, const char *dir, const char *fx) {
-    char path[1100], label[96];
+    char label[96];
     fx_dump eager, sdpa;
-    snprintf(path, sizeof path, "%s/hf_eager_e4m3kv.txt", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    fclose(f);
-    int rc = fx_dump_read(path, &eager);
-    snprintf(path, sizeof path, "%s/hf_sdpa_e4m3kv.txt", dir);
-    rc |= fx_dump_read(path, &sdpa);
+    int rc = read_dump_pair(dir, "_e4m3kv", &eager, &sdpa);
+    if (rc == 1) return;
     snprintf(label, sizeof label, "%s/hf-e4m3kv", fx);
     if (rc != 0) {
         test_fail("e4m3kv_reference", "%s: unreadable hf_*_e4m3kv.txt", dir);
+        fx_dump_free(&eager);
+        fx_dump_free(&sdpa);
         return;
     }
     double fl = 0.0;
@@ -906,16 +911,11 @@ int main(int argc, char **argv) {
     const char *const *fixtures = argc > 3 ? (const char *const *)argv + 3 : tiny;
     size_t n_fixtures = argc > 3 ? (size_t)(argc - 3) : 3;
     for (size_t f = 0; f < n_fixtures; f++) {
-        char dir[1024], path[1100];
+        char dir[1024];
         snprintf(dir, sizeof dir, "%s/%s", argv[1], fixtures[f]);
         fx_dump eager, sdpa;
-        snprintf(path, sizeof path, "%s/hf_eager.txt", dir);
-        int rc = fx_dump_read(path, &eager);
-        snprintf(path, sizeof path, "%s/hf_sdpa.txt", dir);
-        rc |= fx_dump_read(path, &sdpa);
-        int longest = 0;
-        for (int i = 0; rc == 0 && i < eager.n_cases; i++)
-            if (eager.cases[i].n > longest) longest = eager.cases[i].n;
+        int rc = read_dump_pair(dir, "", &eager, &sdpa) != 0 ? -1 : 0; /* required here */
+        int longest = rc == 0 ? longest_case(&eager) : 0;
         engine *e =
             rc == 0 && longest + 20 < MAX_TOKENS ? open_fixture(dir, longest, fp8_pool) : NULL;
         if (!e) {
