@@ -97,20 +97,49 @@ static_lib() { # the static archive of a dependency, from the system or .deps/
 
 obj() { echo "$B/obj/$(echo "$1" | tr / _).o"; }
 
+# True when object $2 is older than source $1 or than any header it may include.
+stale() {
+    [ ! -f "$2" ] || [ "$1" -nt "$2" ] ||
+        [ -n "$(find runtime graph kernels tests/harness.h "$B/gen" \( -name '*.h' -o -name '*.cuh' \) -newer "$2" 2>/dev/null | head -1)" ]
+}
+
 compile_c() { # src [extra flags]
     local o; o=$(obj "$1")
-    if [ ! -f "$o" ] || [ "$1" -nt "$o" ] || [ -n "$(find runtime graph kernels tests/harness.h "$B/gen" -name '*.h' -newer "$o" 2>/dev/null | head -1)" ]; then
-        $CC $CFLAGS $INC "${@:2}" -c "$1" -o "$o"
-    fi
+    if stale "$1" "$o"; then $CC $CFLAGS $INC "${@:2}" -c "$1" -o "$o"; fi
     echo "$o"
+}
+
+# The slow steps (nvcc, static links) run in parallel: in_background starts one, wait_all
+# waits for every one started and stops the build if any failed (its message is above).
+BG_PIDS=""
+in_background() { "$@" & BG_PIDS="$BG_PIDS $!"; }
+wait_all() {
+    local p failed=0
+    for p in $BG_PIDS; do wait "$p" || failed=1; done
+    BG_PIDS=""
+    if [ $failed = 1 ]; then echo "build.sh: a build step failed (see above)" >&2; exit 1; fi
+}
+
+compile_cu() { # src obj
+    if stale "$1" "$2"; then
+        "$CUDA_HOME/bin/nvcc" $NVFLAGS -I. -c "$1" -o "$2" 2> "$2.log" || { cat "$2.log" >&2; rm -f "$2"; return 1; }
+        grep -i "spill" "$2.log" | grep -v " 0 bytes spill" >&2 || true
+    fi
 }
 
 generate() {
     mkdir -p "$B/obj" "$B/gen"
     $CC $CFLAGS $INC codegen/gen.c graph/model_desc.c kernels/ref/bf16_ref.c \
         "$(static_lib libinih.a)" -lm -o "$B/codegen"
-    rm -f "$B"/gen/*
-    "$B/codegen" "$B/gen" $(ls graph/models/*.ini | LC_ALL=C sort)
+    # objects built under other flags are rebuilt; unchanged generated files keep their time
+    # stamps, so a rebuild compiles only what changed
+    local flags="$CC $CFLAGS $INC $NVFLAGS" f
+    [ "$(cat "$B/obj/flags" 2>/dev/null)" = "$flags" ] || { rm -f "$B"/obj/*; echo "$flags" > "$B/obj/flags"; }
+    rm -rf "$B/gen.new"; mkdir -p "$B/gen.new"
+    "$B/codegen" "$B/gen.new" $(ls graph/models/*.ini | LC_ALL=C sort)
+    for f in "$B"/gen/*; do [ -e "$B/gen.new/${f##*/}" ] || rm -f "$f"; done
+    for f in "$B"/gen.new/*; do cmp -s "$f" "$B/gen/${f##*/}" || mv "$f" "$B/gen/"; done
+    rm -rf "$B/gen.new"
 }
 
 HAVE_NVCC=0
@@ -149,10 +178,10 @@ build_all() {
         local o
         for s in $CU_SRC; do
             o=$(obj "$s")
-            "$CUDA_HOME/bin/nvcc" $NVFLAGS -I. -c "$s" -o "$o" 2> "$o.log" || { cat "$o.log" >&2; exit 1; }
-            grep -i "spill" "$o.log" | grep -v " 0 bytes spill" >&2 || true
+            in_background compile_cu "$s" "$o"
             DEV_OBJS="$DEV_OBJS $o"
         done
+        wait_all
         # the same generated schedule, bound to the GPU launchers
         for s in "$B"/gen/schedule*.c; do
             o="$(obj "$s").gpu.o"
@@ -175,22 +204,23 @@ build_tests() {
         unit=""; for s in $(unit_src $t); do unit="$unit $(obj "$s")"; done
         $CC $CFLAGS $INC "tests/unit/$t.c" $unit $LIBS -o "$B/tests/$t"
     done
-    link_bin "$B/tests/test_fixtures" $(compile_c tests/e2e/test_fixtures.c) \
+    in_background link_bin "$B/tests/test_fixtures" $(compile_c tests/e2e/test_fixtures.c) \
         $(compile_c tests/e2e/fixture_dump.c) $HOST_OBJS $DEV_OBJS
-    link_bin "$B/tests/test_serve" $(compile_c tests/proto/test_serve.c) $HOST_OBJS $DEV_OBJS
+    in_background link_bin "$B/tests/test_serve" $(compile_c tests/proto/test_serve.c) $HOST_OBJS $DEV_OBJS
     $CC $CFLAGS $INC tests/proto/test_proto.c "$(obj runtime/proto.c)" "$(obj runtime/log.c)" \
         $LIBS -o "$B/tests/test_proto"
     local tok_objs="" t_src
     for t_src in $TOKENIZER_SRC runtime/log.c; do tok_objs="$tok_objs $(obj $t_src)"; done
     $CC $CFLAGS $INC tests/tokenizer/test_tokenizer.c $tok_objs $LIBS -o "$B/tests/test_tokenizer"
     $CC $CFLAGS $INC tests/tokenizer/bench_tokenizer.c $tok_objs $LIBS -o "$B/tests/bench_tokenizer"
-    link_bin "$B/tests/bench_decode" $(compile_c tests/bench/bench_decode.c) $HOST_OBJS $DEV_OBJS
-    link_bin "$B/tests/bench_gemm" $(compile_c tests/bench/bench_gemm.c) $HOST_OBJS $DEV_OBJS
+    in_background link_bin "$B/tests/bench_decode" $(compile_c tests/bench/bench_decode.c) $HOST_OBJS $DEV_OBJS
+    in_background link_bin "$B/tests/bench_gemm" $(compile_c tests/bench/bench_gemm.c) $HOST_OBJS $DEV_OBJS
     if [ $HAVE_NVCC = 1 ]; then
         for t in $GPU_TESTS; do
-            link_bin "$B/tests/$t" $(compile_c tests/gpu/$t.c) $HOST_OBJS $DEV_OBJS
+            in_background link_bin "$B/tests/$t" $(compile_c tests/gpu/$t.c) $HOST_OBJS $DEV_OBJS
         done
     fi
+    wait_all
 }
 
 # ---- lint ---------------------------------------------------------------------------------

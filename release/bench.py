@@ -249,7 +249,8 @@ def compare(a, b, args):
                      "gain_pct": 100 * delta / sa["decode_step_ms_median"],
                      "predicted_gain_ms": predicted, "spread_ms": spread,
                      "verdict": "flat" if abs(delta) <= spread else
-                     ("B faster" if delta > 0 else "B slower"),
+                     ("B faster" if delta > 0 else "B slower") +
+                     ("" if len(sa["round_medians_ms"]) > 1 else " (one round: no spread)"),
                      "ttft_p50_delta_ms": sb["ttft_ms_p50"] - sa["ttft_ms_p50"]})
     return rows
 
@@ -282,6 +283,8 @@ def markdown(result):
 
 
 def git_commit():
+    if os.environ.get("G4PIPE_COMMIT"):  # a copy of the tree without .git (the GPU box)
+        return os.environ["G4PIPE_COMMIT"]
     try:
         return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, timeout=10).stdout.strip() or "nogit"
@@ -319,6 +322,9 @@ def parse_args(argv):
     p.add_argument("--out", default=os.path.join(ROOT, "release", "results"))
     p.add_argument("--logs", default="", help="folder for each process's stderr (default: --out)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max-seconds", type=float, default=0,
+                   help="start no round that would end past this many seconds (0: no limit); "
+                        "the report covers the rounds done")
     a = p.parse_args(argv)
     try:
         a.concurrency = [int(x) for x in a.concurrency.split(",") if x]
@@ -361,7 +367,13 @@ def main(argv):
     base = os.path.join(args.out, f"{git_commit()}-{card.replace(' ', '_')}-{stamp}")
     rng = random.Random(args.seed)
     runs, total = [], 2 * args.rounds * len(args.concurrency)
+    t_start, rounds_done = time.monotonic(), 0
     for rnd in range(args.rounds):
+        used = time.monotonic() - t_start
+        if args.max_seconds and rnd > 0 and used + used / rnd > args.max_seconds:
+            log(f"stopping after {rnd} of {args.rounds} rounds: another round ({used / rnd:.0f} s) "
+                f"would pass --max-seconds {args.max_seconds:.0f}")
+            break
         order = cfgs if rnd % 2 == 0 else cfgs[::-1]  # ABBA: neither side always goes first
         for cfg in order:
             logs = os.path.join(args.logs, os.path.basename(base)) if args.logs else base
@@ -382,10 +394,11 @@ def main(argv):
                 srv.close()
                 fail(str(e))
             srv.close()
+        rounds_done = rnd + 1
     for cfg in cfgs:
         cfg["summary"] = summarize(runs, d, args, cfg)
     result = {"model": d["name"], "card": card, "commit": git_commit(), "time": stamp,
-              "prompt": args.prompt, "output": args.output, "rounds": args.rounds,
+              "prompt": args.prompt, "output": args.output, "rounds": rounds_done,
               "weights": "checkpoint" if args.checkpoint else "dummy", "bw_gbps": args.bw,
               "configs": [{k: v for k, v in c.items()} for c in cfgs],
               "comparison": compare(cfgs[0], cfgs[1], args), "runs": runs}

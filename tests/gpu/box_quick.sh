@@ -3,9 +3,10 @@
 # first if the call runs out of time: build, the op gates and the tiny-fixture engine gates,
 # the decode benchmark, then the geometry gates (bounded by what is left of DEADLINE seconds).
 # Logs under $OUT; the gate programs' stderr is copied there too.
-# Usage: tests/gpu/box_quick.sh [nogates] [demo] [pinned] [racecheck] [racecheck-fixtures] [nobench]
+# Usage: tests/gpu/box_quick.sh [nogates|noopgates] [demo] [pinned] [racecheck] [racecheck-fixtures] [nobench]
 #        [graphs] [gemm] [fp8] [sanitize] [ab] [nogeometry]
-# (ab: the fp8-vs-bf16 serving A/B of both models into $OUT/ab, AB_ROUNDS rounds, default 3;
+# (ab: the fp8-vs-bf16 serving A/B into $OUT/ab, AB_ROUNDS rounds (default 3) of AB_MODELS
+#  (default both); BENCH_CASES "model:rows ..." narrows the decode benchmark;
 #  GEOMETRY_MODELS, GEOMETRY_WAYPOINTS (build.sh) and GEOMETRY_GATES (test_fixtures'
 #  G4_FIXTURE_GATES) narrow the geometry step)
 set -u
@@ -18,7 +19,8 @@ stamp() { echo "== $1 (+$(($(date +%s) - t0)) s)"; }
 left() { echo $((DEADLINE - ($(date +%s) - t0))); }
 stamp build; ./build.sh > "$OUT/build.log" 2>&1; echo "build rc $?"; tail -1 "$OUT/build.log"
 ldd build/g4pipe | grep -v -E "vdso|ld-linux"
-case " $* " in *" nogates "*) # builds the test programs; attention's op gate only
+case " $* " in *" noopgates "*) ;; # the binary alone (the serving A/B needs nothing else)
+    *" nogates "*) # builds the test programs; attention's op gate only
     stamp "op gates: attention and argmax"
     ./build.sh gpu-test test_attn test_sample > "$OUT/gpu-test.log" 2>&1
     grep -E "^(FAIL|SKIP)" "$OUT/gpu-test.log" | cut -c1-300; tail -1 "$OUT/gpu-test.log" ;; *)
@@ -64,7 +66,7 @@ case " $* " in *" racecheck-fixtures "*) # issue 6: racecheck over the tiny-fixt
 esac
 case " $* " in *" nobench "*) ;; *)
     stamp bench
-    for mb in gemma4-26b-a4b:1 gemma4-26b-a4b:4 gemma4-26b-a4b:16 gemma4-31b:1 gemma4-31b:16; do
+    for mb in ${BENCH_CASES:-gemma4-26b-a4b:1 gemma4-26b-a4b:4 gemma4-26b-a4b:16 gemma4-31b:1 gemma4-31b:16}; do
         m=${mb%:*} b=${mb#*:}
         timeout 80 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
             --set serve.max_context=4096 --batch $b --prompt 1024 --steps 16 \
@@ -102,13 +104,16 @@ case " $* " in *" sanitize "*)
 esac
 case " $* " in *" ab "*)
     stamp "serving A/B: kv.local bf16 vs fp8 (release/bench.py), $(left) s left"
-    share=2 # the first model gets half of what is left, the second the rest
-    for m in gemma4-26b-a4b gemma4-31b; do
-        timeout "$(( $(left) > 60 ? $(left) / share : 30 ))" python3 release/bench.py -c conf/$m.ini \
+    models=${AB_MODELS:-gemma4-26b-a4b gemma4-31b}
+    share=$(echo $models | wc -w) # each model gets its share of what is left
+    for m in $models; do
+        t=$(( $(left) > 60 ? $(left) / share : 30 ))
+        timeout "$t" python3 release/bench.py -c conf/$m.ini --max-seconds $((t - 15)) \
             --a-label bf16 --a-set kv.local=bf16 --b-label fp8 --b-set kv.local=fp8 \
-            --rounds "${AB_ROUNDS:-3}" --out "$OUT/ab" --logs /tmp/ab-logs 2> "$OUT/ab_$m.stderr" |
+            --rounds "${AB_ROUNDS:-3}" --out "$OUT/ab" --logs "$OUT/ab-logs" 2> "$OUT/ab_$m.stderr" |
             tail -12
-        share=1
+        grep -h "ready in" "$OUT"/ab-logs/*.log 2>/dev/null | head -2 | cut -c1-200
+        share=$((share - 1))
     done ;;
 esac
 case " $* " in *" nogeometry "*) ;; *)
@@ -116,7 +121,7 @@ case " $* " in *" nogeometry "*) ;; *)
     G4_FIXTURE_GATES="${GEOMETRY_GATES:-}" timeout "$(left)" ./build.sh gpu-test geometry \
         > "$OUT/geometry.log" 2>&1
     grep -E "^(FAIL|SKIP)|gpu:" "$OUT/geometry.log" | cut -c1-300 | head -20; tail -1 "$OUT/geometry.log"
-    { tail -5 build/geometry.*.log; tail -20 build/tests/test_fixtures.stderr; } > "$OUT/geometry.stderr" 2>&1
+    { tail -n 5 build/geometry.*.log; tail -20 build/tests/test_fixtures.stderr; } > "$OUT/geometry.stderr" 2>&1
     grep "^test_fixtures: +" build/tests/test_fixtures.stderr | grep -v skipping | tail -12 ;;
 esac
 stamp done
