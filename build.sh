@@ -133,7 +133,7 @@ generate() {
         "$(static_lib libinih.a)" -lm -o "$B/codegen"
     # objects built under other flags are rebuilt; unchanged generated files keep their time
     # stamps, so a rebuild compiles only what changed
-    local flags="$CC $CFLAGS $INC $NVFLAGS" f
+    local flags="$CC $CFLAGS $NVFLAGS" f # not $INC: it names $B, and a copied build folder stays valid
     [ "$(cat "$B/obj/flags" 2>/dev/null)" = "$flags" ] || { rm -f "$B"/obj/*; echo "$flags" > "$B/obj/flags"; }
     rm -rf "$B/gen.new"; mkdir -p "$B/gen.new"
     "$B/codegen" "$B/gen.new" $(ls graph/models/*.ini | LC_ALL=C sort)

@@ -51,18 +51,7 @@ case " $* " in *" racecheck "*)
     done ;;
 esac
 case " $* " in *" racecheck-fixtures "*) # issue 6: racecheck over the tiny-fixture gate run
-    for f in tiny-moe tiny-ple tiny-dense; do
-        stamp "racecheck test_fixtures gpu $f (${RACE_GATES:-vs_hf,batch_invariance,cuda_graphs})"
-        G4_FIXTURE_GATES="${RACE_GATES:-vs_hf,batch_invariance,cuda_graphs}" timeout 170 \
-            compute-sanitizer --tool racecheck build/tests/test_fixtures tests/fixtures gpu $f \
-            > "$OUT/racecheck_fx_$f.log" 2>&1
-        echo "rc $?"; grep -E "^(PASS|FAIL)|RACECHECK SUMMARY" "$OUT/racecheck_fx_$f.log" | cut -c1-160
-        # cuBLASLt's nvjet kernels are NVIDIA's (docs/testing.md); ours carry .cu:line (built with
-        # -lineinfo) and must show none
-        echo "race reports: $(grep -c "Race reported" "$OUT/racecheck_fx_$f.log"); lines naming our sources:"
-        grep -E "kernels/[a-z_]+\.cu:[0-9]+" "$OUT/racecheck_fx_$f.log" | sed -E 's/0x[0-9a-f]+//g' |
-            sort | uniq -c | head -6 | cut -c1-200
-    done ;;
+    bash tests/gpu/racecheck_fixtures.sh build/tests/test_fixtures "$OUT" ;;
 esac
 case " $* " in *" nobench "*) ;; *)
     stamp bench

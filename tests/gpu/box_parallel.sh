@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# tests/gpu/box_parallel.sh - gate runs that take no timing share one device call side by side:
+# their pass/fail does not depend on what else runs on the GPU, and each alone leaves most of
+# the card idle. One build, then every stream in the background with its own build folder
+# (a copy, so no stream relinks a program another is running) and its own log under $OUT.
+# Usage: tests/gpu/box_parallel.sh STREAM...
+#   race                      racecheck over the tiny-fixture gate run (racecheck_fixtures.sh)
+#   geo:MODEL:MODES:GATES     ./build.sh gpu-test geometry for one model (GEOMETRY_MODELS),
+#                             MODES (GEOMETRY_MODES, '+' between), GATES (test_fixtures'
+#                             G4_FIXTURE_GATES, ',' between; empty: all)
+# DEADLINE (seconds from the start, default 560) bounds every stream; logs return as one archive.
+set -u
+OUT=${OUT:-/tmp/g4pipe-out}
+DEADLINE=${DEADLINE:-560}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+t0=$(date +%s)
+stamp() { echo "== $1 (+$(($(date +%s) - t0)) s)"; }
+left() { echo $((DEADLINE - ($(date +%s) - t0))); }
+stamp build
+./build.sh gpu-test none > "$OUT/build.log" 2>&1
+echo "build rc $?"; grep "built" "$OUT/build.log" | tail -1
+pids="" i=0
+for s in "$@"; do
+    i=$((i + 1))
+    case "$s" in
+    race)
+        cp build/tests/test_fixtures "build/tests/test_fixtures.race"
+        timeout "$(left)" bash tests/gpu/racecheck_fixtures.sh build/tests/test_fixtures.race "$OUT" \
+            > "$OUT/stream$i.race.txt" 2>&1 &
+        ;;
+    geo:*)
+        IFS=: read -r _ model modes gates <<< "$s"
+        rm -rf "build-$i"; cp -a build "build-$i"
+        BUILD_DIR="build-$i" GEOMETRY_MODELS="$model" GEOMETRY_MODES="${modes//+/ }" \
+            G4_FIXTURE_GATES="$gates" timeout "$(left)" ./build.sh gpu-test geometry \
+            > "$OUT/stream$i.geo-$model.txt" 2>&1 &
+        ;;
+    *) echo "unknown stream '$s'"; continue ;;
+    esac
+    pids="$pids $!"
+    stamp "stream $i: $s started"
+done
+for p in $pids; do wait "$p"; done
+stamp "streams done"
+for f in "$OUT"/stream*.txt; do
+    echo "---- ${f##*/}"
+    grep -E "^(PASS|FAIL|SKIP)|^rc |RACECHECK SUMMARY|race reports|kernels/|passed," "$f" | cut -c1-300
+done
+for d in build-*; do
+    [ -d "$d" ] && { tail -n 5 "$d"/geometry.*.log; grep "^test_fixtures: +" "$d/tests/test_fixtures.stderr" | tail -12; } \
+        > "$OUT/$d.stderr" 2>&1
+done
+stamp done
+# the device tool brings back at most 8 files: everything goes back as one archive
+(cd "$OUT" && tar czf /tmp/box-logs.tgz --exclude box-logs.tgz . && find . -mindepth 1 -delete &&
+    mv /tmp/box-logs.tgz "$OUT/")

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# tests/gpu/racecheck_fixtures.sh - compute-sanitizer racecheck over the tiny-fixture gate run
+# (issue 6's acceptance), one fixture at a time so a slow one cannot hide the others' results.
+# Usage: racecheck_fixtures.sh TEST_FIXTURES_BINARY OUT_DIR
+# RACE_GATES picks test_fixtures' gates (G4_FIXTURE_GATES), default vs_hf,batch_invariance,
+# cuda_graphs: every kernel the engine launches, at several batch compositions and in graphs.
+set -u
+bin=$1 out=$2
+t0=$(date +%s)
+for f in tiny-moe tiny-ple tiny-dense; do
+    echo "== racecheck test_fixtures gpu $f (${RACE_GATES:-vs_hf,batch_invariance,cuda_graphs}) (+$(($(date +%s) - t0)) s)"
+    G4_FIXTURE_GATES="${RACE_GATES:-vs_hf,batch_invariance,cuda_graphs}" timeout 170 \
+        compute-sanitizer --tool racecheck "$bin" tests/fixtures gpu $f > "$out/racecheck_fx_$f.log" 2>&1
+    echo "rc $?"; grep -E "^(PASS|FAIL)|RACECHECK SUMMARY" "$out/racecheck_fx_$f.log" | cut -c1-160
+    # cuBLASLt's nvjet kernels are NVIDIA's (docs/testing.md); ours carry .cu:line (built with
+    # -lineinfo) and must show none
+    echo "race reports: $(grep -c "Race reported" "$out/racecheck_fx_$f.log"); lines naming our sources:"
+    grep -E "kernels/[a-z_]+\.cu:[0-9]+" "$out/racecheck_fx_$f.log" | sed -E 's/0x[0-9a-f]+//g' |
+        sort | uniq -c | head -6 | cut -c1-200
+done
