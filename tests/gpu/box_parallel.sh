@@ -26,7 +26,8 @@ for s in "$@"; do
     case "$s" in
     race)
         cp build/tests/test_fixtures "build/tests/test_fixtures.race"
-        timeout "$(left)" bash tests/gpu/racecheck_fixtures.sh build/tests/test_fixtures.race "$OUT" \
+        RACE_TIMEOUT=$(($(left) - 15)) timeout "$(left)" \
+            bash tests/gpu/racecheck_fixtures.sh build/tests/test_fixtures.race "$OUT" \
             > "$OUT/stream$i.race.txt" 2>&1 &
         ;;
     geo:*)
@@ -45,7 +46,7 @@ for p in $pids; do wait "$p"; done
 stamp "streams done"
 for f in "$OUT"/stream*.txt; do
     echo "---- ${f##*/}"
-    grep -E "^(PASS|FAIL|SKIP)|^rc |RACECHECK SUMMARY|race reports|kernels/|passed," "$f" | cut -c1-300
+    grep -E "^(PASS|FAIL|SKIP)|^== |RACECHECK SUMMARY|race reports|kernels/|passed," "$f" | cut -c1-300
 done
 for d in build-*; do
     [ -d "$d" ] && { tail -n 5 "$d"/geometry.*.log; grep "^test_fixtures: +" "$d/tests/test_fixtures.stderr" | tail -12; } \

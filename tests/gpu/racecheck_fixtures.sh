@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # tests/gpu/racecheck_fixtures.sh - compute-sanitizer racecheck over the tiny-fixture gate run
-# (issue 6's acceptance), one fixture at a time so a slow one cannot hide the others' results.
+# (issue 6's acceptance): the three fixtures side by side (the sanitizer is CPU-bound), each
+# with its own log, so a slow one cannot hide the others' results.
 # Usage: racecheck_fixtures.sh TEST_FIXTURES_BINARY OUT_DIR
 # RACE_GATES picks test_fixtures' gates (G4_FIXTURE_GATES), default vs_hf,batch_invariance,
 # cuda_graphs: every kernel the engine launches, at several batch compositions and in graphs.
+# RACE_TIMEOUT bounds each fixture (seconds, default 170).
 set -u
 bin=$1 out=$2
-t0=$(date +%s)
+gates=${RACE_GATES:-vs_hf,batch_invariance,cuda_graphs}
+echo "racecheck test_fixtures gpu, gates $gates, each fixture within ${RACE_TIMEOUT:-170} s"
 for f in tiny-moe tiny-ple tiny-dense; do
-    echo "== racecheck test_fixtures gpu $f (${RACE_GATES:-vs_hf,batch_invariance,cuda_graphs}) (+$(($(date +%s) - t0)) s)"
-    G4_FIXTURE_GATES="${RACE_GATES:-vs_hf,batch_invariance,cuda_graphs}" timeout 170 \
-        compute-sanitizer --tool racecheck "$bin" tests/fixtures gpu $f > "$out/racecheck_fx_$f.log" 2>&1
-    echo "rc $?"; grep -E "^(PASS|FAIL)|RACECHECK SUMMARY" "$out/racecheck_fx_$f.log" | cut -c1-160
+    G4_FIXTURE_GATES="$gates" timeout "${RACE_TIMEOUT:-170}" compute-sanitizer --tool racecheck \
+        "$bin" tests/fixtures gpu $f > "$out/racecheck_fx_$f.log" 2>&1 &
+done
+wait
+for f in tiny-moe tiny-ple tiny-dense; do
+    echo "== $f"; grep -E "^(PASS|FAIL)|RACECHECK SUMMARY" "$out/racecheck_fx_$f.log" | cut -c1-160
     # cuBLASLt's nvjet kernels are NVIDIA's (docs/testing.md); ours carry .cu:line (built with
     # -lineinfo) and must show none
     echo "race reports: $(grep -c "Race reported" "$out/racecheck_fx_$f.log"); lines naming our sources:"
