@@ -2,7 +2,8 @@
  *
  * Each gate or check prints exactly one line to stdout:
  *   PASS <gate>: <figures>      FAIL <gate>: <why>      SKIP <gate>: skipped: <why>
- * and the program exits non-zero when any FAIL was printed. build.sh counts the lines and
+ * (INFO <name>: <figures> lines are shown, not counted) and the program exits non-zero when any
+ * FAIL was printed. build.sh counts the lines and
  * ends with "N passed, N failed, N skipped". Figures (gaps, counts) go on the PASS line. */
 #ifndef G4_TEST_HARNESS_H
 #define G4_TEST_HARNESS_H
@@ -44,6 +45,16 @@ __attribute__((format(printf, 2, 3), unused)) static void test_skip(const char *
     vprintf(fmt, ap);
     printf("\n");
     fflush(stdout);
+    va_end(ap);
+}
+
+/* A figure that asserts nothing (what a reference itself does, beside a gate): an INFO line,
+ * which build.sh shows and does not count. */
+__attribute__((format(printf, 2, 3), unused)) static void test_info(const char *what,
+                                                                    const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    harness_line("INFO", what, fmt, ap);
     va_end(ap);
 }
 
