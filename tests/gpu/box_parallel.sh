@@ -10,13 +10,8 @@
 #                             G4_FIXTURE_GATES, ',' between; empty: all)
 # DEADLINE (seconds from the start, default 560) bounds every stream; logs return as one archive.
 set -u
-OUT=${OUT:-/tmp/g4pipe-out}
 DEADLINE=${DEADLINE:-560}
-mkdir -p "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
-t0=$(date +%s)
-stamp() { echo "== $1 (+$(($(date +%s) - t0)) s)"; }
-left() { echo $((DEADLINE - ($(date +%s) - t0))); }
+. tests/gpu/box_common.sh
 stamp build
 ./build.sh gpu-test none > "$OUT/build.log" 2>&1
 echo "build rc $?"; grep "built" "$OUT/build.log" | tail -1
@@ -52,7 +47,4 @@ for d in build-*; do
     [ -d "$d" ] && { tail -n 5 "$d"/geometry.*.log; grep "^test_fixtures: +" "$d/tests/test_fixtures.stderr" | tail -12; } \
         > "$OUT/$d.stderr" 2>&1
 done
-stamp done
-# the device tool brings back at most 8 files: everything goes back as one archive
-(cd "$OUT" && tar czf /tmp/box-logs.tgz --exclude box-logs.tgz . && find . -mindepth 1 -delete &&
-    mv /tmp/box-logs.tgz "$OUT/")
+pack_logs

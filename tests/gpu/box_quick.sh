@@ -10,13 +10,8 @@
 #  GEOMETRY_MODELS, GEOMETRY_WAYPOINTS (build.sh) and GEOMETRY_GATES (test_fixtures'
 #  G4_FIXTURE_GATES) narrow the geometry step)
 set -u
-OUT=${OUT:-/tmp/g4pipe-out}
 DEADLINE=${DEADLINE:-540}
-mkdir -p "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
-t0=$(date +%s)
-stamp() { echo "== $1 (+$(($(date +%s) - t0)) s)"; }
-left() { echo $((DEADLINE - ($(date +%s) - t0))); }
+. tests/gpu/box_common.sh
 stamp build; ./build.sh > "$OUT/build.log" 2>&1; echo "build rc $?"; tail -1 "$OUT/build.log"
 ldd build/g4pipe | grep -v -E "vdso|ld-linux"
 case " $* " in *" noopgates "*) ;; # the binary alone (the serving A/B needs nothing else)
@@ -113,7 +108,4 @@ case " $* " in *" nogeometry "*) ;; *)
     { tail -n 5 build/geometry.*.log; tail -20 build/tests/test_fixtures.stderr; } > "$OUT/geometry.stderr" 2>&1
     grep "^test_fixtures: +" build/tests/test_fixtures.stderr | grep -v skipping | tail -12 ;;
 esac
-stamp done
-# the device tool brings back at most 8 files: everything goes back as one archive
-(cd "$OUT" && tar czf /tmp/box-logs.tgz --exclude box-logs.tgz . && find . -mindepth 1 -delete &&
-    mv /tmp/box-logs.tgz "$OUT/")
+pack_logs
