@@ -100,7 +100,7 @@ obj() { echo "$B/obj/$(echo "$1" | tr / _).o"; }
 # True when object $2 is older than source $1 or than any header it may include.
 stale() {
     [ ! -f "$2" ] || [ "$1" -nt "$2" ] ||
-        [ -n "$(find runtime graph kernels tests/harness.h "$B/gen" \( -name '*.h' -o -name '*.cuh' \) -newer "$2" 2>/dev/null | head -1)" ]
+        [ -n "$(find runtime graph kernels tests "$B/gen" \( -name '*.h' -o -name '*.cuh' \) -newer "$2" 2>/dev/null | head -1)" ]
 }
 
 compile_c() { # src [extra flags]
