@@ -132,6 +132,33 @@ def floor_bytes(d, rows, ctx, local_width):
             "total": 2.0 * w + experts + kv_b * rows}
 
 
+def prefill_flops(d, prompt):
+    """FLOPs of one prompt's prefill (design/BENCH.md: 2 x active parameters x tokens plus
+    attention): every matrix weight a token meets (the embedding is a lookup; the routed
+    experts, top_k of them; the tied LM head only for the last token, the one the engine asks
+    logits of), and per layer q.k and p.v over each token's keys (window-capped locally)."""
+    per_token, attn = 0.0, 0.0
+    for l in range(d["n_layer"]):
+        full = d["layer_kinds"][l] == "F"
+        hd = d["head_dim_global"] if full else d["head_dim_local"]
+        kv = (d["n_kv_head_global"] if full else d["n_kv_head_local"]) * hd
+        per_token += 2 * d["n_head"] * hd * d["d_model"]  # q and o
+        if kv_donor(d, l) == l:
+            per_token += kv * d["d_model"] * (1 if (full and d["k_eq_v"]) else 2)
+        d_ff = d["d_ff"] * (2 if d["double_wide"] and kv_donor(d, l) != l else 1)
+        per_token += 3 * d_ff * d["d_model"]
+        if d["n_expert"]:
+            per_token += d["n_expert"] * d["d_model"]  # the router
+            per_token += d["top_k"] * 3 * d["d_expert"] * d["d_model"]
+        if d["d_ple"]:
+            per_token += 2 * d["d_ple"] * d["d_model"]
+        w = prompt if full or not d["window"] else d["window"]
+        # keys of the token at position p: min(p + 1, w); summed over p in [0, prompt)
+        keys = sum(min(p + 1, w) for p in range(prompt))
+        attn += 2 * 2 * d["n_head"] * hd * keys
+    return 2.0 * per_token * prompt + 2.0 * d["n_vocab"] * d["d_model"] + attn
+
+
 # ---- running g4pipe -----------------------------------------------------------------------
 
 class Server:
@@ -224,6 +251,9 @@ def summarize(runs, d, args, cfg):
                      for r in rr]
         toks = [sum(q["completion_tokens"] for q in r["requests"]) / r["wall_s"] for r in rr]
         fl = floor_bytes(d, c, args.prompt + args.output // 2, cfg["local_width"])
+        # prefill: the c prompts' FLOPs over the time the last of them took to its first token
+        ttft_last_s = pct(ttft, 0.99) / 1e3
+        pf_rate = c * prefill_flops(d, args.prompt) / ttft_last_s if ttft_last_s > 0 else 0.0
         med = statistics.median(dec)
         floor_ms = fl["total"] / (args.bw * 1e6)
         mem = [r["gpu_mem_mb"] for r in rr if r["gpu_mem_mb"] is not None]
@@ -235,6 +265,8 @@ def summarize(runs, d, args, cfg):
                     "floor_gb": fl["total"] / 1e9, "floor_ms": floor_ms,
                     "floor_kv_local_gb": fl["kv_local"] / 1e9,
                     "fraction_of_floor": floor_ms / med if med > 0 else None,
+                    "prefill_tflops": pf_rate / 1e12,
+                    "prefill_fraction_of_matrix_rate": pf_rate / (args.tflops * 1e12),
                     "gpu_mem_mb": max(mem) if mem else None})
     return out
 
@@ -261,10 +293,11 @@ def markdown(result):
              f"{result['model']}, {result['card']}, commit {result['commit']}, "
              f"{result['prompt']}-token prompts, {result['output']} output tokens, "
              f"{result['rounds']} paired rounds, {result['weights']} weights, "
-             f"floor at {result['bw_gbps']:.0f} GB/s", "",
+             f"floor at {result['bw_gbps']:.0f} GB/s, prefill against "
+             f"{result['matrix_tflops']:.0f} TFLOP/s", "",
              "| config | c | decode step median (p90) | round spread | tok/s | TTFT p50 (p99) | "
-             "floor | fraction | GPU memory |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "floor | fraction | prefill TFLOP/s (fraction) | GPU memory |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for cfg in (a, b):
         for s in cfg["summary"]:
             mem = f"{s['gpu_mem_mb'] / 1e3:.1f} GB" if s["gpu_mem_mb"] else "n/a"
@@ -272,7 +305,9 @@ def markdown(result):
             lines.append(f"| {cfg['label']} | {s['c']} | {s['decode_step_ms_median']:.3f} ms "
                          f"({s['decode_step_ms_p90']:.3f}) | {s['spread_ms']:.3f} ms | "
                          f"{s['tokens_per_s']:.1f} | {s['ttft_ms_p50']:.1f} ms "
-                         f"({s['ttft_ms_p99']:.1f}) | {s['floor_ms']:.3f} ms | {frac} | {mem} |")
+                         f"({s['ttft_ms_p99']:.1f}) | {s['floor_ms']:.3f} ms | {frac} | "
+                         f"{s['prefill_tflops']:.3g} ({s['prefill_fraction_of_matrix_rate']:.3g}) | "
+                         f"{mem} |")
     lines += ["", f"| c | {b['label']} vs {a['label']}: decode-step gain | predicted from bytes | "
               "verdict | TTFT p50 change |", "|---|---|---|---|---|"]
     for r in result["comparison"]:
@@ -318,6 +353,8 @@ def parse_args(argv):
     p.add_argument("--checkpoint", action="store_true",
                    help="use the configuration's checkpoint instead of model.weights = dummy")
     p.add_argument("--bw", type=float, default=4280.0, help="copy bandwidth, GB/s")
+    p.add_argument("--tflops", type=float, default=780.0,
+                   help="bf16 matrix rate, TFLOP/s (design/BENCH.md: 780 on the H200 of record)")
     p.add_argument("--model-desc", default="", help="graph/models INI (default: from -c)")
     p.add_argument("--out", default=os.path.join(ROOT, "release", "results"))
     p.add_argument("--logs", default="", help="folder for each process's stderr (default: --out)")
@@ -400,6 +437,7 @@ def main(argv):
     result = {"model": d["name"], "card": card, "commit": git_commit(), "time": stamp,
               "prompt": args.prompt, "output": args.output, "rounds": rounds_done,
               "weights": "checkpoint" if args.checkpoint else "dummy", "bw_gbps": args.bw,
+              "matrix_tflops": args.tflops,
               "configs": [{k: v for k, v in c.items()} for c in cfgs],
               "comparison": compare(cfgs[0], cfgs[1], args), "runs": runs}
     with open(base + ".json", "w") as f:

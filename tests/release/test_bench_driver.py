@@ -89,6 +89,24 @@ def main():
           f"weights {w:.3f} GB, KV {bf['kv'] / 1e9:.3f} GB (BENCH.md: 7.64, 0.23); fp8 saves "
           f"{(bf['kv'] - f8['kv']) / 1e6:.1f} MB = half the local family; 82.4 experts at 16 rows")
 
+    # prefill FLOPs (BENCH.md: 2 x active parameters x tokens + attention): one token's matrix
+    # weights plus the embedding are the models' named sizes, 30.7 B (31B) and 3.8 B active
+    # (26B-A4B); attention grows with each token's keys, window-capped on local layers
+    sizes = {}
+    for m in ("gemma4-31b", "gemma4-26b-a4b"):
+        dm = bench.model_desc(None, [], os.path.join(ROOT, "graph", "models", f"{m}.ini"))
+        one = bench.prefill_flops(dm, 1)
+        lm = 2.0 * dm["n_vocab"] * dm["d_model"]
+        att1 = sum(4 * dm["n_head"] * (dm["head_dim_global"] if k == "F" else dm["head_dim_local"])
+                   for k in dm["layer_kinds"])
+        sizes[m] = ((one - lm - att1) / 2 + dm["n_vocab"] * dm["d_model"]) / 1e9
+    two_w = bench.prefill_flops(d, 2 * d["window"]) - 2 * bench.prefill_flops(d, d["window"])
+    check("release_prefill_flops", abs(sizes["gemma4-31b"] - 30.7) < 0.2 and
+          abs(sizes["gemma4-26b-a4b"] - 3.8) < 0.1 and two_w > 0,
+          f"parameters a token meets: {sizes['gemma4-31b']:.2f} B (31B), "
+          f"{sizes['gemma4-26b-a4b']:.2f} B (26B-A4B); 2W tokens cost more than twice W "
+          f"({two_w / 1e12:.3f} TFLOP more: the global layers' keys keep growing)")
+
     refusals = []
     for extra, want in ((["--concurrency", "0"], "at least one number"),
                         (["--a-bin", "/nonexistent"], "not an executable"),
