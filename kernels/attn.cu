@@ -307,6 +307,46 @@ static __device__ __forceinline__ void tile_scores(const k_attention_args &a, in
     }
 }
 
+/* P.V of one tile with the keys split across warps, for head dim 256: warp w takes keys w,
+ * w + 4, ... (as tile_scores does), each lane 8 dims of V (one 16-byte bf16 or 8-byte e4m3
+ * load), a batch of KBV keys' loads in flight before the first product. The per-thread layout
+ * loads 2 elements a key in a loop over the tile and waits on every load's latency; this one
+ * waits once a batch, so halving the bytes (e4m3) shows in the time. acc[g][t] sums dim
+ * lane * 8 + t of head g over the warp's keys in key order, tile after tile; the kernel adds the
+ * warps' sums in warp order, so the order is fixed by the row's own keys (batch invariance). */
+template <int G, bool FP8>
+static __device__ __forceinline__ void pv_warp_keys(const void *kv_base, const float *ps,
+                                                    const long long *voff, int nk,
+                                                    float (&acc)[G][8]) {
+    constexpr int KBV = G <= 2 ? 8 : 4; /* no spills with G x 8 accumulators beside */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int b0 = warp; b0 < nk; b0 += ATTN_WARPS * KBV) {
+        long long vo[KBV];
+        float vf[KBV][8];
+#pragma unroll
+        for (int u = 0; u < KBV; u++) {
+            const int kk = b0 + u * ATTN_WARPS;
+            vo[u] = kk < nk ? voff[kk] : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < KBV; u++)
+            if (vo[u] >= 0) /* warp-uniform */
+                load8<FP8>(kv_base, vo[u] + lane * 8, vf[u]);
+#pragma unroll
+        for (int u = 0; u < KBV; u++) {
+            if (vo[u] < 0) continue; /* past the tile or an unmapped key: warp-uniform */
+            const int kk = b0 + u * ATTN_WARPS;
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const float p = ps[g * ATTN_TILE + kk];
+#pragma unroll
+                for (int t = 0; t < 8; t++)
+                    acc[g][t] += p * vf[u][t];
+            }
+        }
+    }
+}
+
 /* PV = false: the stats pass, writes ml[rl][h][split] = (max, sum of exp(s - max)), the sum NaN
  * when a key was unmapped. PV = true: the P.V pass, writes part[rl][h][split][D]. rl is the row
  * within this launch's chunk (the scratch holds one chunk), row0 + rl the row of the step.
@@ -318,6 +358,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
     attn_split_kernel(k_attention_args a, int row0, int max_split, float *part, float2 *ml,
                       float *keep) {
     constexpr int DPT = D / ATTN_THREADS; /* dims per thread in P.V: 2 or 4 */
+    /* the kept-score P.V pass of small groups splits the keys across warps (pv_warp_keys) */
+    constexpr bool WARP_PV = KEEP && PV && D == 256 && G <= 4;
     extern __shared__ float smem[];
     float *qs = smem;         /* [G][D] the group's queries */
     float *ps = smem + G * D; /* [G][ATTN_TILE] scores, then p */
@@ -333,10 +375,11 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
     const int k_end = min(k_begin + sp.per_split, i + 1);
     const size_t base = ((size_t)rl * a.n_head + (size_t)kvh * G) * max_split; /* + g*max_split */
 
-    for (int e = tid; e < G * D; e += ATTN_THREADS) {
-        int g = e / D, d = e % D;
-        qs[e] = bf_to_f(a.q[((size_t)r * a.n_head + (size_t)kvh * G + g) * D + d]);
-    }
+    if (!(KEEP && PV)) /* the kept-score pass computes no q.k */
+        for (int e = tid; e < G * D; e += ATTN_THREADS) {
+            int g = e / D, d = e % D;
+            qs[e] = bf_to_f(a.q[((size_t)r * a.n_head + (size_t)kvh * G + g) * D + d]);
+        }
     if (tid == 0) bad = 0;
     if (tid < G) {
         if (PV) { /* the row's max and sum, merged in split order: the same in every block */
@@ -353,11 +396,14 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
             l_run[tid] = 0.0f;
         }
     }
-    float acc[G][DPT];
+    /* P.V accumulators: DPT dims of every head per thread, or (WARP_PV) 8 dims of every head
+     * per lane over the keys of its warp */
+    constexpr int NACC = WARP_PV ? 8 : DPT;
+    float acc[G][NACC];
 #pragma unroll
     for (int g = 0; g < G; g++)
 #pragma unroll
-        for (int t = 0; t < DPT; t++)
+        for (int t = 0; t < NACC; t++)
             acc[g][t] = 0.0f;
     __syncthreads();
 
@@ -407,25 +453,47 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
                 if (kk < nk) ps[e] = bf(expf(ps[e] - m_run[g]) / l_run[g]);
             }
             __syncthreads();
+            if constexpr (WARP_PV) {
+                pv_warp_keys<G, FP8>(a.kv.base, ps, voff, nk, acc);
+            } else {
 #pragma unroll 4
-            for (int kk = 0; kk < nk; kk++) {
-                long long vo = voff[kk];
-                if (vo < 0) continue; /* block-uniform */
-                float v[DPT];
-                load_n<FP8, DPT>(a.kv.base, vo + tid * DPT, v);
+                for (int kk = 0; kk < nk; kk++) {
+                    long long vo = voff[kk];
+                    if (vo < 0) continue; /* block-uniform */
+                    float v[DPT];
+                    load_n<FP8, DPT>(a.kv.base, vo + tid * DPT, v);
 #pragma unroll
-                for (int g = 0; g < G; g++) {
-                    const float p = ps[g * ATTN_TILE + kk];
+                    for (int g = 0; g < G; g++) {
+                        const float p = ps[g * ATTN_TILE + kk];
 #pragma unroll
-                    for (int t = 0; t < DPT; t++)
-                        acc[g][t] += p * v[t];
+                        for (int t = 0; t < DPT; t++)
+                            acc[g][t] += p * v[t];
+                    }
                 }
             }
         }
         __syncthreads(); /* ps and voff are rewritten by the next tile */
     }
 
-    if (PV) {
+    if (WARP_PV) {
+        /* the four warps' sums, added in warp order: red[w][g][d] over the whole of smem
+         * (the host sizes it for this), the last tile's barrier above frees qs and ps */
+        float *red = smem;
+#pragma unroll
+        for (int g = 0; g < G; g++)
+#pragma unroll
+            for (int t = 0; t < NACC; t++)
+                red[((size_t)warp * G + g) * D + lane * 8 + t] = acc[g][t];
+        __syncthreads();
+        for (int e = tid; e < G * D; e += ATTN_THREADS) {
+            const int g = e / D, d = e % D;
+            float sum = red[e];
+#pragma unroll
+            for (int w = 1; w < ATTN_WARPS; w++)
+                sum += red[(size_t)w * G * D + e];
+            part[(base + (size_t)g * max_split + split) * D + d] = sum;
+        }
+    } else if (PV) {
 #pragma unroll
         for (int g = 0; g < G; g++) {
             float *dst = part + (base + (size_t)g * max_split + split) * D + tid * DPT;
@@ -522,8 +590,11 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
             attn_split_kernel<D, G, FP8, false, true>
                 <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml, keep);
             CUDA_CHECK(cudaGetLastError());
+            /* G <= 4: the warps' P.V sums meet in shared memory (pv_warp_keys) */
+            size_t pv_smem = smem;
+            if constexpr (G <= 4) pv_smem = (size_t)ATTN_WARPS * G * D * sizeof(float);
             attn_split_kernel<D, G, FP8, true, true>
-                <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml, keep);
+                <<<grid, ATTN_THREADS, pv_smem, s>>>(*a, row0, max_split, part, ml, keep);
             CUDA_CHECK(cudaGetLastError());
         }
     }

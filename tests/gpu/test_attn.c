@@ -471,10 +471,12 @@ int main(void) {
     printf("# device: %s\n", desc);
     make_rows();
     /* local family (hd 256, default RoPE) and global family (hd 512, proportional RoPE: 64 of
-     * 256 pairs), GQA groups 2 and 8, one k_eq_v case */
+     * 256 pairs), GQA groups 2, 4 and 8 (the kept-score P.V splits keys across warps up to
+     * 4), one k_eq_v case */
     static const cfg cfgs[] = {
         {.d = 256, .n_rot = 128, .n_head = 16, .n_kv = 8, .base = 10000.0f},
         {.d = 256, .n_rot = 128, .n_head = 32, .n_kv = 4, .base = 10000.0f},
+        {.d = 256, .n_rot = 128, .n_head = 8, .n_kv = 2, .base = 10000.0f},
         {.d = 512, .n_rot = 64, .n_head = 16, .n_kv = 2, .k_eq_v = 1, .base = 1e6f},
         {.d = 512, .n_rot = 64, .n_head = 8, .n_kv = 4, .base = 1e6f},
     };
