@@ -157,7 +157,8 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
  * Inside a block: scores - warp w takes keys w, w+4, ... of the tile, lanes own 8 dims per 256
  * (one 16-byte bf16 or 8-byte e4m3 load) and a butterfly sums each head's dot product, rounded
  * to bf16 as the reference's q.k; P.V - thread t owns D/128 consecutive dims of every head, V
- * rows read coalesced.
+ * rows read coalesced, except the kept-score pass of head dim 256 and groups up to
+ * ATTN_WARP_PV_MAX_G, which splits keys across warps as the scores do (pv_warp_keys).
  *
  * e4m3 KV (the fp8 local pool): the same kernels with the loads converting e4m3 pairs to fp32
  * in registers (cvt e4m3x2 -> f16x2 is exact, then f16 -> f32); arithmetic is unchanged. */
@@ -166,6 +167,7 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
 #define ATTN_THREADS 128
 #define ATTN_WARPS (ATTN_THREADS / 32)
 #define ATTN_SCRATCH_MAX (64u << 20) /* partials per launch; larger steps go in row chunks */
+#define ATTN_WARP_PV_MAX_G 4         /* kept-score P.V splits keys across warps up to this group */
 
 /* Keys of row at position i: [j0, i]. Tiles per split and splits, from the key count alone. */
 struct split_plan {
@@ -184,26 +186,41 @@ static __host__ __device__ __forceinline__ split_plan plan_split(int i, int wind
     return p;
 }
 
-/* 8 KV elements of a lane's slice (at element offset o of the store) as fp32. */
+/* A lane's 8 KV elements as loaded (16 bytes of bf16, 8 of e4m3), converted to fp32 only at
+ * use (cvt8): a batch of keys in flight costs 4 (bf16) or 2 (e4m3) registers a key rather than
+ * 8, so the e4m3 path keeps twice the keys in flight for the same registers: in the
+ * latency-bound regime, where a batch costs one memory latency, that is what turns half the
+ * bytes into less time. */
+template <bool FP8> struct raw8 { uint4 w; };
+template <> struct raw8<true> { uint2 w; };
+
+/* Element offset o of the store. */
 template <bool FP8>
-static __device__ __forceinline__ void load8(const void *base, long long o, float *x) {
-    if (FP8) {
-        uint2 u = *reinterpret_cast<const uint2 *>((const uint8_t *)base + o);
-        uint32_t w[2] = {u.x, u.y};
+static __device__ __forceinline__ raw8<FP8> load_raw8(const void *base, long long o) {
+    raw8<FP8> r;
+    if constexpr (FP8)
+        r.w = *reinterpret_cast<const uint2 *>((const uint8_t *)base + o);
+    else
+        r.w = *reinterpret_cast<const uint4 *>((const bf16_t *)base + o);
+    return r;
+}
+
+template <bool FP8> static __device__ __forceinline__ void cvt8(const raw8<FP8> &r, float *x) {
+    if constexpr (FP8) {
+        uint32_t w[2] = {r.w.x, r.w.y};
 #pragma unroll
         for (int k = 0; k < 2; k++) {
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+                __half2_raw c = __nv_cvt_fp8x2_to_halfraw2(
                     (__nv_fp8x2_storage_t)((w[k] >> (16 * h)) & 0xffffu), __NV_E4M3);
-                float2 f = __half22float2(*reinterpret_cast<__half2 *>(&r));
+                float2 f = __half22float2(*reinterpret_cast<__half2 *>(&c));
                 x[4 * k + 2 * h] = f.x;
                 x[4 * k + 2 * h + 1] = f.y;
             }
         }
     } else {
-        uint4 u = *reinterpret_cast<const uint4 *>((const bf16_t *)base + o);
-        uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        uint32_t w[4] = {r.w.x, r.w.y, r.w.z, r.w.w};
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             x[2 * k] = __uint_as_float(w[k] << 16);
@@ -258,11 +275,11 @@ static __device__ __forceinline__ void tile_scores(const k_attention_args &a, in
     /* keys in flight per warp: K's registers (KB x SL x 8) next to the P.V pass's G x D/128
      * accumulators, sized so that no instantiation spills (-Xptxas -warn-spills) */
     constexpr int ACC = G * D / 128;
-    constexpr int KB = SL == 1 ? (ACC < 32 ? 8 : 4) : (ACC < 64 ? 4 : 2);
+    constexpr int KB = (SL == 1 ? (ACC < 32 ? 8 : 4) : (ACC < 64 ? 4 : 2)) * (FP8 ? 2 : 1);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int b0 = warp; b0 < nk; b0 += ATTN_WARPS * KB) {
         long long ko[KB];
-        float kf[KB][SL * 8];
+        raw8<FP8> kr[KB][SL];
 #pragma unroll
         for (int u = 0; u < KB; u++) {
             const int kk = b0 + u * ATTN_WARPS;
@@ -273,7 +290,7 @@ static __device__ __forceinline__ void tile_scores(const k_attention_args &a, in
             if (ko[u] >= 0) /* warp-uniform */
 #pragma unroll
                 for (int c = 0; c < SL; c++)
-                    load8<FP8>(a.kv.base, ko[u] + c * 256 + lane * 8, kf[u] + c * 8);
+                    kr[u][c] = load_raw8<FP8>(a.kv.base, ko[u] + c * 256 + lane * 8);
 #pragma unroll
         for (int u = 0; u < KB; u++) {
             const int kk = b0 + u * ATTN_WARPS;
@@ -285,6 +302,10 @@ static __device__ __forceinline__ void tile_scores(const k_attention_args &a, in
                 if (lane == 0) voff[kk] = -1;
                 continue;
             }
+            float kf[SL * 8];
+#pragma unroll
+            for (int c = 0; c < SL; c++)
+                cvt8<FP8>(kr[u][c], kf + c * 8);
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 float sum = 0.0f;
@@ -292,7 +313,7 @@ static __device__ __forceinline__ void tile_scores(const k_attention_args &a, in
                 for (int c = 0; c < SL; c++) {
                     const float4 *q4 =
                         reinterpret_cast<const float4 *>(qs + g * D + c * 256 + lane * 8);
-                    const float *k8 = kf[u] + c * 8;
+                    const float *k8 = kf + c * 8;
                     float4 qa = q4[0], qb = q4[1];
                     sum += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] +
                            qb.x * k8[4] + qb.y * k8[5] + qb.z * k8[6] + qb.w * k8[7];
@@ -318,11 +339,12 @@ template <int G, bool FP8>
 static __device__ __forceinline__ void pv_warp_keys(const void *kv_base, const float *ps,
                                                     const long long *voff, int nk,
                                                     float (&acc)[G][8]) {
-    constexpr int KBV = G <= 2 ? 8 : 4; /* no spills with G x 8 accumulators beside */
+    /* no spills with G x 8 accumulators beside */
+    constexpr int KBV = (G <= 2 ? 8 : 4) * (FP8 ? 2 : 1);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int b0 = warp; b0 < nk; b0 += ATTN_WARPS * KBV) {
         long long vo[KBV];
-        float vf[KBV][8];
+        raw8<FP8> vr[KBV];
 #pragma unroll
         for (int u = 0; u < KBV; u++) {
             const int kk = b0 + u * ATTN_WARPS;
@@ -331,17 +353,19 @@ static __device__ __forceinline__ void pv_warp_keys(const void *kv_base, const f
 #pragma unroll
         for (int u = 0; u < KBV; u++)
             if (vo[u] >= 0) /* warp-uniform */
-                load8<FP8>(kv_base, vo[u] + lane * 8, vf[u]);
+                vr[u] = load_raw8<FP8>(kv_base, vo[u] + lane * 8);
 #pragma unroll
         for (int u = 0; u < KBV; u++) {
             if (vo[u] < 0) continue; /* past the tile or an unmapped key: warp-uniform */
             const int kk = b0 + u * ATTN_WARPS;
+            float vf[8];
+            cvt8<FP8>(vr[u], vf);
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 const float p = ps[g * ATTN_TILE + kk];
 #pragma unroll
                 for (int t = 0; t < 8; t++)
-                    acc[g][t] += p * vf[u][t];
+                    acc[g][t] += p * vf[t];
             }
         }
     }
@@ -359,7 +383,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
                       float *keep) {
     constexpr int DPT = D / ATTN_THREADS; /* dims per thread in P.V: 2 or 4 */
     /* the kept-score P.V pass of small groups splits the keys across warps (pv_warp_keys) */
-    constexpr bool WARP_PV = KEEP && PV && D == 256 && G <= 4;
+    constexpr bool WARP_PV = KEEP && PV && D == 256 && G <= ATTN_WARP_PV_MAX_G;
     extern __shared__ float smem[];
     float *qs = smem;         /* [G][D] the group's queries */
     float *ps = smem + G * D; /* [G][ATTN_TILE] scores, then p */
@@ -590,9 +614,10 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
             attn_split_kernel<D, G, FP8, false, true>
                 <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml, keep);
             CUDA_CHECK(cudaGetLastError());
-            /* G <= 4: the warps' P.V sums meet in shared memory (pv_warp_keys) */
+            /* small groups: the warps' P.V sums meet in shared memory (pv_warp_keys) */
             size_t pv_smem = smem;
-            if constexpr (G <= 4) pv_smem = (size_t)ATTN_WARPS * G * D * sizeof(float);
+            if constexpr (G <= ATTN_WARP_PV_MAX_G)
+                pv_smem = (size_t)ATTN_WARPS * G * D * sizeof(float);
             attn_split_kernel<D, G, FP8, true, true>
                 <<<grid, ATTN_THREADS, pv_smem, s>>>(*a, row0, max_split, part, ml, keep);
             CUDA_CHECK(cudaGetLastError());

@@ -471,16 +471,18 @@ int main(void) {
     printf("# device: %s\n", desc);
     make_rows();
     /* local family (hd 256, default RoPE) and global family (hd 512, proportional RoPE: 64 of
-     * 256 pairs), GQA groups 2, 4 and 8 (the kept-score P.V splits keys across warps up to
-     * 4), one k_eq_v case */
+     * 256 pairs), GQA groups 1, 2, 4 and 8 (the kept-score P.V splits keys across warps up to
+     * 4), one k_eq_v case. Window 2500: the row at 3000 reads 40 tiles, two to a split, so a
+     * kept-score split sums over more than one tile. */
     static const cfg cfgs[] = {
         {.d = 256, .n_rot = 128, .n_head = 16, .n_kv = 8, .base = 10000.0f},
         {.d = 256, .n_rot = 128, .n_head = 32, .n_kv = 4, .base = 10000.0f},
         {.d = 256, .n_rot = 128, .n_head = 8, .n_kv = 2, .base = 10000.0f},
+        {.d = 256, .n_rot = 128, .n_head = 4, .n_kv = 4, .base = 10000.0f},
         {.d = 512, .n_rot = 64, .n_head = 16, .n_kv = 2, .k_eq_v = 1, .base = 1e6f},
         {.d = 512, .n_rot = 64, .n_head = 8, .n_kv = 4, .base = 1e6f},
     };
-    static const int windows[] = {0, 8, 1024};
+    static const int windows[] = {0, 8, 1024, 2500};
     uint64_t seed = 4242;
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
         for (int w = 0; w <= 1; w++)
@@ -489,6 +491,7 @@ int main(void) {
             run_attention(&cfgs[i], windows[k], seed++, 0);
         run_attention(&cfgs[i], 0, seed++, 1);
         run_attention(&cfgs[i], 1024, seed++, 1);
+        run_attention(&cfgs[i], 2500, seed++, 1);
     }
     run_refusals();
     return harness_exit();
