@@ -604,33 +604,35 @@ extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
     return K_OK;
 }
 
+/* The stats and P.V passes of one (KEEP or not) instantiation. The kept-score P.V pass of a
+ * small group sums its warps' partials in shared memory (pv_warp_keys), which sizes it. */
+template <int D, int G, bool FP8, bool KEEP>
+static int launch_passes(const k_attention_args *a, dim3 grid, int max_split, float *part,
+                         float2 *ml, float *keep, int row0, cudaStream_t s) {
+    const size_t smem = (size_t)G * (D + ATTN_TILE) * sizeof(float);
+    size_t pv_smem = smem;
+    if constexpr (KEEP && D == 256 && G <= ATTN_WARP_PV_MAX_G)
+        pv_smem = (size_t)ATTN_WARPS * G * D * sizeof(float);
+    attn_split_kernel<D, G, FP8, false, KEEP>
+        <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml, keep);
+    CUDA_CHECK(cudaGetLastError());
+    attn_split_kernel<D, G, FP8, true, KEEP>
+        <<<grid, ATTN_THREADS, pv_smem, s>>>(*a, row0, max_split, part, ml, keep);
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
+}
+
 template <int D, int G, bool FP8>
 static int launch_group(const k_attention_args *a, int max_split, float *part, float2 *ml,
                         float *keep, int row0, int nr, cudaStream_t s) {
     dim3 grid((unsigned)max_split, (unsigned)a->kv.n_kv_head, (unsigned)nr);
-    size_t smem = (size_t)G * (D + ATTN_TILE) * sizeof(float);
-    if constexpr (D == 256) { /* the windowed families: scores kept between the passes */
-        if (keep) {
-            attn_split_kernel<D, G, FP8, false, true>
-                <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml, keep);
-            CUDA_CHECK(cudaGetLastError());
-            /* small groups: the warps' P.V sums meet in shared memory (pv_warp_keys) */
-            size_t pv_smem = smem;
-            if constexpr (G <= ATTN_WARP_PV_MAX_G)
-                pv_smem = (size_t)ATTN_WARPS * G * D * sizeof(float);
-            attn_split_kernel<D, G, FP8, true, true>
-                <<<grid, ATTN_THREADS, pv_smem, s>>>(*a, row0, max_split, part, ml, keep);
-            CUDA_CHECK(cudaGetLastError());
-        }
-    }
-    if (!keep) {
-        attn_split_kernel<D, G, FP8, false, false>
-            <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml, NULL);
-        CUDA_CHECK(cudaGetLastError());
-        attn_split_kernel<D, G, FP8, true, false>
-            <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml, NULL);
-        CUDA_CHECK(cudaGetLastError());
-    }
+    int rc;
+    if constexpr (D == 256) /* the windowed families keep their scores between the passes */
+        rc = keep ? launch_passes<D, G, FP8, true>(a, grid, max_split, part, ml, keep, row0, s)
+                  : launch_passes<D, G, FP8, false>(a, grid, max_split, part, ml, NULL, row0, s);
+    else
+        rc = launch_passes<D, G, FP8, false>(a, grid, max_split, part, ml, NULL, row0, s);
+    if (rc != K_OK) return rc;
     attn_combine_kernel<D><<<dim3((unsigned)a->n_head, (unsigned)nr), ATTN_THREADS, 0, s>>>(
         *a, row0, max_split, part, ml);
     CUDA_CHECK(cudaGetLastError());
