@@ -381,7 +381,9 @@ geometry_gates() {
     if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
         echo "SKIP gpu:geometry: skipped: needs torch and transformers with a GPU"; return
     fi
-    local g="$B/geometry" m mode
+    local g="$B/geometry" m mode e4m3_dumps=yes
+    # the e4m3 reference dumps take minutes: made only when the e4m3kv gates will run
+    case ",${G4_FIXTURE_GATES:-e4m3kv}," in *,e4m3kv,*) ;; *) e4m3_dumps=no ;; esac
     # GEOMETRY_MODELS picks a subset, GEOMETRY_WAYPOINTS= (empty) leaves the 16K/32K waypoints out
     # (one device call may not hold both models' runs)
     for m in ${GEOMETRY_MODELS:-26b-a4b 31b}; do
@@ -392,7 +394,7 @@ geometry_gates() {
         # GEOMETRY_MODES: gpu (bf16 pool), gpu-fp8 (kv.local = fp8 under GATES.md's fp8 rules)
         for mode in ${GEOMETRY_MODES:-gpu gpu-fp8}; do
             # under fp8, also HF with e4m3-stored sliding K/V (the fp8:*[f/hf-e4m3kv] gates)
-            [ "$mode" != gpu-fp8 ] || [ -f "$g/geometry-$m/hf_sdpa_e4m3kv.txt" ] ||
+            [ "$mode" != gpu-fp8 ] || [ "$e4m3_dumps" = no ] || [ -f "$g/geometry-$m/hf_sdpa_e4m3kv.txt" ] ||
                 python3 tests/fixtures/make_fixtures.py e4m3kv --out "$g/geometry-$m" \
                     > "$g.$m.e4m3kv.log" 2>&1 ||
                 echo "FAIL gpu:geometry[$m]: make_fixtures.py e4m3kv failed, see $g.$m.e4m3kv.log"

@@ -4,7 +4,8 @@
 # the card idle. One build, then every stream in the background with its own build folder
 # (a copy, so no stream relinks a program another is running) and its own log under $OUT.
 # Usage: tests/gpu/box_parallel.sh STREAM...
-#   race                      racecheck over the tiny-fixture gate run (racecheck_fixtures.sh)
+#   race, memcheck            that compute-sanitizer tool over the tiny-fixture gate run
+#                             (sanitize_fixtures.sh); memcheck also runs the attention op gate
 #   geo:MODEL:MODES:GATES     ./build.sh gpu-test geometry for one model (GEOMETRY_MODELS),
 #                             MODES (GEOMETRY_MODES, '+' between), GATES (test_fixtures'
 #                             G4_FIXTURE_GATES, ',' between; empty: all)
@@ -19,11 +20,19 @@ pids="" i=0
 for s in "$@"; do
     i=$((i + 1))
     case "$s" in
-    race)
-        cp build/tests/test_fixtures "build/tests/test_fixtures.race"
-        RACE_TIMEOUT=$(($(left) - 15)) timeout "$(left)" \
-            bash tests/gpu/racecheck_fixtures.sh build/tests/test_fixtures.race "$OUT" \
-            > "$OUT/stream$i.race.txt" 2>&1 &
+    race | memcheck)
+        tool=$s; [ "$s" = race ] && tool=racecheck
+        cp build/tests/test_fixtures "build/tests/test_fixtures.$tool"
+        {
+            if [ "$tool" = memcheck ]; then
+                timeout 150 compute-sanitizer --tool memcheck build/tests/test_attn \
+                    > "$OUT/memcheck_test_attn.log" 2>&1
+                echo "memcheck test_attn rc $?: $(grep "ERROR SUMMARY" "$OUT/memcheck_test_attn.log")" \
+                    "$(grep -E "passed,|^FAIL" "$OUT/memcheck_test_attn.log" | head -3)"
+            fi
+            SANITIZE_TIMEOUT=$(($(left) - 15)) timeout "$(left)" \
+                bash tests/gpu/sanitize_fixtures.sh "$tool" "build/tests/test_fixtures.$tool" "$OUT"
+        } > "$OUT/stream$i.$tool.txt" 2>&1 &
         ;;
     geo:*)
         IFS=: read -r _ model modes gates <<< "$s"
@@ -41,7 +50,7 @@ for p in $pids; do wait "$p"; done
 stamp "streams done"
 for f in "$OUT"/stream*.txt; do
     echo "---- ${f##*/}"
-    grep -E "^(PASS|FAIL|SKIP)|^== |RACECHECK SUMMARY|race reports|kernels/|passed," "$f" | cut -c1-300
+    grep -E "^(PASS|FAIL|SKIP)|^== |(RACECHECK|ERROR) SUMMARY|^memcheck|reports: |kernels/|passed," "$f" | cut -c1-300
 done
 for d in build-*; do
     [ -d "$d" ] && { tail -n 5 "$d"/geometry.*.log; grep "^test_fixtures: +" "$d/tests/test_fixtures.stderr" | tail -12; } \

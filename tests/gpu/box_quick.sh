@@ -46,7 +46,7 @@ case " $* " in *" racecheck "*)
     done ;;
 esac
 case " $* " in *" racecheck-fixtures "*) # issue 6: racecheck over the tiny-fixture gate run
-    bash tests/gpu/racecheck_fixtures.sh build/tests/test_fixtures "$OUT" ;;
+    bash tests/gpu/sanitize_fixtures.sh racecheck build/tests/test_fixtures "$OUT" ;;
 esac
 case " $* " in *" nobench "*) ;; *)
     stamp bench
