@@ -2,6 +2,8 @@
  * synchronisation runtime/ needs. Nothing here knows about models or requests. */
 #include "kernels/common.cuh"
 
+#include <cuda_profiler_api.h>
+
 extern "C" int k_device_init(char *desc, size_t desc_len) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -93,6 +95,11 @@ extern "C" int k_event_record(k_event *ev, g4_stream st) {
 extern "C" int k_event_elapsed_ms(k_event *a, k_event *b, float *ms) {
     CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)b));
     CUDA_CHECK(cudaEventElapsedTime(ms, (cudaEvent_t)a, (cudaEvent_t)b));
+    return K_OK;
+}
+
+extern "C" int k_profiler_range(int on) {
+    CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
     return K_OK;
 }
 

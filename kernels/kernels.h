@@ -281,6 +281,9 @@ void k_event_destroy(k_event *ev);
 int k_event_record(k_event *ev, g4_stream st);
 /* Milliseconds from a to b, both recorded and complete (synchronises on b). */
 int k_event_elapsed_ms(k_event *a, k_event *b, float *ms);
+/* Opens (on = 1) or closes the range a profiler started with its collection off records
+ * (ncu --profile-from-start off), so bench_decode can hand it one decode step. */
+int k_profiler_range(int on);
 
 #ifdef __cplusplus
 }

@@ -83,6 +83,11 @@ int k_event_elapsed_ms(k_event *a, k_event *b, float *ms) {
     return K_ERR_DEVICE;
 }
 
+int k_profiler_range(int on) {
+    (void)on;
+    return K_ERR_DEVICE;
+}
+
 int k_stream_create(g4_stream *out) {
     *out = NULL;
     return K_ERR_DEVICE;

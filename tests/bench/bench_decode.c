@@ -6,11 +6,12 @@
  * (wall clock around each whole step, which ends in the greedy tokens' copy to the host, so it
  * includes the launch gaps). One more step records a CUDA event after every named step and
  * sums the intervals per step name (see profile); the last prefill chunk is profiled the same
- * way, printed after the decode figures. The floor counts the bytes a step must read:
- * every non-expert weight once, the experts B rows route to per layer, the LM head, and the KV of
- * every row (window-capped for the local family). Expert count: top_k at B = 1; at B > 1 the
- * expected number of distinct experts when each row picks top_k of n_expert independently and
- * evenly, n_expert * (1 - (1 - top_k / n_expert)^B) (82 of 128 at B = 16 on the 26B-A4B), which
+ * way, printed after the decode figures. The profiled decode step is also the one a profiler
+ * started with collection off records (ncu --profile-from-start off). The floor counts the bytes a
+ * step must read: every non-expert weight once, the experts B rows route to per layer, the LM head,
+ * and the KV of every row (window-capped for the local family). Expert count: top_k at B = 1; at B
+ * > 1 the expected number of distinct experts when each row picks top_k of n_expert independently
+ * and evenly, n_expert * (1 - (1 - top_k / n_expert)^B) (82 of 128 at B = 16 on the 26B-A4B), which
  * is what the dummy weights' router does to within sampling noise. A benchmark, not a test: it
  * prints figures only. */
 #include "runtime/config.h"
@@ -218,8 +219,11 @@ int main(int argc, char **argv) {
         prof.last = now_ms();
         if (prof.gpu && s == steps && k_event_record(prof.ev[0], NULL) != 0) return 1;
         double t0 = now_ms();
+        /* the profiled step is also the one a profiler started with collection off sees */
+        if (s == steps && prof.gpu && k_profiler_range(1) != 0) return 1;
         if (engine_step(e, &eb, logits, s == steps ? profile_hook : NULL, &prof) != 0) return 1;
-        if (s == steps && prof.gpu && profile_collect(&prof) != 0) return 1;
+        if (s == steps && prof.gpu && (k_profiler_range(0) != 0 || profile_collect(&prof) != 0))
+            return 1;
         if (s < steps) t[s] = now_ms() - t0;
     }
     qsort(t, (size_t)steps, sizeof *t, cmp_double);

@@ -4,7 +4,7 @@
 # the decode benchmark, then the geometry gates (bounded by what is left of DEADLINE seconds).
 # Logs under $OUT; the gate programs' stderr is copied there too.
 # Usage: tests/gpu/box_quick.sh [nogates|noopgates] [demo] [pinned] [racecheck] [racecheck-fixtures] [nobench]
-#        [graphs] [gemm] [fp8] [sanitize] [ab] [nogeometry]
+#        [graphs] [ncu] [gemm] [fp8] [sanitize] [ab] [nogeometry]
 # (ab: the fp8-vs-bf16 serving A/B into $OUT/ab, AB_ROUNDS rounds (default 3) of AB_MODELS
 #  (default both); BENCH_CASES "model:rows ..." narrows the decode benchmark;
 #  GEOMETRY_MODELS, GEOMETRY_WAYPOINTS (build.sh) and GEOMETRY_GATES (test_fixtures'
@@ -65,6 +65,29 @@ case " $* " in *" graphs "*)
             --set serve.max_context=4096 --set serve.cuda_graphs=1 --batch $b --prompt 1024 \
             --steps 16 > "$OUT/bench_graphs_b$b.txt" 2>&1
         head -4 "$OUT/bench_graphs_b$b.txt" | tail -3
+    done ;;
+esac
+case " $* " in *" ncu "*) # where the attention time goes, bf16 against the fp8 pool
+    for kv in bf16 fp8; do
+        stamp "bench_decode 26B-A4B 16 rows and 31B 1 row (its prefill breakdown), kv.local=$kv"
+        for mb in gemma4-26b-a4b:16 gemma4-31b:1; do
+            m=${mb%:*} b=${mb#*:}
+            timeout 80 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
+                --set serve.max_context=4096 --set kv.local=$kv --batch $b --prompt 1024 \
+                --steps 16 > "$OUT/bench_${m}_b${b}_$kv.txt" 2>&1
+            head -4 "$OUT/bench_${m}_b${b}_$kv.txt" | tail -3; grep -i "attention" "$OUT/bench_${m}_b${b}_$kv.txt"
+        done
+    done
+    for kv in bf16 fp8; do
+        stamp "ncu: the attention kernels of one 16-row decode step (26B-A4B), kv.local=$kv"
+        timeout 200 ncu --clock-control none --profile-from-start off --kernel-name regex:attn \
+            --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --section WarpStateStats --section MemoryWorkloadAnalysis --print-summary per-kernel \
+            build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
+            --set serve.max_context=4096 --set serve.cuda_graphs=0 --set kv.local=$kv \
+            --batch 16 --prompt 1024 --steps 2 > "$OUT/ncu_$kv.txt" 2>&1
+        echo "ncu rc $?"; grep -E "attn_[a-z_]+kernel|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Memory Throughput" \
+            "$OUT/ncu_$kv.txt" | head -40 | cut -c1-200
     done ;;
 esac
 case " $* " in *" gemm "*)
