@@ -4,8 +4,12 @@ sets of --set overrides, or two binaries) alternate in paired rounds on the same
 concurrency c, c requests of PROMPT random tokens and OUTPUT tokens (ignore_eos) go in at once.
 
 Per configuration and concurrency it reports the decode step time (median and p90 of the
-requests' decode_ms_per_token: the c rows share every step), output tokens/s, first-token time
-(p50, p99), the floor of design/BENCH.md and the fraction of it, and GPU memory in use. A
+gaps between a request's consecutive token lines, streamed: the c rows share every step, so a
+gap is one step; the median is a step of decode rows alone, which is what the floor of
+design/BENCH.md counts, and the p90 shows the steps that also carried other requests' prefill
+chunks), the time per output token (median of the requests' decode_ms_per_token, prefill
+chunks included), output tokens/s, first-token time (p50, p99), the floor and the fraction of
+it, and GPU memory in use. A
 difference between A and B smaller than the spread of either configuration's per-round medians
 is reported as flat. Results: JSON, a markdown table and a PNG plot under --out, named by git
 commit, card and time; one progress line per measurement on stderr.
@@ -177,11 +181,14 @@ class Server:
         self.p.stdin.write(json.dumps(obj) + "\n")
         self.p.stdin.flush()
 
-    def wait_done(self, ids):
-        """Reads lines until every id in ids has its done line; returns {id: done}."""
-        want, done = set(ids), {}
+    def wait_done(self, ids, gaps=None):
+        """Reads lines until every id in ids has its done line; returns {id: done}. With gaps
+        (a dict), gaps[id] collects the ms between the id's consecutive token lines, per token
+        (a token held back inside a multi-byte character shares the next line's gap)."""
+        want, done, last = set(ids), {}, {}
         while want:
             line = self.p.stdout.readline()
+            now = time.monotonic()
             if not line:
                 self.errlog.flush()
                 with open(self.errlog.name) as f:
@@ -191,6 +198,12 @@ class Server:
             ev = json.loads(line)
             if ev.get("event") == "error":
                 raise RuntimeError(f"g4pipe answered an error: {line.strip()}")
+            if gaps is not None and ev.get("event") == "token" and ev.get("id") in want:
+                rid, idx = ev["id"], ev["index"]
+                if rid in last and idx > last[rid][1]:
+                    step = (now - last[rid][0]) * 1e3 / (idx - last[rid][1])
+                    gaps.setdefault(rid, []).extend([step] * (idx - last[rid][1]))
+                last[rid] = (now, idx)
             if ev.get("event") == "done" and ev.get("id") in want:
                 want.discard(ev["id"])
                 done[ev["id"]] = ev
@@ -230,25 +243,33 @@ def measure(server, c, prompt, output, vocab, rng, tag):
     for rid in ids:
         toks = [2] + [rng.randrange(min(1000, vocab // 2), vocab) for _ in range(prompt - 1)]
         server.send({"id": rid, "tokens": toks, "max_tokens": output, "ignore_eos": True,
-                     "stream": False})
-    done = server.wait_done(ids)
+                     "stream": True})
+    gaps = {}
+    done = server.wait_done(ids, gaps)
     wall = time.monotonic() - t0
     reqs = [{"ttft_ms": d["timing"]["ttft_ms"],
              "decode_ms_per_token": d["timing"]["decode_ms_per_token"],
-             "completion_tokens": d["usage"]["completion_tokens"]} for d in done.values()]
+             "completion_tokens": d["usage"]["completion_tokens"],
+             "step_gaps_ms": [round(g, 4) for g in gaps.get(rid, [])]} for rid, d in done.items()]
     return reqs, wall
 
 
 # ---- the report ---------------------------------------------------------------------------
 
+def round_step_ms(run):
+    """One measurement's decode step: the median gap between token lines over its requests."""
+    g = [x for q in run["requests"] for x in q["step_gaps_ms"]]
+    return statistics.median(g) if g else 0.0
+
+
 def summarize(runs, d, args, cfg):
     out = []
     for c in args.concurrency:
         rr = [r for r in runs if r["config"] == cfg["label"] and r["c"] == c]
-        dec = [q["decode_ms_per_token"] for r in rr for q in r["requests"]]
+        dec = [g for r in rr for q in r["requests"] for g in q["step_gaps_ms"]] or [0.0]
+        tpot = [q["decode_ms_per_token"] for r in rr for q in r["requests"]]
         ttft = [q["ttft_ms"] for r in rr for q in r["requests"]]
-        round_med = [statistics.median(q["decode_ms_per_token"] for q in r["requests"])
-                     for r in rr]
+        round_med = [round_step_ms(r) for r in rr]
         toks = [sum(q["completion_tokens"] for q in r["requests"]) / r["wall_s"] for r in rr]
         fl = floor_bytes(d, c, args.prompt + args.output // 2, cfg["local_width"])
         # prefill: the c prompts' FLOPs over the time the last of them took to its first token
@@ -258,6 +279,7 @@ def summarize(runs, d, args, cfg):
         floor_ms = fl["total"] / (args.bw * 1e6)
         mem = [r["gpu_mem_mb"] for r in rr if r["gpu_mem_mb"] is not None]
         out.append({"c": c, "decode_step_ms_median": med, "decode_step_ms_p90": pct(dec, 0.9),
+                    "tpot_ms_median": statistics.median(tpot),
                     "round_medians_ms": round_med,
                     "spread_ms": max(round_med) - min(round_med),
                     "tokens_per_s": statistics.median(toks),
@@ -295,16 +317,17 @@ def markdown(result):
              f"{result['rounds']} paired rounds, {result['weights']} weights, "
              f"floor at {result['bw_gbps']:.0f} GB/s, prefill against "
              f"{result['matrix_tflops']:.0f} TFLOP/s", "",
-             "| config | c | decode step median (p90) | round spread | tok/s | TTFT p50 (p99) | "
-             "floor | fraction | prefill TFLOP/s (fraction) | GPU memory |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| config | c | decode step median (p90) | round spread | time per output token | "
+             "tok/s | TTFT p50 (p99) | floor | fraction | prefill TFLOP/s (fraction) | "
+             "GPU memory |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for cfg in (a, b):
         for s in cfg["summary"]:
             mem = f"{s['gpu_mem_mb'] / 1e3:.1f} GB" if s["gpu_mem_mb"] else "n/a"
             frac = f"{s['fraction_of_floor']:.3f}" if s["fraction_of_floor"] else "n/a"
             lines.append(f"| {cfg['label']} | {s['c']} | {s['decode_step_ms_median']:.3f} ms "
                          f"({s['decode_step_ms_p90']:.3f}) | {s['spread_ms']:.3f} ms | "
-                         f"{s['tokens_per_s']:.1f} | {s['ttft_ms_p50']:.1f} ms "
+                         f"{s['tpot_ms_median']:.3f} ms | {s['tokens_per_s']:.1f} | {s['ttft_ms_p50']:.1f} ms "
                          f"({s['ttft_ms_p99']:.1f}) | {s['floor_ms']:.3f} ms | {frac} | "
                          f"{s['prefill_tflops']:.3g} ({s['prefill_fraction_of_matrix_rate']:.3g}) | "
                          f"{mem} |")
@@ -424,7 +447,7 @@ def main(argv):
                                          f"r{rnd}c{c}")
                     runs.append({"round": rnd, "config": cfg["label"], "c": c, "wall_s": wall,
                                  "gpu_mem_mb": gpu_memory_mb(), "requests": reqs})
-                    med = statistics.median(q["decode_ms_per_token"] for q in reqs)
+                    med = round_step_ms(runs[-1])
                     log(f"[{len(runs)}/{total}] round {rnd + 1} {cfg['label']} c={c}: decode "
                         f"step {med:.3f} ms, {wall:.1f} s")
             except RuntimeError as e:

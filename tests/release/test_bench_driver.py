@@ -66,11 +66,16 @@ def main():
     good = all(s["decode_step_ms_median"] > 0 and s["ttft_ms_p50"] > 0 and s["tokens_per_s"] > 0
                and s["floor_ms"] > 0 for s in summ)
     progress = p.stderr.count("] round ")
+    # the decode step comes from the gaps between streamed token lines: one per token after
+    # the first, none negative
+    gaps_ok = all(len(q["step_gaps_ms"]) == q["completion_tokens"] - 1 and
+                  all(g >= 0 for g in q["step_gaps_ms"]) for x in r["runs"] for q in x["requests"])
     check("release_driver_json", len(r["runs"]) == 8 and len(summ) == 4 and good and
           all(x["verdict"] in ("flat", "B faster", "B slower") for x in r["comparison"]) and
-          progress == 8 and all(len(x["requests"]) == x["c"] for x in r["runs"]),
+          progress == 8 and all(len(x["requests"]) == x["c"] for x in r["runs"]) and gaps_ok,
           f"{len(r['runs'])} measurements (2 rounds x 2 configs x 2 concurrencies), "
-          f"{progress} progress lines, every summary positive: {good}")
+          f"{progress} progress lines, every summary positive: {good}, a step gap per token "
+          f"after the first: {gaps_ok}")
     md = open(base + ".md").read()
     rows = [l for l in md.splitlines() if l.startswith("| chunk")]
     check("release_driver_markdown", len(rows) == 4 and "| 2 |" in md and md == p.stdout,
