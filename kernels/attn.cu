@@ -154,11 +154,10 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
  * by it (1.5x the KV bytes of one pass). The rounding matches the reference, so the
  * engine tracks HF eager as the first version did (an fp32 p, FlashAttention-style, drifted past
  * the tiny fixtures' HF gap limit).
- * Inside a block: scores - warp w takes keys w, w+4, ... of the tile, lanes own 8 dims per 256
- * (one 16-byte bf16 or 8-byte e4m3 load) and a butterfly sums each head's dot product, rounded
- * to bf16 as the reference's q.k; P.V - thread t owns D/128 consecutive dims of every head, V
- * rows read coalesced, except the kept-score pass of head dim 256 and groups up to
- * ATTN_WARP_PV_MAX_G, which splits keys across warps as the scores do (pv_warp_keys).
+ * Inside a block: scores - each warp takes four keys at a time, 8 lanes to a key, each lane
+ * D/8 dims in 8-dim chunks (tile_scores), rounded to bf16 as the reference's q.k; P.V - thread t
+ * owns D/128 consecutive dims of every head, V rows read coalesced, except the kept-score pass of
+ * head dim 256 and groups up to ATTN_WARP_PV_MAX_G, which splits keys across warps (pv_warp_keys).
  *
  * e4m3 KV (the fp8 local pool): the same kernels with the loads converting e4m3 pairs to fp32
  * in registers (cvt e4m3x2 -> f16x2 is exact, then f16 -> f32); arithmetic is unchanged. */
@@ -262,15 +261,17 @@ static __device__ __forceinline__ void load_n(const void *base, long long o, flo
     }
 }
 
-/* The scores of one tile into ps[g][kk] (-inf for an unmapped key, with *bad set) and the V
- * offsets into voff. A warp's keys go in batches of KB: the batch's page-table reads, then its
+/* tile_scores for large groups (G x D over 1024: the global layers' group of 8 at head dim 512),
+ * where the quad layout's per-key sums would not fit beside the P.V accumulators: warp w takes
+ * keys w, w + 4, ..., lanes own 8 dims per 256 and a butterfly sums each head's dot product.
+ * A warp's keys go in batches of KB: the batch's page-table reads, then its
  * K loads, all issued before the first dot product, so a warp waits on one memory latency per
  * batch rather than two per key (the table read and the load it addresses). Each key's
  * arithmetic is the one-key-at-a-time version's: the same dims per lane, the same butterfly. */
 template <int D, int G, bool FP8>
-static __device__ __forceinline__ void tile_scores(const k_attention_args &a, int seq, int kvh,
-                                                   int t0, int nk, const float *qs, float *ps,
-                                                   long long *voff, int *bad) {
+static __device__ __forceinline__ void
+tile_scores_butterfly(const k_attention_args &a, int seq, int kvh, int t0, int nk, const float *qs,
+                      float *ps, long long *voff, int *bad) {
     constexpr int SL = D / 256; /* 8-dim slices per lane */
     /* keys in flight per warp: K's registers (KB x SL x 8) next to the P.V pass's G x D/128
      * accumulators, sized so that no instantiation spills (-Xptxas -warn-spills) */
@@ -328,8 +329,106 @@ static __device__ __forceinline__ void tile_scores(const k_attention_args &a, in
     }
 }
 
+/* The scores of one tile into ps[g][kk] (-inf for an unmapped key, with *bad set) and the V
+ * offsets into voff. A warp takes four keys at a time, one per group of 8 lanes: lane sub of a
+ * group owns the dims (c * 8 + sub) * 8 .. + 8 of chunks c < D / 64 (so each load instruction
+ * reads 128 bytes of bf16, 64 of e4m3, contiguous per key), sums them in chunk order, and three
+ * shuffles within the group finish the dot product. One warp-wide butterfly per key and head
+ * (five dependent shuffles, the whole warp on one key) made this pass latency-bound: ncu put it
+ * at 60 us a windowed layer for 16 rows, 24% of DRAM bandwidth, and e4m3 ran no faster. KB
+ * such quads are in flight per warp: their page-table reads, then their K loads, all issued
+ * before the first product, so a warp waits on one memory latency per batch. The sum order is
+ * fixed by the head dim alone, the same for every row and batch (batch invariance). */
+template <int D, int G, bool FP8>
+static __device__ __forceinline__ void tile_scores_quad(const k_attention_args &a, int seq, int kvh,
+                                                        int t0, int nk, const float *qs, float *ps,
+                                                        long long *voff, int *bad) {
+    constexpr int CH = D / 64; /* 8-dim chunks per lane */
+    constexpr int QUAD = 4;    /* keys per warp step, one per 8-lane group */
+    /* quads in flight per warp: K's registers (KB x CH x 4 or 2), sized so that no
+     * instantiation spills (-Xptxas -warn-spills); e4m3 holds twice the keys for the same */
+    constexpr int KB = (CH == 4 ? 2 : 1) * (FP8 ? 2 : 1);
+    constexpr int STEP = ATTN_WARPS * QUAD; /* keys the block's warps take per quad */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int grp = lane >> 3, sub = lane & 7;
+    for (int b0 = 0; b0 < nk; b0 += STEP * KB) { /* warp-uniform */
+        long long ko[KB];
+        raw8<FP8> kr[KB][CH];
+#pragma unroll
+        for (int u = 0; u < KB; u++) {
+            const int kk = b0 + u * STEP + warp * QUAD + grp;
+            ko[u] = kk < nk ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 0, kvh) : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < KB; u++)
+#pragma unroll
+            for (int c = 0; c < CH; c++)
+                if (ko[u] >= 0) /* uniform in the 8-lane group */
+                    kr[u][c] = load_raw8<FP8>(a.kv.base, ko[u] + (c * 8 + sub) * 8);
+        float sum[KB][G];
+#pragma unroll
+        for (int u = 0; u < KB; u++)
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                sum[u][g] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CH; c++)
+#pragma unroll
+            for (int u = 0; u < KB; u++) {
+                if (ko[u] < 0) continue; /* its sums stay 0 and are not written */
+                float k8[8];
+                cvt8<FP8>(kr[u][c], k8);
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    const float4 *q4 =
+                        reinterpret_cast<const float4 *>(qs + g * D + (c * 8 + sub) * 8);
+                    const float4 qa = q4[0], qb = q4[1];
+                    sum[u][g] += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] +
+                                 qb.x * k8[4] + qb.y * k8[5] + qb.z * k8[6] + qb.w * k8[7];
+                }
+            }
+            /* the group's partial sums: every lane takes part (the mask is the whole warp) */
+#pragma unroll
+        for (int u = 0; u < KB; u++)
+#pragma unroll
+            for (int g = 0; g < G; g++)
+#pragma unroll
+                for (int m = 4; m > 0; m >>= 1)
+                    sum[u][g] += __shfl_xor_sync(0xffffffffu, sum[u][g], m);
+#pragma unroll
+        for (int u = 0; u < KB; u++) {
+            const int kk = b0 + u * STEP + warp * QUAD + grp;
+            if (sub != 0 || kk >= nk) continue;
+            if (ko[u] < 0) { /* an unmapped key */
+                *bad = 1;
+#pragma unroll
+                for (int g = 0; g < G; g++)
+                    ps[g * ATTN_TILE + kk] = -INFINITY;
+                voff[kk] = -1;
+                continue;
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                ps[g * ATTN_TILE + kk] = bf(sum[u][g]);
+            voff[kk] = kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
+        }
+    }
+}
+
+/* The scores of one tile: the quad layout where its sums fit (G x D up to 1024), else the
+ * butterfly. Both fix their sum order by G and D alone (batch invariance). */
+template <int D, int G, bool FP8>
+static __device__ __forceinline__ void tile_scores(const k_attention_args &a, int seq, int kvh,
+                                                   int t0, int nk, const float *qs, float *ps,
+                                                   long long *voff, int *bad) {
+    if constexpr (G * D <= 1024)
+        tile_scores_quad<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, bad);
+    else
+        tile_scores_butterfly<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, bad);
+}
+
 /* P.V of one tile with the keys split across warps, for head dim 256: warp w takes keys w,
- * w + 4, ... (as tile_scores does), each lane 8 dims of V (one 16-byte bf16 or 8-byte e4m3
+ * w + 4, ..., each lane 8 dims of V (one 16-byte bf16 or 8-byte e4m3
  * load), a batch of KBV keys' loads in flight before the first product. The per-thread layout
  * loads 2 elements a key in a loop over the tile and waits on every load's latency; this one
  * waits once a batch, so halving the bytes (e4m3) shows in the time. acc[g][t] sums dim
