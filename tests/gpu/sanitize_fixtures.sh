@@ -26,7 +26,8 @@ done
 wait
 for f in tiny-moe tiny-ple tiny-dense; do
     echo "== $tool $f"
-    grep -E "^(PASS|FAIL)|(RACECHECK|ERROR|LEAK) SUMMARY" "$out/${tool}_fx_$f.log" | cut -c1-160
+    grep -E "^(PASS|FAIL)|(RACECHECK|ERROR|LEAK) SUMMARY|Internal Sanitizer Error" \
+        "$out/${tool}_fx_$f.log" | cut -c1-160
     # cuBLASLt's nvjet kernels are NVIDIA's (docs/testing.md); ours carry .cu:line (built with
     # -lineinfo) and must show none
     echo "reports: $(grep -c -E "Race reported|^========= (Invalid|Program hit|Uninitialized)" \
