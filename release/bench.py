@@ -270,6 +270,7 @@ def summarize(runs, d, args, cfg):
         tpot = [q["decode_ms_per_token"] for r in rr for q in r["requests"]]
         ttft = [q["ttft_ms"] for r in rr for q in r["requests"]]
         round_med = [round_step_ms(r) for r in rr]
+        round_ttft = [pct([q["ttft_ms"] for q in r["requests"]], 0.5) for r in rr]
         toks = [sum(q["completion_tokens"] for q in r["requests"]) / r["wall_s"] for r in rr]
         fl = floor_bytes(d, c, args.prompt + args.output // 2, cfg["local_width"])
         # prefill: the c prompts' FLOPs over the time the last of them took to its first token
@@ -284,6 +285,8 @@ def summarize(runs, d, args, cfg):
                     "spread_ms": max(round_med) - min(round_med),
                     "tokens_per_s": statistics.median(toks),
                     "ttft_ms_p50": pct(ttft, 0.5), "ttft_ms_p99": pct(ttft, 0.99),
+                    "ttft_round_p50_ms": round_ttft,
+                    "ttft_spread_ms": max(round_ttft) - min(round_ttft),
                     "floor_gb": fl["total"] / 1e9, "floor_ms": floor_ms,
                     "floor_kv_local_gb": fl["kv_local"] / 1e9,
                     "fraction_of_floor": floor_ms / med if med > 0 else None,
@@ -299,13 +302,19 @@ def compare(a, b, args):
         delta = sa["decode_step_ms_median"] - sb["decode_step_ms_median"]  # > 0: B faster
         spread = max(sa["spread_ms"], sb["spread_ms"])
         predicted = (sa["floor_gb"] - sb["floor_gb"]) * 1e9 / (args.bw * 1e6)
+        # first-token time: B - A, > 0 when B is later; flat within either side's round spread
+        tdelta = sb["ttft_ms_p50"] - sa["ttft_ms_p50"]
+        tspread = max(sa["ttft_spread_ms"], sb["ttft_spread_ms"])
         rows.append({"c": sa["c"], "gain_ms": delta,
                      "gain_pct": 100 * delta / sa["decode_step_ms_median"],
                      "predicted_gain_ms": predicted, "spread_ms": spread,
                      "verdict": "flat" if abs(delta) <= spread else
                      ("B faster" if delta > 0 else "B slower") +
                      ("" if len(sa["round_medians_ms"]) > 1 else " (one round: no spread)"),
-                     "ttft_p50_delta_ms": sb["ttft_ms_p50"] - sa["ttft_ms_p50"]})
+                     "ttft_p50_delta_ms": tdelta, "ttft_spread_ms": tspread,
+                     "ttft_verdict": "flat" if abs(tdelta) <= tspread else
+                     ("B later" if tdelta > 0 else "B earlier") +
+                     ("" if len(sa["ttft_round_p50_ms"]) > 1 else " (one round: no spread)")})
     return rows
 
 
@@ -332,11 +341,12 @@ def markdown(result):
                          f"{s['prefill_tflops']:.3g} ({s['prefill_fraction_of_matrix_rate']:.3g}) | "
                          f"{mem} |")
     lines += ["", f"| c | {b['label']} vs {a['label']}: decode-step gain | predicted from bytes | "
-              "verdict | TTFT p50 change |", "|---|---|---|---|---|"]
+              "verdict | TTFT p50 change (spread) | TTFT verdict |", "|---|---|---|---|---|---|"]
     for r in result["comparison"]:
         lines.append(f"| {r['c']} | {r['gain_ms']:+.3f} ms ({r['gain_pct']:+.1f}%) | "
                      f"{r['predicted_gain_ms']:+.3f} ms | {r['verdict']} | "
-                     f"{r['ttft_p50_delta_ms']:+.1f} ms |")
+                     f"{r['ttft_p50_delta_ms']:+.1f} ms ({r['ttft_spread_ms']:.1f}) | "
+                     f"{r['ttft_verdict']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -71,7 +71,8 @@ def main():
     gaps_ok = all(len(q["step_gaps_ms"]) == q["completion_tokens"] - 1 and
                   all(g >= 0 for g in q["step_gaps_ms"]) for x in r["runs"] for q in x["requests"])
     check("release_driver_json", len(r["runs"]) == 8 and len(summ) == 4 and good and
-          all(x["verdict"] in ("flat", "B faster", "B slower") for x in r["comparison"]) and
+          all(x["verdict"] in ("flat", "B faster", "B slower") and
+              x["ttft_verdict"] in ("flat", "B later", "B earlier") for x in r["comparison"]) and
           progress == 8 and all(len(x["requests"]) == x["c"] for x in r["runs"]) and gaps_ok,
           f"{len(r['runs'])} measurements (2 rounds x 2 configs x 2 concurrencies), "
           f"{progress} progress lines, every summary positive: {good}, a step gap per token "
