@@ -9,6 +9,11 @@
 #   geo:MODEL:MODES:GATES     ./build.sh gpu-test geometry for one model (GEOMETRY_MODELS),
 #                             MODES (GEOMETRY_MODES, '+' between), GATES (test_fixtures'
 #                             G4_FIXTURE_GATES, ',' between; empty: all)
+#   tree:DIR:ARGS             tests/gpu/box_quick.sh ARGS ('+' between) inside DIR, another source
+#                             tree carried as plain files (a branch's `git archive`), so one call
+#                             gates a candidate beside a sanitizer run of the current tree; logs
+#                             under $OUT/DIR. Keep timing (bench, ncu, ab) out of it: the streams
+#                             share the card. Builds run under nice, behind the sanitizer.
 # DEADLINE (seconds from the start, default 560) bounds every stream; logs return as one archive.
 set -u
 DEADLINE=${DEADLINE:-560}
@@ -40,6 +45,12 @@ for s in "$@"; do
         BUILD_DIR="build-$i" GEOMETRY_MODELS="$model" GEOMETRY_MODES="${modes//+/ }" \
             G4_FIXTURE_GATES="$gates" timeout "$(left)" ./build.sh gpu-test geometry \
             > "$OUT/stream$i.geo-$model.txt" 2>&1 &
+        ;;
+    tree:*)
+        IFS=: read -r _ dir args <<< "$s"
+        [ -e "$dir/.deps" ] || ln -s "$PWD/.deps" "$dir/.deps"
+        (cd "$dir" && OUT="$OUT/${dir//\//_}" DEADLINE=$(($(left) - 5)) nice -n 10 \
+            bash tests/gpu/box_quick.sh ${args//+/ }) > "$OUT/stream$i.tree.txt" 2>&1 &
         ;;
     *) echo "unknown stream '$s'"; continue ;;
     esac
