@@ -12,7 +12,9 @@
 #   tree:DIR:ARGS             tests/gpu/box_quick.sh ARGS ('+' between) inside DIR, another source
 #                             tree carried as plain files (a branch's `git archive`), so one call
 #                             gates a candidate beside a sanitizer run of the current tree; logs
-#                             under $OUT/DIR. Keep timing (bench, ncu, ab) out of it: the streams
+#                             under $OUT/DIR; the test data the device copy's size limit keeps
+#                             out of DIR (tests/fixtures, tests/tokenizer) is linked from the
+#                             current tree where DIR lacks it. Keep timing (bench, ncu, ab) out of it: the streams
 #                             share the card. Builds run under nice, behind the sanitizer.
 # DEADLINE (seconds from the start, default 560) bounds every stream; logs return as one archive.
 set -u
@@ -48,7 +50,9 @@ for s in "$@"; do
         ;;
     tree:*)
         IFS=: read -r _ dir args <<< "$s"
-        [ -e "$dir/.deps" ] || ln -s "$PWD/.deps" "$dir/.deps"
+        for p in .deps tests/fixtures tests/tokenizer; do
+            [ -e "$dir/$p" ] || ln -s "$PWD/$p" "$dir/$p"
+        done
         (cd "$dir" && OUT="$OUT/${dir//\//_}" DEADLINE=$(($(left) - 5)) nice -n 10 \
             bash tests/gpu/box_quick.sh ${args//+/ }) > "$OUT/stream$i.tree.txt" 2>&1 &
         ;;
