@@ -10,6 +10,7 @@ stamp() { echo "== $1 (+$(($(date +%s) - t0)) s)"; }
 left() { echo $((DEADLINE - ($(date +%s) - t0))); }
 pack_logs() {
     stamp done
+    [ "${BOX_NO_PACK:-0}" = 1 ] && return # a stream inside another call's $OUT: the caller packs
     (cd "$OUT" && tar czf /tmp/box-logs.tgz --exclude box-logs.tgz . && find . -mindepth 1 -delete &&
         mv /tmp/box-logs.tgz "$OUT/")
 }

@@ -9,13 +9,13 @@
 #   geo:MODEL:MODES:GATES     ./build.sh gpu-test geometry for one model (GEOMETRY_MODELS),
 #                             MODES (GEOMETRY_MODES, '+' between), GATES (test_fixtures'
 #                             G4_FIXTURE_GATES, ',' between; empty: all)
-#   tree:DIR:ARGS             tests/gpu/box_quick.sh ARGS ('+' between) inside DIR, another source
-#                             tree carried as plain files (a branch's `git archive`), so one call
-#                             gates a candidate beside a sanitizer run of the current tree; logs
-#                             under $OUT/DIR; the test data the device copy's size limit keeps
-#                             out of DIR (tests/fixtures, tests/tokenizer) is linked from the
-#                             current tree where DIR lacks it. Keep timing (bench, ncu, ab) out of it: the streams
-#                             share the card. Builds run under nice, behind the sanitizer.
+#   tree:DIR:ARGS             tests/gpu/box_quick.sh ARGS ('+' between) inside DIR: another
+#                             source tree carried as plain files (a branch's `git archive`), or
+#                             '.', this tree's own gates beside its sanitizer run. Logs under
+#                             $OUT/treeN. Test data the device copy's size limit keeps out of
+#                             DIR (tests/fixtures, tests/tokenizer) is linked from this tree.
+#                             Keep timing (bench, ncu, ab) out of it: the streams share the card.
+#                             Builds run under nice, behind the sanitizer.
 # DEADLINE (seconds from the start, default 560) bounds every stream; logs return as one archive.
 set -u
 DEADLINE=${DEADLINE:-560}
@@ -53,7 +53,7 @@ for s in "$@"; do
         for p in .deps tests/fixtures tests/tokenizer; do
             [ -e "$dir/$p" ] || ln -s "$PWD/$p" "$dir/$p"
         done
-        (cd "$dir" && OUT="$OUT/${dir//\//_}" DEADLINE=$(($(left) - 5)) nice -n 10 \
+        (cd "$dir" && OUT="$OUT/tree$i" BOX_NO_PACK=1 DEADLINE=$(($(left) - 5)) nice -n 10 \
             bash tests/gpu/box_quick.sh ${args//+/ }) > "$OUT/stream$i.tree.txt" 2>&1 &
         ;;
     *) echo "unknown stream '$s'"; continue ;;

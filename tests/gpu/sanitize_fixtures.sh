@@ -7,6 +7,8 @@
 # GATES picks test_fixtures' gates (G4_FIXTURE_GATES), default vs_hf,batch_invariance,
 # cuda_graphs: every kernel the engine launches, at several batch compositions and in graphs.
 # SANITIZE_TIMEOUT bounds each process (seconds, default 170).
+# SANITIZE_BI_MAX_LEN cuts the batch-invariance sequences (test_fixtures' G4_BI_MAX_LEN) for
+# racecheck, under which the full 48 positions outlast a device call.
 set -u
 tool=$1 bin=$2 out=$3
 gates=${GATES:-vs_hf,batch_invariance,cuda_graphs}
@@ -19,12 +21,12 @@ help=$(compute-sanitizer --help 2>&1)
 # it), so they stay in, and every report is printed: ours are told apart by their source lines.
 case "$help" in *print-limit*) opts="$opts --print-limit 0" ;; esac
 echo "$tool test_fixtures gpu, gates $gates, each fixture and gate within ${SANITIZE_TIMEOUT:-170} s;" \
-    "options:${opts:- none}"
+    "options:${opts:- none}; batch-invariance positions ${SANITIZE_BI_MAX_LEN:-48}"
 runs=""
 for f in tiny-moe tiny-ple tiny-dense; do
     for g in ${gates//,/ }; do
         runs="$runs $f:$g"
-        G4_FIXTURE_GATES="$g" timeout "${SANITIZE_TIMEOUT:-170}" compute-sanitizer --tool "$tool" \
+        G4_FIXTURE_GATES="$g" G4_BI_MAX_LEN="${SANITIZE_BI_MAX_LEN:-}" timeout "${SANITIZE_TIMEOUT:-170}" compute-sanitizer --tool "$tool" \
             $opts "$bin" tests/fixtures gpu $f > "$out/${tool}_fx_${f}_$g.log" 2>&1 &
     done
 done
@@ -33,6 +35,7 @@ for r in $runs; do
     f=${r%:*} g=${r#*:} log="$out/${tool}_fx_${f}_$g.log"
     echo "== $tool $f $g"
     grep -E "^(PASS|FAIL)|(RACECHECK|ERROR|LEAK) SUMMARY|Internal Sanitizer Error" "$log" | cut -c1-160
+    grep "composition" "$log" | tail -1
     # cuBLASLt's nvjet kernels are NVIDIA's (docs/testing.md); ours carry .cu:line (built with
     # -lineinfo) and must show none
     echo "reports: $(grep -c -E "Race reported|^========= (Invalid|Program hit|Uninitialized)" \
