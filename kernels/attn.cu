@@ -155,7 +155,7 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
  * engine tracks HF eager as the first version did (an fp32 p, FlashAttention-style, drifted past
  * the tiny fixtures' HF gap limit).
  * Inside a block: scores - each warp takes four keys at a time, 8 lanes to a key, each lane
- * D/8 dims in 8-dim chunks (tile_scores), rounded to bf16 as the reference's q.k; P.V - thread t
+ * D/8 dims in 8-dim chunks (quad_score), rounded to bf16 as the reference's q.k; P.V - thread t
  * owns D/128 consecutive dims of every head, V rows read coalesced, except the kept-score pass of
  * head dim 256 and groups up to ATTN_WARP_PV_MAX_G, which splits keys across warps (pv_warp_keys).
  *
@@ -261,9 +261,9 @@ static __device__ __forceinline__ void load_n(const void *base, long long o, flo
     }
 }
 
-/* tile_scores for large groups (G x D over 1024: the global layers' group of 8 at head dim 512),
- * where the quad layout's per-key sums would not fit beside the P.V accumulators: warp w takes
- * keys w, w + 4, ..., lanes own 8 dims per 256 and a butterfly sums each head's dot product.
+/* The scores of one tile for large groups (G x D over 1024: the global layers' group of 8 at head
+ * dim 512), where the quad layout's per-key sums would not fit beside the P.V accumulators: warp w
+ * takes keys w, w + 4, ..., lanes own 8 dims per 256 and a butterfly sums each head's dot product.
  * A warp's keys go in batches of KB: the batch's page-table reads, then its
  * K loads, all issued before the first dot product, so a warp waits on one memory latency per
  * batch rather than two per key (the table read and the load it addresses). Each key's
@@ -677,7 +677,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
                 }
             }
         }
-        __syncthreads(); /* ps and voff are rewritten by the next tile */
+        __syncthreads(); /* ps and voff are rewritten by the next tile (WARP_PV ends its tiles
+                            above) */
     }
 
     if (WARP_PV) {
