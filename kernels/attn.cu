@@ -155,7 +155,7 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
  * engine tracks HF eager as the first version did (an fp32 p, FlashAttention-style, drifted past
  * the tiny fixtures' HF gap limit).
  * Inside a block: scores - each warp takes four keys at a time, 8 lanes to a key, each lane
- * D/8 dims in 8-dim chunks (tile_scores), rounded to bf16 as the reference's q.k; P.V - thread t
+ * D/8 dims in 8-dim chunks (quad_score), rounded to bf16 as the reference's q.k; P.V - thread t
  * owns D/128 consecutive dims of every head, V rows read coalesced, except the kept-score pass of
  * head dim 256 and groups up to ATTN_WARP_PV_MAX_G, which splits keys across warps (pv_warp_keys).
  *
@@ -261,9 +261,9 @@ static __device__ __forceinline__ void load_n(const void *base, long long o, flo
     }
 }
 
-/* tile_scores for large groups (G x D over 1024: the global layers' group of 8 at head dim 512),
- * where the quad layout's per-key sums would not fit beside the P.V accumulators: warp w takes
- * keys w, w + 4, ..., lanes own 8 dims per 256 and a butterfly sums each head's dot product.
+/* The scores of one tile for large groups (G x D over 1024: the global layers' group of 8 at head
+ * dim 512), where the quad layout's per-key sums would not fit beside the P.V accumulators: warp w
+ * takes keys w, w + 4, ..., lanes own 8 dims per 256 and a butterfly sums each head's dot product.
  * A warp's keys go in batches of KB: the batch's page-table reads, then its
  * K loads, all issued before the first dot product, so a warp waits on one memory latency per
  * batch rather than two per key (the table read and the load it addresses). Each key's
@@ -339,93 +339,112 @@ tile_scores_butterfly(const k_attention_args &a, int seq, int kvh, int t0, int n
  * such quads are in flight per warp: their page-table reads, then their K loads, all issued
  * before the first product, so a warp waits on one memory latency per batch. The sum order is
  * fixed by the head dim alone, the same for every row and batch (batch invariance). */
-template <int D, int G, bool FP8>
-static __device__ __forceinline__ void tile_scores_quad(const k_attention_args &a, int seq, int kvh,
-                                                        int t0, int nk, const float *qs, float *ps,
-                                                        long long *voff, int *bad) {
-    constexpr int CH = D / 64; /* 8-dim chunks per lane */
-    constexpr int QUAD = 4;    /* keys per warp step, one per 8-lane group */
+/* A batch of the quad layout's keys in flight: KB quads per warp, their K offsets and loads. */
+template <int D, bool FP8> struct quad_batch {
+    static constexpr int CH = D / 64; /* 8-dim chunks per lane */
+    static constexpr int QUAD = 4;    /* keys per warp step, one per 8-lane group */
     /* quads in flight per warp: K's registers (KB x CH x 4 or 2), sized so that no
      * instantiation spills (-Xptxas -warn-spills); e4m3 holds twice the keys for the same */
-    constexpr int KB = (CH == 4 ? 2 : 1) * (FP8 ? 2 : 1);
-    constexpr int STEP = ATTN_WARPS * QUAD; /* keys the block's warps take per quad */
+    static constexpr int KB = (CH == 4 ? 2 : 1) * (FP8 ? 2 : 1);
+    static constexpr int STEP = ATTN_WARPS * QUAD; /* keys the block's warps take per quad */
+    long long ko[KB];
+    raw8<FP8> kr[KB][CH];
+};
+
+/* Issues the batch of keys [b0, b0 + STEP x KB) of the tile at t0 (nk keys): the page-table
+ * reads, then the K loads. Nothing waits on them until quad_score uses the registers, so a
+ * caller can issue a batch before other work (the queries' load, the previous tile's softmax). */
+template <int D, bool FP8>
+static __device__ __forceinline__ void quad_issue(const k_attention_args &a, int seq, int kvh,
+                                                  int t0, int nk, int b0, quad_batch<D, FP8> &kb) {
+    using QB = quad_batch<D, FP8>;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int grp = lane >> 3, sub = lane & 7;
-    for (int b0 = 0; b0 < nk; b0 += STEP * KB) { /* warp-uniform */
-        long long ko[KB];
-        raw8<FP8> kr[KB][CH];
 #pragma unroll
-        for (int u = 0; u < KB; u++) {
-            const int kk = b0 + u * STEP + warp * QUAD + grp;
-            ko[u] = kk < nk ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 0, kvh) : -1;
+    for (int u = 0; u < QB::KB; u++) {
+        const int kk = b0 + u * QB::STEP + warp * QB::QUAD + grp;
+        kb.ko[u] = kk < nk ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 0, kvh) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < QB::KB; u++)
+#pragma unroll
+        for (int c = 0; c < QB::CH; c++)
+            if (kb.ko[u] >= 0) /* uniform in the 8-lane group */
+                kb.kr[u][c] = load_raw8<FP8>(a.kv.base, kb.ko[u] + (c * 8 + sub) * 8);
+}
+
+/* The scores of an issued batch into ps and its V offsets into voff (see tile_scores_quad). */
+template <int D, int G, bool FP8>
+static __device__ __forceinline__ void
+quad_score(const k_attention_args &a, int seq, int kvh, int t0, int nk, int b0,
+           const quad_batch<D, FP8> &kb, const float *qs, float *ps, long long *voff, int *bad) {
+    using QB = quad_batch<D, FP8>;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int grp = lane >> 3, sub = lane & 7;
+    float sum[QB::KB][G];
+#pragma unroll
+    for (int u = 0; u < QB::KB; u++)
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            sum[u][g] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < QB::CH; c++)
+#pragma unroll
+        for (int u = 0; u < QB::KB; u++) {
+            if (kb.ko[u] < 0) continue; /* its sums stay 0 and are not written */
+            float k8[8];
+            cvt8<FP8>(kb.kr[u][c], k8);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const float4 *q4 = reinterpret_cast<const float4 *>(qs + g * D + (c * 8 + sub) * 8);
+                const float4 qa = q4[0], qb = q4[1];
+                sum[u][g] += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] +
+                             qb.x * k8[4] + qb.y * k8[5] + qb.z * k8[6] + qb.w * k8[7];
+            }
+        }
+        /* the group's partial sums: every lane takes part (the mask is the whole warp) */
+#pragma unroll
+    for (int u = 0; u < QB::KB; u++)
+#pragma unroll
+        for (int g = 0; g < G; g++)
+#pragma unroll
+            for (int m = 4; m > 0; m >>= 1)
+                sum[u][g] += __shfl_xor_sync(0xffffffffu, sum[u][g], m);
+#pragma unroll
+    for (int u = 0; u < QB::KB; u++) {
+        const int kk = b0 + u * QB::STEP + warp * QB::QUAD + grp;
+        if (sub != 0 || kk >= nk) continue;
+        if (kb.ko[u] < 0) { /* an unmapped key */
+            *bad = 1;
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                ps[g * ATTN_TILE + kk] = -INFINITY;
+            voff[kk] = -1;
+            continue;
         }
 #pragma unroll
-        for (int u = 0; u < KB; u++)
-#pragma unroll
-            for (int c = 0; c < CH; c++)
-                if (ko[u] >= 0) /* uniform in the 8-lane group */
-                    kr[u][c] = load_raw8<FP8>(a.kv.base, ko[u] + (c * 8 + sub) * 8);
-        float sum[KB][G];
-#pragma unroll
-        for (int u = 0; u < KB; u++)
-#pragma unroll
-            for (int g = 0; g < G; g++)
-                sum[u][g] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < CH; c++)
-#pragma unroll
-            for (int u = 0; u < KB; u++) {
-                if (ko[u] < 0) continue; /* its sums stay 0 and are not written */
-                float k8[8];
-                cvt8<FP8>(kr[u][c], k8);
-#pragma unroll
-                for (int g = 0; g < G; g++) {
-                    const float4 *q4 =
-                        reinterpret_cast<const float4 *>(qs + g * D + (c * 8 + sub) * 8);
-                    const float4 qa = q4[0], qb = q4[1];
-                    sum[u][g] += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] +
-                                 qb.x * k8[4] + qb.y * k8[5] + qb.z * k8[6] + qb.w * k8[7];
-                }
-            }
-            /* the group's partial sums: every lane takes part (the mask is the whole warp) */
-#pragma unroll
-        for (int u = 0; u < KB; u++)
-#pragma unroll
-            for (int g = 0; g < G; g++)
-#pragma unroll
-                for (int m = 4; m > 0; m >>= 1)
-                    sum[u][g] += __shfl_xor_sync(0xffffffffu, sum[u][g], m);
-#pragma unroll
-        for (int u = 0; u < KB; u++) {
-            const int kk = b0 + u * STEP + warp * QUAD + grp;
-            if (sub != 0 || kk >= nk) continue;
-            if (ko[u] < 0) { /* an unmapped key */
-                *bad = 1;
-#pragma unroll
-                for (int g = 0; g < G; g++)
-                    ps[g * ATTN_TILE + kk] = -INFINITY;
-                voff[kk] = -1;
-                continue;
-            }
-#pragma unroll
-            for (int g = 0; g < G; g++)
-                ps[g * ATTN_TILE + kk] = bf(sum[u][g]);
-            voff[kk] = kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
-        }
+        for (int g = 0; g < G; g++)
+            ps[g * ATTN_TILE + kk] = bf(sum[u][g]);
+        voff[kk] = kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
     }
 }
 
-/* The scores of one tile: the quad layout where its sums fit (G x D up to 1024), else the
- * butterfly. Both fix their sum order by G and D alone (batch invariance). */
+/* One tile's scores in the quad layout; kb holds the tile's first batch, already issued (the
+ * kernel issues it ahead of other work), and is free when this returns. */
 template <int D, int G, bool FP8>
-static __device__ __forceinline__ void tile_scores(const k_attention_args &a, int seq, int kvh,
-                                                   int t0, int nk, const float *qs, float *ps,
-                                                   long long *voff, int *bad) {
-    if constexpr (G * D <= 1024)
-        tile_scores_quad<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, bad);
-    else
-        tile_scores_butterfly<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, bad);
+static __device__ __forceinline__ void
+tile_scores_quad(const k_attention_args &a, int seq, int kvh, int t0, int nk, const float *qs,
+                 float *ps, long long *voff, int *bad, quad_batch<D, FP8> &kb) {
+    using QB = quad_batch<D, FP8>;
+    for (int b0 = 0; b0 < nk; b0 += QB::STEP * QB::KB) { /* warp-uniform */
+        if (b0 > 0) quad_issue<D, FP8>(a, seq, kvh, t0, nk, b0, kb);
+        quad_score<D, G, FP8>(a, seq, kvh, t0, nk, b0, kb, qs, ps, voff, bad);
+    }
 }
+
+/* The quad layout where its sums fit beside the P.V accumulators (G x D up to 1024), else the
+ * butterfly. Both fix their sum order by G and D alone (batch invariance). */
+template <int D, int G> __host__ __device__ constexpr bool quad_scores() { return G * D <= 1024; }
 
 /* P.V of one tile with the keys split across warps, for head dim 256: warp w takes keys w,
  * w + 4, ..., each lane 8 dims of V (one 16-byte bf16 or 8-byte e4m3
@@ -434,31 +453,47 @@ static __device__ __forceinline__ void tile_scores(const k_attention_args &a, in
  * waits once a batch, so halving the bytes (e4m3) shows in the time. acc[g][t] sums dim
  * lane * 8 + t of head g over the warp's keys in key order, tile after tile; the kernel adds the
  * warps' sums in warp order, so the order is fixed by the row's own keys (batch invariance). */
+template <int G, bool FP8> struct v_batch {
+    /* keys in flight per warp: no spills with G x 8 accumulators beside */
+    static constexpr int KBV = (G <= 2 ? 8 : 4) * (FP8 ? 2 : 1);
+    long long vo[KBV];
+    raw8<FP8> vr[KBV];
+};
+
+/* Issues the V loads of the warp's batch starting at key b0 of the tile at t0 (nk keys): the
+ * page-table reads, then one load per lane and key. An unmapped key or one past the tile gets
+ * offset -1 and no load. */
 template <int G, bool FP8>
-static __device__ __forceinline__ void pv_warp_keys(const void *kv_base, const float *ps,
-                                                    const long long *voff, int nk,
-                                                    float (&acc)[G][8]) {
-    /* no spills with G x 8 accumulators beside */
-    constexpr int KBV = (G <= 2 ? 8 : 4) * (FP8 ? 2 : 1);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+static __device__ __forceinline__ void pv_issue(const k_attention_args &a, int seq, int kvh, int t0,
+                                                int nk, int b0, v_batch<G, FP8> &vb) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int u = 0; u < v_batch<G, FP8>::KBV; u++) {
+        const int kk = b0 + u * ATTN_WARPS;
+        vb.vo[u] = kk < nk ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < v_batch<G, FP8>::KBV; u++)
+        if (vb.vo[u] >= 0) /* warp-uniform */
+            vb.vr[u] = load_raw8<FP8>(a.kv.base, vb.vo[u] + lane * 8);
+}
+
+/* One tile's P.V; vb holds the warp's first batch (keys warp, warp + 4, ...), already issued,
+ * and is free when this returns. */
+template <int G, bool FP8>
+static __device__ __forceinline__ void pv_warp_keys(const k_attention_args &a, int seq, int kvh,
+                                                    int t0, int nk, const float *ps,
+                                                    v_batch<G, FP8> &vb, float (&acc)[G][8]) {
+    constexpr int KBV = v_batch<G, FP8>::KBV;
+    const int warp = threadIdx.x >> 5;
     for (int b0 = warp; b0 < nk; b0 += ATTN_WARPS * KBV) {
-        long long vo[KBV];
-        raw8<FP8> vr[KBV];
+        if (b0 > warp) pv_issue<G, FP8>(a, seq, kvh, t0, nk, b0, vb);
 #pragma unroll
         for (int u = 0; u < KBV; u++) {
-            const int kk = b0 + u * ATTN_WARPS;
-            vo[u] = kk < nk ? voff[kk] : -1;
-        }
-#pragma unroll
-        for (int u = 0; u < KBV; u++)
-            if (vo[u] >= 0) /* warp-uniform */
-                vr[u] = load_raw8<FP8>(kv_base, vo[u] + lane * 8);
-#pragma unroll
-        for (int u = 0; u < KBV; u++) {
-            if (vo[u] < 0) continue; /* past the tile or an unmapped key: warp-uniform */
+            if (vb.vo[u] < 0) continue; /* past the tile or an unmapped key: warp-uniform */
             const int kk = b0 + u * ATTN_WARPS;
             float vf[8];
-            cvt8<FP8>(vr[u], vf);
+            cvt8<FP8>(vb.vr[u], vf);
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 const float p = ps[g * ATTN_TILE + kk];
@@ -498,6 +533,31 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
     const int k_end = min(k_begin + sp.per_split, i + 1);
     const size_t base = ((size_t)rl * a.n_head + (size_t)kvh * G) * max_split; /* + g*max_split */
 
+    /* Loads that depend on nothing but the row go out first, so their latencies overlap the
+     * queries' load, the merge of the row's (max, sum) and the barrier instead of following
+     * them: the first tile's K (quad scores) or kept scores and V (WARP_PV). Within each tile
+     * the next tile's first batch goes out before the barrier that ends it. The arithmetic and
+     * its order are unchanged. */
+    constexpr bool QUAD = quad_scores<D, G>() && !(KEEP && PV);
+    constexpr int KP = (G * ATTN_TILE + ATTN_THREADS - 1) / ATTN_THREADS; /* kept scores/thread */
+    float *keep_row = KEEP ? keep + ((size_t)rl * a.n_head + (size_t)kvh * G) * a.window : NULL;
+    quad_batch<D, FP8> kb;
+    v_batch<G, FP8> vb;
+    float kp[KP];
+    if constexpr (QUAD)
+        quad_issue<D, FP8>(a, seq, kvh, k_begin, min(ATTN_TILE, k_end - k_begin), 0, kb);
+    if constexpr (WARP_PV) {
+        const int nk0 = min(ATTN_TILE, k_end - k_begin);
+        pv_issue<G, FP8>(a, seq, kvh, k_begin, nk0, warp, vb);
+#pragma unroll
+        for (int k = 0; k < KP; k++) {
+            const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
+            kp[k] = e < G * ATTN_TILE && kk < nk0
+                        ? keep_row[(size_t)g * a.window + (k_begin - sp.j0) + kk]
+                        : 0.0f;
+        }
+    }
+
     if (!(KEEP && PV)) /* the kept-score pass computes no q.k */
         for (int e = tid; e < G * D; e += ATTN_THREADS) {
             int g = e / D, d = e % D;
@@ -530,9 +590,32 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
             acc[g][t] = 0.0f;
     __syncthreads();
 
-    float *keep_row = KEEP ? keep + ((size_t)rl * a.n_head + (size_t)kvh * G) * a.window : NULL;
     for (int t0 = k_begin; t0 < k_end; t0 += ATTN_TILE) {
         const int nk = min(ATTN_TILE, k_end - t0);
+        const int t1 = t0 + ATTN_TILE, nk1 = min(ATTN_TILE, k_end - t1); /* the next tile */
+        if constexpr (WARP_PV) {
+            /* p = bf(exp(s - m) / l) as the reference rounds it, from the prefetched kept
+             * scores (m_run, l_run were set before the barrier above) */
+#pragma unroll
+            for (int k = 0; k < KP; k++) {
+                const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
+                if (e < G * ATTN_TILE && kk < nk) ps[e] = bf(expf(kp[k] - m_run[g]) / l_run[g]);
+            }
+            __syncthreads();
+            pv_warp_keys<G, FP8>(a, seq, kvh, t0, nk, ps, vb, acc);
+            if (t1 < k_end) { /* the next tile's kept scores and first V batch */
+                pv_issue<G, FP8>(a, seq, kvh, t1, nk1, warp, vb);
+#pragma unroll
+                for (int k = 0; k < KP; k++) {
+                    const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
+                    kp[k] = e < G * ATTN_TILE && kk < nk1
+                                ? keep_row[(size_t)g * a.window + (t1 - sp.j0) + kk]
+                                : 0.0f;
+                }
+            }
+            __syncthreads(); /* ps is rewritten by the next tile */
+            continue;
+        }
         if (KEEP && PV) { /* the stats pass's scores, and the V offsets */
             for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
                 int g = e / ATTN_TILE, kk = e % ATTN_TILE;
@@ -540,8 +623,11 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
             }
             for (int kk = tid; kk < nk; kk += ATTN_THREADS)
                 voff[kk] = kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
+        } else if constexpr (QUAD) {
+            tile_scores_quad<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, &bad, kb);
+            if (t1 < k_end) quad_issue<D, FP8>(a, seq, kvh, t1, nk1, 0, kb);
         } else {
-            tile_scores<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, &bad);
+            tile_scores_butterfly<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, &bad);
         }
         __syncthreads();
         if (KEEP && !PV) /* for the P.V pass (read-only use of ps below: no barrier needed) */
@@ -576,26 +662,23 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
                 if (kk < nk) ps[e] = bf(expf(ps[e] - m_run[g]) / l_run[g]);
             }
             __syncthreads();
-            if constexpr (WARP_PV) {
-                pv_warp_keys<G, FP8>(a.kv.base, ps, voff, nk, acc);
-            } else {
 #pragma unroll 4
-                for (int kk = 0; kk < nk; kk++) {
-                    long long vo = voff[kk];
-                    if (vo < 0) continue; /* block-uniform */
-                    float v[DPT];
-                    load_n<FP8, DPT>(a.kv.base, vo + tid * DPT, v);
+            for (int kk = 0; kk < nk; kk++) {
+                long long vo = voff[kk];
+                if (vo < 0) continue; /* block-uniform */
+                float v[DPT];
+                load_n<FP8, DPT>(a.kv.base, vo + tid * DPT, v);
 #pragma unroll
-                    for (int g = 0; g < G; g++) {
-                        const float p = ps[g * ATTN_TILE + kk];
+                for (int g = 0; g < G; g++) {
+                    const float p = ps[g * ATTN_TILE + kk];
 #pragma unroll
-                        for (int t = 0; t < DPT; t++)
-                            acc[g][t] += p * v[t];
-                    }
+                    for (int t = 0; t < DPT; t++)
+                        acc[g][t] += p * v[t];
                 }
             }
         }
-        __syncthreads(); /* ps and voff are rewritten by the next tile */
+        __syncthreads(); /* ps and voff are rewritten by the next tile (WARP_PV ends its tiles
+                            above) */
     }
 
     if (WARP_PV) {
