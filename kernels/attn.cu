@@ -849,15 +849,19 @@ static int launch_passes(const k_attention_args *a, dim3 grid, int max_split, in
  * merge, the launch) once per several tiles and overlaps a tile's loads with the previous
  * tile's arithmetic, while a step of few rows keeps a block per split to fill the card. Every
  * split's arithmetic is the same whichever block takes it, so a row's results do not depend
- * on this choice, nor therefore on its batch mates (batch invariance). */
+ * on this choice, nor therefore on its batch mates (batch invariance). The grid is counted from
+ * the longest row's splits; in a step whose rows are mostly short, blocks of the short rows exit
+ * at once, so a few blocks may carry the long row's splits in turn (a speed question only). */
 static int attn_splits_per_block(int max_split, long long pairs) {
     static int slots = 0; /* resident blocks on the card */
     if (slots == 0) {
         int dev = 0, sms = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-            sms <= 0)
+            sms <= 0) {
+            (void)cudaGetLastError(); /* the query's failure is not the launch's */
             sms = 132;
+        }
         slots = 4 * sms;
     }
     int spb = 1;
