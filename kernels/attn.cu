@@ -138,8 +138,13 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
 /* Split-KV attention, one kernel family for decode and prefill rows alike. The keys of a row are
  * cut into tiles of ATTN_TILE and the tiles into at most ATTN_MAX_SPLIT splits; both counts are
  * a function of the row's own key count only (plan_split), so a row's arithmetic never depends
- * on its batch mates (design/GATES.md, batch invariance). One block per (split, KV head, row)
- * serves all G query heads of the group, so each K/V element is read once per group per pass.
+ * on its batch mates (design/GATES.md, batch invariance). A block per (KV head, row) and run of
+ * consecutive splits serves all G query heads of the group, so each K/V element is read once per
+ * group per pass. It takes its splits in turn, each computed as a block of its own would (its
+ * own (max, sum) or partial, from fresh sums), so how many splits a block takes is the
+ * launcher's choice by the step's size (attn_splits_per_block) and changes no bit: a step of
+ * many rows pays a block's fixed costs once per several tiles, with each tile's loads issued
+ * before the previous tile's arithmetic ends, and one of few rows keeps a block per split.
  *
  * The reference (HF eager) rounds each weight after normalising, p = bf(exp(s - max) / sum), so
  * the max and the sum over all keys must be known before P.V. Two passes keep that rounding:
@@ -155,7 +160,7 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
  * engine tracks HF eager as the first version did (an fp32 p, FlashAttention-style, drifted past
  * the tiny fixtures' HF gap limit).
  * Inside a block: scores - each warp takes four keys at a time, 8 lanes to a key, each lane
- * D/8 dims in 8-dim chunks (tile_scores), rounded to bf16 as the reference's q.k; P.V - thread t
+ * D/8 dims in 8-dim chunks (quad_score), rounded to bf16 as the reference's q.k; P.V - thread t
  * owns D/128 consecutive dims of every head, V rows read coalesced, except the kept-score pass of
  * head dim 256 and groups up to ATTN_WARP_PV_MAX_G, which splits keys across warps (pv_warp_keys).
  *
@@ -167,6 +172,10 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
 #define ATTN_WARPS (ATTN_THREADS / 32)
 #define ATTN_SCRATCH_MAX (64u << 20) /* partials per launch; larger steps go in row chunks */
 #define ATTN_WARP_PV_MAX_G 4         /* kept-score P.V splits keys across warps up to this group */
+#define ATTN_MAX_SPB 16              /* splits one block may take in turn (attn_splits_per_block) */
+/* resident blocks per SM the split kernels are built for: 4, except the group of 16 at head dim
+ * 512 (no Gemma 4 model; 64 P.V accumulators a thread), which would spill under 128 registers */
+#define ATTN_MIN_BLOCKS(G, D) ((G) * (D) >= 8192 ? 3 : 4)
 
 /* Keys of row at position i: [j0, i]. Tiles per split and splits, from the key count alone. */
 struct split_plan {
@@ -261,9 +270,9 @@ static __device__ __forceinline__ void load_n(const void *base, long long o, flo
     }
 }
 
-/* tile_scores for large groups (G x D over 1024: the global layers' group of 8 at head dim 512),
- * where the quad layout's per-key sums would not fit beside the P.V accumulators: warp w takes
- * keys w, w + 4, ..., lanes own 8 dims per 256 and a butterfly sums each head's dot product.
+/* The scores of one tile for large groups (G x D over 1024: the global layers' group of 8 at head
+ * dim 512), where the quad layout's per-key sums would not fit beside the P.V accumulators: warp w
+ * takes keys w, w + 4, ..., lanes own 8 dims per 256 and a butterfly sums each head's dot product.
  * A warp's keys go in batches of KB: the batch's page-table reads, then its
  * K loads, all issued before the first dot product, so a warp waits on one memory latency per
  * batch rather than two per key (the table read and the load it addresses). Each key's
@@ -339,93 +348,112 @@ tile_scores_butterfly(const k_attention_args &a, int seq, int kvh, int t0, int n
  * such quads are in flight per warp: their page-table reads, then their K loads, all issued
  * before the first product, so a warp waits on one memory latency per batch. The sum order is
  * fixed by the head dim alone, the same for every row and batch (batch invariance). */
-template <int D, int G, bool FP8>
-static __device__ __forceinline__ void tile_scores_quad(const k_attention_args &a, int seq, int kvh,
-                                                        int t0, int nk, const float *qs, float *ps,
-                                                        long long *voff, int *bad) {
-    constexpr int CH = D / 64; /* 8-dim chunks per lane */
-    constexpr int QUAD = 4;    /* keys per warp step, one per 8-lane group */
+/* A batch of the quad layout's keys in flight: KB quads per warp, their K offsets and loads. */
+template <int D, bool FP8> struct quad_batch {
+    static constexpr int CH = D / 64; /* 8-dim chunks per lane */
+    static constexpr int QUAD = 4;    /* keys per warp step, one per 8-lane group */
     /* quads in flight per warp: K's registers (KB x CH x 4 or 2), sized so that no
      * instantiation spills (-Xptxas -warn-spills); e4m3 holds twice the keys for the same */
-    constexpr int KB = (CH == 4 ? 2 : 1) * (FP8 ? 2 : 1);
-    constexpr int STEP = ATTN_WARPS * QUAD; /* keys the block's warps take per quad */
+    static constexpr int KB = (CH == 4 ? 2 : 1) * (FP8 ? 2 : 1);
+    static constexpr int STEP = ATTN_WARPS * QUAD; /* keys the block's warps take per quad */
+    long long ko[KB];
+    raw8<FP8> kr[KB][CH];
+};
+
+/* Issues the batch of keys [b0, b0 + STEP x KB) of the tile at t0 (nk keys): the page-table
+ * reads, then the K loads. Nothing waits on them until quad_score uses the registers, so a
+ * caller can issue a batch before other work (the queries' load, the previous tile's softmax). */
+template <int D, bool FP8>
+static __device__ __forceinline__ void quad_issue(const k_attention_args &a, int seq, int kvh,
+                                                  int t0, int nk, int b0, quad_batch<D, FP8> &kb) {
+    using QB = quad_batch<D, FP8>;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int grp = lane >> 3, sub = lane & 7;
-    for (int b0 = 0; b0 < nk; b0 += STEP * KB) { /* warp-uniform */
-        long long ko[KB];
-        raw8<FP8> kr[KB][CH];
 #pragma unroll
-        for (int u = 0; u < KB; u++) {
-            const int kk = b0 + u * STEP + warp * QUAD + grp;
-            ko[u] = kk < nk ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 0, kvh) : -1;
+    for (int u = 0; u < QB::KB; u++) {
+        const int kk = b0 + u * QB::STEP + warp * QB::QUAD + grp;
+        kb.ko[u] = kk < nk ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 0, kvh) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < QB::KB; u++)
+#pragma unroll
+        for (int c = 0; c < QB::CH; c++)
+            if (kb.ko[u] >= 0) /* uniform in the 8-lane group */
+                kb.kr[u][c] = load_raw8<FP8>(a.kv.base, kb.ko[u] + (c * 8 + sub) * 8);
+}
+
+/* The scores of an issued batch into ps and its V offsets into voff (see tile_scores_quad). */
+template <int D, int G, bool FP8>
+static __device__ __forceinline__ void
+quad_score(const k_attention_args &a, int seq, int kvh, int t0, int nk, int b0,
+           const quad_batch<D, FP8> &kb, const float *qs, float *ps, long long *voff, int *bad) {
+    using QB = quad_batch<D, FP8>;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int grp = lane >> 3, sub = lane & 7;
+    float sum[QB::KB][G];
+#pragma unroll
+    for (int u = 0; u < QB::KB; u++)
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            sum[u][g] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < QB::CH; c++)
+#pragma unroll
+        for (int u = 0; u < QB::KB; u++) {
+            if (kb.ko[u] < 0) continue; /* its sums stay 0 and are not written */
+            float k8[8];
+            cvt8<FP8>(kb.kr[u][c], k8);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const float4 *q4 = reinterpret_cast<const float4 *>(qs + g * D + (c * 8 + sub) * 8);
+                const float4 qa = q4[0], qb = q4[1];
+                sum[u][g] += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] +
+                             qb.x * k8[4] + qb.y * k8[5] + qb.z * k8[6] + qb.w * k8[7];
+            }
+        }
+        /* the group's partial sums: every lane takes part (the mask is the whole warp) */
+#pragma unroll
+    for (int u = 0; u < QB::KB; u++)
+#pragma unroll
+        for (int g = 0; g < G; g++)
+#pragma unroll
+            for (int m = 4; m > 0; m >>= 1)
+                sum[u][g] += __shfl_xor_sync(0xffffffffu, sum[u][g], m);
+#pragma unroll
+    for (int u = 0; u < QB::KB; u++) {
+        const int kk = b0 + u * QB::STEP + warp * QB::QUAD + grp;
+        if (sub != 0 || kk >= nk) continue;
+        if (kb.ko[u] < 0) { /* an unmapped key */
+            *bad = 1;
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                ps[g * ATTN_TILE + kk] = -INFINITY;
+            voff[kk] = -1;
+            continue;
         }
 #pragma unroll
-        for (int u = 0; u < KB; u++)
-#pragma unroll
-            for (int c = 0; c < CH; c++)
-                if (ko[u] >= 0) /* uniform in the 8-lane group */
-                    kr[u][c] = load_raw8<FP8>(a.kv.base, ko[u] + (c * 8 + sub) * 8);
-        float sum[KB][G];
-#pragma unroll
-        for (int u = 0; u < KB; u++)
-#pragma unroll
-            for (int g = 0; g < G; g++)
-                sum[u][g] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < CH; c++)
-#pragma unroll
-            for (int u = 0; u < KB; u++) {
-                if (ko[u] < 0) continue; /* its sums stay 0 and are not written */
-                float k8[8];
-                cvt8<FP8>(kr[u][c], k8);
-#pragma unroll
-                for (int g = 0; g < G; g++) {
-                    const float4 *q4 =
-                        reinterpret_cast<const float4 *>(qs + g * D + (c * 8 + sub) * 8);
-                    const float4 qa = q4[0], qb = q4[1];
-                    sum[u][g] += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] +
-                                 qb.x * k8[4] + qb.y * k8[5] + qb.z * k8[6] + qb.w * k8[7];
-                }
-            }
-            /* the group's partial sums: every lane takes part (the mask is the whole warp) */
-#pragma unroll
-        for (int u = 0; u < KB; u++)
-#pragma unroll
-            for (int g = 0; g < G; g++)
-#pragma unroll
-                for (int m = 4; m > 0; m >>= 1)
-                    sum[u][g] += __shfl_xor_sync(0xffffffffu, sum[u][g], m);
-#pragma unroll
-        for (int u = 0; u < KB; u++) {
-            const int kk = b0 + u * STEP + warp * QUAD + grp;
-            if (sub != 0 || kk >= nk) continue;
-            if (ko[u] < 0) { /* an unmapped key */
-                *bad = 1;
-#pragma unroll
-                for (int g = 0; g < G; g++)
-                    ps[g * ATTN_TILE + kk] = -INFINITY;
-                voff[kk] = -1;
-                continue;
-            }
-#pragma unroll
-            for (int g = 0; g < G; g++)
-                ps[g * ATTN_TILE + kk] = bf(sum[u][g]);
-            voff[kk] = kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
-        }
+        for (int g = 0; g < G; g++)
+            ps[g * ATTN_TILE + kk] = bf(sum[u][g]);
+        voff[kk] = kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
     }
 }
 
-/* The scores of one tile: the quad layout where its sums fit (G x D up to 1024), else the
- * butterfly. Both fix their sum order by G and D alone (batch invariance). */
+/* One tile's scores in the quad layout; kb holds the tile's first batch, already issued (the
+ * kernel issues it ahead of other work), and is free when this returns. */
 template <int D, int G, bool FP8>
-static __device__ __forceinline__ void tile_scores(const k_attention_args &a, int seq, int kvh,
-                                                   int t0, int nk, const float *qs, float *ps,
-                                                   long long *voff, int *bad) {
-    if constexpr (G * D <= 1024)
-        tile_scores_quad<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, bad);
-    else
-        tile_scores_butterfly<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, bad);
+static __device__ __forceinline__ void
+tile_scores_quad(const k_attention_args &a, int seq, int kvh, int t0, int nk, const float *qs,
+                 float *ps, long long *voff, int *bad, quad_batch<D, FP8> &kb) {
+    using QB = quad_batch<D, FP8>;
+    for (int b0 = 0; b0 < nk; b0 += QB::STEP * QB::KB) { /* warp-uniform */
+        if (b0 > 0) quad_issue<D, FP8>(a, seq, kvh, t0, nk, b0, kb);
+        quad_score<D, G, FP8>(a, seq, kvh, t0, nk, b0, kb, qs, ps, voff, bad);
+    }
 }
+
+/* The quad layout where its sums fit beside the P.V accumulators (G x D up to 1024), else the
+ * butterfly. Both fix their sum order by G and D alone (batch invariance). */
+template <int D, int G> __host__ __device__ constexpr bool quad_scores() { return G * D <= 1024; }
 
 /* P.V of one tile with the keys split across warps, for head dim 256: warp w takes keys w,
  * w + 4, ..., each lane 8 dims of V (one 16-byte bf16 or 8-byte e4m3
@@ -434,31 +462,47 @@ static __device__ __forceinline__ void tile_scores(const k_attention_args &a, in
  * waits once a batch, so halving the bytes (e4m3) shows in the time. acc[g][t] sums dim
  * lane * 8 + t of head g over the warp's keys in key order, tile after tile; the kernel adds the
  * warps' sums in warp order, so the order is fixed by the row's own keys (batch invariance). */
+template <int G, bool FP8> struct v_batch {
+    /* keys in flight per warp: no spills with G x 8 accumulators beside */
+    static constexpr int KBV = (G <= 2 ? 8 : 4) * (FP8 ? 2 : 1);
+    long long vo[KBV];
+    raw8<FP8> vr[KBV];
+};
+
+/* Issues the V loads of the warp's batch starting at key b0 of the tile at t0 (nk keys): the
+ * page-table reads, then one load per lane and key. An unmapped key or one past the tile gets
+ * offset -1 and no load. */
 template <int G, bool FP8>
-static __device__ __forceinline__ void pv_warp_keys(const void *kv_base, const float *ps,
-                                                    const long long *voff, int nk,
-                                                    float (&acc)[G][8]) {
-    /* no spills with G x 8 accumulators beside */
-    constexpr int KBV = (G <= 2 ? 8 : 4) * (FP8 ? 2 : 1);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+static __device__ __forceinline__ void pv_issue(const k_attention_args &a, int seq, int kvh, int t0,
+                                                int nk, int b0, v_batch<G, FP8> &vb) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int u = 0; u < v_batch<G, FP8>::KBV; u++) {
+        const int kk = b0 + u * ATTN_WARPS;
+        vb.vo[u] = kk < nk ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < v_batch<G, FP8>::KBV; u++)
+        if (vb.vo[u] >= 0) /* warp-uniform */
+            vb.vr[u] = load_raw8<FP8>(a.kv.base, vb.vo[u] + lane * 8);
+}
+
+/* One tile's P.V; vb holds the warp's first batch (keys warp, warp + 4, ...), already issued,
+ * and is free when this returns. */
+template <int G, bool FP8>
+static __device__ __forceinline__ void pv_warp_keys(const k_attention_args &a, int seq, int kvh,
+                                                    int t0, int nk, const float *ps,
+                                                    v_batch<G, FP8> &vb, float (&acc)[G][8]) {
+    constexpr int KBV = v_batch<G, FP8>::KBV;
+    const int warp = threadIdx.x >> 5;
     for (int b0 = warp; b0 < nk; b0 += ATTN_WARPS * KBV) {
-        long long vo[KBV];
-        raw8<FP8> vr[KBV];
+        if (b0 > warp) pv_issue<G, FP8>(a, seq, kvh, t0, nk, b0, vb);
 #pragma unroll
         for (int u = 0; u < KBV; u++) {
-            const int kk = b0 + u * ATTN_WARPS;
-            vo[u] = kk < nk ? voff[kk] : -1;
-        }
-#pragma unroll
-        for (int u = 0; u < KBV; u++)
-            if (vo[u] >= 0) /* warp-uniform */
-                vr[u] = load_raw8<FP8>(kv_base, vo[u] + lane * 8);
-#pragma unroll
-        for (int u = 0; u < KBV; u++) {
-            if (vo[u] < 0) continue; /* past the tile or an unmapped key: warp-uniform */
+            if (vb.vo[u] < 0) continue; /* past the tile or an unmapped key: warp-uniform */
             const int kk = b0 + u * ATTN_WARPS;
             float vf[8];
-            cvt8<FP8>(vr[u], vf);
+            cvt8<FP8>(vb.vr[u], vf);
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 const float p = ps[g * ATTN_TILE + kk];
@@ -470,6 +514,34 @@ static __device__ __forceinline__ void pv_warp_keys(const void *kv_base, const f
     }
 }
 
+/* The end of a split in the kept-score P.V pass (pv_warp_keys): the four warps' sums added in
+ * warp order into part[g][split] (part at the row and KV head's first partial), through
+ * red[w][g][d] over the whole of smem (the host sizes it for this; the caller's barrier has
+ * freed ps), and the accumulators zeroed for the block's next split. The caller puts a barrier
+ * after it before smem is written again. */
+template <int D, int G>
+static __device__ __forceinline__ void warp_pv_store(float *smem, float (&acc)[G][8], float *part,
+                                                     int max_split, int split) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
+    float *red = smem;
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            red[((size_t)warp * G + g) * D + lane * 8 + t] = acc[g][t];
+            acc[g][t] = 0.0f;
+        }
+    __syncthreads();
+    for (int e = tid; e < G * D; e += ATTN_THREADS) {
+        const int g = e / D, d = e % D;
+        float sum = red[e];
+#pragma unroll
+        for (int w = 1; w < ATTN_WARPS; w++)
+            sum += red[(size_t)w * G * D + e];
+        part[((size_t)g * max_split + split) * D + d] = sum;
+    }
+}
+
 /* PV = false: the stats pass, writes ml[rl][h][split] = (max, sum of exp(s - max)), the sum NaN
  * when a key was unmapped. PV = true: the P.V pass, writes part[rl][h][split][D]. rl is the row
  * within this launch's chunk (the scratch holds one chunk), row0 + rl the row of the step.
@@ -477,8 +549,8 @@ static __device__ __forceinline__ void pv_warp_keys(const void *kv_base, const f
  * writes each score to keep[rl][h][key - j0] (W floats per head), and the P.V pass reads them
  * back instead of loading K again: K read once, the same scores bit for bit. */
 template <int D, int G, bool FP8, bool PV, bool KEEP>
-static __global__ void __launch_bounds__(ATTN_THREADS, 4)
-    attn_split_kernel(k_attention_args a, int row0, int max_split, float *part, float2 *ml,
+static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
+    attn_split_kernel(k_attention_args a, int row0, int max_split, int spb, float *part, float2 *ml,
                       float *keep) {
     constexpr int DPT = D / ATTN_THREADS; /* dims per thread in P.V: 2 or 4 */
     /* the kept-score P.V pass of small groups splits the keys across warps (pv_warp_keys) */
@@ -488,22 +560,53 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
     float *ps = smem + G * D; /* [G][ATTN_TILE] scores, then p */
     __shared__ long long voff[ATTN_TILE];
     __shared__ float m_run[G], l_run[G];
-    __shared__ int bad;
-    const int split = blockIdx.x, kvh = blockIdx.y, rl = blockIdx.z, r = row0 + rl;
+    __shared__ int bad[ATTN_MAX_SPB]; /* per split of the block: a key was unmapped */
+    const int kvh = blockIdx.y, rl = blockIdx.z, r = row0 + rl;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
     const int i = a.pos[r], seq = a.seq[r];
     const split_plan sp = plan_split(i, a.window);
-    if (i < 0 || split >= sp.n_split || sp.n_split > max_split) return; /* combine: NaN */
-    const int k_begin = sp.j0 + split * sp.per_split;
-    const int k_end = min(k_begin + sp.per_split, i + 1);
+    /* the block's splits [s_first, s_last), taken in turn, each with its own statistics or
+     * partial exactly as a block of its own would compute them (attn_splits_per_block) */
+    const int s_first = blockIdx.x * spb;
+    if (i < 0 || s_first >= sp.n_split || sp.n_split > max_split) return; /* combine: NaN */
+    const int s_last = min(s_first + spb, sp.n_split);
+    const int k_begin = sp.j0 + s_first * sp.per_split;
+    /* the splits' tiles in order: a split is per_split keys (a multiple of ATTN_TILE) from j0,
+     * the last one cut at the row's own key, so the tiles of consecutive splits run on */
+    const int k_end = min(sp.j0 + s_last * sp.per_split, i + 1);
     const size_t base = ((size_t)rl * a.n_head + (size_t)kvh * G) * max_split; /* + g*max_split */
+
+    /* Loads that depend on nothing but the row go out first, so their latencies overlap the
+     * queries' load, the merge of the row's (max, sum) and the barrier instead of following
+     * them: the first tile's K (quad scores) or kept scores and V (WARP_PV). Within each tile
+     * the next tile's first batch goes out before the barrier that ends it. The arithmetic and
+     * its order are unchanged. */
+    constexpr bool QUAD = quad_scores<D, G>() && !(KEEP && PV);
+    constexpr int KP = (G * ATTN_TILE + ATTN_THREADS - 1) / ATTN_THREADS; /* kept scores/thread */
+    float *keep_row = KEEP ? keep + ((size_t)rl * a.n_head + (size_t)kvh * G) * a.window : NULL;
+    quad_batch<D, FP8> kb;
+    v_batch<G, FP8> vb;
+    float kp[KP];
+    if constexpr (QUAD)
+        quad_issue<D, FP8>(a, seq, kvh, k_begin, min(ATTN_TILE, k_end - k_begin), 0, kb);
+    if constexpr (WARP_PV) {
+        const int nk0 = min(ATTN_TILE, k_end - k_begin);
+        pv_issue<G, FP8>(a, seq, kvh, k_begin, nk0, warp, vb);
+#pragma unroll
+        for (int k = 0; k < KP; k++) {
+            const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
+            kp[k] = e < G * ATTN_TILE && kk < nk0
+                        ? keep_row[(size_t)g * a.window + (k_begin - sp.j0) + kk]
+                        : 0.0f;
+        }
+    }
 
     if (!(KEEP && PV)) /* the kept-score pass computes no q.k */
         for (int e = tid; e < G * D; e += ATTN_THREADS) {
             int g = e / D, d = e % D;
             qs[e] = bf_to_f(a.q[((size_t)r * a.n_head + (size_t)kvh * G + g) * D + d]);
         }
-    if (tid == 0) bad = 0;
+    if (tid < ATTN_MAX_SPB) bad[tid] = 0;
     if (tid < G) {
         if (PV) { /* the row's max and sum, merged in split order: the same in every block */
             const float2 *st = ml + base + (size_t)tid * max_split;
@@ -530,9 +633,40 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
             acc[g][t] = 0.0f;
     __syncthreads();
 
-    float *keep_row = KEEP ? keep + ((size_t)rl * a.n_head + (size_t)kvh * G) * a.window : NULL;
     for (int t0 = k_begin; t0 < k_end; t0 += ATTN_TILE) {
         const int nk = min(ATTN_TILE, k_end - t0);
+        const int t1 = t0 + ATTN_TILE, nk1 = min(ATTN_TILE, k_end - t1); /* the next tile */
+        const int split = (t0 - sp.j0) / sp.per_split;
+        /* this tile ends its split: the next starts a split, or there is none */
+        const bool split_done = t1 >= k_end || (t1 - sp.j0) % sp.per_split == 0;
+        int *split_bad = &bad[split - s_first];
+        if constexpr (WARP_PV) {
+            /* p = bf(exp(s - m) / l) as the reference rounds it, from the prefetched kept
+             * scores (m_run, l_run were set before the barrier above) */
+#pragma unroll
+            for (int k = 0; k < KP; k++) {
+                const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
+                if (e < G * ATTN_TILE && kk < nk) ps[e] = bf(expf(kp[k] - m_run[g]) / l_run[g]);
+            }
+            __syncthreads();
+            pv_warp_keys<G, FP8>(a, seq, kvh, t0, nk, ps, vb, acc);
+            if (t1 < k_end) { /* the next tile's kept scores and first V batch */
+                pv_issue<G, FP8>(a, seq, kvh, t1, nk1, warp, vb);
+#pragma unroll
+                for (int k = 0; k < KP; k++) {
+                    const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
+                    kp[k] = e < G * ATTN_TILE && kk < nk1
+                                ? keep_row[(size_t)g * a.window + (t1 - sp.j0) + kk]
+                                : 0.0f;
+                }
+            }
+            __syncthreads(); /* ps is rewritten by the next tile */
+            if (split_done) {
+                warp_pv_store<D, G>(smem, acc, part + (base * D), max_split, split);
+                __syncthreads(); /* red is smem: the next tile's p goes there */
+            }
+            continue;
+        }
         if (KEEP && PV) { /* the stats pass's scores, and the V offsets */
             for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
                 int g = e / ATTN_TILE, kk = e % ATTN_TILE;
@@ -540,8 +674,11 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
             }
             for (int kk = tid; kk < nk; kk += ATTN_THREADS)
                 voff[kk] = kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
+        } else if constexpr (QUAD) {
+            tile_scores_quad<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, split_bad, kb);
+            if (t1 < k_end) quad_issue<D, FP8>(a, seq, kvh, t1, nk1, 0, kb);
         } else {
-            tile_scores<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, &bad);
+            tile_scores_butterfly<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, split_bad);
         }
         __syncthreads();
         if (KEEP && !PV) /* for the P.V pass (read-only use of ps below: no barrier needed) */
@@ -576,57 +713,42 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 4)
                 if (kk < nk) ps[e] = bf(expf(ps[e] - m_run[g]) / l_run[g]);
             }
             __syncthreads();
-            if constexpr (WARP_PV) {
-                pv_warp_keys<G, FP8>(a.kv.base, ps, voff, nk, acc);
-            } else {
 #pragma unroll 4
-                for (int kk = 0; kk < nk; kk++) {
-                    long long vo = voff[kk];
-                    if (vo < 0) continue; /* block-uniform */
-                    float v[DPT];
-                    load_n<FP8, DPT>(a.kv.base, vo + tid * DPT, v);
+            for (int kk = 0; kk < nk; kk++) {
+                long long vo = voff[kk];
+                if (vo < 0) continue; /* block-uniform */
+                float v[DPT];
+                load_n<FP8, DPT>(a.kv.base, vo + tid * DPT, v);
 #pragma unroll
-                    for (int g = 0; g < G; g++) {
-                        const float p = ps[g * ATTN_TILE + kk];
+                for (int g = 0; g < G; g++) {
+                    const float p = ps[g * ATTN_TILE + kk];
 #pragma unroll
-                        for (int t = 0; t < DPT; t++)
-                            acc[g][t] += p * v[t];
-                    }
+                    for (int t = 0; t < DPT; t++)
+                        acc[g][t] += p * v[t];
                 }
             }
         }
-        __syncthreads(); /* ps and voff are rewritten by the next tile */
-    }
-
-    if (WARP_PV) {
-        /* the four warps' sums, added in warp order: red[w][g][d] over the whole of smem
-         * (the host sizes it for this), the last tile's barrier above frees qs and ps */
-        float *red = smem;
+        __syncthreads(); /* ps and voff are rewritten by the next tile (WARP_PV ends its tiles
+                            above) */
+        if (!split_done) continue;
+        if constexpr (PV && !WARP_PV) { /* this split's partial: each thread its own dims, then
+                                           a fresh sum */
 #pragma unroll
-        for (int g = 0; g < G; g++)
+            for (int g = 0; g < G; g++) {
+                float *dst = part + (base + (size_t)g * max_split + split) * D + tid * DPT;
 #pragma unroll
-            for (int t = 0; t < NACC; t++)
-                red[((size_t)warp * G + g) * D + lane * 8 + t] = acc[g][t];
-        __syncthreads();
-        for (int e = tid; e < G * D; e += ATTN_THREADS) {
-            const int g = e / D, d = e % D;
-            float sum = red[e];
-#pragma unroll
-            for (int w = 1; w < ATTN_WARPS; w++)
-                sum += red[(size_t)w * G * D + e];
-            part[(base + (size_t)g * max_split + split) * D + d] = sum;
+                for (int t = 0; t < NACC; t++) {
+                    dst[t] = acc[g][t];
+                    acc[g][t] = 0.0f;
+                }
+            }
+        } else if (!PV && tid < G) { /* this split's (max, sum), then fresh ones: the barrier
+                                        that ends the next tile's scores orders them before use */
+            ml[base + (size_t)tid * max_split + split] =
+                make_float2(m_run[tid], *split_bad ? NAN : l_run[tid]);
+            m_run[tid] = -INFINITY;
+            l_run[tid] = 0.0f;
         }
-    } else if (PV) {
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float *dst = part + (base + (size_t)g * max_split + split) * D + tid * DPT;
-#pragma unroll
-            for (int t = 0; t < DPT; t++)
-                dst[t] = acc[g][t];
-        }
-    } else if (tid < G) {
-        ml[base + (size_t)tid * max_split + split] =
-            make_float2(m_run[tid], bad ? NAN : l_run[tid]);
     }
 }
 
@@ -706,31 +828,63 @@ extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
 /* The stats and P.V passes of one (KEEP or not) instantiation. The kept-score P.V pass of a
  * small group sums its warps' partials in shared memory (pv_warp_keys), which sizes it. */
 template <int D, int G, bool FP8, bool KEEP>
-static int launch_passes(const k_attention_args *a, dim3 grid, int max_split, float *part,
+static int launch_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
                          float2 *ml, float *keep, int row0, cudaStream_t s) {
     const size_t smem = (size_t)G * (D + ATTN_TILE) * sizeof(float);
     size_t pv_smem = smem;
     if constexpr (KEEP && D == 256 && G <= ATTN_WARP_PV_MAX_G)
         pv_smem = (size_t)ATTN_WARPS * G * D * sizeof(float);
     attn_split_kernel<D, G, FP8, false, KEEP>
-        <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, part, ml, keep);
+        <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, spb, part, ml, keep);
     CUDA_CHECK(cudaGetLastError());
     attn_split_kernel<D, G, FP8, true, KEEP>
-        <<<grid, ATTN_THREADS, pv_smem, s>>>(*a, row0, max_split, part, ml, keep);
+        <<<grid, ATTN_THREADS, pv_smem, s>>>(*a, row0, max_split, spb, part, ml, keep);
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
+}
+
+/* Splits a block takes in turn: a power of two up to ATTN_MAX_SPB, the largest that still
+ * leaves the grid about one wave of resident blocks (4 per SM, __launch_bounds__), so that a
+ * step of many rows pays each block's fixed costs (queries' load, barriers, the (max, sum)
+ * merge, the launch) once per several tiles and overlaps a tile's loads with the previous
+ * tile's arithmetic, while a step of few rows keeps a block per split to fill the card. Every
+ * split's arithmetic is the same whichever block takes it, so a row's results do not depend
+ * on this choice, nor therefore on its batch mates (batch invariance). The grid is counted from
+ * the longest row's splits; in a step whose rows are mostly short, blocks of the short rows exit
+ * at once, so a few blocks may carry the long row's splits in turn (a speed question only). */
+static int attn_splits_per_block(int max_split, long long pairs) {
+    static int slots = 0; /* resident blocks on the card */
+    if (slots == 0) {
+        int dev = 0, sms = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            sms <= 0) {
+            (void)cudaGetLastError(); /* the query's failure is not the launch's */
+            sms = 132;
+        }
+        slots = 4 * sms;
+    }
+    int spb = 1;
+    while (spb * 2 <= ATTN_MAX_SPB && spb * 2 <= max_split &&
+           pairs * ((max_split + spb * 2 - 1) / (spb * 2)) * 10 >= (long long)slots * 9)
+        spb *= 2;
+    return spb;
 }
 
 template <int D, int G, bool FP8>
 static int launch_group(const k_attention_args *a, int max_split, float *part, float2 *ml,
                         float *keep, int row0, int nr, cudaStream_t s) {
-    dim3 grid((unsigned)max_split, (unsigned)a->kv.n_kv_head, (unsigned)nr);
+    const int spb = a->splits_per_block > 0
+                        ? a->splits_per_block
+                        : attn_splits_per_block(max_split, (long long)nr * a->kv.n_kv_head);
+    dim3 grid((unsigned)((max_split + spb - 1) / spb), (unsigned)a->kv.n_kv_head, (unsigned)nr);
     int rc;
     if constexpr (D == 256) /* the windowed families keep their scores between the passes */
-        rc = keep ? launch_passes<D, G, FP8, true>(a, grid, max_split, part, ml, keep, row0, s)
-                  : launch_passes<D, G, FP8, false>(a, grid, max_split, part, ml, NULL, row0, s);
+        rc = keep ? launch_passes<D, G, FP8, true>(a, grid, max_split, spb, part, ml, keep, row0, s)
+                  : launch_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL, row0,
+                                                    s);
     else
-        rc = launch_passes<D, G, FP8, false>(a, grid, max_split, part, ml, NULL, row0, s);
+        rc = launch_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL, row0, s);
     if (rc != K_OK) return rc;
     attn_combine_kernel<D><<<dim3((unsigned)a->n_head, (unsigned)nr), ATTN_THREADS, 0, s>>>(
         *a, row0, max_split, part, ml);
@@ -763,8 +917,9 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     int rc = kv_dtype_check(&a->kv);
     if (rc) return rc;
     if (!kv_shape_ok(&a->kv, a->kv_layer) || a->rows < 0 || a->n_head <= 0 ||
-        a->n_head % a->kv.n_kv_head || a->window < 0 || a->max_pos < 0 || !a->out || !a->q ||
-        !a->pos || !a->seq || !aligned16(a->q))
+        a->n_head % a->kv.n_kv_head || a->window < 0 || a->max_pos < 0 || a->splits_per_block < 0 ||
+        a->splits_per_block > ATTN_MAX_SPB || !a->out || !a->q || !a->pos || !a->seq ||
+        !aligned16(a->q))
         return K_ERR_SHAPE;
     int group = a->n_head / a->kv.n_kv_head;
     if (group != 1 && group != 2 && group != 4 && group != 8 && group != 16) return K_ERR_SHAPE;

@@ -106,6 +106,9 @@ typedef struct k_attention_args {
     k_kv_view kv;
     int rows, n_head, kv_layer, window;
     int max_pos;
+    /* splits of a row's keys one GPU block takes in turn, 1..16; 0 lets the launcher choose by
+     * the step's size. The results are the same bits whatever it is (tests force it). */
+    int splits_per_block;
 } k_attention_args;
 
 /* out[r, j] = bf(bf(gelu_tanh(a[r*lda + j])) * b[r*ldb + j]) for j < width; b NULL drops

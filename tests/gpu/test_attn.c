@@ -396,6 +396,31 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     ra.kv.elem_bytes = a.kv.elem_bytes;
     int rrc = ref_attention(&ra, NULL);
 
+    /* the same launch with a block per split (the layout before blocks took several), then
+     * with 2, 3 and 16 splits a block: every output bit must equal the launcher's own choice
+     * (which varies with the card's SM count and these shapes, 1 to 8) */
+    static const int forced[] = {1, 2, 3, 16};
+    long differ = 0;
+    bf16_t *again = malloc(qn * 2);
+    if (!again) rc = 1;
+    for (size_t f = 0; f < sizeof forced / sizeof forced[0] && !rc; f++) {
+        k_attention_args fa = a;
+        fa.splits_per_block = forced[f];
+        for (size_t i = 0; i < qn; i++)
+            again[i] = BF16_NAN;
+        rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&fa, NULL) | k_sync() |
+             k_copy_to_host(again, dout, qn * 2);
+        for (size_t i = 0; i < qn; i++)
+            differ += again[i] != out[i];
+    }
+    free(again);
+    char sgate[160];
+    snprintf(sgate, sizeof sgate, "%s splits per block", gate);
+    TEST_CHECK(sgate, rc == 0 && differ == 0,
+               "%ld output elements differ between the launcher's choice and 1, 2, 3 or 16 "
+               "splits a block (must be bit-identical), rc %d",
+               differ, rc);
+
     cmp m = {0};
     compare(&m, out, ref, qn);
     long ref_nan = 0;
