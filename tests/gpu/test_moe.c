@@ -1,7 +1,9 @@
 /* tests/gpu/test_moe.c - GPU gates: the MoE routing and routed experts (kernels/moe.cu) against
  * their CPU twins ref_moe_route and ref_moe_experts on fresh seeded random inputs, outputs
  * poisoned first, at the 26B-A4B's shape (128 experts, top 8, d_model 2816, d_expert 704), the
- * tiny fixture's (16, 4, 64, 32) and a geometry check (128, 8, 2816, 64), with 1, 5 and 64 rows.
+ * tiny fixture's (16, 4, 64, 32), a geometry check (128, 8, 2816, 64) and a d_expert off the
+ * tensor-core path's multiple of 32 (16, 4, 64, 40), with 1, 5 and 64 rows, and 200 rows on the
+ * small shapes (several 16-item tiles an expert).
  *
  * Pass rules (design/GATES.md, op vs reference):
  * - route: the chosen ids equal the reference's exactly, ties included (some rows carry exact
@@ -29,6 +31,7 @@
 
 typedef struct shape {
     int n_expert, top_k, d_model, d_expert;
+    int many_rows; /* also a step of this many rows (0: none) */
 } shape;
 
 /* Router logits with ties: row r % 3 == 1 gets top_k + 2 experts at one equal top value (the
@@ -199,9 +202,10 @@ static void run_shape(const shape *s, uint64_t seed) {
     int ok = d_scale && d_gu && d_dn &&
              k_copy_to_device(d_scale, scale, (size_t)s->n_expert * 2) == 0 &&
              k_copy_to_device(d_gu, gu, ngu * 2) == 0 && k_copy_to_device(d_dn, dn, ndn * 2) == 0;
-    const int rows_list[] = {1, 5, 64};
+    const int rows_list[] = {1, 5, 64, s->many_rows};
     for (size_t i = 0; i < sizeof rows_list / sizeof rows_list[0]; i++) {
         int rows = rows_list[i];
+        if (rows == 0) continue;
         if (!ok) {
             test_fail("op_vs_ref_moe", "device allocation or copy failed (e%d dm%d de%d)",
                       s->n_expert, s->d_model, s->d_expert);
@@ -230,8 +234,11 @@ int main(void) {
         return 0;
     }
     printf("# device: %s\n", desc);
-    /* the 26B-A4B, the tiny fixture, and the 26B-A4B's routing with a narrow expert */
-    const shape shapes[] = {{128, 8, 2816, 704}, {16, 4, 64, 32}, {128, 8, 2816, 64}};
+    /* the 26B-A4B, the tiny fixture (with 200 rows: ~50 items an expert, so the tensor-core
+     * path's 16-item tiles run full, partial and several to an expert), the 26B-A4B's routing
+     * with a narrow expert, and a d_expert that is no multiple of 32 (the CUDA-core path) */
+    const shape shapes[] = {
+        {128, 8, 2816, 704, 0}, {16, 4, 64, 32, 200}, {128, 8, 2816, 64, 0}, {16, 4, 64, 40, 200}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape(&shapes[i], 4321 + i);
     return harness_exit();
