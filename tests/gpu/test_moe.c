@@ -1,9 +1,9 @@
 /* tests/gpu/test_moe.c - GPU gates: the MoE routing and routed experts (kernels/moe.cu) against
  * their CPU twins ref_moe_route and ref_moe_experts on fresh seeded random inputs, outputs
  * poisoned first, at the 26B-A4B's shape (128 experts, top 8, d_model 2816, d_expert 704), the
- * tiny fixture's (16, 4, 64, 32), a geometry check (128, 8, 2816, 64) and a d_expert off the
- * tensor-core path's multiple of 32 (16, 4, 64, 40), with 1, 5 and 64 rows, and 200 rows on the
- * small shapes (several 16-item tiles an expert).
+ * tiny fixture's (16, 4, 64, 32), a geometry check (128, 8, 2816, 64) and d_experts off the
+ * tensor-core path's multiple of 32 (16, 4, 64, 40 and 128, 8, 2816, 712), with 1, 5 and 64
+ * rows, and more (160, 200) where a bucket must span several 16-item tiles.
  *
  * Pass rules (design/GATES.md, op vs reference):
  * - route: the chosen ids equal the reference's exactly, ties included (some rows carry exact
@@ -15,10 +15,12 @@
  *   cases, where one ulp (1.2e-7 relative at most) separates them; through the division by the
  *   sum and by the chosen sum a few such ulps stay well under 1e-6.
  * - experts: ||out - ref|| / ||ref|| <= 1e-2 (bf16 outputs). Given the same ids and weights
- *   the two sides differ only by the summation order of the dot products and tanhf's last
- *   bits, so an intermediate bf16 rounding (gu, h, y) may land one ulp (2^-8 relative) apart
- *   now and then; the norm ratio stays a few 1e-3 at most. No NaN from the poison may be left.
- *   Batch invariance: row 0 computed alone equals row 0 of the batch bit for bit. */
+ *   the two sides differ only by the summation of the dot products (its order; on the tensor-
+ *   core path also the mma's fp32 accumulation, which aligns and truncates rather than rounding
+ *   each add) and tanhf's last bits, so an intermediate bf16 rounding (gu, h, y) may land one ulp
+ * (2^-8 relative) apart now and then; the norm ratio stays a few 1e-3 at most. No NaN from the
+ * poison may be left. Batch invariance: row 0 computed alone equals row 0 of the batch bit for bit.
+ */
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "tests/gpu/gpu_rand.h"
@@ -234,11 +236,16 @@ int main(void) {
         return 0;
     }
     printf("# device: %s\n", desc);
-    /* the 26B-A4B, the tiny fixture (with 200 rows: ~50 items an expert, so the tensor-core
-     * path's 16-item tiles run full, partial and several to an expert), the 26B-A4B's routing
-     * with a narrow expert, and a d_expert that is no multiple of 32 (the CUDA-core path) */
-    const shape shapes[] = {
-        {128, 8, 2816, 704, 0}, {16, 4, 64, 32, 200}, {128, 8, 2816, 64, 0}, {16, 4, 64, 40, 200}};
+    /* the 26B-A4B (with 160 rows: ~10 items an expert, a few experts past one 16-item tile at
+     * the long k), the tiny fixture (with 200 rows: ~50 items an expert, so the tensor-core
+     * path's tiles run full, partial and several to an expert), the 26B-A4B's routing with a
+     * narrow expert, and d_experts that are no multiple of 32 (the CUDA-core path, at a short
+     * and at the real k) */
+    const shape shapes[] = {{128, 8, 2816, 704, 160},
+                            {16, 4, 64, 32, 200},
+                            {128, 8, 2816, 64, 0},
+                            {16, 4, 64, 40, 200},
+                            {128, 8, 2816, 712, 0}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape(&shapes[i], 4321 + i);
     return harness_exit();
