@@ -10,16 +10,17 @@
  *   experts: gu = bf(x @ gate_up[e]^T); h = bf(bf(gelu_tanh(g)) * u); y = bf(h @ down[e]^T);
  *            out = bf(sum_k y_k * w_k), the k terms summed in fp32 in rank order.
  *
- * Shape of the expert path (CUDA cores; design/KERNELS.md's grouped tensor-core prefill is
- * later): a single-block kernel buckets the (row, rank) items by expert and lists the active
- * experts; an up kernel (grid: output tile x active expert) computes h = bf(gelu(g)) * u for
- * every item of the expert with gate and up fused, reading each weight row once per group of
- * up to 8 items; a down kernel does the same for y into an fp32 workspace; one block per row
- * then sums its top_k terms in rank order. At one decode row the two projection grids have
- * ~350 and ~700 blocks, so all SMs stream the 8 chosen experts' 95 MB per layer with 16-byte
- * loads. The workspace is what keeps the rank-order sum exact and every row independent of its
- * batch mates (design/GATES.md, batch invariance): no item's arithmetic depends on which other
- * items exist, how they were grouped or in which order they were bucketed. */
+ * Shape of the expert path: a single-block kernel buckets the (row, rank) items by expert and
+ * lists the active experts; an up kernel (grid: output tile x active expert) computes
+ * h = bf(gelu(g)) * u for every item of the expert with gate and up fused; a down kernel does
+ * the same for y into an fp32 workspace; one block per row then sums its top_k terms in rank
+ * order. The projections run on tensor cores (mma.sync, 16 items to a tile, the same
+ * instructions for decode and prefill) where d_model and d_expert are multiples of 32, and on
+ * CUDA cores otherwise (each weight row read once per group of up to 8 items). At one decode row
+ * the two projection grids have ~350 and ~700 blocks, so all SMs stream the 8 chosen experts' 95 MB
+ * per layer with 16-byte loads. The workspace is what keeps the rank-order sum exact and every row
+ * independent of its batch mates (design/GATES.md, batch invariance): no item's arithmetic depends
+ * on which other items exist, how they were grouped or in which order they were bucketed. */
 #include "kernels/common.cuh"
 
 #include <math.h>
@@ -287,6 +288,140 @@ __global__ static void __launch_bounds__(EXPERT_THREADS)
     }
 }
 
+/* ---- the expert projections on tensor cores ----
+ *
+ * mma.sync m16n8k16 (bf16 in, fp32 accumulate): a warp owns 16 items of an expert (rows, zero
+ * past the bucket) against NT tiles of 8 weight rows, over the whole of k. Each lane loads 16
+ * bytes of its item rows and of its weight rows per 32 k (k0 + 8q .. 8q + 7, q = lane % 4): the
+ * mma's k positions are a fixed permutation of the real ones, the same for A and B, so every
+ * product meets its partner. Each item's output depends only on its own row, the weights and
+ * the fixed k order, not on the other 15 rows of the tile (rows are independent in an mma), so
+ * a row's result is the same in any batch (GATES.md); prefill (many items per expert) and
+ * decode (one or two) run the same instructions. Needs k % 32 == 0 (the Gemma 4 shapes are). */
+#define MMA_THREADS 128 /* 4 warps */
+#define MMA_WARPS (MMA_THREADS / 32)
+/* n8 tiles per warp and projection: one, so that one decode row's 8 experts still fill the
+ * card (the up projection's 704 outputs make 22 blocks an expert, 176 in all; the CUDA-core
+ * kernel has ~350) */
+#define MMA_NT 1
+#define MMA_OUTS (MMA_WARPS * MMA_NT * 8) /* outputs per block */
+
+static __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                 uint32_t a2, uint32_t a3, uint32_t b0,
+                                                 uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* acc[t] += rows (lo: the lane's row, hi: row + 8; NULL: a padding row) . w[t] over k, for the
+ * NB weight row pointers w[t] (each the lane's row of tile t; NULL: past the outputs). */
+template <int NB>
+static __device__ __forceinline__ void mma_rows(const bf16_t *lo, const bf16_t *hi,
+                                                const bf16_t *const (&w)[NB], int k,
+                                                float (&acc)[NB][4]) {
+    const int q = threadIdx.x & 3;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int t = 0; t < NB; t++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            acc[t][j] = 0.0f;
+#pragma unroll 4 /* four 32-k blocks of loads in flight per warp */
+    for (int k0 = 0; k0 < k; k0 += 32) {
+        const int o = k0 + 8 * q;
+        const uint4 a = lo ? __ldg((const uint4 *)(lo + o)) : zero;
+        const uint4 a8 = hi ? __ldg((const uint4 *)(hi + o)) : zero;
+        uint4 b[NB];
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+            b[t] = w[t] ? __ldg((const uint4 *)(w[t] + o)) : zero;
+#pragma unroll
+        for (int t = 0; t < NB; t++) {
+            mma_16816(acc[t], a.x, a8.x, a.y, a8.y, b[t].x, b[t].y);
+            mma_16816(acc[t], a.z, a8.z, a.w, a8.w, b[t].z, b[t].w);
+        }
+    }
+}
+
+/* As moe_up_kernel, on tensor cores: warp w of block x owns outputs
+ * [x * MMA_OUTS + w * MMA_NT * 8, + MMA_NT * 8) of the gate (and the same of up). */
+__global__ static void __launch_bounds__(MMA_THREADS)
+    moe_up_mma_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                      const int32_t *n_active, bf16_t *h) {
+    if ((int)blockIdx.y >= *n_active) return;
+    const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
+              n = active[3 * blockIdx.y + 2];
+    const int dm = a.d_model, de = a.d_expert;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+    const int o0 = blockIdx.x * MMA_OUTS + warp * MMA_NT * 8; /* the warp's first output */
+    if (o0 >= de) return;                                     /* warp-uniform */
+    const bf16_t *wgu = a.gate_up + (size_t)e * 2 * (size_t)de * (size_t)dm;
+    const bf16_t *w[2 * MMA_NT]; /* gate tiles, then up tiles: the lane's weight row of each */
+#pragma unroll
+    for (int t = 0; t < MMA_NT; t++) {
+        const int o = o0 + 8 * t + g;
+        w[t] = o < de ? wgu + (size_t)o * (size_t)dm : NULL;
+        w[MMA_NT + t] = o < de ? wgu + (size_t)(de + o) * (size_t)dm : NULL;
+    }
+    for (int r0 = 0; r0 < n; r0 += 16) {
+        const int rlo = r0 + g, rhi = r0 + g + 8;
+        const int ilo = rlo < n ? list[first + rlo] : -1, ihi = rhi < n ? list[first + rhi] : -1;
+        const bf16_t *lo = ilo >= 0 ? a.x + (size_t)(ilo / a.top_k) * (size_t)dm : NULL;
+        const bf16_t *hi = ihi >= 0 ? a.x + (size_t)(ihi / a.top_k) * (size_t)dm : NULL;
+        float acc[2 * MMA_NT][4];
+        mma_rows<2 * MMA_NT>(lo, hi, w, dm, acc);
+        /* d[0], d[1]: the lane's row, outputs 2q and 2q + 1 of the tile; d[2], d[3]: row + 8 */
+#pragma unroll
+        for (int t = 0; t < MMA_NT; t++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int item = j < 2 ? ilo : ihi, o = o0 + 8 * t + 2 * q + (j & 1);
+                if (item >= 0 && o < de)
+                    h[(size_t)item * (size_t)de + (size_t)o] = f2bf(
+                        round_bf(gelu_tanh(round_bf(acc[t][j]))) * round_bf(acc[MMA_NT + t][j]));
+            }
+    }
+}
+
+/* As moe_down_kernel, on tensor cores: warp w of block x owns outputs
+ * [x * MMA_OUTS + w * MMA_NT * 8, + MMA_NT * 8) of d_model. */
+__global__ static void __launch_bounds__(MMA_THREADS)
+    moe_down_mma_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                        const int32_t *n_active, const bf16_t *h, float *ys) {
+    if ((int)blockIdx.y >= *n_active) return;
+    const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
+              n = active[3 * blockIdx.y + 2];
+    const int dm = a.d_model, de = a.d_expert;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+    const int t0 = blockIdx.x * MMA_OUTS + warp * MMA_NT * 8;
+    if (t0 >= dm) return; /* warp-uniform */
+    const bf16_t *wd = a.down + (size_t)e * (size_t)dm * (size_t)de;
+    const bf16_t *w[MMA_NT];
+#pragma unroll
+    for (int t = 0; t < MMA_NT; t++) {
+        const int o = t0 + 8 * t + g;
+        w[t] = o < dm ? wd + (size_t)o * (size_t)de : NULL;
+    }
+    for (int r0 = 0; r0 < n; r0 += 16) {
+        const int rlo = r0 + g, rhi = r0 + g + 8;
+        const int ilo = rlo < n ? list[first + rlo] : -1, ihi = rhi < n ? list[first + rhi] : -1;
+        const bf16_t *lo = ilo >= 0 ? h + (size_t)ilo * (size_t)de : NULL;
+        const bf16_t *hi = ihi >= 0 ? h + (size_t)ihi * (size_t)de : NULL;
+        float acc[MMA_NT][4];
+        mma_rows<MMA_NT>(lo, hi, w, de, acc);
+#pragma unroll
+        for (int t = 0; t < MMA_NT; t++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int item = j < 2 ? ilo : ihi, o = t0 + 8 * t + 2 * q + (j & 1);
+                if (item >= 0 && o < dm)
+                    ys[(size_t)item * (size_t)dm + (size_t)o] = round_bf(acc[t][j]);
+            }
+    }
+}
+
 /* One block per row: out[r, t] = bf(sum_k ys[r*top_k + k, t] * w[r, k]) in rank order. The
  * product and the sum are rounded separately (__fmul_rn, __fadd_rn), as the C reference does:
  * y_k * w_k is not exact in fp32, so an FMA would round differently. */
@@ -365,12 +500,21 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
     moe_bucket_kernel<<<1, BUCKET_THREADS, 0, s>>>(a->idx, (int)items, a->n_expert, list, active,
                                                    n_active);
     CUDA_CHECK(cudaGetLastError());
-    dim3 up((unsigned)((a->d_expert + UP_OUTS - 1) / UP_OUTS), slots);
-    moe_up_kernel<<<up, EXPERT_THREADS, 0, s>>>(*a, list, active, n_active, h);
-    CUDA_CHECK(cudaGetLastError());
-    dim3 down((unsigned)((a->d_model + DOWN_OUTS - 1) / DOWN_OUTS), slots);
-    moe_down_kernel<<<down, EXPERT_THREADS, 0, s>>>(*a, list, active, n_active, h, ys);
-    CUDA_CHECK(cudaGetLastError());
+    if (a->d_model % 32 == 0 && a->d_expert % 32 == 0) { /* the tensor-core path */
+        dim3 up((unsigned)((a->d_expert + MMA_OUTS - 1) / MMA_OUTS), slots);
+        moe_up_mma_kernel<<<up, MMA_THREADS, 0, s>>>(*a, list, active, n_active, h);
+        CUDA_CHECK(cudaGetLastError());
+        dim3 down((unsigned)((a->d_model + MMA_OUTS - 1) / MMA_OUTS), slots);
+        moe_down_mma_kernel<<<down, MMA_THREADS, 0, s>>>(*a, list, active, n_active, h, ys);
+        CUDA_CHECK(cudaGetLastError());
+    } else {
+        dim3 up((unsigned)((a->d_expert + UP_OUTS - 1) / UP_OUTS), slots);
+        moe_up_kernel<<<up, EXPERT_THREADS, 0, s>>>(*a, list, active, n_active, h);
+        CUDA_CHECK(cudaGetLastError());
+        dim3 down((unsigned)((a->d_model + DOWN_OUTS - 1) / DOWN_OUTS), slots);
+        moe_down_kernel<<<down, EXPERT_THREADS, 0, s>>>(*a, list, active, n_active, h, ys);
+        CUDA_CHECK(cudaGetLastError());
+    }
     moe_combine_kernel<<<a->rows, COMBINE_THREADS, 0, s>>>(*a, ys);
     CUDA_CHECK(cudaGetLastError());
     return K_OK;

@@ -1,7 +1,9 @@
 /* tests/gpu/test_moe.c - GPU gates: the MoE routing and routed experts (kernels/moe.cu) against
  * their CPU twins ref_moe_route and ref_moe_experts on fresh seeded random inputs, outputs
  * poisoned first, at the 26B-A4B's shape (128 experts, top 8, d_model 2816, d_expert 704), the
- * tiny fixture's (16, 4, 64, 32) and a geometry check (128, 8, 2816, 64), with 1, 5 and 64 rows.
+ * tiny fixture's (16, 4, 64, 32), a geometry check (128, 8, 2816, 64) and d_experts off the
+ * tensor-core path's multiple of 32 (16, 4, 64, 40 and 128, 8, 2816, 712), with 1, 5 and 64
+ * rows, and more (160, 200) where a bucket must span several 16-item tiles.
  *
  * Pass rules (design/GATES.md, op vs reference):
  * - route: the chosen ids equal the reference's exactly, ties included (some rows carry exact
@@ -13,10 +15,12 @@
  *   cases, where one ulp (1.2e-7 relative at most) separates them; through the division by the
  *   sum and by the chosen sum a few such ulps stay well under 1e-6.
  * - experts: ||out - ref|| / ||ref|| <= 1e-2 (bf16 outputs). Given the same ids and weights
- *   the two sides differ only by the summation order of the dot products and tanhf's last
- *   bits, so an intermediate bf16 rounding (gu, h, y) may land one ulp (2^-8 relative) apart
- *   now and then; the norm ratio stays a few 1e-3 at most. No NaN from the poison may be left.
- *   Batch invariance: row 0 computed alone equals row 0 of the batch bit for bit. */
+ *   the two sides differ only by the summation of the dot products (its order; on the tensor-
+ *   core path also the mma's fp32 accumulation, which aligns and truncates rather than rounding
+ *   each add) and tanhf's last bits, so an intermediate bf16 rounding (gu, h, y) may land one ulp
+ * (2^-8 relative) apart now and then; the norm ratio stays a few 1e-3 at most. No NaN from the
+ * poison may be left. Batch invariance: row 0 computed alone equals row 0 of the batch bit for bit.
+ */
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "tests/gpu/gpu_rand.h"
@@ -29,6 +33,7 @@
 
 typedef struct shape {
     int n_expert, top_k, d_model, d_expert;
+    int many_rows; /* also a step of this many rows (0: none) */
 } shape;
 
 /* Router logits with ties: row r % 3 == 1 gets top_k + 2 experts at one equal top value (the
@@ -199,9 +204,10 @@ static void run_shape(const shape *s, uint64_t seed) {
     int ok = d_scale && d_gu && d_dn &&
              k_copy_to_device(d_scale, scale, (size_t)s->n_expert * 2) == 0 &&
              k_copy_to_device(d_gu, gu, ngu * 2) == 0 && k_copy_to_device(d_dn, dn, ndn * 2) == 0;
-    const int rows_list[] = {1, 5, 64};
+    const int rows_list[] = {1, 5, 64, s->many_rows};
     for (size_t i = 0; i < sizeof rows_list / sizeof rows_list[0]; i++) {
         int rows = rows_list[i];
+        if (rows == 0) continue;
         if (!ok) {
             test_fail("op_vs_ref_moe", "device allocation or copy failed (e%d dm%d de%d)",
                       s->n_expert, s->d_model, s->d_expert);
@@ -230,8 +236,16 @@ int main(void) {
         return 0;
     }
     printf("# device: %s\n", desc);
-    /* the 26B-A4B, the tiny fixture, and the 26B-A4B's routing with a narrow expert */
-    const shape shapes[] = {{128, 8, 2816, 704}, {16, 4, 64, 32}, {128, 8, 2816, 64}};
+    /* the 26B-A4B (with 160 rows: ~10 items an expert, a few experts past one 16-item tile at
+     * the long k), the tiny fixture (with 200 rows: ~50 items an expert, so the tensor-core
+     * path's tiles run full, partial and several to an expert), the 26B-A4B's routing with a
+     * narrow expert, and d_experts that are no multiple of 32 (the CUDA-core path, at a short
+     * and at the real k) */
+    const shape shapes[] = {{128, 8, 2816, 704, 160},
+                            {16, 4, 64, 32, 200},
+                            {128, 8, 2816, 64, 0},
+                            {16, 4, 64, 40, 200},
+                            {128, 8, 2816, 712, 0}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape(&shapes[i], 4321 + i);
     return harness_exit();
