@@ -3,8 +3,10 @@
 # first if the call runs out of time: build, the op gates and the tiny-fixture engine gates,
 # the decode benchmark, then the geometry gates (bounded by what is left of DEADLINE seconds).
 # Logs under $OUT; the gate programs' stderr is copied there too.
-# Usage: tests/gpu/box_quick.sh [nogates|noopgates] [demo] [pinned] [racecheck] [racecheck-fixtures] [nobench]
-#        [graphs] [ncu] [gemm] [fp8] [sanitize] [ab] [nogeometry]
+# Usage: tests/gpu/box_quick.sh [nogates|noopgates] [demo] [pinned] [racecheck] [nobench]
+#        [graphs] [ncu] [pools] [racecheck-fixtures] [gemm] [fp8] [sanitize] [ab] [nogeometry]
+# (pools: BENCH_CASES under kv.local bf16 and fp8; racecheck-fixtures: sanitize_fixtures.sh
+#  with GATES, SANITIZE_BI_MAX_LEN and SANITIZE_TIMEOUT, by default what is left of DEADLINE)
 # (ab: the fp8-vs-bf16 serving A/B into $OUT/ab, AB_ROUNDS rounds (default 3) of AB_MODELS
 #  (default both); BENCH_CASES "model:rows ..." narrows the decode benchmark;
 #  GEOMETRY_MODELS, GEOMETRY_WAYPOINTS (build.sh) and GEOMETRY_GATES (test_fixtures'
@@ -44,9 +46,6 @@ case " $* " in *" racecheck "*)
             sort | uniq -c | head -6 | cut -c1-250
         tail -1 "$OUT/racecheck_$t.log"
     done ;;
-esac
-case " $* " in *" racecheck-fixtures "*) # issue 6: racecheck over the tiny-fixture gate run
-    bash tests/gpu/sanitize_fixtures.sh racecheck build/tests/test_fixtures "$OUT" ;;
 esac
 case " $* " in *" nobench "*) ;; *)
     stamp bench
@@ -89,6 +88,24 @@ case " $* " in *" ncu "*) # where the attention time goes, bf16 against the fp8 
         echo "ncu rc $?"; grep -E "attn_[a-z_]+kernel|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Memory Throughput" \
             "$OUT/ncu_$kv.txt" | head -40 | cut -c1-200
     done ;;
+esac
+case " $* " in *" pools "*) # the decode benchmark's cases under both local pools
+    for kv in bf16 fp8; do
+        stamp "bench_decode, kv.local=$kv"
+        for mb in ${BENCH_CASES:-gemma4-26b-a4b:16 gemma4-31b:16 gemma4-31b:1}; do
+            m=${mb%:*} b=${mb#*:}
+            timeout 80 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
+                --set serve.max_context=4096 --set kv.local=$kv --batch $b --prompt 1024 \
+                --steps 16 > "$OUT/bench_${m}_b${b}_$kv.txt" 2>&1
+            head -4 "$OUT/bench_${m}_b${b}_$kv.txt" | tail -3
+            grep -i -E "attention|experts|prefill" "$OUT/bench_${m}_b${b}_$kv.txt" | head -6
+        done
+    done ;;
+esac
+case " $* " in *" racecheck-fixtures "*) # issue 6: racecheck over the tiny-fixture gate run, last
+    # because it is the longest: every fixture and gate its own process, within what is left
+    SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-$(($(left) - 15))} \
+        bash tests/gpu/sanitize_fixtures.sh racecheck build/tests/test_fixtures "$OUT" ;;
 esac
 case " $* " in *" gemm "*)
     stamp "bench_gemm"
