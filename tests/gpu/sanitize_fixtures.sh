@@ -21,19 +21,25 @@ help=$(compute-sanitizer --help 2>&1)
 # it), so they stay in, and every report is printed: ours are told apart by their source lines.
 case "$help" in *print-limit*) opts="$opts --print-limit 0" ;; esac
 echo "$tool test_fixtures gpu, gates $gates, each fixture and gate within ${SANITIZE_TIMEOUT:-170} s;" \
-    "options:${opts:- none}; batch-invariance positions ${SANITIZE_BI_MAX_LEN:-48}"
+    "options:${opts:- none}; batch-invariance positions ${SANITIZE_BI_MAX_LEN:-48}," \
+    "compositions per process: ${SANITIZE_BI_COMPOSITIONS:-all}"
 runs=""
 for f in tiny-moe tiny-ple tiny-dense; do
     for g in ${gates//,/ }; do
-        runs="$runs $f:$g"
-        G4_FIXTURE_GATES="$g" G4_BI_MAX_LEN="${SANITIZE_BI_MAX_LEN:-}" timeout "${SANITIZE_TIMEOUT:-170}" compute-sanitizer --tool "$tool" \
-            $opts "$bin" tests/fixtures gpu $f > "$out/${tool}_fx_${f}_$g.log" 2>&1 &
+        for c in ${SANITIZE_BI_COMPOSITIONS:-all}; do
+            r="$f:$g:$c" log="$out/${tool}_fx_${f}_${g}_$c.log"
+            runs="$runs $r"
+            G4_FIXTURE_GATES="$g" G4_BI_MAX_LEN="${SANITIZE_BI_MAX_LEN:-}" \
+                G4_BI_COMPOSITIONS="${c#all}" timeout "${SANITIZE_TIMEOUT:-170}" \
+                compute-sanitizer --tool "$tool" $opts "$bin" tests/fixtures gpu $f > "$log" 2>&1 &
+        done
     done
 done
 wait
 for r in $runs; do
-    f=${r%:*} g=${r#*:} log="$out/${tool}_fx_${f}_$g.log"
-    echo "== $tool $f $g"
+    IFS=: read -r f g c <<< "$r"
+    log="$out/${tool}_fx_${f}_${g}_$c.log"
+    echo "== $tool $f $g compositions $c"
     grep -E "^(PASS|FAIL)|(RACECHECK|ERROR|LEAK) SUMMARY|Internal Sanitizer Error" "$log" | cut -c1-160
     grep "composition" "$log" | tail -1
     # cuBLASLt's nvjet kernels are NVIDIA's (docs/testing.md); ours carry .cu:line (built with
