@@ -358,6 +358,7 @@ static void emit_attention(FILE *f, const gen_model *m, int kind) {
     fld(f, "n_head", "%s_N_HEAD", u);
     fld(f, "kv_layer", "I->kv_layer");
     fld(f, "max_pos", "s->max_pos");
+    fld(f, "splits_per_block", "s->attn_splits_per_block");
     if (full)
         fld(f, "window", "0 /* full attention */");
     else

@@ -73,32 +73,33 @@ typedef struct g4_layer_info {
 typedef struct g4_state {
     const g4_weights *w;
     g4_stream stream;
-    int rows;               /* tokens in this step */
-    const int32_t *ids;     /* [rows] token ids */
-    const int32_t *pos;     /* [rows] position of each token in its sequence */
-    const int32_t *seq;     /* [rows] sequence slot (row of the KV page tables) */
-    int max_pos;            /* the largest of pos (host-side; sizes the attention grid) */
-    int out_rows;           /* rows that need logits */
-    const int32_t *out_src; /* [out_rows] which rows */
-    k_kv_view kv_local;     /* sliding family */
-    k_kv_view kv_global;    /* full family */
-    bf16_t *x;              /* [rows, H] residual stream */
-    bf16_t *xn;             /* [rows, H] normed input of a block */
-    bf16_t *q;              /* [rows, n_head*512] */
-    bf16_t *k, *v;          /* [rows, n_kv*hd] raw projections */
-    bf16_t *attn;           /* [rows, n_head*hd] attention output */
-    bf16_t *t;              /* [rows, H] block output before its post-norm */
-    bf16_t *gu;             /* [rows, 2*d_ff_max] gate | up */
-    bf16_t *act;            /* [rows, d_ff_max] */
-    bf16_t *m1;             /* [rows, H] dense branch after post_feedforward_layernorm_1 */
-    bf16_t *router_logits;  /* [rows, E] */
-    int32_t *moe_idx;       /* [rows, top_k] */
-    float *moe_w;           /* [rows, top_k] */
-    bf16_t *ple;            /* [rows, L*Dp] per-layer inputs */
-    bf16_t *ple_tok;        /* [rows, L*Dp] */
-    bf16_t *ple_g;          /* [rows, Dp] */
-    bf16_t *xo;             /* [out_rows, H] */
-    bf16_t *logits;         /* [out_rows, V] */
+    int rows;                  /* tokens in this step */
+    const int32_t *ids;        /* [rows] token ids */
+    const int32_t *pos;        /* [rows] position of each token in its sequence */
+    const int32_t *seq;        /* [rows] sequence slot (row of the KV page tables) */
+    int max_pos;               /* the largest of pos (host-side; sizes the attention grid) */
+    int attn_splits_per_block; /* serve.attn_splits_per_block: 0 lets the launcher choose */
+    int out_rows;              /* rows that need logits */
+    const int32_t *out_src;    /* [out_rows] which rows */
+    k_kv_view kv_local;        /* sliding family */
+    k_kv_view kv_global;       /* full family */
+    bf16_t *x;                 /* [rows, H] residual stream */
+    bf16_t *xn;                /* [rows, H] normed input of a block */
+    bf16_t *q;                 /* [rows, n_head*512] */
+    bf16_t *k, *v;             /* [rows, n_kv*hd] raw projections */
+    bf16_t *attn;              /* [rows, n_head*hd] attention output */
+    bf16_t *t;                 /* [rows, H] block output before its post-norm */
+    bf16_t *gu;                /* [rows, 2*d_ff_max] gate | up */
+    bf16_t *act;               /* [rows, d_ff_max] */
+    bf16_t *m1;                /* [rows, H] dense branch after post_feedforward_layernorm_1 */
+    bf16_t *router_logits;     /* [rows, E] */
+    int32_t *moe_idx;          /* [rows, top_k] */
+    float *moe_w;              /* [rows, top_k] */
+    bf16_t *ple;               /* [rows, L*Dp] per-layer inputs */
+    bf16_t *ple_tok;           /* [rows, L*Dp] */
+    bf16_t *ple_g;             /* [rows, Dp] */
+    bf16_t *xo;                /* [out_rows, H] */
+    bf16_t *logits;            /* [out_rows, V] */
     /* called after every step when set (timing, dumps, debug.sync) */
     int (*hook)(struct g4_state *s, int layer, const char *step);
     void *hook_ctx;

@@ -42,6 +42,7 @@ enum cfg_key_id {
     CFG_SERVE_PREFILL_CHUNK,
     CFG_SERVE_MAX_QUEUE,
     CFG_SERVE_CUDA_GRAPHS,
+    CFG_SERVE_ATTN_SPLITS_PER_BLOCK,
     CFG_LOG_LEVEL,
     CFG_DEBUG_SYNC,
     CFG_DEBUG_BACKEND,
@@ -64,6 +65,7 @@ static const struct cfg_key {
     {"serve", "prefill_chunk", CFG_SERVE_PREFILL_CHUNK},
     {"serve", "max_queue", CFG_SERVE_MAX_QUEUE},
     {"serve", "cuda_graphs", CFG_SERVE_CUDA_GRAPHS},
+    {"serve", "attn_splits_per_block", CFG_SERVE_ATTN_SPLITS_PER_BLOCK},
     {"log", "level", CFG_LOG_LEVEL},
     {"debug", "sync", CFG_DEBUG_SYNC},
     {"debug", "backend", CFG_DEBUG_BACKEND},
@@ -103,6 +105,7 @@ void config_defaults(g4_config *c) {
     c->serve.prefill_chunk = 2048;
     c->serve.max_queue = 256;
     c->serve.cuda_graphs = 1; /* gpu:cuda_graphs_equal passed on the H200 (docs/testing.md) */
+    c->serve.attn_splits_per_block = 0;
     c->log.level = LOG_INFO;
     c->debug.sync = 0;
     c->debug.backend = G4_BACKEND_AUTO;
@@ -265,6 +268,8 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return cfg_int(v, 1, 1000000, &c->serve.max_queue, why, n);
     case CFG_SERVE_CUDA_GRAPHS:
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.cuda_graphs, why, n);
+    case CFG_SERVE_ATTN_SPLITS_PER_BLOCK: /* kernels/attn.cu's ATTN_MAX_SPB */
+        return cfg_int(v, 0, 16, &c->serve.attn_splits_per_block, why, n);
     case CFG_LOG_LEVEL:
         if (cfg_choice(v, cfg_level_names, 4, &x, why, n)) return -1;
         c->log.level = (enum log_level)x;

@@ -81,6 +81,7 @@ static int alloc_state(engine *e) {
     size_t ff = (size_t)max_d_ff(m), lp = (size_t)m->n_layer * (size_t)m->d_ple;
     size_t top_k = (size_t)(m->top_k ? m->top_k : 1);
     g4_state *s = &e->s;
+    s->attn_splits_per_block = e->cfg.serve.attn_splits_per_block; /* speed only: same bits */
     s->x = engine_alloc(e, R * H * B);
     s->xn = engine_alloc(e, R * H * B);
     s->q = engine_alloc(e, R * q_w * B);

@@ -131,6 +131,7 @@ static int G4_FN(gemma4_12b_sliding_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_12B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_12B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -300,6 +301,7 @@ static int G4_FN(gemma4_12b_full_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_12B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -590,6 +592,7 @@ static int G4_FN(gemma4_12b_sliding_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_12B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_12B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -759,6 +762,7 @@ static int G4_FN(gemma4_12b_full_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_12B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

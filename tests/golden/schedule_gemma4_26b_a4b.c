@@ -113,6 +113,7 @@ static int G4_FN(gemma4_26b_a4b_sliding_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_26B_A4B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_26B_A4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -369,6 +370,7 @@ static int G4_FN(gemma4_26b_a4b_full_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_26B_A4B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -728,6 +730,7 @@ static int G4_FN(gemma4_26b_a4b_sliding_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_26B_A4B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_26B_A4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -984,6 +987,7 @@ static int G4_FN(gemma4_26b_a4b_full_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_26B_A4B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

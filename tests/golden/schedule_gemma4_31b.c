@@ -143,6 +143,7 @@ static int G4_FN(gemma4_31b_sliding_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_31B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_31B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -312,6 +313,7 @@ static int G4_FN(gemma4_31b_full_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_31B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -614,6 +616,7 @@ static int G4_FN(gemma4_31b_sliding_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_31B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_31B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -783,6 +786,7 @@ static int G4_FN(gemma4_31b_full_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_31B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

@@ -118,6 +118,7 @@ static int G4_FN(gemma4_e2b_sliding_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_E2B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -317,6 +318,7 @@ static int G4_FN(gemma4_e2b_sliding_shared_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_E2B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -541,6 +543,7 @@ static int G4_FN(gemma4_e2b_full_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -740,6 +743,7 @@ static int G4_FN(gemma4_e2b_full_shared_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1110,6 +1114,7 @@ static int G4_FN(gemma4_e2b_sliding_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_E2B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1309,6 +1314,7 @@ static int G4_FN(gemma4_e2b_sliding_shared_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_E2B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1533,6 +1539,7 @@ static int G4_FN(gemma4_e2b_full_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1732,6 +1739,7 @@ static int G4_FN(gemma4_e2b_full_shared_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_E2B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

@@ -125,6 +125,7 @@ static int G4_FN(gemma4_e4b_sliding_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_E4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -324,6 +325,7 @@ static int G4_FN(gemma4_e4b_sliding_shared_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_E4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -548,6 +550,7 @@ static int G4_FN(gemma4_e4b_full_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -747,6 +750,7 @@ static int G4_FN(gemma4_e4b_full_shared_local_bf16)(g4_state *s, int il) {
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1124,6 +1128,7 @@ static int G4_FN(gemma4_e4b_sliding_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_E4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1323,6 +1328,7 @@ static int G4_FN(gemma4_e4b_sliding_shared_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = GEMMA4_E4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1547,6 +1553,7 @@ static int G4_FN(gemma4_e4b_full_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1746,6 +1753,7 @@ static int G4_FN(gemma4_e4b_full_shared_local_fp8)(g4_state *s, int il) {
         .n_head = GEMMA4_E4B_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

@@ -89,6 +89,7 @@ static int G4_FN(tiny_dense_sliding_local_bf16)(g4_state *s, int il) {
         .n_head = TINY_DENSE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = TINY_DENSE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -258,6 +259,7 @@ static int G4_FN(tiny_dense_full_local_bf16)(g4_state *s, int il) {
         .n_head = TINY_DENSE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -506,6 +508,7 @@ static int G4_FN(tiny_dense_sliding_local_fp8)(g4_state *s, int il) {
         .n_head = TINY_DENSE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = TINY_DENSE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -675,6 +678,7 @@ static int G4_FN(tiny_dense_full_local_fp8)(g4_state *s, int il) {
         .n_head = TINY_DENSE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

@@ -89,6 +89,7 @@ static int G4_FN(tiny_moe_sliding_local_bf16)(g4_state *s, int il) {
         .n_head = TINY_MOE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = TINY_MOE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -345,6 +346,7 @@ static int G4_FN(tiny_moe_full_local_bf16)(g4_state *s, int il) {
         .n_head = TINY_MOE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -680,6 +682,7 @@ static int G4_FN(tiny_moe_sliding_local_fp8)(g4_state *s, int il) {
         .n_head = TINY_MOE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = TINY_MOE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -936,6 +939,7 @@ static int G4_FN(tiny_moe_full_local_fp8)(g4_state *s, int il) {
         .n_head = TINY_MOE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

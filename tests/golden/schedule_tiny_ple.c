@@ -89,6 +89,7 @@ static int G4_FN(tiny_ple_sliding_local_bf16)(g4_state *s, int il) {
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = TINY_PLE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -288,6 +289,7 @@ static int G4_FN(tiny_ple_sliding_shared_local_bf16)(g4_state *s, int il) {
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = TINY_PLE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -512,6 +514,7 @@ static int G4_FN(tiny_ple_full_local_bf16)(g4_state *s, int il) {
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -711,6 +714,7 @@ static int G4_FN(tiny_ple_full_shared_local_bf16)(g4_state *s, int il) {
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1052,6 +1056,7 @@ static int G4_FN(tiny_ple_sliding_local_fp8)(g4_state *s, int il) {
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = TINY_PLE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1251,6 +1256,7 @@ static int G4_FN(tiny_ple_sliding_shared_local_fp8)(g4_state *s, int il) {
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = TINY_PLE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1475,6 +1481,7 @@ static int G4_FN(tiny_ple_full_local_fp8)(g4_state *s, int il) {
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1674,6 +1681,7 @@ static int G4_FN(tiny_ple_full_shared_local_fp8)(g4_state *s, int il) {
         .n_head = TINY_PLE_N_HEAD,
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
