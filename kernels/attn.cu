@@ -169,7 +169,7 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
  *
  * The windowed layers of head dim 256 with groups up to 4 (every Gemma 4 sliding layer) run
  * attn_window_kernel instead: the same arithmetic, with K and V tiles brought into shared
- * memory by cp.async two tiles ahead (below). */
+ * memory by cp.async, the next tile in flight while one is computed (below). */
 #define ATTN_TILE 64
 #define ATTN_MAX_SPLIT 32
 #define ATTN_THREADS 128
@@ -796,14 +796,14 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
  *
  * attn_window_kernel is attn_split_kernel's KEEP instantiation for head dim 256 and groups up
  * to ATTN_WARP_PV_MAX_G (every Gemma 4 sliding layer), with the K tiles (stats pass) or V tiles
- * (P.V pass) brought into shared memory by cp.async two tiles ahead of their use, so a block
- * always has a tile's bytes in flight while it computes: the register-batch kernel kept its
- * loads in flight only while it waited on them (ncu: 24% of DRAM bandwidth in the stats pass,
- * and the e4m3 pool's half bytes no faster). The arithmetic is attn_split_kernel's, lane for
- * lane and in the same order (dot8, the quad layout's shuffles, pv's key order per warp, the
- * per-split resets), so its results are the same bits; only where the elements wait differs.
- * Per tile: the copies' completion and a barrier, the scores or P.V from shared memory, a
- * barrier, then the copies for two tiles on into the stage just read. */
+ * (P.V pass) brought into shared memory by cp.async: a tile's copies go out as soon as the
+ * stage it lands in is free, so while a block computes one tile the next is in flight: the
+ * register-batch kernel kept its loads in flight only while it waited on them (ncu: 24% of DRAM
+ * bandwidth in the stats pass, and the e4m3 pool's half bytes no faster). The arithmetic is
+ * attn_split_kernel's, lane for lane and in the same order (dot8, the quad layout's shuffles, pv's
+ * key order per warp, the per-split resets), so its results are the same bits; only where the
+ * elements wait differs. Per tile: the copies' completion and a barrier, the scores or P.V from
+ * shared memory, a barrier, then the copies of the tile after next into the stage just read. */
 #define WIN_STAGES 2 /* tiles in shared memory: the one in use and the one landing */
 #define WIN_SLOTS 3  /* key offsets: in use, landing, and being looked up */
 
@@ -818,10 +818,16 @@ static __device__ __forceinline__ void cp_async_wait_one() { /* all but the newe
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
 }
 
+/* A key row's stride in a stage: its 256 elements, plus 16 bytes for e4m3, whose 8-byte score
+ * reads put two rows in one half-warp phase (rows 256 bytes apart would share banks). */
+template <bool FP8> static __host__ __device__ constexpr int win_row_stride() {
+    return FP8 ? 256 + 16 : 512;
+}
+
 /* Dynamic shared memory of a window pass: the stages, then (stats) the queries, the scores or
  * p, and (P.V) the warps' partial sums. */
 template <int G, bool FP8, bool PV> static __host__ __device__ constexpr size_t win_smem_bytes() {
-    return (size_t)WIN_STAGES * ATTN_TILE * 256 * (FP8 ? 1 : 2) +
+    return (size_t)WIN_STAGES * ATTN_TILE * win_row_stride<FP8>() +
            sizeof(float) * ((PV ? 0 : G * 256) + G * ATTN_TILE + (PV ? ATTN_WARPS * G * 256 : 0));
 }
 
@@ -830,12 +836,13 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     attn_window_kernel(k_attention_args a, int row0, int max_split, int spb, float *part,
                        float2 *ml, float *keep) {
     constexpr int D = 256;
-    constexpr int EB = FP8 ? 1 : 2;        /* bytes per element */
-    constexpr int ROW = D * EB;            /* bytes per key row */
-    constexpr int SEGS = ROW / 16;         /* 16-byte copies per key row */
-    constexpr int STAGE = ATTN_TILE * ROW; /* bytes per tile */
-    constexpr int CH = D / 64;             /* 8-dim chunks per lane (quad layout) */
-    constexpr int STEP = ATTN_WARPS * 4;   /* keys the block's warps score per step */
+    constexpr int EB = FP8 ? 1 : 2;           /* bytes per element */
+    constexpr int ROW = D * EB;               /* bytes per key row */
+    constexpr int SEGS = ROW / 16;            /* 16-byte copies per key row */
+    constexpr int RS = win_row_stride<FP8>(); /* a key row's stride in the stage */
+    constexpr int STAGE = ATTN_TILE * RS;     /* bytes per tile */
+    constexpr int CH = D / 64;                /* 8-dim chunks per lane (quad layout) */
+    constexpr int STEP = ATTN_WARPS * 4;      /* keys the block's warps score per step */
     constexpr int KP = (G * ATTN_TILE + ATTN_THREADS - 1) / ATTN_THREADS; /* p per thread */
     extern __shared__ __align__(16) unsigned char win_smem[];
     unsigned char *stages = win_smem;
@@ -860,15 +867,18 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     float *keep_row = keep + ((size_t)rl * a.n_head + (size_t)kvh * G) * a.window;
     const int which = PV ? 1 : 0; /* V or K */
 
+    /* the offset of key kk of tile ti (-1: unmapped, or past the block's keys) */
+    auto offset_of = [&](int ti, int kk) -> long long {
+        const int t0 = k_begin + ti * ATTN_TILE;
+        return kk >= 0 && kk < ATTN_TILE && ti < n_tiles && t0 + kk < k_end
+                   ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, which, kvh)
+                   : -1;
+    };
     /* tile ti's key offsets into slot ti % WIN_SLOTS, by the block's first ATTN_TILE threads
      * (first = 0), or by threads ATTN_TILE.. (first = ATTN_TILE) */
     auto look_up = [&](int ti, int first) {
         const int kk = tid - first;
-        if (kk < 0 || kk >= ATTN_TILE) return;
-        const int t0 = k_begin + ti * ATTN_TILE;
-        koff[ti % WIN_SLOTS][kk] = ti < n_tiles && t0 + kk < k_end
-                                       ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, which, kvh)
-                                       : -1;
+        if (kk >= 0 && kk < ATTN_TILE) koff[ti % WIN_SLOTS][kk] = offset_of(ti, kk);
     };
     /* tile ti's copies into stage ti % WIN_STAGES (none past the last tile), then a group */
     auto copy = [&](int ti) {
@@ -879,7 +889,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
                 const int kk = c / SEGS, seg = c % SEGS;
                 const long long o = ko[kk];
                 if (o >= 0)
-                    cp_async16(st + kk * ROW + seg * 16,
+                    cp_async16(st + kk * RS + seg * 16,
                                (const unsigned char *)a.kv.base + o * EB + seg * 16);
             }
         }
@@ -939,8 +949,10 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
         const bool split_done = t1 >= k_end || (t1 - sp.j0) % sp.per_split == 0;
         const unsigned char *st = stages + (ti % WIN_STAGES) * STAGE;
         const long long *ko = koff[ti % WIN_SLOTS];
+        /* tile ti + 2's page-table reads go out now and are stored only before the second
+         * barrier, so no thread waits on them ahead of this tile's work */
+        const long long off_next = offset_of(ti + 2, tid);
         cp_async_wait_one(); /* this thread's copies of tile ti have landed */
-        look_up(ti + 2, 0);  /* its slot was last read before the previous tile's barriers */
         if (PV) {            /* p = bf(exp(s - m) / l) as the reference rounds it */
 #pragma unroll
             for (int k = 0; k < KP; k++) {
@@ -961,7 +973,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
                     for (int c = 0; c < CH; c++) {
                         const raw8<FP8> rk = *reinterpret_cast<const raw8<FP8> *>(
-                            st + kk * ROW + (c * 8 + sub) * 8 * EB);
+                            st + kk * RS + (c * 8 + sub) * 8 * EB);
                         float k8[8];
                         cvt8<FP8>(rk, k8);
 #pragma unroll
@@ -990,7 +1002,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
             for (int kk = warp; kk < nk; kk += ATTN_WARPS) {
                 if (ko[kk] < 0) continue; /* an unmapped key: warp-uniform */
                 const raw8<FP8> rv =
-                    *reinterpret_cast<const raw8<FP8> *>(st + kk * ROW + lane * 8 * EB);
+                    *reinterpret_cast<const raw8<FP8> *>(st + kk * RS + lane * 8 * EB);
                 float vf[8];
                 cvt8<FP8>(rv, vf);
 #pragma unroll
@@ -1003,6 +1015,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
             }
             load_kept(ti + 1);
         }
+        /* slot (ti + 2) % WIN_SLOTS was last read before the previous tile's second barrier */
+        if (tid < ATTN_TILE) koff[(ti + 2) % WIN_SLOTS][tid] = off_next;
         __syncthreads(); /* the stage, ps (P.V) and the looked-up slot */
         copy(ti + 2);    /* into the stage just read */
         if (!PV) {
@@ -1090,8 +1104,6 @@ extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
     return K_OK;
 }
 
-/* The stats and P.V passes of one (KEEP or not) instantiation. The kept-score P.V pass of a
- * small group sums its warps' partials in shared memory (pv_warp_keys), which sizes it. */
 /* The window kernels' shared memory exceeds the default 48 KB: raised once per instantiation,
  * before its first launch (plain launches at load precede any graph capture). */
 template <int G, bool FP8, bool PV> static int win_smem_allow(void) {
@@ -1105,6 +1117,9 @@ template <int G, bool FP8, bool PV> static int win_smem_allow(void) {
     return K_OK;
 }
 
+/* The stats and P.V passes of one (KEEP or not) instantiation. The kept-score P.V pass of a
+ * small group sums its warps' partials in shared memory (pv_warp_keys), which sizes it; the
+ * windowed layers of head dim 256 and small groups run the window kernels instead. */
 template <int D, int G, bool FP8, bool KEEP>
 static int launch_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
                          float2 *ml, float *keep, int row0, cudaStream_t s) {
@@ -1119,7 +1134,8 @@ static int launch_passes(const k_attention_args *a, dim3 grid, int max_split, in
         attn_window_kernel<G, FP8, true><<<grid, ATTN_THREADS, win_smem_bytes<G, FP8, true>(), s>>>(
             *a, row0, max_split, spb, part, ml, keep);
         CUDA_CHECK(cudaGetLastError());
-        return K_OK;
+        return K_OK; /* attn_split_kernel's instantiations for these stay until the window
+                        kernels have passed their gates on a GPU, then go */
     }
     const size_t smem = (size_t)G * (D + ATTN_TILE) * sizeof(float);
     size_t pv_smem = smem;
