@@ -275,6 +275,9 @@ void k_graph_destroy(k_graph *g);
  * sizes up front means no allocation happens later, which graph capture requires. */
 size_t k_moe_experts_workspace(int rows, int d_model, int d_expert, int n_expert, int top_k);
 size_t k_attention_workspace(void);
+/* Kernel attributes the attention launchers need (the window kernels' shared memory), set once
+ * at start-up before any CUDA graph capture (k_workspace_reserve calls it). GPU build only. */
+int k_attention_setup(void);
 int k_workspace_reserve(size_t moe_bytes, size_t attn_bytes);
 
 /* CUDA events for timing named steps without synchronising between them (bench_decode). */

@@ -245,7 +245,9 @@ static int reserve_workspaces(engine *e) {
                                                        m->n_expert, m->top_k)
                              : 0;
     if (k_workspace_reserve(moe, k_attention_workspace()) != 0) {
-        log_msg(LOG_ERROR, "engine", "out of device memory for the op workspaces");
+        log_msg(LOG_ERROR, "engine",
+                "could not set up the ops' device workspaces and kernel attributes (out of device "
+                "memory, or a device error logged above)");
         return -1;
     }
     return 0;
