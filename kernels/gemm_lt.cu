@@ -15,10 +15,16 @@
 
 #include <stdlib.h>
 
-#define GEMM_WORKSPACE_BYTES (32u << 20)
+#define GEMM_WORKSPACE_BYTES (32ull << 20)
+/* The cap of the second try for a weight that no algorithm asked at its heur_m runs at max_m
+ * within GEMM_WORKSPACE_BYTES: split-K algorithms keep fp32 partials of max_m x n per split
+ * (the 31B's down projection at a 2,064-row step: 44 MB a split). The workspace grows to what
+ * such a plan needs, once, at load. */
+#define GEMM_WORKSPACE_LARGE (1ull << 30)
 
 struct k_gemm_plan {
     int max_m, heur_m, n, k;
+    size_t ws_cap; /* the workspace the heuristic was offered, and k_gemm passes */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a;
     cublasLtMatmulAlgo_t algo;
@@ -26,11 +32,27 @@ struct k_gemm_plan {
 
 static cublasLtHandle_t lt_handle;
 static void *lt_workspace;
+static size_t lt_workspace_bytes;
 
 static int lt_init(void) {
     if (lt_handle) return K_OK;
     CUBLAS_CHECK(cublasLtCreate(&lt_handle));
     CUDA_CHECK(cudaMalloc(&lt_workspace, GEMM_WORKSPACE_BYTES));
+    lt_workspace_bytes = GEMM_WORKSPACE_BYTES;
+    return K_OK;
+}
+
+/* Grows the shared workspace to bytes. Plans are made at load, before any step is launched or
+ * a CUDA graph captures the workspace's address; cudaFree waits for the device. */
+static int lt_workspace_reserve(size_t bytes) {
+    if (bytes <= lt_workspace_bytes) return K_OK;
+    void *p = NULL;
+    CUDA_CHECK(cudaFree(lt_workspace));
+    lt_workspace = NULL;
+    lt_workspace_bytes = 0;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    lt_workspace = p;
+    lt_workspace_bytes = bytes;
     return K_OK;
 }
 
@@ -39,11 +61,12 @@ static int layout_bf16(cublasLtMatrixLayout_t *l, int rows, int cols, int ld) {
     return K_OK;
 }
 
-/* The heuristic's best algorithm at m = heur_m, verified to also run m = 1 and m = max_m. */
-static int choose_algo(k_gemm_plan *p) {
+/* The heuristic's best algorithm at m = heur_m, verified to also run m = 1 and m = max_m within
+ * the workspace p->ws_cap; *need gets the most workspace it asks for at those m. */
+static int choose_algo(k_gemm_plan *p, size_t *need) {
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = GEMM_WORKSPACE_BYTES;
+    size_t ws = p->ws_cap;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     cublasLtMatrixLayout_t b, c;
@@ -65,9 +88,11 @@ static int choose_algo(k_gemm_plan *p) {
                     CUBLAS_STATUS_SUCCESS &&
                 cublasLtMatmulAlgoCheck(lt_handle, p->desc, p->a, bm, cm, cm, &res[i].algo,
                                         &chk_m) == CUBLAS_STATUS_SUCCESS &&
-                chk.workspaceSize <= GEMM_WORKSPACE_BYTES &&
-                chk_m.workspaceSize <= GEMM_WORKSPACE_BYTES)
+                chk.workspaceSize <= p->ws_cap && chk_m.workspaceSize <= p->ws_cap) {
                 ok = i;
+                *need = chk.workspaceSize > chk_m.workspaceSize ? chk.workspaceSize
+                                                                : chk_m.workspaceSize;
+            }
         }
         cublasLtMatrixLayoutDestroy(b1);
         cublasLtMatrixLayoutDestroy(c1);
@@ -80,7 +105,7 @@ static int choose_algo(k_gemm_plan *p) {
     }
     cublasLtMatmulPreferenceDestroy(pref);
     if (ok < 0) { /* k_gemm_plan_create then asks at max_m; only that failure is an error */
-        if (p->heur_m == p->max_m)
+        if (p->heur_m == p->max_m && p->ws_cap == GEMM_WORKSPACE_BYTES)
             fprintf(stderr, "g4pipe: error kernels: no cuBLASLt algorithm for %d x %d x %d\n",
                     p->max_m, p->n, p->k);
         return K_ERR_SHAPE;
@@ -111,7 +136,26 @@ extern "C" int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k) {
     return rc;
 }
 
+static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, size_t ws_cap);
+
+/* At heur_m within the usual workspace; failing that, within GEMM_WORKSPACE_LARGE (the plans
+ * that succeed the first time, every weight but the 31B's down projection when this was
+ * written, are the same as before the second try existed). */
 extern "C" int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, int n, int k) {
+    int rc = plan_create(out, max_m, heur_m, n, k, GEMM_WORKSPACE_BYTES);
+    if (rc == K_ERR_SHAPE && heur_m < max_m && max_m > 0 && heur_m > 0 && n > 0 && k > 0 &&
+        k % 8 == 0)
+        rc = plan_create(out, max_m, heur_m, n, k, GEMM_WORKSPACE_LARGE);
+    return rc;
+}
+
+extern "C" size_t k_gemm_plan_workspace(const k_gemm_plan *p) {
+    return p && p->ws_cap > GEMM_WORKSPACE_BYTES ? lt_workspace_bytes : GEMM_WORKSPACE_BYTES;
+}
+
+extern "C" int k_gemm_plan_heur_m(const k_gemm_plan *p) { return p ? p->heur_m : 0; }
+
+static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, size_t ws_cap) {
     *out = NULL;
     if (max_m <= 0 || heur_m <= 0 || heur_m > max_m || n <= 0 || k <= 0 || k % 8 != 0)
         return K_ERR_SHAPE;
@@ -123,6 +167,7 @@ extern "C" int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, i
     p->heur_m = heur_m;
     p->n = n;
     p->k = k;
+    p->ws_cap = ws_cap;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
             CUBLAS_STATUS_SUCCESS ||
@@ -134,7 +179,9 @@ extern "C" int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, i
         k_gemm_plan_destroy(p);
         return K_ERR_DEVICE;
     }
-    int rc_algo = choose_algo(p);
+    size_t need = 0;
+    int rc_algo = choose_algo(p, &need);
+    if (rc_algo == K_OK) rc_algo = lt_workspace_reserve(need);
     if (rc_algo != K_OK) {
         k_gemm_plan_destroy(p);
         return rc_algo;
@@ -166,7 +213,7 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
     const float one = 1.0f, zero = 0.0f;
     cublasStatus_t s =
         cublasLtMatmul(lt_handle, p->desc, &one, a->w, p->a, a->x, b, &zero, a->y, c, a->y, c,
-                       &p->algo, lt_workspace, GEMM_WORKSPACE_BYTES, (cudaStream_t)st);
+                       &p->algo, lt_workspace, k_gemm_plan_workspace(p), (cudaStream_t)st);
     cublasLtMatrixLayoutDestroy(b);
     cublasLtMatrixLayoutDestroy(c);
     CUBLAS_CHECK(s);

@@ -18,9 +18,9 @@
 #include <string.h>
 
 /* One shape: returns 0 on pass and prints the gate line. */
-static void run_shape(int m, int n, int k, uint64_t seed) {
-    char gate[96];
-    snprintf(gate, sizeof gate, "gemm_lt_vs_ref[m%d n%d k%d]", m, n, k);
+static void run_shape(int m, int n, int k, int max_m, uint64_t seed) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "gemm_lt_vs_ref[m%d n%d k%d max_m %d]", m, n, k, max_m);
     rng_state = seed;
     size_t xs = (size_t)m * k, ws = (size_t)n * k, ys = (size_t)m * n;
     bf16_t *x = malloc(xs * 2), *w = malloc(ws * 2), *y = malloc(ys * 2), *r = malloc(ys * 2);
@@ -28,7 +28,7 @@ static void run_shape(int m, int n, int k, uint64_t seed) {
     fill_uniform(w, ws, 1.0f / sqrtf((float)k), 0.0f);
     void *dx = k_device_alloc(xs * 2), *dw = k_device_alloc(ws * 2), *dy = k_device_alloc(ys * 2);
     k_gemm_plan *plan = NULL;
-    int rc = k_gemm_plan_create(&plan, 64, n, k);
+    int rc = k_gemm_plan_create(&plan, max_m, n, k);
     for (size_t i = 0; i < ys; i++)
         y[i] = 0x7fc0; /* NaN poison */
     rc |= k_copy_to_device(dx, x, xs * 2) | k_copy_to_device(dw, w, ws * 2) |
@@ -58,8 +58,10 @@ static void run_shape(int m, int n, int k, uint64_t seed) {
     }
     double rel = sqrt(num / (den > 0 ? den : 1));
     TEST_CHECK(gate, rc == 0 && unwritten == 0 && rel <= 1e-2 && !variant,
-               "rel err %.2e (limit 1e-2), unwritten %d, elements over 1 ulp %d, row 0 alone %s",
-               rel, unwritten, far, variant ? "DIFFERS" : "identical");
+               "rel err %.2e (limit 1e-2), unwritten %d, elements over 1 ulp %d, row 0 alone %s; "
+               "plan asked at m = %d, workspace %zu MB",
+               rel, unwritten, far, variant ? "DIFFERS" : "identical", k_gemm_plan_heur_m(plan),
+               k_gemm_plan_workspace(plan) >> 20);
     k_gemm_plan_destroy(plan);
     k_device_free(dx);
     k_device_free(dw);
@@ -70,6 +72,46 @@ static void run_shape(int m, int n, int k, uint64_t seed) {
     free(r);
 }
 
+/* The plan's largest step: m = max_m runs (the workspace suffices), writes every element, and
+ * its row 0 equals row 0 computed alone, bit for bit. No CPU reference: max_m rows of a large
+ * weight are hundreds of GFLOP; run_shape checks the arithmetic at small m with the same plan. */
+static void run_max_m(int n, int k, int max_m, uint64_t seed) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "gemm_lt_max_m[n%d k%d max_m %d]", n, k, max_m);
+    size_t xs = (size_t)max_m * k, ws = (size_t)n * k, ys = (size_t)max_m * n;
+    void *dx = k_device_alloc(xs * 2), *dw = k_device_alloc(ws * 2), *dy = k_device_alloc(ys * 2);
+    bf16_t *y = malloc(ys * 2), *row = malloc((size_t)n * 2);
+    k_gemm_plan *plan = NULL;
+    int rc = !dx || !dw || !dy || !y || !row || k_gemm_plan_create(&plan, max_m, n, k) != 0;
+    if (!rc) {
+        k_fill_args f = {.out = dw, .n = ws, .seed = seed, .lo = -0.02f, .hi = 0.02f};
+        rc |= k_fill_uniform(&f, NULL);
+        f = (k_fill_args){.out = dx, .n = xs, .seed = seed + 1, .lo = -1.0f, .hi = 1.0f};
+        rc |= k_fill_uniform(&f, NULL);
+        for (size_t i = 0; i < ys; i++)
+            y[i] = 0x7fc0; /* NaN poison */
+        rc |= k_copy_to_device(dy, y, ys * 2);
+        k_gemm_args a = {.y = dy, .x = dx, .w = dw, .m = max_m, .n = n, .k = k, .plan = plan};
+        rc |= k_gemm(&a, NULL) | k_sync() | k_copy_to_host(y, dy, ys * 2);
+        a.m = 1;
+        rc |= k_gemm(&a, NULL) | k_sync() | k_copy_to_host(row, dy, (size_t)n * 2);
+    }
+    long unwritten = 0;
+    for (size_t i = 0; !rc && i < ys; i++)
+        unwritten += isnan(ref_bf16_to_f32(y[i]));
+    int variant = !rc && memcmp(row, y, (size_t)n * 2) != 0;
+    TEST_CHECK(gate, rc == 0 && unwritten == 0 && !variant,
+               "rc %d, unwritten %ld, row 0 alone %s; plan asked at m = %d, workspace %zu MB", rc,
+               unwritten, variant ? "DIFFERS" : "identical", k_gemm_plan_heur_m(plan),
+               k_gemm_plan_workspace(plan) >> 20);
+    k_gemm_plan_destroy(plan);
+    k_device_free(dx);
+    k_device_free(dw);
+    k_device_free(dy);
+    free(y);
+    free(row);
+}
+
 int main(void) {
     char desc[256];
     if (k_device_init(desc, sizeof desc) != 0) {
@@ -77,10 +119,15 @@ int main(void) {
         return 0;
     }
     printf("# device: %s\n", desc);
-    /* 26B-A4B q_proj and o_proj, an expert's gate_up, a ragged shape, a tiny-fixture shape */
-    int shapes[][3] = {{1, 4096, 2816},  {16, 4096, 2816}, {7, 2816, 4096},
-                       {64, 1408, 2816}, {5, 1000, 264},   {3, 64, 1024}};
+    /* 26B-A4B q_proj and o_proj, an expert's gate_up, a ragged shape, a tiny-fixture shape
+     * (plans for up to 64 rows); the 31B's down projection planned for the engine's largest
+     * step (prefill_chunk 2048 + max_batch 16): the weight whose plan needs more than the usual
+     * workspace to run that step with an algorithm asked at 64 rows */
+    int shapes[][4] = {{1, 4096, 2816, 64},    {16, 4096, 2816, 64}, {7, 2816, 4096, 64},
+                       {64, 1408, 2816, 64},   {5, 1000, 264, 64},   {3, 64, 1024, 64},
+                       {16, 5376, 21504, 2064}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        run_shape(shapes[i][0], shapes[i][1], shapes[i][2], 1234 + i);
+        run_shape(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], 1234 + i);
+    run_max_m(5376, 21504, 2064, 99);
     return harness_exit();
 }
