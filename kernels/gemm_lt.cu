@@ -24,7 +24,8 @@
 
 struct k_gemm_plan {
     int max_m, heur_m, n, k;
-    size_t ws_cap; /* the workspace the heuristic was offered, and k_gemm passes */
+    size_t ws_cap;  /* the workspace the heuristic was offered */
+    size_t ws_need; /* the most its algorithm asks for, at 1, heur_m and max_m rows */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a;
     cublasLtMatmulAlgo_t algo;
@@ -33,6 +34,7 @@ struct k_gemm_plan {
 static cublasLtHandle_t lt_handle;
 static void *lt_workspace;
 static size_t lt_workspace_bytes;
+static bool lt_launched; /* a k_gemm has run: its buffer may be in a captured graph */
 
 static int lt_init(void) {
     if (lt_handle) return K_OK;
@@ -42,15 +44,19 @@ static int lt_init(void) {
     return K_OK;
 }
 
-/* Grows the shared workspace to bytes. Plans are made at load, before any step is launched or
- * a CUDA graph captures the workspace's address; cudaFree waits for the device. */
+/* Grows the shared workspace to bytes: the new buffer first, so a failed allocation leaves the
+ * old one in place (and the plan asking for it fails as out of memory). The old buffer is freed
+ * only while no k_gemm has run: once one has, a captured CUDA graph may hold its address (a
+ * second engine opened in the same process), so it stays allocated. */
 static int lt_workspace_reserve(size_t bytes) {
     if (bytes <= lt_workspace_bytes) return K_OK;
     void *p = NULL;
-    CUDA_CHECK(cudaFree(lt_workspace));
-    lt_workspace = NULL;
-    lt_workspace_bytes = 0;
-    CUDA_CHECK(cudaMalloc(&p, bytes));
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        fprintf(stderr, "g4pipe: error kernels: no %zu MB for a cuBLASLt workspace\n", bytes >> 20);
+        return K_ERR_NO_MEMORY;
+    }
+    if (!lt_launched) CUDA_CHECK(cudaFree(lt_workspace)); /* waits for the device */
     lt_workspace = p;
     lt_workspace_bytes = bytes;
     return K_OK;
@@ -69,6 +75,13 @@ static int choose_algo(k_gemm_plan *p, size_t *need) {
     size_t ws = p->ws_cap;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    if (p->ws_cap > GEMM_WORKSPACE_BYTES) {
+        /* the second try: split-K partials summed in fp32 in the workspace, or none; not in
+         * the bf16 output (INPLACE, OUTPUT_TYPE), which would round between the splits */
+        uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
+    }
     cublasLtMatrixLayout_t b, c;
     int rc = layout_bf16(&b, p->k, p->heur_m, p->k);
     if (rc == K_OK) rc = layout_bf16(&c, p->n, p->heur_m, p->n);
@@ -92,6 +105,7 @@ static int choose_algo(k_gemm_plan *p, size_t *need) {
                 ok = i;
                 *need = chk.workspaceSize > chk_m.workspaceSize ? chk.workspaceSize
                                                                 : chk_m.workspaceSize;
+                if (res[i].workspaceSize > *need) *need = res[i].workspaceSize;
             }
         }
         cublasLtMatrixLayoutDestroy(b1);
@@ -121,17 +135,20 @@ static int choose_algo(k_gemm_plan *p, size_t *need) {
  * idle at one decode row (27 us for a 4096 x 2816 weight whose bytes stream in 5.4 us); asked at
  * 16 it runs m = 1..16 in 14-16 us but a 528-row chunk 4x slower; at 64 it sits between. So
  * weights up to 16M elements (every 26B-A4B layer weight but global q) plan at m = 16, larger
- * ones at 64, and the plan falls back to max_m when no algorithm asked at the smaller m also
- * runs max_m within the workspace (the 31B's down projection). Deterministic: the heuristic's
- * answer depends only on the shapes, so every run of the binary uses the same algorithms. */
+ * ones at 64. When no algorithm asked at that m also runs max_m within the 32 MB workspace, the
+ * heuristic is asked again with up to 1 GB (the 31B's down projection, whose max_m plan ran
+ * m = 16 at 3x the time of an m = 64 plan for the same bytes), and only then at max_m.
+ * Deterministic: the heuristic's answer depends only on the shapes and the offered workspace,
+ * so every run of the binary uses the same algorithms. */
 static int plan_m_for(int max_m, int n, int k) {
     int m = (long long)n * k <= (16ll << 20) ? 16 : 64;
     return m < max_m ? m : max_m;
 }
 
 extern "C" int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k) {
-    int rc = k_gemm_plan_create_at(out, max_m, plan_m_for(max_m, n, k), n, k);
-    if (rc == K_ERR_SHAPE && max_m > 0 && n > 0 && k > 0 && k % 8 == 0)
+    const int heur = plan_m_for(max_m, n, k);
+    int rc = k_gemm_plan_create_at(out, max_m, heur, n, k);
+    if (rc == K_ERR_SHAPE && heur < max_m && max_m > 0 && n > 0 && k > 0 && k % 8 == 0)
         rc = k_gemm_plan_create_at(out, max_m, max_m, n, k);
     return rc;
 }
@@ -149,9 +166,7 @@ extern "C" int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, i
     return rc;
 }
 
-extern "C" size_t k_gemm_plan_workspace(const k_gemm_plan *p) {
-    return p && p->ws_cap > GEMM_WORKSPACE_BYTES ? lt_workspace_bytes : GEMM_WORKSPACE_BYTES;
-}
+extern "C" size_t k_gemm_plan_workspace(const k_gemm_plan *p) { return p ? p->ws_need : 0; }
 
 extern "C" int k_gemm_plan_heur_m(const k_gemm_plan *p) { return p ? p->heur_m : 0; }
 
@@ -179,9 +194,8 @@ static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, s
         k_gemm_plan_destroy(p);
         return K_ERR_DEVICE;
     }
-    size_t need = 0;
-    int rc_algo = choose_algo(p, &need);
-    if (rc_algo == K_OK) rc_algo = lt_workspace_reserve(need);
+    int rc_algo = choose_algo(p, &p->ws_need);
+    if (rc_algo == K_OK) rc_algo = lt_workspace_reserve(p->ws_need);
     if (rc_algo != K_OK) {
         k_gemm_plan_destroy(p);
         return rc_algo;
@@ -211,9 +225,11 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
         return rc;
     }
     const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t s =
-        cublasLtMatmul(lt_handle, p->desc, &one, a->w, p->a, a->x, b, &zero, a->y, c, a->y, c,
-                       &p->algo, lt_workspace, k_gemm_plan_workspace(p), (cudaStream_t)st);
+    cublasStatus_t s = cublasLtMatmul(
+        lt_handle, p->desc, &one, a->w, p->a, a->x, b, &zero, a->y, c, a->y, c, &p->algo,
+        lt_workspace, p->ws_cap > GEMM_WORKSPACE_BYTES ? lt_workspace_bytes : GEMM_WORKSPACE_BYTES,
+        (cudaStream_t)st);
+    lt_launched = true;
     cublasLtMatrixLayoutDestroy(b);
     cublasLtMatrixLayoutDestroy(c);
     CUBLAS_CHECK(s);
