@@ -49,11 +49,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     static const shape shapes[] = {
-        {"26b q local", 4096, 2816},   {"26b q global", 8192, 2816}, {"26b k local", 2048, 2816},
-        {"26b o local", 2816, 4096},   {"26b gate", 2112, 2816},     {"26b down", 2816, 2112},
-        {"26b router", 128, 2816},     {"31b q local", 8192, 5376},  {"31b k local", 4096, 5376},
-        {"31b o local", 5376, 8192},   {"31b gate", 21504, 5376},    {"31b down", 5376, 21504},
-        {"26b lm_head", 262144, 2816},
+        {"26b q local", 4096, 2816}, {"26b q global", 8192, 2816},  {"26b k local", 2048, 2816},
+        {"26b o local", 2816, 4096}, {"26b gate", 2112, 2816},      {"26b down", 2816, 2112},
+        {"26b router", 128, 2816},   {"31b q local", 8192, 5376},   {"31b k local", 4096, 5376},
+        {"31b o local", 5376, 8192}, {"31b o global", 5376, 16384}, {"31b gate", 21504, 5376},
+        {"31b down", 5376, 21504},   {"26b lm_head", 262144, 2816},
     };
     static const int heur[] = {1, 4, 16, 64, 0 /* max_m */};
     static const int ms[] = {1, 4, 16, 0 /* max_m */};
