@@ -15,10 +15,17 @@
 
 #include <stdlib.h>
 
-#define GEMM_WORKSPACE_BYTES (32u << 20)
+#define GEMM_WORKSPACE_BYTES (32ull << 20)
+/* The cap of the second try for a weight that no algorithm asked at its heur_m runs at max_m
+ * within GEMM_WORKSPACE_BYTES: split-K algorithms keep fp32 partials of max_m x n per split
+ * (the 31B's down projection at a 2,064-row step: 44 MB a split). The workspace grows to what
+ * such a plan needs, once, at load. */
+#define GEMM_WORKSPACE_LARGE (1ull << 30)
 
 struct k_gemm_plan {
     int max_m, heur_m, n, k;
+    size_t ws_cap;  /* the workspace the heuristic was offered */
+    size_t ws_need; /* the most its algorithm asks for, at 1, heur_m and max_m rows */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a;
     cublasLtMatmulAlgo_t algo;
@@ -26,11 +33,32 @@ struct k_gemm_plan {
 
 static cublasLtHandle_t lt_handle;
 static void *lt_workspace;
+static size_t lt_workspace_bytes;
+static bool lt_launched; /* a k_gemm has run: its buffer may be in a captured graph */
 
 static int lt_init(void) {
     if (lt_handle) return K_OK;
     CUBLAS_CHECK(cublasLtCreate(&lt_handle));
     CUDA_CHECK(cudaMalloc(&lt_workspace, GEMM_WORKSPACE_BYTES));
+    lt_workspace_bytes = GEMM_WORKSPACE_BYTES;
+    return K_OK;
+}
+
+/* Grows the shared workspace to bytes: the new buffer first, so a failed allocation leaves the
+ * old one in place (and the plan asking for it fails as out of memory). The old buffer is freed
+ * only while no k_gemm has run: once one has, a captured CUDA graph may hold its address (a
+ * second engine opened in the same process), so it stays allocated. */
+static int lt_workspace_reserve(size_t bytes) {
+    if (bytes <= lt_workspace_bytes) return K_OK;
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        fprintf(stderr, "g4pipe: error kernels: no %zu MB for a cuBLASLt workspace\n", bytes >> 20);
+        return K_ERR_NO_MEMORY;
+    }
+    if (!lt_launched) CUDA_CHECK(cudaFree(lt_workspace)); /* waits for the device */
+    lt_workspace = p;
+    lt_workspace_bytes = bytes;
     return K_OK;
 }
 
@@ -39,13 +67,21 @@ static int layout_bf16(cublasLtMatrixLayout_t *l, int rows, int cols, int ld) {
     return K_OK;
 }
 
-/* The heuristic's best algorithm at m = heur_m, verified to also run m = 1 and m = max_m. */
-static int choose_algo(k_gemm_plan *p) {
+/* The heuristic's best algorithm at m = heur_m, verified to also run m = 1 and m = max_m within
+ * the workspace p->ws_cap; *need gets the most workspace it asks for at those m. */
+static int choose_algo(k_gemm_plan *p, size_t *need) {
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = GEMM_WORKSPACE_BYTES;
+    size_t ws = p->ws_cap;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    if (p->ws_cap > GEMM_WORKSPACE_BYTES) {
+        /* the second try: split-K partials summed in fp32 in the workspace, or none; not in
+         * the bf16 output (INPLACE, OUTPUT_TYPE), which would round between the splits */
+        uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
+    }
     cublasLtMatrixLayout_t b, c;
     int rc = layout_bf16(&b, p->k, p->heur_m, p->k);
     if (rc == K_OK) rc = layout_bf16(&c, p->n, p->heur_m, p->n);
@@ -65,9 +101,12 @@ static int choose_algo(k_gemm_plan *p) {
                     CUBLAS_STATUS_SUCCESS &&
                 cublasLtMatmulAlgoCheck(lt_handle, p->desc, p->a, bm, cm, cm, &res[i].algo,
                                         &chk_m) == CUBLAS_STATUS_SUCCESS &&
-                chk.workspaceSize <= GEMM_WORKSPACE_BYTES &&
-                chk_m.workspaceSize <= GEMM_WORKSPACE_BYTES)
+                chk.workspaceSize <= p->ws_cap && chk_m.workspaceSize <= p->ws_cap) {
                 ok = i;
+                *need = chk.workspaceSize > chk_m.workspaceSize ? chk.workspaceSize
+                                                                : chk_m.workspaceSize;
+                if (res[i].workspaceSize > *need) *need = res[i].workspaceSize;
+            }
         }
         cublasLtMatrixLayoutDestroy(b1);
         cublasLtMatrixLayoutDestroy(c1);
@@ -80,7 +119,7 @@ static int choose_algo(k_gemm_plan *p) {
     }
     cublasLtMatmulPreferenceDestroy(pref);
     if (ok < 0) { /* k_gemm_plan_create then asks at max_m; only that failure is an error */
-        if (p->heur_m == p->max_m)
+        if (p->heur_m == p->max_m && p->ws_cap == GEMM_WORKSPACE_BYTES)
             fprintf(stderr, "g4pipe: error kernels: no cuBLASLt algorithm for %d x %d x %d\n",
                     p->max_m, p->n, p->k);
         return K_ERR_SHAPE;
@@ -96,22 +135,42 @@ static int choose_algo(k_gemm_plan *p) {
  * idle at one decode row (27 us for a 4096 x 2816 weight whose bytes stream in 5.4 us); asked at
  * 16 it runs m = 1..16 in 14-16 us but a 528-row chunk 4x slower; at 64 it sits between. So
  * weights up to 16M elements (every 26B-A4B layer weight but global q) plan at m = 16, larger
- * ones at 64, and the plan falls back to max_m when no algorithm asked at the smaller m also
- * runs max_m within the workspace (the 31B's down projection). Deterministic: the heuristic's
- * answer depends only on the shapes, so every run of the binary uses the same algorithms. */
+ * ones at 64. When no algorithm asked at that m also runs max_m within the 32 MB workspace, the
+ * heuristic is asked again with up to 1 GB (the 31B's down projection, whose max_m plan ran
+ * m = 16 at 3x the time of an m = 64 plan for the same bytes), and only then at max_m.
+ * Deterministic: the heuristic's answer depends only on the shapes and the offered workspace,
+ * so every run of the binary uses the same algorithms. */
 static int plan_m_for(int max_m, int n, int k) {
     int m = (long long)n * k <= (16ll << 20) ? 16 : 64;
     return m < max_m ? m : max_m;
 }
 
 extern "C" int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k) {
-    int rc = k_gemm_plan_create_at(out, max_m, plan_m_for(max_m, n, k), n, k);
-    if (rc == K_ERR_SHAPE && max_m > 0 && n > 0 && k > 0 && k % 8 == 0)
+    const int heur = plan_m_for(max_m, n, k);
+    int rc = k_gemm_plan_create_at(out, max_m, heur, n, k);
+    if (rc == K_ERR_SHAPE && heur < max_m && max_m > 0 && n > 0 && k > 0 && k % 8 == 0)
         rc = k_gemm_plan_create_at(out, max_m, max_m, n, k);
     return rc;
 }
 
+static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, size_t ws_cap);
+
+/* At heur_m within the usual workspace; failing that, within GEMM_WORKSPACE_LARGE (the plans
+ * that succeed the first time, every weight but the 31B's down projection when this was
+ * written, are the same as before the second try existed). */
 extern "C" int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, int n, int k) {
+    int rc = plan_create(out, max_m, heur_m, n, k, GEMM_WORKSPACE_BYTES);
+    if (rc == K_ERR_SHAPE && heur_m < max_m && max_m > 0 && heur_m > 0 && n > 0 && k > 0 &&
+        k % 8 == 0)
+        rc = plan_create(out, max_m, heur_m, n, k, GEMM_WORKSPACE_LARGE);
+    return rc;
+}
+
+extern "C" size_t k_gemm_plan_workspace(const k_gemm_plan *p) { return p ? p->ws_need : 0; }
+
+extern "C" int k_gemm_plan_heur_m(const k_gemm_plan *p) { return p ? p->heur_m : 0; }
+
+static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, size_t ws_cap) {
     *out = NULL;
     if (max_m <= 0 || heur_m <= 0 || heur_m > max_m || n <= 0 || k <= 0 || k % 8 != 0)
         return K_ERR_SHAPE;
@@ -123,6 +182,7 @@ extern "C" int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, i
     p->heur_m = heur_m;
     p->n = n;
     p->k = k;
+    p->ws_cap = ws_cap;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
             CUBLAS_STATUS_SUCCESS ||
@@ -134,7 +194,8 @@ extern "C" int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, i
         k_gemm_plan_destroy(p);
         return K_ERR_DEVICE;
     }
-    int rc_algo = choose_algo(p);
+    int rc_algo = choose_algo(p, &p->ws_need);
+    if (rc_algo == K_OK) rc_algo = lt_workspace_reserve(p->ws_need);
     if (rc_algo != K_OK) {
         k_gemm_plan_destroy(p);
         return rc_algo;
@@ -164,9 +225,11 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
         return rc;
     }
     const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t s =
-        cublasLtMatmul(lt_handle, p->desc, &one, a->w, p->a, a->x, b, &zero, a->y, c, a->y, c,
-                       &p->algo, lt_workspace, GEMM_WORKSPACE_BYTES, (cudaStream_t)st);
+    cublasStatus_t s = cublasLtMatmul(
+        lt_handle, p->desc, &one, a->w, p->a, a->x, b, &zero, a->y, c, a->y, c, &p->algo,
+        lt_workspace, p->ws_cap > GEMM_WORKSPACE_BYTES ? lt_workspace_bytes : GEMM_WORKSPACE_BYTES,
+        (cudaStream_t)st);
+    lt_launched = true;
     cublasLtMatrixLayoutDestroy(b);
     cublasLtMatrixLayoutDestroy(c);
     CUBLAS_CHECK(s);

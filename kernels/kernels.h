@@ -217,6 +217,11 @@ int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k);
 /* The same with the algorithm the heuristic picks for m = heur_m (still checked at 1 and max_m);
  * k_gemm_plan_create picks heur_m by the weight's size (kernels/gemm_lt.cu, plan_m_for). */
 int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, int n, int k);
+/* What a plan was made with: the m its algorithm was asked at (heur_m; max_m after both
+ * workspace tries at the smaller m failed), and the workspace bytes its algorithm needs (up to
+ * 32 MB, or up to 1 GB for a plan only a larger workspace lets run at max_m). */
+int k_gemm_plan_heur_m(const k_gemm_plan *plan);
+size_t k_gemm_plan_workspace(const k_gemm_plan *plan);
 void k_gemm_plan_destroy(k_gemm_plan *plan);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 

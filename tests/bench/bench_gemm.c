@@ -49,11 +49,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     static const shape shapes[] = {
-        {"26b q local", 4096, 2816},   {"26b q global", 8192, 2816}, {"26b k local", 2048, 2816},
-        {"26b o local", 2816, 4096},   {"26b gate", 2112, 2816},     {"26b down", 2816, 2112},
-        {"26b router", 128, 2816},     {"31b q local", 8192, 5376},  {"31b k local", 4096, 5376},
-        {"31b o local", 5376, 8192},   {"31b gate", 21504, 5376},    {"31b down", 5376, 21504},
-        {"26b lm_head", 262144, 2816},
+        {"26b q local", 4096, 2816}, {"26b q global", 8192, 2816},  {"26b k local", 2048, 2816},
+        {"26b o local", 2816, 4096}, {"26b gate", 2112, 2816},      {"26b down", 2816, 2112},
+        {"26b router", 128, 2816},   {"31b q local", 8192, 5376},   {"31b k local", 4096, 5376},
+        {"31b o local", 5376, 8192}, {"31b o global", 5376, 16384}, {"31b gate", 21504, 5376},
+        {"31b down", 5376, 21504},   {"26b lm_head", 262144, 2816},
     };
     static const int heur[] = {1, 4, 16, 64, 0 /* max_m */};
     static const int ms[] = {1, 4, 16, 0 /* max_m */};
@@ -75,8 +75,8 @@ int main(int argc, char **argv) {
     f = (k_fill_args){.out = x, .n = max_x, .seed = 2, .lo = -1, .hi = 1};
     k_fill_uniform(&f, NULL);
     printf("# %s; ms per call (median of 20), max_m %d\n", desc, max_m);
-    printf("%-14s %8s %9s %9s %9s %9s %9s\n", "shape", "heur_m", "m=1", "m=4", "m=16", "m=max",
-           "floor@1");
+    printf("%-14s %8s %9s %9s %9s %9s %9s %6s\n", "shape", "heur_m", "m=1", "m=4", "m=16", "m=max",
+           "floor@1", "ws MB");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *s = &shapes[i];
         for (size_t h = 0; h < sizeof heur / sizeof heur[0]; h++) {
@@ -89,7 +89,8 @@ int main(int argc, char **argv) {
             printf("%-14s %8d", s->name, hm);
             for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++)
                 printf(" %9.4f", time_gemm(plan, y, x, w, ms[j] ? ms[j] : max_m, s->n, s->k, ev));
-            printf(" %9.4f\n", (double)s->n * s->k * 2 / (bw * 1e6));
+            printf(" %9.4f %6zu\n", (double)s->n * s->k * 2 / (bw * 1e6),
+                   k_gemm_plan_workspace(plan) >> 20);
             k_gemm_plan_destroy(plan);
         }
     }

@@ -18,9 +18,9 @@
 #include <string.h>
 
 /* One shape: returns 0 on pass and prints the gate line. */
-static void run_shape(int m, int n, int k, uint64_t seed) {
-    char gate[96];
-    snprintf(gate, sizeof gate, "gemm_lt_vs_ref[m%d n%d k%d]", m, n, k);
+static void run_shape(int m, int n, int k, int max_m, uint64_t seed) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "gemm_lt_vs_ref[m%d n%d k%d max_m %d]", m, n, k, max_m);
     rng_state = seed;
     size_t xs = (size_t)m * k, ws = (size_t)n * k, ys = (size_t)m * n;
     bf16_t *x = malloc(xs * 2), *w = malloc(ws * 2), *y = malloc(ys * 2), *r = malloc(ys * 2);
@@ -28,7 +28,7 @@ static void run_shape(int m, int n, int k, uint64_t seed) {
     fill_uniform(w, ws, 1.0f / sqrtf((float)k), 0.0f);
     void *dx = k_device_alloc(xs * 2), *dw = k_device_alloc(ws * 2), *dy = k_device_alloc(ys * 2);
     k_gemm_plan *plan = NULL;
-    int rc = k_gemm_plan_create(&plan, 64, n, k);
+    int rc = k_gemm_plan_create(&plan, max_m, n, k);
     for (size_t i = 0; i < ys; i++)
         y[i] = 0x7fc0; /* NaN poison */
     rc |= k_copy_to_device(dx, x, xs * 2) | k_copy_to_device(dw, w, ws * 2) |
@@ -58,8 +58,10 @@ static void run_shape(int m, int n, int k, uint64_t seed) {
     }
     double rel = sqrt(num / (den > 0 ? den : 1));
     TEST_CHECK(gate, rc == 0 && unwritten == 0 && rel <= 1e-2 && !variant,
-               "rel err %.2e (limit 1e-2), unwritten %d, elements over 1 ulp %d, row 0 alone %s",
-               rel, unwritten, far, variant ? "DIFFERS" : "identical");
+               "rel err %.2e (limit 1e-2), unwritten %d, elements over 1 ulp %d, row 0 alone %s; "
+               "plan asked at m = %d, workspace %zu MB",
+               rel, unwritten, far, variant ? "DIFFERS" : "identical", k_gemm_plan_heur_m(plan),
+               k_gemm_plan_workspace(plan) >> 20);
     k_gemm_plan_destroy(plan);
     k_device_free(dx);
     k_device_free(dw);
@@ -70,17 +72,102 @@ static void run_shape(int m, int n, int k, uint64_t seed) {
     free(r);
 }
 
+/* The plan's largest step and the sizes between: the plan exists without falling back to an
+ * algorithm asked at max_m (want_heur: the m it must be asked at), m = max_m runs and writes
+ * every element, its first, middle and last rows equal the CPU reference within 1e-2, and row 0
+ * of steps of 2, 63, 64, 65, 528 and max_m rows, and the last row of the max_m step, equal the
+ * same row computed alone, bit for bit. No full reference: max_m rows of a large weight are
+ * hundreds of GFLOP on the CPU. */
+static void run_max_m(int n, int k, int max_m, int want_heur, uint64_t seed) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "gemm_lt_max_m[n%d k%d max_m %d]", n, k, max_m);
+    size_t xs = (size_t)max_m * k, ws = (size_t)n * k, ys = (size_t)max_m * n;
+    bf16_t *dx = k_device_alloc(xs * 2), *dw = k_device_alloc(ws * 2), *dy = k_device_alloc(ys * 2);
+    bf16_t *x = malloc(xs * 2), *w = malloc(ws * 2), *y = malloc(ys * 2);
+    bf16_t *row = malloc((size_t)n * 2), *ref = malloc((size_t)n * 2);
+    k_gemm_plan *plan = NULL;
+    int rc = !dx || !dw || !dy || !x || !w || !y || !row || !ref ||
+             k_gemm_plan_create(&plan, max_m, n, k) != 0;
+    long unwritten = 0, variant = 0;
+    double num = 0, den = 0;
+    if (!rc) {
+        rng_state = seed;
+        fill_uniform(x, xs, 1.0f, 0.0f);
+        fill_uniform(w, ws, 1.0f / sqrtf((float)k), 0.0f);
+        for (size_t i = 0; i < ys; i++)
+            y[i] = 0x7fc0; /* NaN poison */
+        rc |= k_copy_to_device(dx, x, xs * 2) | k_copy_to_device(dw, w, ws * 2) |
+              k_copy_to_device(dy, y, ys * 2);
+        k_gemm_args a = {.y = dy, .x = dx, .w = dw, .m = max_m, .n = n, .k = k, .plan = plan};
+        rc |= k_gemm(&a, NULL) | k_sync() | k_copy_to_host(y, dy, ys * 2);
+        for (size_t i = 0; !rc && i < ys; i++)
+            unwritten += isnan(ref_bf16_to_f32(y[i])) != 0;
+        const int rows[] = {0, max_m / 2, max_m - 1};
+        for (size_t t = 0; !rc && t < sizeof rows / sizeof rows[0]; t++) {
+            k_gemm_args ra = {
+                .y = ref, .x = x + (size_t)rows[t] * k, .w = w, .m = 1, .n = n, .k = k};
+            ref_gemm(&ra, NULL);
+            for (int j = 0; j < n; j++) {
+                float o = ref_bf16_to_f32(y[(size_t)rows[t] * n + j]), e = ref_bf16_to_f32(ref[j]);
+                num += (double)(o - e) * (o - e);
+                den += (double)e * e;
+            }
+        }
+        /* the last row alone against the last row of the max_m step */
+        k_gemm_args one = {.y = dy,
+                           .x = dx + (size_t)(max_m - 1) * k,
+                           .w = dw,
+                           .m = 1,
+                           .n = n,
+                           .k = k,
+                           .plan = plan};
+        rc |= k_gemm(&one, NULL) | k_sync() | k_copy_to_host(row, dy, (size_t)n * 2);
+        variant += !rc && memcmp(row, y + (size_t)(max_m - 1) * n, (size_t)n * 2) != 0;
+        /* row 0 of steps of several sizes against row 0 of the max_m step */
+        const int ms[] = {1, 2, 63, 64, 65, 528};
+        for (size_t t = 0; !rc && t < sizeof ms / sizeof ms[0]; t++) {
+            if (ms[t] > max_m) continue;
+            k_gemm_args step = {
+                .y = dy, .x = dx, .w = dw, .m = ms[t], .n = n, .k = k, .plan = plan};
+            rc |= k_gemm(&step, NULL) | k_sync() | k_copy_to_host(row, dy, (size_t)n * 2);
+            variant += !rc && memcmp(row, y, (size_t)n * 2) != 0;
+        }
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    int heur = k_gemm_plan_heur_m(plan);
+    TEST_CHECK(gate, rc == 0 && unwritten == 0 && variant == 0 && rel <= 1e-2 && heur == want_heur,
+               "rc %d, unwritten %ld, rows 0 / middle / last rel err %.2e (limit 1e-2), rows "
+               "differing from the same row in other steps %ld; plan asked at m = %d (want %d), "
+               "its workspace %zu MB",
+               rc, unwritten, rel, variant, heur, want_heur, k_gemm_plan_workspace(plan) >> 20);
+    k_gemm_plan_destroy(plan);
+    k_device_free(dx);
+    k_device_free(dw);
+    k_device_free(dy);
+    free(x);
+    free(w);
+    free(y);
+    free(row);
+    free(ref);
+}
+
 int main(void) {
     char desc[256];
     if (k_device_init(desc, sizeof desc) != 0) {
         test_skip("gemm_lt_vs_ref", "no GPU (%s)", desc);
+        test_skip("gemm_lt_max_m", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
-    /* 26B-A4B q_proj and o_proj, an expert's gate_up, a ragged shape, a tiny-fixture shape */
-    int shapes[][3] = {{1, 4096, 2816},  {16, 4096, 2816}, {7, 2816, 4096},
-                       {64, 1408, 2816}, {5, 1000, 264},   {3, 64, 1024}};
+    /* 26B-A4B q_proj and o_proj, an expert's gate_up, a ragged shape, a tiny-fixture shape
+     * (plans for up to 64 rows); the 31B's down projection planned for the engine's largest
+     * step (prefill_chunk 2048 + max_batch 16): the weight whose plan needs more than the usual
+     * workspace to run that step with an algorithm asked at 64 rows */
+    int shapes[][4] = {{1, 4096, 2816, 64},    {16, 4096, 2816, 64}, {7, 2816, 4096, 64},
+                       {64, 1408, 2816, 64},   {5, 1000, 264, 64},   {3, 64, 1024, 64},
+                       {16, 5376, 21504, 2064}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        run_shape(shapes[i][0], shapes[i][1], shapes[i][2], 1234 + i);
+        run_shape(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], 1234 + i);
+    run_max_m(5376, 21504, 2064, 64, 99);
     return harness_exit();
 }
