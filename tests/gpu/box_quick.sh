@@ -5,7 +5,8 @@
 # Logs under $OUT; the gate programs' stderr is copied there too.
 # Usage: tests/gpu/box_quick.sh [nogates|noopgates] [demo] [pinned] [racecheck] [nobench]
 #        [graphs] [ncu] [pools] [racecheck-fixtures] [gemm] [fp8] [sanitize] [ab] [nogeometry]
-# (pools: BENCH_CASES under kv.local bf16 and fp8; racecheck-fixtures: sanitize_fixtures.sh
+# (ncu: one 16-row 26B-A4B step's NCU_KERNELS, default the attention and expert kernels;
+#  pools: BENCH_CASES under kv.local bf16 and fp8; racecheck-fixtures: sanitize_fixtures.sh
 #  with GATES, SANITIZE_BI_MAX_LEN and SANITIZE_TIMEOUT, by default what is left of DEADLINE)
 # (ab: the fp8-vs-bf16 serving A/B into $OUT/ab, AB_ROUNDS rounds (default 3) of AB_MODELS
 #  (default both); BENCH_CASES "model:rows ..." narrows the decode benchmark;
@@ -79,14 +80,15 @@ case " $* " in *" ncu "*) # where the attention time goes, bf16 against the fp8 
     done
     for kv in bf16 fp8; do
         stamp "ncu: the attention kernels of one 16-row decode step (26B-A4B), kv.local=$kv"
-        timeout 200 ncu --clock-control none --profile-from-start off --kernel-name regex:attn \
+        timeout 200 ncu --clock-control none --profile-from-start off \
+            --kernel-name "${NCU_KERNELS:-regex:attn|moe_(up|down)}" \
             --section SpeedOfLight --section Occupancy --section LaunchStats \
             --section WarpStateStats --section MemoryWorkloadAnalysis --print-summary per-kernel \
             build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
             --set serve.max_context=4096 --set serve.cuda_graphs=0 --set kv.local=$kv \
             --batch 16 --prompt 1024 --steps 2 > "$OUT/ncu_$kv.txt" 2>&1
-        echo "ncu rc $?"; grep -E "attn_[a-z_]+kernel|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Memory Throughput" \
-            "$OUT/ncu_$kv.txt" | head -40 | cut -c1-200
+        echo "ncu rc $?"; grep -E "(attn|moe)_[a-z_]+kernel|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Memory Throughput" \
+            "$OUT/ncu_$kv.txt" | head -80 | cut -c1-200
     done ;;
 esac
 case " $* " in *" pools "*) # the decode benchmark's cases under both local pools
