@@ -362,7 +362,8 @@ static __device__ __forceinline__ void mma_rows(const bf16_t *lo, const bf16_t *
 
 /* As moe_up_kernel, on tensor cores: warp w of block x owns outputs
  * [x * MMA_OUTS + w * MMA_NT * 8, + MMA_NT * 8) of the gate (and the same of up). */
-__global__ static void __launch_bounds__(MMA_THREADS)
+/* 5 blocks an SM: at ptxas's own choice (100 registers, allocated as 104) only 4 fit */
+__global__ static void __launch_bounds__(MMA_THREADS, 5)
     moe_up_mma_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h) {
     if ((int)blockIdx.y >= *n_active) return;
