@@ -27,13 +27,13 @@ DEPS_ROOT=.deps/root
 DEB_PKGS="libinih-dev libinih1 libjansson-dev libjansson4"
 HOST_SRC="runtime/log.c runtime/config.c runtime/hfconfig.c runtime/loader.c runtime/kv_pool.c
 runtime/weights.c runtime/device_weights.c runtime/engine.c runtime/tokenizer.c runtime/tokenizer_load.c runtime/tokenizer_tables.c runtime/chat.c runtime/proto.c
-runtime/sampler.c runtime/sched.c runtime/serve.c graph/model_desc.c graph/schedule_find.c"
+runtime/sampler.c runtime/par.c runtime/sched.c runtime/serve.c graph/model_desc.c graph/schedule_find.c"
 REF_SRC="kernels/ref/bf16_ref.c kernels/ref/norm_ref.c kernels/ref/gemm_ref.c
 kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c kernels/ref/sample_ref.c"
 GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill test_sample"
 CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/fill.cu kernels/norm.cu kernels/attn.cu
 kernels/moe.cu kernels/sample.cu"
-UNIT_TESTS="test_loader test_config test_kv_pool test_sampler test_chat test_ref_fp8"
+UNIT_TESTS="test_loader test_config test_kv_pool test_sampler test_par test_chat test_ref_fp8"
 # what each unit test links: the module under test through its header, no generated code
 # (test_loader brings its own model table)
 unit_src() {
@@ -42,6 +42,7 @@ unit_src() {
     test_config) echo runtime/log.c runtime/config.c ;;
     test_kv_pool) echo runtime/log.c runtime/kv_pool.c ;;
     test_sampler) echo runtime/log.c runtime/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c ;;
+    test_par) echo runtime/log.c runtime/par.c runtime/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c ;;
     test_chat) echo runtime/log.c $TOKENIZER_SRC runtime/chat.c ;;
     test_ref_fp8) echo kernels/ref/bf16_ref.c kernels/ref/attn_ref.c ;;
     esac

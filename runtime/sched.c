@@ -6,6 +6,7 @@
 #include "runtime/chat.h"
 #include "runtime/kv_pool.h"
 #include "runtime/log.h"
+#include "runtime/par.h"
 #include "runtime/sampler.h"
 
 #include <stdlib.h>
@@ -51,6 +52,12 @@ struct sched {
     sreq **out_req;
     bf16_t *logits;
     float *work;
+    /* host draws (rows sampled from their whole logits row, or with logprobs): made side by
+     * side before the step's tokens are taken, one work buffer per worker */
+    int draw_threads;
+    float **draw_work;      /* [draw_threads][2 * n_vocab] */
+    int32_t *draw_tok;      /* [max_batch] */
+    proto_logprob *draw_lp; /* [max_batch] */
     /* stats */
     long steps, tokens_out, last_rows;
     double t_first_step;
@@ -100,9 +107,18 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     s->topk_vals = calloc((size_t)mb * K_TOPK_MAX, sizeof *s->topk_vals);
     s->logits = calloc((size_t)mb * (size_t)V, sizeof *s->logits);
     s->work = calloc(2 * (size_t)V, sizeof *s->work);
+    /* serve.sample_threads, 0: a thread per CPU, at most one per batch row */
+    int t = cfg->serve.sample_threads > 0 ? cfg->serve.sample_threads : par_cpus();
+    s->draw_threads = t < mb ? t : mb;
+    s->draw_work = calloc((size_t)s->draw_threads, sizeof *s->draw_work);
+    s->draw_tok = calloc((size_t)mb, sizeof *s->draw_tok);
+    s->draw_lp = calloc((size_t)mb, sizeof *s->draw_lp);
+    int draws_ok = s->draw_work && s->draw_tok && s->draw_lp;
+    for (int w = 0; draws_ok && w < s->draw_threads; w++)
+        draws_ok = (s->draw_work[w] = calloc(2 * (size_t)V, sizeof(float))) != NULL;
     if (!s->running || !s->slot_used || !s->ids || !s->pos || !s->seq || !s->out_src ||
         !s->out_req || !s->logits || !s->work || !s->argmax || !s->need_logits || !s->topk ||
-        !s->topk_ids || !s->topk_vals) {
+        !s->topk_ids || !s->topk_vals || !draws_ok) {
         sched_destroy(s);
         return NULL;
     }
@@ -141,6 +157,11 @@ void sched_destroy(sched *s) {
     free(s->topk_vals);
     free(s->logits);
     free(s->work);
+    for (int w = 0; s->draw_work && w < s->draw_threads; w++)
+        free(s->draw_work[w]);
+    free(s->draw_work);
+    free(s->draw_tok);
+    free(s->draw_lp);
     free(s);
 }
 
@@ -270,34 +291,53 @@ static int32_t candidates_wanted(const proto_request *q, int n_vocab) {
     return q->top_k < n_vocab ? q->top_k : n_vocab;
 }
 
+static sampler_params params_of(const sreq *r) {
+    return (sampler_params){(float)r->req.temperature, r->req.top_k, (float)r->req.top_p,
+                            (float)r->req.min_p, r->req.seed};
+}
+
+/* Out row o's draw from its whole logits row, and its logprobs when asked: each a pass over the
+ * vocabulary (milliseconds at 262,144 ids), so the step's rows run side by side (draw_rows).
+ * A row's result depends only on its own logits, request and index, never on the worker. */
+static void draw_row(void *ctx, int o, int worker) {
+    sched *s = ctx;
+    const sreq *r = s->out_req[o];
+    if (s->topk[o] > 0 || !s->need_logits[o]) return; /* candidates or argmax: take_token */
+    const int V = engine_model(s->e)->n_vocab;
+    const bf16_t *logits = s->logits + (size_t)o * (size_t)V;
+    sampler_params sp = params_of(r);
+    s->draw_tok[o] = sampler_pick(&sp, logits, V, r->n_out, s->draw_work[worker]);
+    proto_logprob *lp = &s->draw_lp[o];
+    memset(lp, 0, sizeof *lp);
+    if (r->req.logprobs > 0) {
+        lp->n = r->req.logprobs;
+        sampler_logprobs(logits, V, lp->n, s->draw_tok[o], lp->ids, lp->lps, &lp->chosen);
+    }
+}
+
 /* One generated token of r: stop token, text, stop strings, limits. Out row o's token is the
- * engine's argmax (greedy), a draw from its candidates (s->topk[o] > 0) or from its logits.
- * Returns 1 when r ended. */
+ * engine's argmax (greedy), a draw from its candidates (s->topk[o] > 0) or from its logits
+ * (made by draw_row). Returns 1 when r ended. */
 static int take_token(sched *s, sreq *r, int o) {
-    const g4_model_desc *m = engine_model(s->e);
-    const bf16_t *logits = s->logits + (size_t)o * (size_t)m->n_vocab;
-    sampler_params sp = {(float)r->req.temperature, r->req.top_k, (float)r->req.top_p,
-                         (float)r->req.min_p, r->req.seed};
+    sampler_params sp = params_of(r);
     int32_t tok;
-    if (s->topk[o] > 0)
+    proto_logprob lp = {0};
+    if (s->topk[o] > 0) {
         tok = sampler_pick_candidates(&sp, s->topk_ids + (size_t)o * K_TOPK_MAX,
                                       s->topk_vals + (size_t)o * K_TOPK_MAX, s->topk[o], r->n_out,
                                       s->work);
-    else if (!s->need_logits[o])
+    } else if (!s->need_logits[o]) {
         tok = s->argmax[o];
-    else
-        tok = sampler_pick(&sp, logits, m->n_vocab, r->n_out, s->work);
+    } else {
+        tok = s->draw_tok[o];
+        lp = s->draw_lp[o];
+    }
     double now = sched_now_ms();
     if (r->t_first == 0) r->t_first = now;
     r->t_last = now;
     if (chat_is_stop_token(tok) && !r->req.ignore_eos) {
         finish(s, r, "stop");
         return 1;
-    }
-    proto_logprob lp = {0};
-    if (r->req.logprobs > 0) {
-        lp.n = r->req.logprobs;
-        sampler_logprobs(logits, m->n_vocab, lp.n, tok, lp.ids, lp.lps, &lp.chosen);
     }
     r->ids[r->n_ids++] = tok;
     r->n_out++;
@@ -424,6 +464,10 @@ int sched_step(sched *s) {
         }
         return -1;
     }
+    int host = 0; /* rows drawn from their whole logits row */
+    for (int i = 0; i < n_out; i++)
+        host += s->topk[i] <= 0 && s->need_logits[i];
+    if (host > 0) par_for(n_out, host < s->draw_threads ? host : s->draw_threads, draw_row, s);
     for (int i = 0; i < n_out; i++)
         take_token(s, s->out_req[i], i);
     return 1;
