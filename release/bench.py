@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """release/bench.py - the serving A/B of design/BENCH.md: two configurations of g4pipe (two
 sets of --set overrides, or two binaries) alternate in paired rounds on the same card; at each
-concurrency c, c requests of PROMPT random tokens and OUTPUT tokens (ignore_eos) go in at once.
+concurrency c, c requests of PROMPT random tokens and OUTPUT tokens (ignore_eos) go in at once,
+greedy, or sampled at --temperature (with --top-k; 0: over the whole vocabulary, which the
+host draws, runtime/sched.c) with a seed per request.
 
 Per configuration and concurrency it reports the decode step time (median and p90 of the
 gaps between a request's consecutive token lines, streamed: the c rows share every step, so a
@@ -236,14 +238,18 @@ def pct(values, q):
     return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
 
 
-def measure(server, c, prompt, output, vocab, rng, tag):
-    """c requests at once; returns the per-request figures and the wall time."""
+def measure(server, c, prompt, output, vocab, rng, tag, sampling=None):
+    """c requests at once; returns the per-request figures and the wall time. sampling: the
+    requests' temperature / top_k (none: greedy), each request with its own seed."""
     ids = [f"{tag}-{i}" for i in range(c)]
     t0 = time.monotonic()
-    for rid in ids:
+    for i, rid in enumerate(ids):
         toks = [2] + [rng.randrange(min(1000, vocab // 2), vocab) for _ in range(prompt - 1)]
-        server.send({"id": rid, "tokens": toks, "max_tokens": output, "ignore_eos": True,
-                     "stream": True})
+        req = {"id": rid, "tokens": toks, "max_tokens": output, "ignore_eos": True,
+               "stream": True}
+        if sampling:
+            req.update(sampling, seed=i + 1)
+        server.send(req)
     gaps = {}
     done = server.wait_done(ids, gaps)
     wall = time.monotonic() - t0
@@ -318,11 +324,19 @@ def compare(a, b, args):
     return rows
 
 
+def sampling_text(sampling):
+    if sampling == "greedy":
+        return "greedy"
+    k = sampling.get("top_k", 0)
+    return f"sampled at temperature {sampling['temperature']:g}" + (f", top_k {k}" if k else "")
+
+
 def markdown(result):
     a, b = result["configs"]
     lines = [f"# g4pipe serving A/B: {a['label']} vs {b['label']}", "",
              f"{result['model']}, {result['card']}, commit {result['commit']}, "
              f"{result['prompt']}-token prompts, {result['output']} output tokens, "
+             f"{sampling_text(result.get('sampling', 'greedy'))}, "
              f"{result['rounds']} paired rounds, {result['weights']} weights, "
              f"floor at {result['bw_gbps']:.0f} GB/s, prefill against "
              f"{result['matrix_tflops']:.0f} TFLOP/s", "",
@@ -392,6 +406,10 @@ def parse_args(argv):
     p.add_argument("--out", default=os.path.join(ROOT, "release", "results"))
     p.add_argument("--logs", default="", help="folder for each process's stderr (default: --out)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sample every request at this temperature (default 0: greedy)")
+    p.add_argument("--top-k", type=int, default=0,
+                   help="with --temperature: the requests' top_k (0: the whole vocabulary)")
     p.add_argument("--max-seconds", type=float, default=0,
                    help="start no round that would end past this many seconds (0: no limit); "
                         "the report covers the rounds done")
@@ -404,6 +422,8 @@ def parse_args(argv):
         fail("--concurrency needs at least one number >= 1")
     if a.prompt < 2 or a.output < 2 or a.rounds < 1:
         fail("--prompt and --output must be >= 2, --rounds >= 1")
+    if a.temperature < 0 or a.top_k < 0:
+        fail("--temperature and --top-k cannot be negative")
     for b in (a.a_bin, a.b_bin):
         if not os.access(b, os.X_OK):
             fail(f"{b} is not an executable g4pipe (build it with ./build.sh)")
@@ -436,6 +456,8 @@ def main(argv):
     card = card_name()
     base = os.path.join(args.out, f"{git_commit()}-{card.replace(' ', '_')}-{stamp}")
     rng = random.Random(args.seed)
+    sampling = ({"temperature": args.temperature, "top_k": args.top_k}
+                if args.temperature > 0 else None)
     runs, total = [], 2 * args.rounds * len(args.concurrency)
     t_start, rounds_done = time.monotonic(), 0
     for rnd in range(args.rounds):
@@ -454,7 +476,7 @@ def main(argv):
                 srv.wait_done(["warm"])
                 for c in args.concurrency:
                     reqs, wall = measure(srv, c, args.prompt, args.output, d["n_vocab"], rng,
-                                         f"r{rnd}c{c}")
+                                         f"r{rnd}c{c}", sampling)
                     runs.append({"round": rnd, "config": cfg["label"], "c": c, "wall_s": wall,
                                  "gpu_mem_mb": gpu_memory_mb(), "requests": reqs})
                     med = round_step_ms(runs[-1])
@@ -469,6 +491,7 @@ def main(argv):
         cfg["summary"] = summarize(runs, d, args, cfg)
     result = {"model": d["name"], "card": card, "commit": git_commit(), "time": stamp,
               "prompt": args.prompt, "output": args.output, "rounds": rounds_done,
+              "sampling": sampling or "greedy",
               "weights": "checkpoint" if args.checkpoint else "dummy", "bw_gbps": args.bw,
               "matrix_tflops": args.tflops,
               "configs": [{k: v for k, v in c.items()} for c in cfgs],

@@ -84,6 +84,20 @@ def main():
     ok, why = png_ok(base + ".png")
     check("release_driver_png", ok, why)
 
+    # sampled requests (--temperature): every request samples over the whole vocabulary with
+    # its own seed, and the report says so
+    out_s = tempfile.mkdtemp(prefix="g4bench")
+    p = subprocess.run(cmd[:cmd.index("--out")] + ["--out", out_s, "--temperature", "0.8"]
+                       + ["--concurrency", "2", "--rounds", "1"], capture_output=True, text=True,
+                       timeout=600)
+    js = [f for f in os.listdir(out_s) if f.endswith(".json")]
+    rs = json.load(open(os.path.join(out_s, js[0]))) if p.returncode == 0 and len(js) == 1 else {}
+    toks = [q["completion_tokens"] for x in rs.get("runs", []) for q in x["requests"]]
+    check("release_driver_sampled", rs.get("sampling") == {"temperature": 0.8, "top_k": 0} and
+          len(toks) == 4 and all(t == 6 for t in toks) and "temperature 0.8" in p.stdout,
+          f"exit {p.returncode}, sampling {rs.get('sampling')}, completion tokens {toks} "
+          f"(want 4 requests of 6), the table's header names the temperature")
+
     # the floor against design/BENCH.md: 26B-A4B, 1 row at 1K context = 7.64 GB of weights
     # (4.79 dense + 2.86 routed) and 0.23 GB of KV; fp8 halves the local family only
     d = bench.model_desc(None, [], os.path.join(ROOT, "graph", "models", "gemma4-26b-a4b.ini"))
@@ -116,14 +130,16 @@ def main():
     refusals = []
     for extra, want in ((["--concurrency", "0"], "at least one number"),
                         (["--a-bin", "/nonexistent"], "not an executable"),
-                        (["--b-label", "A"], "different labels")):
+                        (["--b-label", "A"], "different labels"),
+                        (["--temperature", "-1"], "cannot be negative")):
         q = subprocess.run([sys.executable, os.path.join(ROOT, "release", "bench.py"), "-c",
                             os.path.join(ROOT, "conf", "demo.ini"), "--a-bin", binary,
                             "--b-bin", binary, "--out", out] + extra,
                            capture_output=True, text=True, timeout=60)
         refusals.append(q.returncode == 2 and want in q.stderr)
     check("release_driver_refuses", all(refusals),
-          f"--concurrency 0, a missing binary, equal labels: exit 2 with the cause: {refusals}")
+          f"--concurrency 0, a missing binary, equal labels, a negative temperature: exit 2 "
+          f"with the cause: {refusals}")
 
 
 if __name__ == "__main__":
