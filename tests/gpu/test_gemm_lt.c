@@ -18,9 +18,9 @@
 #include <string.h>
 
 /* One shape: returns 0 on pass and prints the gate line. */
-static void run_shape(int m, int n, int k, uint64_t seed) {
+static void run_shape(const char *name, int m, int n, int k, uint64_t seed) {
     char gate[96];
-    snprintf(gate, sizeof gate, "gemm_lt_vs_ref[m%d n%d k%d]", m, n, k);
+    snprintf(gate, sizeof gate, "%s[m%d n%d k%d]", name, m, n, k);
     rng_state = seed;
     size_t xs = (size_t)m * k, ws = (size_t)n * k, ys = (size_t)m * n;
     bf16_t *x = malloc(xs * 2), *w = malloc(ws * 2), *y = malloc(ys * 2), *r = malloc(ys * 2);
@@ -74,6 +74,7 @@ int main(void) {
     char desc[256];
     if (k_device_init(desc, sizeof desc) != 0) {
         test_skip("gemm_lt_vs_ref", "no GPU (%s)", desc);
+        test_skip("gemm_plain_vs_ref", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -81,6 +82,11 @@ int main(void) {
     int shapes[][3] = {{1, 4096, 2816},  {16, 4096, 2816}, {7, 2816, 4096},
                        {64, 1408, 2816}, {5, 1000, 264},   {3, 64, 1024}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        run_shape(shapes[i][0], shapes[i][1], shapes[i][2], 1234 + i);
+        run_shape("gemm_lt_vs_ref", shapes[i][0], shapes[i][1], shapes[i][2], 1234 + i);
+    /* debug.gemm = plain: the same checks on the CUDA-core kernel */
+    k_gemm_plain(1);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        run_shape("gemm_plain_vs_ref", shapes[i][0], shapes[i][1], shapes[i][2], 4321 + i);
+    k_gemm_plain(0);
     return harness_exit();
 }
