@@ -26,11 +26,13 @@ struct k_gemm_plan {
     int max_m, heur_m, n, k;
     size_t ws_cap;  /* the workspace the heuristic was offered */
     size_t ws_need; /* the most its algorithm asks for, at 1, heur_m and max_m rows */
+    int plain;      /* k_gemm_plain: the CUDA-core kernel below, no cuBLASLt */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a;
     cublasLtMatmulAlgo_t algo;
 };
 
+static bool plain_plans; /* k_gemm_plain: plans made from now on are plain */
 static cublasLtHandle_t lt_handle;
 static void *lt_workspace;
 static size_t lt_workspace_bytes;
@@ -128,6 +130,33 @@ static int choose_algo(k_gemm_plan *p, size_t *need) {
     return K_OK;
 }
 
+/* ---- the plain kernel (debug.gemm = plain) ----
+ *
+ * One thread per output, its dot product in k order in fp32, rounded once to bf16: no shared
+ * memory, so compute-sanitizer's racecheck of the engine's gate runs meets only our kernels
+ * (cuBLASLt's draw reports of their own on every launch, and their shared-memory pipelines
+ * made racecheck too slow to finish the batch-invariance gate inside a device call). Each
+ * output depends only on its own row and weight row, so a row's result is the same in any
+ * batch. Slow (weight rows read uncoalesced): for sanitizer and debug runs only. */
+#define PLAIN_THREADS 128
+
+static __global__ void __launch_bounds__(PLAIN_THREADS)
+    gemm_plain_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int n, int k, int ldy) {
+    const int j = blockIdx.x * PLAIN_THREADS + threadIdx.x, r = blockIdx.y;
+    if (j >= n) return;
+    const bf16_t *xr = x + (size_t)r * (size_t)k, *wj = w + (size_t)j * (size_t)k;
+    float acc = 0.0f;
+    for (int i = 0; i < k; i++)
+        acc = fmaf(__uint_as_float((uint32_t)xr[i] << 16), __uint_as_float((uint32_t)wj[i] << 16),
+                   acc);
+    uint32_t u = __float_as_uint(acc); /* round to nearest even, NaN kept quiet */
+    y[(size_t)r * (size_t)ldy + j] = (u & 0x7fffffffu) > 0x7f800000u
+                                         ? (bf16_t)((u >> 16) | 0x40u)
+                                         : (bf16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
+
 /* ---- launchers ---- */
 
 /* Which m the heuristic is asked at, measured on the H200 (tests/bench/bench_gemm.c, numbers in
@@ -183,6 +212,11 @@ static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, s
     p->n = n;
     p->k = k;
     p->ws_cap = ws_cap;
+    if (plain_plans) { /* no cuBLASLt object at all */
+        p->plain = 1;
+        *out = p;
+        return K_OK;
+    }
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
             CUBLAS_STATUS_SUCCESS ||
@@ -216,6 +250,14 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
     int ldy = a->ldy ? a->ldy : a->n;
     if (!p || a->m <= 0 || a->m > p->max_m || a->n != p->n || a->k != p->k || ldy < a->n)
         return K_ERR_SHAPE;
+    if (p->plain) {
+        if (a->m > 65535) return K_ERR_SHAPE;
+        dim3 grid((unsigned)((a->n + PLAIN_THREADS - 1) / PLAIN_THREADS), (unsigned)a->m);
+        gemm_plain_kernel<<<grid, PLAIN_THREADS, 0, (cudaStream_t)st>>>(
+            (bf16_t *)a->y, (const bf16_t *)a->x, (const bf16_t *)a->w, a->n, a->k, ldy);
+        CUDA_CHECK(cudaGetLastError());
+        return K_OK;
+    }
     cublasLtMatrixLayout_t b, c;
     int rc = layout_bf16(&b, a->k, a->m, a->k);
     if (rc != K_OK) return rc;

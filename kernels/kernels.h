@@ -223,6 +223,9 @@ int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, int n, int k
 int k_gemm_plan_heur_m(const k_gemm_plan *plan);
 size_t k_gemm_plan_workspace(const k_gemm_plan *plan);
 void k_gemm_plan_destroy(k_gemm_plan *plan);
+/* on: plans made from now on run a plain CUDA-core kernel instead of cuBLASLt (debug.gemm =
+ * plain; for compute-sanitizer runs). One kernel for every m, so still batch-invariant. */
+void k_gemm_plain(int on);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 
 /* kernels/fill.cu: seeded random fill */

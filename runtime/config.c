@@ -47,6 +47,7 @@ enum cfg_key_id {
     CFG_LOG_LEVEL,
     CFG_DEBUG_SYNC,
     CFG_DEBUG_BACKEND,
+    CFG_DEBUG_GEMM,
 };
 
 static const struct cfg_key {
@@ -71,6 +72,7 @@ static const struct cfg_key {
     {"log", "level", CFG_LOG_LEVEL},
     {"debug", "sync", CFG_DEBUG_SYNC},
     {"debug", "backend", CFG_DEBUG_BACKEND},
+    {"debug", "gemm", CFG_DEBUG_GEMM},
 };
 #define CFG_N_KEYS (sizeof cfg_keys / sizeof cfg_keys[0])
 
@@ -83,6 +85,7 @@ static const char *const cfg_kv_local_names[] = {"bf16", "fp8"};
 static const char *const cfg_level_names[] = {"error", "warn", "info", "debug"};
 static const char *const cfg_sync_names[] = {"0", "1"};
 static const char *const cfg_backend_names[] = {"auto", "cpu", "gpu"};
+static const char *const cfg_gemm_names[] = {"cublaslt", "plain"};
 
 static char cfg_error[1024];
 
@@ -112,6 +115,7 @@ void config_defaults(g4_config *c) {
     c->log.level = LOG_INFO;
     c->debug.sync = 0;
     c->debug.backend = G4_BACKEND_AUTO;
+    c->debug.gemm_plain = 0;
 }
 
 /* ---- the key table ---- */
@@ -285,6 +289,8 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         if (cfg_choice(v, cfg_backend_names, 3, &x, why, n)) return -1;
         c->debug.backend = (enum g4_backend)x;
         return 0;
+    case CFG_DEBUG_GEMM:
+        return cfg_choice(v, cfg_gemm_names, 2, &c->debug.gemm_plain, why, n);
     }
     (void)snprintf(why, n, "key has no setter (a bug in config.c)");
     return -1;

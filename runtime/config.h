@@ -51,6 +51,7 @@ typedef struct g4_config {
     struct {
         int sync;                /* 0 or 1, default 0 */
         enum g4_backend backend; /* auto, cpu or gpu; default auto */
+        int gemm_plain;          /* debug.gemm: 0 cublaslt (default), 1 plain */
     } debug;
 } g4_config;
 

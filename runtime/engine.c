@@ -301,6 +301,7 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
     /* a graph replays a fixed sequence of launches; debug.sync's per-step synchronisation
      * cannot be captured, so it turns graphs off */
     e->graphs = e->gpu && cfg->serve.cuda_graphs && !cfg->debug.sync;
+    if (e->gpu) k_gemm_plain(cfg->debug.gemm_plain); /* debug.gemm: the plans made next */
     if (open_weights(e) != 0 ||
         (e->gpu && device_weights_plans(e->dw, e->model, &e->w, e->max_rows, e->max_out_rows))) {
         engine_close(e);

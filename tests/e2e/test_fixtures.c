@@ -98,6 +98,9 @@ static engine *open_engine(const char *dir, int max_context, int chunk, int fp8)
     c.debug.backend = backend_choice;
     c.kv.local = fp8 ? G4_KV_LOCAL_FP8 : G4_KV_LOCAL_BF16;
     c.serve.cuda_graphs = graphs_on;
+    /* G4_FIXTURE_GEMM=plain: the projections without cuBLASLt (sanitize_fixtures.sh) */
+    const char *gemm = getenv("G4_FIXTURE_GEMM");
+    c.debug.gemm_plain = gemm && strcmp(gemm, "plain") == 0;
     if (config_finish(&c) != 0) return NULL;
     engine *e = NULL;
     if (engine_open(&c, chunk, &e) != 0) return NULL;

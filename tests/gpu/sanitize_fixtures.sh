@@ -9,6 +9,11 @@
 # SANITIZE_TIMEOUT bounds each process (seconds, default 170).
 # SANITIZE_BI_MAX_LEN cuts the batch-invariance sequences (test_fixtures' G4_BI_MAX_LEN) for
 # racecheck, under which the full 48 positions outlast a device call.
+# SANITIZE_BI_COMPOSITIONS (e.g. "12 3") splits each batch-invariance / graphs process further:
+# a process per group of the gate's three compositions (test_fixtures' G4_BI_COMPOSITIONS).
+# SANITIZE_GEMM=plain runs the projections on the plain CUDA-core kernel (test_fixtures'
+# G4_FIXTURE_GEMM, config debug.gemm): no cuBLASLt kernels, whose own racecheck reports and
+# shared-memory pipelines dominated every racecheck run so far.
 set -u
 tool=$1 bin=$2 out=$3
 gates=${GATES:-vs_hf,batch_invariance,cuda_graphs}
@@ -22,7 +27,8 @@ help=$(compute-sanitizer --help 2>&1)
 case "$help" in *print-limit*) opts="$opts --print-limit 0" ;; esac
 echo "$tool test_fixtures gpu, gates $gates, each fixture and gate within ${SANITIZE_TIMEOUT:-170} s;" \
     "options:${opts:- none}; batch-invariance positions ${SANITIZE_BI_MAX_LEN:-48}," \
-    "compositions per process: ${SANITIZE_BI_COMPOSITIONS:-all}"
+    "compositions per process: ${SANITIZE_BI_COMPOSITIONS:-all}; projections:" \
+    "${SANITIZE_GEMM:-cublaslt}"
 runs=""
 for f in tiny-moe tiny-ple tiny-dense; do
     for g in ${gates//,/ }; do
@@ -30,6 +36,7 @@ for f in tiny-moe tiny-ple tiny-dense; do
             r="$f:$g:$c" log="$out/${tool}_fx_${f}_${g}_$c.log"
             runs="$runs $r"
             G4_FIXTURE_GATES="$g" G4_BI_MAX_LEN="${SANITIZE_BI_MAX_LEN:-}" \
+                G4_FIXTURE_GEMM="${SANITIZE_GEMM:-}" \
                 G4_BI_COMPOSITIONS="${c#all}" timeout "${SANITIZE_TIMEOUT:-170}" \
                 compute-sanitizer --tool "$tool" $opts "$bin" tests/fixtures gpu $f > "$log" 2>&1 &
         done

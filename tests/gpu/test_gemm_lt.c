@@ -18,9 +18,9 @@
 #include <string.h>
 
 /* One shape: returns 0 on pass and prints the gate line. */
-static void run_shape(int m, int n, int k, int max_m, uint64_t seed) {
+static void run_shape(const char *name, int m, int n, int k, int max_m, uint64_t seed) {
     char gate[128];
-    snprintf(gate, sizeof gate, "gemm_lt_vs_ref[m%d n%d k%d max_m %d]", m, n, k, max_m);
+    snprintf(gate, sizeof gate, "%s[m%d n%d k%d max_m %d]", name, m, n, k, max_m);
     rng_state = seed;
     size_t xs = (size_t)m * k, ws = (size_t)n * k, ys = (size_t)m * n;
     bf16_t *x = malloc(xs * 2), *w = malloc(ws * 2), *y = malloc(ys * 2), *r = malloc(ys * 2);
@@ -156,6 +156,7 @@ int main(void) {
     if (k_device_init(desc, sizeof desc) != 0) {
         test_skip("gemm_lt_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_lt_max_m", "no GPU (%s)", desc);
+        test_skip("gemm_plain_vs_ref", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -167,7 +168,14 @@ int main(void) {
                        {64, 1408, 2816, 64},   {5, 1000, 264, 64},   {3, 64, 1024, 64},
                        {16, 5376, 21504, 2064}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        run_shape(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], 1234 + i);
+        run_shape("gemm_lt_vs_ref", shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
+                  1234 + i);
     run_max_m(5376, 21504, 2064, 64, 99);
+    /* debug.gemm = plain: the same checks on the CUDA-core kernel */
+    k_gemm_plain(1);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        run_shape("gemm_plain_vs_ref", shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
+                  4321 + i);
+    k_gemm_plain(0);
     return harness_exit();
 }

@@ -70,7 +70,8 @@ static void test_defaults(void) {
              c.kv.page_tokens == 16 && c.kv.budget_gb == 0.0 && c.serve.max_batch == 16 &&
              c.serve.max_context == 32768 && c.serve.prefill_chunk == 2048 &&
              c.serve.max_queue == 256 && c.serve.attn_splits_per_block == 0 &&
-             c.serve.sample_threads == 0 && c.log.level == LOG_INFO && c.debug.sync == 0;
+             c.serve.sample_threads == 0 && c.log.level == LOG_INFO && c.debug.sync == 0 &&
+             c.debug.gemm_plain == 0;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
                c.serve.max_context);
 }
@@ -100,7 +101,8 @@ static void test_full_ini(void) {
                                              "[log]\n"
                                              "level = debug\n"
                                              "[debug]\n"
-                                             "sync = 1\n");
+                                             "sync = 1\n"
+                                             "gemm = plain\n");
     g4_config c;
     config_defaults(&c);
     int rc = config_load(&c, path);
@@ -112,7 +114,7 @@ static void test_full_ini(void) {
              c.serve.max_batch == 8 && c.serve.max_context == 65536 &&
              c.serve.prefill_chunk == 1024 && c.serve.max_queue == 1000000 &&
              c.serve.attn_splits_per_block == 4 && c.serve.sample_threads == 3 &&
-             c.log.level == LOG_DEBUG && c.debug.sync == 1;
+             c.log.level == LOG_DEBUG && c.debug.sync == 1 && c.debug.gemm_plain == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
                c.model.path, c.kv.page_tokens, c.kv.budget_gb, rc ? config_last_error() : "");
 
