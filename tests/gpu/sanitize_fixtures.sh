@@ -9,6 +9,8 @@
 # SANITIZE_TIMEOUT bounds each process (seconds, default 170).
 # SANITIZE_BI_MAX_LEN cuts the batch-invariance sequences (test_fixtures' G4_BI_MAX_LEN) for
 # racecheck, under which the full 48 positions outlast a device call.
+# SANITIZE_BI_COMPOSITIONS (e.g. "12 3") splits each batch-invariance / graphs process further:
+# a process per group of the gate's three compositions (test_fixtures' G4_BI_COMPOSITIONS).
 set -u
 tool=$1 bin=$2 out=$3
 gates=${GATES:-vs_hf,batch_invariance,cuda_graphs}
