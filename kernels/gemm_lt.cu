@@ -142,7 +142,8 @@ static int choose_algo(k_gemm_plan *p, size_t *need) {
 
 static __global__ void __launch_bounds__(PLAIN_THREADS)
     gemm_plain_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int n, int k, int ldy) {
-    const int j = blockIdx.x * PLAIN_THREADS + threadIdx.x, r = blockIdx.y;
+    /* rows on grid.x (up to 2^31 - 1), output blocks on grid.y (65,535 x 128 outputs) */
+    const int j = blockIdx.y * PLAIN_THREADS + threadIdx.x, r = blockIdx.x;
     if (j >= n) return;
     const bf16_t *xr = x + (size_t)r * (size_t)k, *wj = w + (size_t)j * (size_t)k;
     float acc = 0.0f;
@@ -203,8 +204,6 @@ static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, s
     *out = NULL;
     if (max_m <= 0 || heur_m <= 0 || heur_m > max_m || n <= 0 || k <= 0 || k % 8 != 0)
         return K_ERR_SHAPE;
-    int rc = lt_init();
-    if (rc != K_OK) return rc;
     k_gemm_plan *p = (k_gemm_plan *)calloc(1, sizeof *p);
     if (!p) return K_ERR_NO_MEMORY;
     p->max_m = max_m;
@@ -212,10 +211,19 @@ static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, s
     p->n = n;
     p->k = k;
     p->ws_cap = ws_cap;
-    if (plain_plans) { /* no cuBLASLt object at all */
+    if (plain_plans) { /* no cuBLASLt object at all, not even its handle and workspace */
+        if ((n + PLAIN_THREADS - 1) / PLAIN_THREADS > 65535) { /* the kernel's grid.y */
+            free(p);
+            return K_ERR_SHAPE;
+        }
         p->plain = 1;
         *out = p;
         return K_OK;
+    }
+    int rc = lt_init();
+    if (rc != K_OK) {
+        free(p);
+        return rc;
     }
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
@@ -251,8 +259,8 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
     if (!p || a->m <= 0 || a->m > p->max_m || a->n != p->n || a->k != p->k || ldy < a->n)
         return K_ERR_SHAPE;
     if (p->plain) {
-        if (a->m > 65535) return K_ERR_SHAPE;
-        dim3 grid((unsigned)((a->n + PLAIN_THREADS - 1) / PLAIN_THREADS), (unsigned)a->m);
+        if ((a->n + PLAIN_THREADS - 1) / PLAIN_THREADS > 65535) return K_ERR_SHAPE;
+        dim3 grid((unsigned)a->m, (unsigned)((a->n + PLAIN_THREADS - 1) / PLAIN_THREADS));
         gemm_plain_kernel<<<grid, PLAIN_THREADS, 0, (cudaStream_t)st>>>(
             (bf16_t *)a->y, (const bf16_t *)a->x, (const bf16_t *)a->w, a->n, a->k, ldy);
         CUDA_CHECK(cudaGetLastError());

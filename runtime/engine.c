@@ -301,9 +301,17 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
     /* a graph replays a fixed sequence of launches; debug.sync's per-step synchronisation
      * cannot be captured, so it turns graphs off */
     e->graphs = e->gpu && cfg->serve.cuda_graphs && !cfg->debug.sync;
-    if (e->gpu) k_gemm_plain(cfg->debug.gemm_plain); /* debug.gemm: the plans made next */
-    if (open_weights(e) != 0 ||
-        (e->gpu && device_weights_plans(e->dw, e->model, &e->w, e->max_rows, e->max_out_rows))) {
+    /* debug.gemm: the switch is process-wide, so it is on only while this engine's plans are
+     * made */
+    if (e->gpu && cfg->debug.gemm_plain) {
+        log_msg(LOG_INFO, "engine", "debug.gemm = plain: projections on the CUDA-core kernel");
+        k_gemm_plain(1);
+    }
+    int load_rc =
+        open_weights(e) != 0 ||
+        (e->gpu && device_weights_plans(e->dw, e->model, &e->w, e->max_rows, e->max_out_rows));
+    if (e->gpu) k_gemm_plain(0);
+    if (load_rc) {
         engine_close(e);
         return -1;
     }

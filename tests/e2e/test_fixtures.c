@@ -98,9 +98,17 @@ static engine *open_engine(const char *dir, int max_context, int chunk, int fp8)
     c.debug.backend = backend_choice;
     c.kv.local = fp8 ? G4_KV_LOCAL_FP8 : G4_KV_LOCAL_BF16;
     c.serve.cuda_graphs = graphs_on;
-    /* G4_FIXTURE_GEMM=plain: the projections without cuBLASLt (sanitize_fixtures.sh) */
+    /* G4_FIXTURE_GEMM: debug.gemm (plain: the projections without cuBLASLt, for
+     * sanitize_fixtures.sh), through the config's own parser so a bad value is refused */
     const char *gemm = getenv("G4_FIXTURE_GEMM");
-    c.debug.gemm_plain = gemm && strcmp(gemm, "plain") == 0;
+    if (gemm && *gemm) {
+        char set[64];
+        snprintf(set, sizeof set, "debug.gemm=%s", gemm);
+        if (config_set(&c, set) != 0) {
+            fprintf(stderr, "test_fixtures: G4_FIXTURE_GEMM: %s\n", config_last_error());
+            return NULL;
+        }
+    }
     if (config_finish(&c) != 0) return NULL;
     engine *e = NULL;
     if (engine_open(&c, chunk, &e) != 0) return NULL;

@@ -151,6 +151,52 @@ static void run_max_m(int n, int k, int max_m, int want_heur, uint64_t seed) {
     free(ref);
 }
 
+/* y with a row stride past n (the fused gate|up halves): the first n columns of each row equal
+ * ref_gemm's within 1e-2, the columns between n and ldy are never written. */
+static void run_ldy(const char *name, uint64_t seed) {
+    const int m = 5, n = 64, k = 128, ldy = 160;
+    char gate[96];
+    snprintf(gate, sizeof gate, "%s[m%d n%d k%d ldy %d]", name, m, n, k, ldy);
+    rng_state = seed;
+    bf16_t x[5 * 128], w[64 * 128], y[5 * 160], r[5 * 64];
+    fill_uniform(x, sizeof x / 2, 1.0f, 0.0f);
+    fill_uniform(w, sizeof w / 2, 1.0f / sqrtf((float)k), 0.0f);
+    for (size_t i = 0; i < sizeof y / 2; i++)
+        y[i] = 0x7fc0; /* NaN poison */
+    void *dx = k_device_alloc(sizeof x), *dw = k_device_alloc(sizeof w),
+         *dy = k_device_alloc(sizeof y);
+    k_gemm_plan *plan = NULL;
+    int rc = !dx || !dw || !dy || k_gemm_plan_create(&plan, 16, n, k) != 0;
+    if (!rc) {
+        rc |= k_copy_to_device(dx, x, sizeof x) | k_copy_to_device(dw, w, sizeof w) |
+              k_copy_to_device(dy, y, sizeof y);
+        k_gemm_args a = {
+            .y = dy, .x = dx, .w = dw, .m = m, .n = n, .k = k, .ldy = ldy, .plan = plan};
+        rc |= k_gemm(&a, NULL) | k_sync() | k_copy_to_host(y, dy, sizeof y);
+    }
+    k_gemm_args ra = {.y = r, .x = x, .w = w, .m = m, .n = n, .k = k};
+    ref_gemm(&ra, NULL);
+    double num = 0, den = 0;
+    int written_past = 0;
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            float o = ref_bf16_to_f32(y[i * ldy + j]), e = ref_bf16_to_f32(r[i * n + j]);
+            num += (double)(o - e) * (o - e);
+            den += (double)e * e;
+        }
+        for (int j = n; j < ldy; j++)
+            written_past += y[i * ldy + j] != 0x7fc0;
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    TEST_CHECK(gate, rc == 0 && rel <= 1e-2 && written_past == 0,
+               "rel err %.2e (limit 1e-2), elements written past n %d, rc %d", rel, written_past,
+               rc);
+    k_gemm_plan_destroy(plan);
+    k_device_free(dx);
+    k_device_free(dw);
+    k_device_free(dy);
+}
+
 int main(void) {
     char desc[256];
     if (k_device_init(desc, sizeof desc) != 0) {
@@ -171,11 +217,13 @@ int main(void) {
         run_shape("gemm_lt_vs_ref", shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
                   1234 + i);
     run_max_m(5376, 21504, 2064, 64, 99);
+    run_ldy("gemm_lt_vs_ref", 777);
     /* debug.gemm = plain: the same checks on the CUDA-core kernel */
     k_gemm_plain(1);
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape("gemm_plain_vs_ref", shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
                   4321 + i);
+    run_ldy("gemm_plain_vs_ref", 778);
     k_gemm_plain(0);
     return harness_exit();
 }

@@ -165,6 +165,8 @@ static void test_load_errors(void) {
                       NULL);
     expect_load_error("config.bad_int_junk", "[serve]\nmax_batch = 16x\n", ":2:", "serve.max_batch",
                       "not an integer");
+    expect_load_error("config.bad_debug_gemm", "[debug]\ngemm = fast\n", ":2:", "debug.gemm",
+                      "cublaslt");
     expect_load_error("config.bad_splits_per_block", "[serve]\nattn_splits_per_block = 17\n",
                       ":2:", "serve.attn_splits_per_block", "out of range 0..16");
     expect_load_error("config.bad_int_overflow", "[serve]\nmax_queue = 99999999999999999999\n",
