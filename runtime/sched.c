@@ -13,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#define SCHED_AUTO_DRAW_THREADS 32 /* serve.sample_threads = 0 on a many-core host */
+
 typedef struct text_buf {
     char *p;
     size_t len, cap;
@@ -107,8 +109,10 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     s->topk_vals = calloc((size_t)mb * K_TOPK_MAX, sizeof *s->topk_vals);
     s->logits = calloc((size_t)mb * (size_t)V, sizeof *s->logits);
     s->work = calloc(2 * (size_t)V, sizeof *s->work);
-    /* serve.sample_threads, 0: a thread per CPU, at most one per batch row */
+    /* serve.sample_threads, 0: a thread per CPU up to SCHED_AUTO_DRAW_THREADS (each holds a
+     * work buffer of 2 x n_vocab floats, 2 MB at 262,144 ids); never more than batch rows */
     int t = cfg->serve.sample_threads > 0 ? cfg->serve.sample_threads : par_cpus();
+    if (cfg->serve.sample_threads == 0 && t > SCHED_AUTO_DRAW_THREADS) t = SCHED_AUTO_DRAW_THREADS;
     s->draw_threads = t < mb ? t : mb;
     s->draw_work = calloc((size_t)s->draw_threads, sizeof *s->draw_work);
     s->draw_tok = calloc((size_t)mb, sizeof *s->draw_tok);
