@@ -5,7 +5,9 @@
 # Logs under $OUT; the gate programs' stderr is copied there too.
 # Usage: tests/gpu/box_quick.sh [nogates|noopgates] [demo] [pinned] [racecheck] [nobench]
 #        [graphs] [ncu] [pools] [racecheck-fixtures] [gemm] [fp8] [sanitize] [ab] [nogeometry]
-# (ncu: one 16-row 26B-A4B step's NCU_KERNELS, default the attention and expert kernels;
+# (racecheck: RACECHECK programs, RACECHECK_OPTS e.g. "--kernel-name kns=attn_window" to check
+#  only those kernels (the rest run uninstrumented), RACECHECK_TIMEOUT seconds each, default 100;
+#  ncu: one 16-row 26B-A4B step's NCU_KERNELS, default the attention and expert kernels;
 #  pools: BENCH_CASES under kv.local bf16 and fp8; racecheck-fixtures: sanitize_fixtures.sh
 #  with GATES, SANITIZE_BI_MAX_LEN and SANITIZE_TIMEOUT, by default what is left of DEADLINE)
 # (ab: the fp8-vs-bf16 serving A/B into $OUT/ab, AB_ROUNDS rounds (default 3) of AB_MODELS
@@ -42,7 +44,8 @@ esac
 case " $* " in *" racecheck "*)
     stamp "racecheck: op gates ${RACECHECK:-test_attn test_moe}"
     for t in ${RACECHECK:-test_attn test_moe}; do
-        timeout 100 compute-sanitizer --tool racecheck build/tests/$t > "$OUT/racecheck_$t.log" 2>&1
+        timeout "${RACECHECK_TIMEOUT:-100}" compute-sanitizer --tool racecheck ${RACECHECK_OPTS:-} \
+            build/tests/$t > "$OUT/racecheck_$t.log" 2>&1
         echo "$t rc $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|Race reported" "$OUT/racecheck_$t.log" |
             sort | uniq -c | head -6 | cut -c1-250
         tail -1 "$OUT/racecheck_$t.log"
