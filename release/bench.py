@@ -368,8 +368,13 @@ def git_commit():
     if os.environ.get("G4PIPE_COMMIT"):  # a copy of the tree without .git (the GPU box)
         return os.environ["G4PIPE_COMMIT"]
     try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10).stdout.strip() or "nogit"
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        # tracked files that differ from HEAD: the results are not that commit's (on the GPU
+        # box the copy's HEAD was main's while the files were another branch's)
+        changed = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=30).stdout.strip()
+        return (head + "+dirty" if head and changed else head) or "nogit"
     except OSError:
         return "nogit"
 
