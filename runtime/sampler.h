@@ -19,14 +19,21 @@ typedef struct sampler_params {
     uint64_t seed;
 } sampler_params;
 
+/* A sampler's scratch for rows of up to n_vocab logits (~4.8 MB at 262,144), one per thread
+ * that draws at a time. sampler_work_new returns NULL when out of memory. */
+typedef struct sampler_work sampler_work;
+sampler_work *sampler_work_new(int n_vocab);
+void sampler_work_free(sampler_work *w);
+
 /* Picks a token from logits[0..n_vocab) (bf16 bit patterns, after softcap) for the token at
- * position index of the answer. work must hold 2 * n_vocab floats. Greedy returns the lowest
- * id among the largest logits; otherwise softmax(logits / temperature) is filtered by top-k,
- * then top-p (smallest set whose mass reaches p, by descending probability, ties by id), then
- * min-p (probability >= min_p * the largest), renormalised, and sampled with the uniform
- * number u(seed, index). */
+ * position index of the answer. work: from sampler_work_new(>= n_vocab), or NULL for the
+ * greedy pick whatever the params; -1 for bad arguments. Greedy returns the lowest id among the
+ * largest logits; otherwise softmax(logits / temperature) is filtered by top-k, then top-p
+ * (smallest set whose mass reaches p, by descending probability, ties by id), then min-p
+ * (probability >= min_p * the largest), renormalised, and sampled with the uniform number u(seed,
+ * index). */
 int32_t sampler_pick(const sampler_params *p, const uint16_t *logits, int n_vocab, int index,
-                     float *work);
+                     sampler_work *work);
 
 /* sampler_pick from candidates instead of a whole row, for a request with 0 < top_k: ids[0..n)
  * in ascending id order and their logits vals, the top_k best of the row (larger logit, ties
@@ -36,15 +43,16 @@ int32_t sampler_pick(const sampler_params *p, const uint16_t *logits, int n_voca
  * distinct fp32 probabilities above the underflow range), and every later step (maximum,
  * weights, top-p, min-p, the draw) sees the same values in the same order. work as above. */
 int32_t sampler_pick_candidates(const sampler_params *p, const int32_t *ids, const uint16_t *vals,
-                                int n, int index, float *work);
+                                int n, int index, sampler_work *work);
 
 /* The uniform number in [0, 1) of (seed, index): a counter-based generator (no state). */
 double sampler_uniform(uint64_t seed, uint64_t index);
 
 /* The n (<= 20) largest log-softmax values of logits (ties by lower id) into ids/lps, and the
  * log-probability of chosen into *chosen_lp. Log-softmax is over the raw logits (temperature
- * 1), in fp32 with a double-precision sum. */
+ * 1), in fp32 with a double-precision sum. work (from sampler_work_new, any size; NULL: slower)
+ * only speeds it up: the same bits either way. */
 void sampler_logprobs(const uint16_t *logits, int n_vocab, int n, int32_t chosen, int32_t *ids,
-                      float *lps, float *chosen_lp);
+                      float *lps, float *chosen_lp, sampler_work *work);
 
 #endif

@@ -53,13 +53,13 @@ struct sched {
     bf16_t *topk_vals;    /* [max_batch, K_TOPK_MAX] */
     sreq **out_req;
     bf16_t *logits;
-    float *work;
+    sampler_work *work; /* sampler_pick_candidates', for K_TOPK_MAX candidates */
     /* host draws (rows sampled from their whole logits row, or with logprobs): made side by
      * side before the step's tokens are taken, one work buffer per worker */
     int draw_threads;
-    float **draw_work;      /* [draw_threads][2 * n_vocab] */
-    int32_t *draw_tok;      /* [max_batch] */
-    proto_logprob *draw_lp; /* [max_batch] */
+    sampler_work **draw_work; /* [draw_threads], each for n_vocab ids */
+    int32_t *draw_tok;        /* [max_batch] */
+    proto_logprob *draw_lp;   /* [max_batch] */
     /* stats */
     long steps, tokens_out, last_rows;
     double t_first_step;
@@ -108,18 +108,18 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     s->topk_ids = calloc((size_t)mb * K_TOPK_MAX, sizeof *s->topk_ids);
     s->topk_vals = calloc((size_t)mb * K_TOPK_MAX, sizeof *s->topk_vals);
     s->logits = calloc((size_t)mb * (size_t)V, sizeof *s->logits);
-    s->work = calloc(2 * (size_t)V, sizeof *s->work);
+    s->work = sampler_work_new(K_TOPK_MAX);
     /* serve.sample_threads, 0: a thread per CPU up to SCHED_AUTO_DRAW_THREADS (each holds a
-     * work buffer of 2 x n_vocab floats, 2 MB at 262,144 ids); never more than batch rows */
+     * sampler work buffer, 4.8 MB at 262,144 ids); never more than batch rows */
     int t = cfg->serve.sample_threads > 0 ? cfg->serve.sample_threads : par_cpus();
     if (cfg->serve.sample_threads == 0 && t > SCHED_AUTO_DRAW_THREADS) t = SCHED_AUTO_DRAW_THREADS;
     s->draw_threads = t < mb ? t : mb;
-    s->draw_work = calloc((size_t)s->draw_threads, sizeof *s->draw_work);
+    s->draw_work = calloc((size_t)s->draw_threads, sizeof(sampler_work *));
     s->draw_tok = calloc((size_t)mb, sizeof *s->draw_tok);
     s->draw_lp = calloc((size_t)mb, sizeof *s->draw_lp);
     int draws_ok = s->draw_work && s->draw_tok && s->draw_lp;
     for (int w = 0; draws_ok && w < s->draw_threads; w++)
-        draws_ok = (s->draw_work[w] = calloc(2 * (size_t)V, sizeof(float))) != NULL;
+        draws_ok = (s->draw_work[w] = sampler_work_new(V)) != NULL;
     if (!s->running || !s->slot_used || !s->ids || !s->pos || !s->seq || !s->out_src ||
         !s->out_req || !s->logits || !s->work || !s->argmax || !s->need_logits || !s->topk ||
         !s->topk_ids || !s->topk_vals || !draws_ok) {
@@ -160,9 +160,9 @@ void sched_destroy(sched *s) {
     free(s->topk_ids);
     free(s->topk_vals);
     free(s->logits);
-    free(s->work);
+    sampler_work_free(s->work);
     for (int w = 0; s->draw_work && w < s->draw_threads; w++)
-        free(s->draw_work[w]);
+        sampler_work_free(s->draw_work[w]);
     free(s->draw_work);
     free(s->draw_tok);
     free(s->draw_lp);
@@ -315,7 +315,8 @@ static void draw_row(void *ctx, int o, int worker) {
     memset(lp, 0, sizeof *lp);
     if (r->req.logprobs > 0) {
         lp->n = r->req.logprobs;
-        sampler_logprobs(logits, V, lp->n, s->draw_tok[o], lp->ids, lp->lps, &lp->chosen);
+        sampler_logprobs(logits, V, lp->n, s->draw_tok[o], lp->ids, lp->lps, &lp->chosen,
+                         s->draw_work[worker]);
     }
 }
 

@@ -263,12 +263,10 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
     int max = cfg->serve.max_context;
     int32_t *all = n > 0 && n < max ? realloc(ids, sizeof *ids * (size_t)max) : NULL;
     bf16_t *logits = malloc(sizeof *logits * (size_t)md->n_vocab);
-    float *work = malloc(2 * sizeof *work * (size_t)md->n_vocab);
-    if (!all || !logits || !work) {
+    if (!all || !logits) {
         log_msg(LOG_ERROR, "serve", "--text: the prompt does not fit serve.max_context %d", max);
         free(all ? all : ids);
         free(logits);
-        free(work);
         return 1;
     }
     detok dt = {0};
@@ -295,7 +293,7 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
         begin = end;
         if (rc != 0 || end < n) continue;
         sampler_params greedy = {0};
-        int32_t tok = sampler_pick(&greedy, logits, md->n_vocab, 0, work);
+        int32_t tok = sampler_pick(&greedy, logits, md->n_vocab, 0, NULL); /* greedy: no work */
         if (chat_is_stop_token(tok)) break;
         all[n++] = tok;
         char bytes[512];
@@ -314,6 +312,5 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
     engine_seq_free(e, seq);
     free(all);
     free(logits);
-    free(work);
     return rc == 0 ? 0 : 1;
 }

@@ -70,7 +70,7 @@ static uint16_t to_bf16(float f) {
 typedef struct draw_ctx {
     const uint16_t *logits;
     const sampler_params *params;
-    float *work[WORKERS];
+    sampler_work *work[WORKERS];
     int32_t tok[ROWS];
     float chosen[ROWS];
     int32_t ids[ROWS][8];
@@ -81,7 +81,8 @@ static void draw(void *ctx, int r, int worker) {
     draw_ctx *d = ctx;
     const uint16_t *row = d->logits + (size_t)r * VOCAB;
     d->tok[r] = sampler_pick(&d->params[r], row, VOCAB, 7 * r + 3, d->work[worker]);
-    sampler_logprobs(row, VOCAB, 8, d->tok[r], d->ids[r], d->lps[r], &d->chosen[r]);
+    sampler_logprobs(row, VOCAB, 8, d->tok[r], d->ids[r], d->lps[r], &d->chosen[r],
+                     d->work[worker]);
 }
 
 static void test_draws_side_by_side(void) {
@@ -90,8 +91,8 @@ static void test_draws_side_by_side(void) {
     sampler_params params[ROWS];
     int ok = logits != NULL;
     for (int w = 0; ok && w < WORKERS; w++)
-        ok = (seq.work[w] = malloc(sizeof(float) * 2 * VOCAB)) != NULL &&
-             (par.work[w] = malloc(sizeof(float) * 2 * VOCAB)) != NULL;
+        ok = (seq.work[w] = sampler_work_new(VOCAB)) != NULL &&
+             (par.work[w] = sampler_work_new(VOCAB)) != NULL;
     if (!ok) {
         test_fail("par_draws_equal_sequential", "out of memory");
         return;
@@ -126,8 +127,8 @@ static void test_draws_side_by_side(void) {
                "(tokens, top-8 logprobs, chosen logprob)",
                ROWS, VOCAB, workers, differ);
     for (int w = 0; w < WORKERS; w++) {
-        free(seq.work[w]);
-        free(par.work[w]);
+        sampler_work_free(seq.work[w]);
+        sampler_work_free(par.work[w]);
     }
     free(logits);
 }

@@ -2,8 +2,9 @@
  *
  * Owns: greedy ties, the (seed, index) determinism of the random stream, the sampled
  * distribution against softmax (chi-square), temperature, top-k, top-p and min-p, logprobs,
- * and a speed figure at n_vocab = 262,144 (printed, never judged). Logits are built from
- * floats that bf16 holds exactly, so the expected probabilities are exact too. */
+ * every pick against a full-sort twin of the sampler's definition, and a speed figure at n_vocab =
+ * 262,144 (printed, never judged). Logits are built from floats that bf16 holds exactly, so the
+ * expected probabilities are exact too. */
 #include "kernels/ref/ref.h"
 #include "runtime/sampler.h"
 #include "tests/harness.h"
@@ -15,6 +16,8 @@
 
 #define BIG_VOCAB 262144
 #define DRAWS 200000 /* draws per distribution check: ~450 per cell for a 0.2% token */
+
+static sampler_work *work; /* for BIG_VOCAB ids, enough for every row here */
 
 static uint16_t to_bf16(float f) { /* round to nearest even; the test inputs are finite */
     uint32_t u;
@@ -50,7 +53,6 @@ static void softmax_ref(const float *l, int n, double t, double *p) {
  * summed over cells with p > 0; a token drawn where p == 0 sets *stray. */
 static double chi_square(const sampler_params *sp, const uint16_t *logits, int n, const double *p,
                          int *stray) {
-    float *work = malloc(2 * (size_t)n * sizeof *work);
     long *count = calloc((size_t)n, sizeof *count);
     *stray = 0;
     for (int i = 0; i < DRAWS && work && count; i++) {
@@ -67,7 +69,6 @@ static double chi_square(const sampler_params *sp, const uint16_t *logits, int n
             (*stray)++;
         }
     }
-    free(work);
     free(count);
     return chi;
 }
@@ -86,7 +87,6 @@ static void test_greedy(void) {
     float l[6] = {1, 3, 3, 2, -5, 3};
     uint16_t b[6];
     fill(b, l, 6);
-    float work[12];
     sampler_params g = {.temperature = 0};
     int32_t t0 = sampler_pick(&g, b, 6, 0, work), t1 = sampler_pick(&g, b, 6, 99, NULL);
     sampler_params k1 = {.temperature = 1.5f, .top_k = 1, .seed = 5};
@@ -111,7 +111,6 @@ static void test_stream(void) {
     memcpy(l, eight, sizeof l);
     uint16_t bl[8];
     fill(bl, l, 8);
-    float work[16];
     sampler_params sp = {.temperature = 1, .seed = 9};
     int same = 1, distinct = 0, seen[8] = {0};
     for (int i = 0; i < 200; i++) {
@@ -166,7 +165,6 @@ static void test_filters(void) {
     chi = chi_square(&p6, b, 8, q, &stray);
     int ok = chi < chi_bound(3) && stray == 0;
     sampler_params tiny = {.temperature = 5, .top_p = 1e-6f, .seed = 3};
-    float work[16];
     int argmax = 1;
     for (int i = 0; i < 1000; i++)
         argmax &= sampler_pick(&tiny, b, 8, i, work) == 0;
@@ -185,7 +183,6 @@ static void test_tie_order(void) {
     float l[5] = {3, 3, 3, 3, 0};
     uint16_t b[5];
     fill(b, l, 5);
-    float work[10];
     sampler_params k2 = {.temperature = 1, .top_k = 2, .seed = 1};
     sampler_params p2 = {.temperature = 1, .top_p = 0.3f, .seed = 1}; /* each tie is ~.245 */
     int ok = 1, seen[5] = {0};
@@ -214,7 +211,13 @@ static void test_logprobs(void) {
     softmax_ref(l, N, 1.0, p);
     int32_t ids[20];
     float lps[20], chosen;
-    sampler_logprobs(b, N, 20, 17, ids, lps, &chosen);
+    sampler_logprobs(b, N, 20, 17, ids, lps, &chosen, work);
+    int32_t ids_plain[20];
+    float lps_plain[20], chosen_plain;
+    sampler_logprobs(b, N, 20, 17, ids_plain, lps_plain, &chosen_plain, NULL);
+    /* the memo (work) changes no bit: the same expf values summed in the same order */
+    int same = memcmp(ids, ids_plain, sizeof ids) == 0 && memcmp(lps, lps_plain, sizeof lps) == 0 &&
+               memcmp(&chosen, &chosen_plain, sizeof chosen) == 0;
     int sorted = 1;
     for (int i = 1; i < 20; i++)
         sorted &= lps[i] < lps[i - 1] || (lps[i] == lps[i - 1] && ids[i] > ids[i - 1]);
@@ -228,17 +231,17 @@ static void test_logprobs(void) {
     double sum = 0, worst = 0;
     for (int i = 0; i < N; i++) {
         float lp;
-        sampler_logprobs(b, N, 0, i, NULL, NULL, &lp);
+        sampler_logprobs(b, N, 0, i, NULL, NULL, &lp, i % 2 ? work : NULL);
         sum += exp((double)lp);
         worst = fmax(worst, fabs(lp - log(p[i])));
     }
     /* fp32 log-softmax of values within ~16 of the max: ~1e-6 absolute; 1e-5 leaves room */
-    int ok = sorted && top_ok && fabs(sum - 1) < 1e-4 && worst < 1e-5 &&
+    int ok = sorted && top_ok && same && fabs(sum - 1) < 1e-4 && worst < 1e-5 &&
              fabs(chosen - log(p[17])) < 1e-5;
     TEST_CHECK("sampler_logprobs", ok,
-               "top-20 sorted (ties by id) %s, is the top %s, sum of exp over %d = %.7f, worst "
-               "|lp - ref| %.2g",
-               sorted ? "yes" : "NO", top_ok ? "yes" : "NO", N, sum, worst);
+               "top-20 sorted (ties by id) %s, is the top %s, with and without the memo "
+               "bit-identical %s, sum of exp over %d = %.7f, worst |lp - ref| %.2g",
+               sorted ? "yes" : "NO", top_ok ? "yes" : "NO", same ? "yes" : "NO", N, sum, worst);
 }
 
 /* Candidates (ref_topk, the device kernel's twin) then sampler_pick_candidates must give the
@@ -249,7 +252,6 @@ static void test_candidates(void) {
     enum { V = 5000 };
     uint16_t *row = malloc(sizeof(uint16_t) * V), vals[K_TOPK_MAX];
     int32_t ids[K_TOPK_MAX];
-    float *work = malloc(sizeof(float) * 2 * V);
     int cases = 0, differ = 0;
     uint64_t z = 99;
     for (int c = 0; c < 3000 && row && work; c++) {
@@ -292,7 +294,127 @@ static void test_candidates(void) {
                "tokens differ between the whole row and its top-k candidates",
                cases, differ);
     free(row);
-    free(work);
+}
+
+/* ---- the reference twin: the sampler's definition, with a full sort ----------------------- */
+
+static const float *twin_e; /* qsort's comparator reads the row's e through this */
+
+static int twin_order(const void *a, const void *b) { /* larger e first, then lower id */
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    float ex = twin_e[x], ey = twin_e[y];
+    if (ex != ey) return ex > ey ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+static int twin_id(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* sampler.h's definition, written plainly: e = expf((logit - max) / T) (0 below -104), the
+ * kept ids sorted whole, top-k their first k, the mass of the kept in id order, then top-p,
+ * min-p and the inverse CDF walking the sampler's order. */
+static int32_t twin_pick(const sampler_params *p, const uint16_t *l, int n, int index, float *e,
+                         int32_t *ids) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++) {
+        float v = from_bf16(l[i]), bv = from_bf16(l[best]);
+        if ((isnan(v) ? -INFINITY : v) > (isnan(bv) ? -INFINITY : bv)) best = i;
+    }
+    float max = isnan(from_bf16(l[best])) ? -INFINITY : from_bf16(l[best]);
+    if (!(p->temperature > 0.0f) || p->top_k == 1 || !isfinite(max)) return best;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        float v = isnan(from_bf16(l[i])) ? -INFINITY : from_bf16(l[i]);
+        float x = (v - max) / p->temperature;
+        e[i] = x < -104.0f ? 0.0f : expf(x);
+        if (e[i] > 0.0f) ids[k++] = i;
+    }
+    twin_e = e;
+    qsort(ids, (size_t)k, sizeof *ids, twin_order);
+    if (p->top_k > 0 && p->top_k < k) k = p->top_k;
+    qsort(ids, (size_t)k, sizeof *ids, twin_id);
+    double mass = 0;
+    for (int i = 0; i < k; i++)
+        mass += e[ids[i]];
+    qsort(ids, (size_t)k, sizeof *ids, twin_order);
+    int kept = k;
+    if ((p->top_p > 0.0f && p->top_p < 1.0f) || p->min_p > 0.0f) {
+        int top_p_on = p->top_p > 0.0f && p->top_p < 1.0f;
+        double p_target = (double)p->top_p * mass, min_e = (double)p->min_p * e[ids[0]], cum = 0;
+        kept = 0;
+        while (kept < k &&
+               (kept == 0 || ((double)e[ids[kept]] >= min_e && !(top_p_on && cum >= p_target))))
+            cum += e[ids[kept++]];
+        mass = cum;
+    }
+    double target = sampler_uniform(p->seed, (uint64_t)(int64_t)index) * mass, cum = 0;
+    for (int j = 0; j < kept; j++) {
+        cum += e[ids[j]];
+        if (cum > target) return ids[j];
+    }
+    return ids[kept - 1];
+}
+
+/* sampler_pick against twin_pick on fresh rows of every shape: flat rows (the inverse CDF walks
+ * deep), peaked ones, quarter-step logits (long runs of ties), NaN and -inf, rows small enough
+ * to be heap-sorted whole and large enough for the counting sort (its floors, its prefix
+ * extended when a walk outruns it), each under every filter combination: exact. */
+static void test_twin(void) {
+    enum { V_MAX = 70000 };
+    uint16_t *row = malloc(sizeof(uint16_t) * V_MAX);
+    float *e = malloc(sizeof(float) * V_MAX);
+    int32_t *ids = malloc(sizeof(int32_t) * V_MAX);
+    static const int sizes[] = {1, 7, 300, 4096, 4097, 20000, 70000};
+    static const float spreads[] = {0.01f, 1.0f, 8.0f, 60.0f};
+    const sampler_params shapes[] = {
+        {.temperature = 1},
+        {.temperature = 0.7f, .top_k = 50},
+        {.temperature = 1.3f, .top_k = 5000},
+        {.temperature = 1, .top_p = 0.9f},
+        {.temperature = 0.5f, .top_p = 0.999999f},
+        {.temperature = 1, .min_p = 0.05f},
+        {.temperature = 2, .min_p = 0.9f},
+        {.temperature = 1, .top_p = 0.5f, .min_p = 0.001f},
+        {.temperature = 0.9f, .top_k = 300, .top_p = 0.8f, .min_p = 0.01f},
+    };
+    int cases = 0, differ = 0;
+    uint64_t z = 2026;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes && row && e && ids; si++) {
+        int n = sizes[si];
+        for (int r = 0; r < 8; r++) {
+            float spread = spreads[r % 4];
+            for (int i = 0; i < n; i++) {
+                z = z * 6364136223846793005ull + 1442695040888963407ull;
+                double u = (double)(z >> 11) * 0x1.0p-53;
+                float v = r >= 4 ? (float)(int)(u * 40) / 4.0f * spread / 10.0f /* quarters */
+                                 : (float)(u * spread);
+                row[i] = to_bf16(v);
+                if ((z >> 20) % 1009 == 0) row[i] = 0x7fc0; /* NaN */
+                if ((z >> 20) % 1013 == 0) row[i] = 0xff80; /* -inf */
+            }
+            for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+                for (int index = 0; index < 6; index++) {
+                    sampler_params sp = shapes[s];
+                    sp.seed = (uint64_t)(si * 131 + (size_t)r * 17 + s);
+                    int32_t got = sampler_pick(&sp, row, n, index * 97 + r, work);
+                    int32_t want = twin_pick(&sp, row, n, index * 97 + r, e, ids);
+                    cases++;
+                    if (got != want && differ++ < 3)
+                        printf("# n %d row %d shape %zu index %d: sampler %d, twin %d\n", n, r, s,
+                               index, got, want);
+                }
+            }
+        }
+    }
+    TEST_CHECK("sampler_vs_twin", cases == 7 * 8 * 9 * 6 && differ == 0,
+               "%d picks (rows of 1..70,000 ids: flat, peaked, tied, NaN and -inf; top-k, top-p, "
+               "min-p alone and together): %d differ from the full-sort twin (exact rule)",
+               cases, differ);
+    free(row);
+    free(e);
+    free(ids);
 }
 
 static double now_ms(void) {
@@ -302,28 +424,30 @@ static double now_ms(void) {
 }
 
 static void test_speed(void) {
-    uint16_t *b = malloc(BIG_VOCAB * sizeof *b);
-    float *work = malloc(2 * (size_t)BIG_VOCAB * sizeof *work);
-    if (!b || !work) {
+    uint16_t *b = malloc(BIG_VOCAB * sizeof *b), *flat = malloc(BIG_VOCAB * sizeof *flat);
+    if (!b || !flat) {
         test_fail("sampler_speed_262144", "out of memory");
         free(b);
-        free(work);
+        free(flat);
         return;
     }
-    for (int i = 0; i < BIG_VOCAB; i++) /* a peaked row: a few large logits, a long tail */
+    for (int i = 0; i < BIG_VOCAB; i++) { /* a peaked row: a few large logits, a long tail */
         b[i] = to_bf16((float)(int)(sampler_uniform(11, (uint64_t)i) * 2000) / 100.0f -
                        (i % 97 == 0 ? 0.0f : 8.0f));
+        /* a flat row (random weights' logits): the draw walks half the vocabulary */
+        flat[i] = to_bf16((float)sampler_uniform(12, (uint64_t)i));
+    }
     const sampler_params cfg[4] = {{.temperature = 0},
                                    {.temperature = 1},
                                    {.temperature = 1, .top_k = 40},
                                    {.temperature = 1, .top_p = 0.9f, .min_p = 0.01f}};
-    double ms[4];
+    double ms[5];
     int valid = 1;
     uint64_t digest = 0; /* of every pick: equal under glibc and musl when expf agrees */
-    for (int c = 0; c < 4; c++) {
+    for (int c = 0; c < 5; c++) {
         double t0 = now_ms();
         for (int i = 0; i < 20; i++) {
-            int32_t t = sampler_pick(&cfg[c], b, BIG_VOCAB, i, work);
+            int32_t t = sampler_pick(&cfg[c < 4 ? c : 1], c < 4 ? b : flat, BIG_VOCAB, i, work);
             valid &= t >= 0 && t < BIG_VOCAB;
             digest = digest * 1000003u + (uint64_t)t;
         }
@@ -332,17 +456,22 @@ static void test_speed(void) {
     double t0 = now_ms();
     int32_t ids[20];
     float lps[20], chosen;
-    sampler_logprobs(b, BIG_VOCAB, 20, 0, ids, lps, &chosen);
+    sampler_logprobs(b, BIG_VOCAB, 20, 0, ids, lps, &chosen, work);
     double lp_ms = now_ms() - t0;
     TEST_CHECK("sampler_speed_262144", valid,
-               "ms per pick: greedy %.2f, T=1 %.2f, top_k=40 %.2f, top_p+min_p %.2f; logprobs "
-               "%.2f (figures only); pick digest %016llx",
-               ms[0], ms[1], ms[2], ms[3], lp_ms, (unsigned long long)digest);
+               "ms per pick: greedy %.2f, T=1 %.2f (flat row %.2f), top_k=40 %.2f, top_p+min_p "
+               "%.2f; logprobs %.2f (figures only); pick digest %016llx",
+               ms[0], ms[1], ms[4], ms[2], ms[3], lp_ms, (unsigned long long)digest);
     free(b);
-    free(work);
+    free(flat);
 }
 
 int main(void) {
+    work = sampler_work_new(BIG_VOCAB);
+    if (!work) {
+        test_fail("sampler_work", "out of memory");
+        return harness_exit();
+    }
     test_greedy();
     test_stream();
     test_distribution();
@@ -350,6 +479,8 @@ int main(void) {
     test_tie_order();
     test_logprobs();
     test_candidates();
+    test_twin();
     test_speed();
+    sampler_work_free(work);
     return harness_exit();
 }
