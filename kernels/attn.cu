@@ -556,6 +556,43 @@ static __device__ __forceinline__ void warp_pv_store(float *smem, float (&acc)[G
     }
 }
 
+/* A tile's scores into the row's kept scores (windowed layers), key kk of head g at
+ * keep_row[g * window + off + kk], so the P.V pass reads them instead of loading K again. */
+template <int G>
+static __device__ __forceinline__ void keep_scores(float *keep_row, int window, int off,
+                                                   const float *ps, int nk, int tid) {
+    for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
+        const int g = e / ATTN_TILE, kk = e % ATTN_TILE;
+        if (kk < nk) keep_row[(size_t)g * window + off + kk] = ps[e];
+    }
+}
+
+/* The online max and sum over a tile's nk scores ps[G][ATTN_TILE], one warp per head: each
+ * head's running (m_run, l_run) rescaled to the new max and the tile's exp-sum added. */
+template <int G>
+static __device__ __forceinline__ void tile_stats(const float *ps, int nk, float *m_run,
+                                                  float *l_run, int warp, int lane) {
+    for (int g = warp; g < G; g += ATTN_WARPS) {
+        float s0 = lane < nk ? ps[g * ATTN_TILE + lane] : -INFINITY;
+        float s1 = lane + 32 < nk ? ps[g * ATTN_TILE + lane + 32] : -INFINITY;
+        float mt = fmaxf(s0, s1);
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1)
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, m));
+        const float m_old = m_run[g], m_new = fmaxf(m_old, mt);
+        float sum =
+            (lane < nk ? expf(s0 - m_new) : 0.0f) + (lane + 32 < nk ? expf(s1 - m_new) : 0.0f);
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, m);
+        __syncwarp(); /* every lane has read m_run[g] before lane 0 rewrites it */
+        if (lane == 0) {
+            l_run[g] = (m_old == -INFINITY ? 0.0f : l_run[g] * expf(m_old - m_new)) + sum;
+            m_run[g] = m_new;
+        }
+    }
+}
+
 /* PV = false: the stats pass, writes ml[rl][h][split] = (max, sum of exp(s - max)), the sum NaN
  * when a key was unmapped. PV = true: the P.V pass, writes part[rl][h][split][D]. rl is the row
  * within this launch's chunk (the scratch holds one chunk), row0 + rl the row of the step.
@@ -696,30 +733,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
         }
         __syncthreads();
         if (KEEP && !PV) /* for the P.V pass (read-only use of ps below: no barrier needed) */
-            for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
-                int g = e / ATTN_TILE, kk = e % ATTN_TILE;
-                if (kk < nk) keep_row[(size_t)g * a.window + (t0 - sp.j0) + kk] = ps[e];
-            }
-        if (!PV) { /* online max and sum over the tile, one warp per head */
-            for (int g = warp; g < G; g += ATTN_WARPS) {
-                float s0 = lane < nk ? ps[g * ATTN_TILE + lane] : -INFINITY;
-                float s1 = lane + 32 < nk ? ps[g * ATTN_TILE + lane + 32] : -INFINITY;
-                float mt = fmaxf(s0, s1);
-#pragma unroll
-                for (int m = 16; m > 0; m >>= 1)
-                    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, m));
-                const float m_old = m_run[g], m_new = fmaxf(m_old, mt);
-                float sum = (lane < nk ? expf(s0 - m_new) : 0.0f) +
-                            (lane + 32 < nk ? expf(s1 - m_new) : 0.0f);
-#pragma unroll
-                for (int m = 16; m > 0; m >>= 1)
-                    sum += __shfl_xor_sync(0xffffffffu, sum, m);
-                __syncwarp(); /* every lane has read m_run[g] before lane 0 rewrites it */
-                if (lane == 0) {
-                    l_run[g] = (m_old == -INFINITY ? 0.0f : l_run[g] * expf(m_old - m_new)) + sum;
-                    m_run[g] = m_new;
-                }
-            }
+            keep_scores<G>(keep_row, a.window, t0 - sp.j0, ps, nk, tid);
+        if (!PV) {
+            tile_stats<G>(ps, nk, m_run, l_run, warp, lane);
         } else {
             /* p = bf(exp(s - m) / l) as the reference rounds it, then P.V */
             for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
@@ -1024,31 +1040,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
         __syncthreads(); /* the stage, ps (P.V) and the looked-up slot */
         copy(ti + 2);    /* into the stage just read */
         if (!PV) {
-            for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
-                const int g = e / ATTN_TILE, kk = e % ATTN_TILE;
-                if (kk < nk) keep_row[(size_t)g * a.window + (t0 - sp.j0) + kk] = ps[e];
-            }
-            /* online max and sum over the tile, one warp per head (as attn_split_kernel); the
-             * next tile's scores overwrite ps only after its first barrier */
-            for (int g = warp; g < G; g += ATTN_WARPS) {
-                float s0 = lane < nk ? ps[g * ATTN_TILE + lane] : -INFINITY;
-                float s1 = lane + 32 < nk ? ps[g * ATTN_TILE + lane + 32] : -INFINITY;
-                float mt = fmaxf(s0, s1);
-#pragma unroll
-                for (int m = 16; m > 0; m >>= 1)
-                    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, m));
-                const float m_old = m_run[g], m_new = fmaxf(m_old, mt);
-                float sum = (lane < nk ? expf(s0 - m_new) : 0.0f) +
-                            (lane + 32 < nk ? expf(s1 - m_new) : 0.0f);
-#pragma unroll
-                for (int m = 16; m > 0; m >>= 1)
-                    sum += __shfl_xor_sync(0xffffffffu, sum, m);
-                __syncwarp(); /* every lane has read m_run[g] before lane 0 rewrites it */
-                if (lane == 0) {
-                    l_run[g] = (m_old == -INFINITY ? 0.0f : l_run[g] * expf(m_old - m_new)) + sum;
-                    m_run[g] = m_new;
-                }
-            }
+            keep_scores<G>(keep_row, a.window, t0 - sp.j0, ps, nk, tid);
+            /* the next tile's scores overwrite ps only after its first barrier */
+            tile_stats<G>(ps, nk, m_run, l_run, warp, lane);
             if (split_done) {
                 __syncthreads(); /* every head's (max, sum) */
                 if (tid < G) {   /* this split's, then fresh ones for the next */
