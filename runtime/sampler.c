@@ -70,6 +70,7 @@ static int32_t sampler_argmax(const uint16_t *logits, int n_vocab) {
 #define SAMPLER_DIGITS 65536   /* the radix of the two counting-sort passes (16 bits) */
 #define SAMPLER_COARSE 4096    /* coarse mass buckets: e's top 12 bits (sign, exponent, 3 bits) */
 #define SAMPLER_EXP_MEMO 65536 /* e of every bf16 logit pattern, filled as patterns appear */
+#define SAMPLER_MEMO_MIN 4096  /* shorter rows call expf directly: clearing the memo costs more */
 
 struct sampler_work {
     int cap;         /* the largest row it serves */
@@ -184,17 +185,21 @@ static int cmp_id(const void *a, const void *b) {
 /* Fills e[] (through the memo: a row's e is a function of its logit's 16 bits, and a row holds
  * far fewer distinct patterns than ids) and the kept list (ids with e > 0, ascending); returns
  * their count and their mass, summed in id order. */
+static float sampler_weight(uint16_t logit, float temperature, float max) {
+    float x = (sampler_bf16(logit) - max) / temperature;
+    return x < SAMPLER_EXP_FLOOR ? 0.0f : expf(x);
+}
+
 static int sampler_weights(const uint16_t *logits, int n_vocab, float temperature, float max,
                            const sampler_work *w, double *mass) {
-    memset(w->memo, 0xff, SAMPLER_EXP_MEMO * sizeof(float)); /* all NaN */
+    const int memo = n_vocab > SAMPLER_MEMO_MIN;
+    if (memo) memset(w->memo, 0xff, SAMPLER_EXP_MEMO * sizeof(float)); /* all NaN */
     int n = 0;
     double sum = 0;
     for (int i = 0; i < n_vocab; i++) {
-        float v = w->memo[logits[i]];
-        if (isnan(v)) { /* the first time this pattern is seen */
-            float x = (sampler_bf16(logits[i]) - max) / temperature;
-            v = w->memo[logits[i]] = x < SAMPLER_EXP_FLOOR ? 0.0f : expf(x);
-        }
+        float v = memo ? w->memo[logits[i]] : sampler_weight(logits[i], temperature, max);
+        if (memo && isnan(v)) /* the first time this pattern is seen */
+            v = w->memo[logits[i]] = sampler_weight(logits[i], temperature, max);
         w->e[i] = v;
         if (v > 0.0f) {
             w->kept[n++] = i;
@@ -214,7 +219,9 @@ static uint32_t sampler_floor(const sampler_work *w, int n, double need) {
         float v = w->e[w->kept[i]];
         w->coarse[sampler_bits(v) >> 20] += v;
     }
-    need *= 1.0 + 1e-9; /* rounding of sums of <= 2^31 terms stays far inside this */
+    /* the two sums of n terms differ by at most ~n * 2^-53 of the mass: 3e-11 at 262,144 ids
+     * (past 2^23 ids the margin can fall short, which costs only the extension) */
+    need *= 1.0 + 1e-9;
     double acc = 0;
     for (int b = SAMPLER_COARSE - 1; b > 0; b--) {
         acc += w->coarse[b];
@@ -307,21 +314,23 @@ static int32_t sampler_pick_lazy(const sampler_work *w, int n, double mass, doub
 /* top-p and/or min-p: the kept prefix, then the inverse CDF over it. */
 static int32_t sampler_pick_filtered(const sampler_work *w, int n, double mass,
                                      const sampler_params *p, double u) {
-    int top_p_on = p->top_p > 0.0f && p->top_p < 1.0f;
+    int top_p_on = p->top_p > 0.0f && p->top_p<1.0f, min_p_on = p->min_p> 0.0f;
     double p_target = (double)p->top_p * mass, min_e = 0, cum = 0;
-    /* min-p keeps nothing below min_p * the largest e, and the largest is expf(0) = 1 */
+    /* min-p keeps nothing below min_p * the largest e, and the largest is expf(0) = 1 (a
+     * min_p past 1 keeps the largest alone: the floor of 1 then suffices) */
     uint32_t floor = sampler_floor(w, n, top_p_on ? p_target : mass);
-    uint32_t min_floor = sampler_bits(p->min_p) >> 20 << 20;
-    if (p->min_p > 0.0f && min_floor > floor) floor = min_floor;
+    uint32_t min_floor = sampler_bits(p->min_p < 1.0f ? p->min_p : 1.0f) >> 20 << 20;
+    if (min_p_on && min_floor > floor) floor = min_floor;
     sampler_cursor c = cursor_start(w, n, floor);
     int kept = 0;
     for (int j = 0; j < n; j++) {
+        /* top-p first: reached at the prefix's last entry, it must not fetch (sort) more */
+        if (kept > 0 && top_p_on && cum >= p_target) break;
         /* past the prefix every candidate is below its floor: at or under min_e, min-p stops */
         if (kept > 0 && j >= c.len && c.floor > 0 && (double)sampler_float(c.floor) <= min_e) break;
         float e_next = w->e[cursor_at(&c, j)];
-        if (kept > 0 && (double)e_next < min_e) break;      /* min-p */
-        if (kept > 0 && top_p_on && cum >= p_target) break; /* top-p reached */
-        if (kept == 0) min_e = (double)p->min_p * e_next;   /* e_next is the largest */
+        if (kept > 0 && (double)e_next < min_e) break;                /* min-p */
+        if (kept == 0 && min_p_on) min_e = (double)p->min_p * e_next; /* e_next is the largest */
         cum += e_next;
         kept++;
     }
@@ -368,7 +377,7 @@ static void sampler_log_norm(const uint16_t *logits, int n_vocab, float *max, fl
                              const sampler_work *w) {
     float m = sampler_bf16(logits[sampler_argmax(logits, n_vocab)]);
     double sum = 0;
-    if (w && isfinite(m)) { /* expf once per distinct logit pattern (see the file comment) */
+    if (w && isfinite(m) && n_vocab > SAMPLER_MEMO_MIN) { /* expf once per distinct pattern */
         memset(w->memo, 0xff, SAMPLER_EXP_MEMO * sizeof(float)); /* all NaN */
         for (int i = 0; i < n_vocab; i++) {
             float v = w->memo[logits[i]];
@@ -376,7 +385,7 @@ static void sampler_log_norm(const uint16_t *logits, int n_vocab, float *max, fl
             sum += (double)v;
         }
     }
-    for (int i = 0; !(w && isfinite(m)) && i < n_vocab; i++) {
+    for (int i = 0; !(w && isfinite(m) && n_vocab > SAMPLER_MEMO_MIN) && i < n_vocab; i++) {
         float l = sampler_bf16(logits[i]);
         if (!isfinite(m))
             sum += l == m ? 1.0 : 0.0;

@@ -15,7 +15,7 @@ typedef struct sampler_params {
     float temperature; /* 0: greedy */
     int top_k;         /* 0: off */
     float top_p;       /* 1 (or 0): off */
-    float min_p;       /* 0: off */
+    float min_p;       /* 0 (or NaN): off */
     uint64_t seed;
 } sampler_params;
 
@@ -39,9 +39,12 @@ int32_t sampler_pick(const sampler_params *p, const uint16_t *logits, int n_voca
  * in ascending id order and their logits vals, the top_k best of the row (larger logit, ties
  * to the lower id: kernels' k_topk / ref_topk, with n = min(top_k, n_vocab)). Returns the id
  * sampler_pick would return over the whole row: its top-k set is the same (ordering by logit
- * or by probability agrees wherever probabilities differ, as distinct bf16 logits give
- * distinct fp32 probabilities above the underflow range), and every later step (maximum,
- * weights, top-p, min-p, the draw) sees the same values in the same order. work as above. */
+ * or by probability agrees wherever probabilities differ, and distinct bf16 logits give
+ * distinct fp32 probabilities above the underflow range, unless a large temperature folds
+ * logits a few ulps apart into one probability: at T = 100, logits near 1e-4 one bf16 step
+ * apart; there the whole row breaks the tie by id and the candidates were cut by logit), and
+ * every later step (maximum, weights, top-p, min-p, the draw) sees the same values in the
+ * same order. work as above. */
 int32_t sampler_pick_candidates(const sampler_params *p, const int32_t *ids, const uint16_t *vals,
                                 int n, int index, sampler_work *work);
 

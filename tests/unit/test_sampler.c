@@ -212,12 +212,23 @@ static void test_logprobs(void) {
     int32_t ids[20];
     float lps[20], chosen;
     sampler_logprobs(b, N, 20, 17, ids, lps, &chosen, work);
-    int32_t ids_plain[20];
-    float lps_plain[20], chosen_plain;
-    sampler_logprobs(b, N, 20, 17, ids_plain, lps_plain, &chosen_plain, NULL);
-    /* the memo (work) changes no bit: the same expf values summed in the same order */
-    int same = memcmp(ids, ids_plain, sizeof ids) == 0 && memcmp(lps, lps_plain, sizeof lps) == 0 &&
-               memcmp(&chosen, &chosen_plain, sizeof chosen) == 0;
+    /* the memo (work, rows past 4,096 ids) changes no bit: the same expf values summed in the
+     * same order; a row of 20,000 ids from the same stream, with and without it */
+    enum { NB = 20000 };
+    uint16_t *big = malloc(sizeof(uint16_t) * NB);
+    int same = big != NULL;
+    for (int i = 0; same && i < NB; i++)
+        big[i] = to_bf16((float)((int)(sampler_uniform(6, (uint64_t)i) * 4000) - 2000) / 256.0f);
+    int32_t ids_m[20], ids_plain[20];
+    float lps_m[20], lps_plain[20], chosen_m, chosen_plain;
+    if (same) {
+        sampler_logprobs(big, NB, 20, 17, ids_m, lps_m, &chosen_m, work);
+        sampler_logprobs(big, NB, 20, 17, ids_plain, lps_plain, &chosen_plain, NULL);
+        same = memcmp(ids_m, ids_plain, sizeof ids_m) == 0 &&
+               memcmp(lps_m, lps_plain, sizeof lps_m) == 0 &&
+               memcmp(&chosen_m, &chosen_plain, sizeof chosen_m) == 0;
+    }
+    free(big);
     int sorted = 1;
     for (int i = 1; i < 20; i++)
         sorted &= lps[i] < lps[i - 1] || (lps[i] == lps[i - 1] && ids[i] > ids[i - 1]);
@@ -239,8 +250,8 @@ static void test_logprobs(void) {
     int ok = sorted && top_ok && same && fabs(sum - 1) < 1e-4 && worst < 1e-5 &&
              fabs(chosen - log(p[17])) < 1e-5;
     TEST_CHECK("sampler_logprobs", ok,
-               "top-20 sorted (ties by id) %s, is the top %s, with and without the memo "
-               "bit-identical %s, sum of exp over %d = %.7f, worst |lp - ref| %.2g",
+               "top-20 sorted (ties by id) %s, is the top %s, 20,000 ids with and without the "
+               "memo bit-identical %s, sum of exp over %d = %.7f, worst |lp - ref| %.2g",
                sorted ? "yes" : "NO", top_ok ? "yes" : "NO", same ? "yes" : "NO", N, sum, worst);
 }
 
@@ -342,7 +353,8 @@ static int32_t twin_pick(const sampler_params *p, const uint16_t *l, int n, int 
     int kept = k;
     if ((p->top_p > 0.0f && p->top_p < 1.0f) || p->min_p > 0.0f) {
         int top_p_on = p->top_p > 0.0f && p->top_p < 1.0f;
-        double p_target = (double)p->top_p * mass, min_e = (double)p->min_p * e[ids[0]], cum = 0;
+        double p_target = (double)p->top_p * mass, cum = 0;
+        double min_e = p->min_p > 0.0f ? (double)p->min_p * e[ids[0]] : 0.0; /* NaN: off */
         kept = 0;
         while (kept < k &&
                (kept == 0 || ((double)e[ids[kept]] >= min_e && !(top_p_on && cum >= p_target))))
@@ -378,6 +390,7 @@ static void test_twin(void) {
         {.temperature = 2, .min_p = 0.9f},
         {.temperature = 1, .top_p = 0.5f, .min_p = 0.001f},
         {.temperature = 0.9f, .top_k = 300, .top_p = 0.8f, .min_p = 0.01f},
+        {.temperature = 1, .top_p = 0.9f, .min_p = NAN}, /* NaN min_p: off */
     };
     int cases = 0, differ = 0;
     uint64_t z = 2026;
@@ -408,7 +421,7 @@ static void test_twin(void) {
             }
         }
     }
-    TEST_CHECK("sampler_vs_twin", cases == 7 * 8 * 9 * 6 && differ == 0,
+    TEST_CHECK("sampler_vs_twin", cases == 7 * 8 * 10 * 6 && differ == 0,
                "%d picks (rows of 1..70,000 ids: flat, peaked, tied, NaN and -inf; top-k, top-p, "
                "min-p alone and together): %d differ from the full-sort twin (exact rule)",
                cases, differ);
