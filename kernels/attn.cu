@@ -178,9 +178,13 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
 #define ATTN_MAX_SPLIT 32
 #define ATTN_THREADS 128
 #define ATTN_WARPS (ATTN_THREADS / 32)
-#define ATTN_SCRATCH_MAX (64u << 20) /* partials per launch; larger steps go in row chunks */
-#define ATTN_WARP_PV_MAX_G 4         /* kept-score P.V splits keys across warps up to this group */
-#define ATTN_MAX_SPB 16              /* splits one block may take in turn (attn_splits_per_block) */
+/* partials per launch; larger steps go in row chunks. 512 MB holds a 1,024-row prefill chunk of
+ * the 26B-A4B's windowed layers in one launch (784 rows of the 31B's); at 64 MB (192 and 96
+ * rows) a chunk took 6 and 11 launches of each pass, each ending in a partly idle wave, and
+ * prefill attention took 16-26% longer on the H200 (docs/perf-notes.md). */
+#define ATTN_SCRATCH_MAX (512u << 20)
+#define ATTN_WARP_PV_MAX_G 4 /* kept-score P.V splits keys across warps up to this group */
+#define ATTN_MAX_SPB 16      /* splits one block may take in turn (attn_splits_per_block) */
 /* resident blocks per SM the split kernels are built for: 4, except the group of 16 at head dim
  * 512 (no Gemma 4 model; 64 P.V accumulators a thread), which would spill under 128 registers */
 #define ATTN_MIN_BLOCKS(G, D) ((G) * (D) >= 8192 ? 3 : 4)

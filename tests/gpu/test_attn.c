@@ -38,20 +38,32 @@ typedef struct cfg {
     float base;
 } cfg;
 
-/* The rows: B's prefill 0..20, A's decode at 3000, C's decode at 100 (ragged on purpose). */
-#define N_ROWS 23
-static int32_t row_pos[N_ROWS], row_seq[N_ROWS];
-static const int seq_len[N_SEQ] = {3001, 21, 101}; /* positions 0..len-1 exist */
+/* Two row sets. The first: B's prefill 0..20, A's decode at 3000, C's decode at 100 (ragged on
+ * purpose). The second, a later prefill chunk: B's rows 980..1079 in two pieces, A's decode row
+ * between them and C's after: a hundred rows on both sides of the window's edge (W = 1024) in
+ * one launch, the shape of a prefill step. (The CPU reference's cost grows with rows x keys: a
+ * longer chunk would add seconds, not cases.) */
+#define MAX_ROWS 102
+static int n_rows;
+static int32_t row_pos[MAX_ROWS], row_seq[MAX_ROWS];
+static int seq_len[N_SEQ]; /* positions 0..len-1 exist */
 
-static void make_rows(void) {
-    for (int r = 0; r < 21; r++) {
-        row_pos[r] = r;
-        row_seq[r] = 1;
-    }
-    row_pos[21] = 3000;
-    row_seq[21] = 0;
-    row_pos[22] = 100;
-    row_seq[22] = 2;
+static void add_row(int seq, int pos) {
+    row_seq[n_rows] = seq;
+    row_pos[n_rows++] = pos;
+}
+
+static void make_rows(int chunk) {
+    n_rows = 0;
+    seq_len[0] = 3001;
+    seq_len[1] = chunk ? 1080 : 21;
+    seq_len[2] = 101;
+    for (int p = chunk ? 980 : 0; p < (chunk ? 1010 : 21); p++)
+        add_row(1, p);
+    add_row(0, 3000);
+    for (int p = 1010; chunk && p < 1080; p++)
+        add_row(1, p);
+    add_row(2, 100);
 }
 
 static int window_start(int pos, int window) {
@@ -90,7 +102,7 @@ static void make_store(store *s, const cfg *c, int window) {
     int next = 0;
     for (int q = 0; q < N_SEQ; q++) {
         s->lo[q] = seq_len[q];
-        for (int r = 0; r < N_ROWS; r++)
+        for (int r = 0; r < n_rows; r++)
             if (row_seq[r] == q && window_start(row_pos[r], window) < s->lo[q])
                 s->lo[q] = window_start(row_pos[r], window);
         int np = (seq_len[q] + PAGE_TOKENS - 1) / PAGE_TOKENS;
@@ -162,7 +174,7 @@ static void check_prep_fp8(const cfg *c, const store *s, const k_attn_prep_args 
                            const bf16_t *q0, const bf16_t *kv_bf16, k_attn_prep_args ra) {
     char gate[128], tag[48];
     snprintf(gate, sizeof gate, "fp8_layout_prep[gpu %s]", tag_of(c, tag, sizeof tag));
-    size_t qn = (size_t)N_ROWS * (size_t)c->n_head * (size_t)c->d;
+    size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d;
     uint8_t *kv8 = malloc(s->elems), *kv8_ref = malloc(s->elems);
     bf16_t *q8 = malloc(qn * 2), *q_bf16 = malloc(qn * 2), *q_ref = malloc(qn * 2);
     memset(kv8, 0x7f, s->elems);
@@ -223,8 +235,8 @@ static void run_prep(const cfg *c, int write_kv, uint64_t seed) {
     rng_state = seed;
     store s;
     make_store(&s, c, 1024);
-    size_t qn = (size_t)N_ROWS * (size_t)c->n_head * (size_t)c->d;
-    size_t kn = (size_t)N_ROWS * (size_t)c->n_kv * (size_t)c->d;
+    size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d;
+    size_t kn = (size_t)n_rows * (size_t)c->n_kv * (size_t)c->d;
     size_t d = (size_t)c->d;
     bf16_t *q = malloc(qn * 2), *q_ref = malloc(qn * 2), *k = malloc(kn * 2);
     bf16_t *v = c->k_eq_v ? k : malloc(kn * 2);
@@ -241,7 +253,8 @@ static void run_prep(const cfg *c, int write_kv, uint64_t seed) {
     for (size_t i = 0; i < s.elems; i++)
         kv[i] = kv_ref[i] = BF16_NAN;
 
-    size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages), rb = sizeof(int32_t) * N_ROWS;
+    size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
+           rb = sizeof(int32_t) * (size_t)n_rows;
     void *dq = k_device_alloc(qn * 2), *dk = k_device_alloc(kn * 2), *dv = k_device_alloc(kn * 2);
     void *dqw = k_device_alloc(d * 2), *dkw = k_device_alloc(d * 2);
     void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
@@ -261,7 +274,7 @@ static void run_prep(const cfg *c, int write_kv, uint64_t seed) {
                           .pos = dpos,
                           .seq = dseq,
                           .kv = view_of(&s, c, dkv, dt),
-                          .rows = N_ROWS,
+                          .rows = n_rows,
                           .n_head = c->n_head,
                           .kv_layer = KV_LAYER,
                           .write_kv = write_kv,
@@ -344,12 +357,12 @@ static void fill_store(bf16_t *kv, const store *s, const cfg *c) {
  * it as e4m3; the pass rule is the bf16 one, since both convert the same bytes exactly. */
 static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     char gate[128], tag[48];
-    snprintf(gate, sizeof gate, "op_vs_ref[attention %s w%d%s]", tag_of(c, tag, sizeof tag), window,
-             fp8 ? " e4m3" : "");
+    snprintf(gate, sizeof gate, "op_vs_ref[attention %s w%d%s%s]", tag_of(c, tag, sizeof tag),
+             window, fp8 ? " e4m3" : "", n_rows > 100 ? " chunk" : "");
     rng_state = seed;
     store s;
     make_store(&s, c, window);
-    size_t qn = (size_t)N_ROWS * (size_t)c->n_head * (size_t)c->d;
+    size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d;
     bf16_t *q = malloc(qn * 2), *out = malloc(qn * 2), *ref = malloc(qn * 2);
     bf16_t *kv = malloc(s.elems * 2);
     /* scores of std ~2.3: a softmax neither flat nor one-hot over thousands of keys */
@@ -365,7 +378,8 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     for (size_t i = 0; i < qn; i++)
         out[i] = ref[i] = BF16_NAN;
 
-    size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages), rb = sizeof(int32_t) * N_ROWS;
+    size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
+           rb = sizeof(int32_t) * (size_t)n_rows;
     void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
     void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
     void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
@@ -379,7 +393,7 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
                           .pos = dpos,
                           .seq = dseq,
                           .kv = view_of(&s, c, dkv, dt),
-                          .rows = N_ROWS,
+                          .rows = n_rows,
                           .n_head = c->n_head,
                           .kv_layer = KV_LAYER,
                           .window = window,
@@ -398,7 +412,7 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
 
     /* the same launch with a block per split (the layout before blocks took several), then
      * with 2, 3 and 16 splits a block: every output bit must equal the launcher's own choice
-     * (which varies with the card's SM count and these shapes, 1 to 8) */
+     * (which varies with the card's SM count and these shapes, 1 to 16) */
     static const int forced[] = {1, 2, 3, 16};
     long differ = 0;
     bf16_t *again = malloc(qn * 2);
@@ -494,7 +508,7 @@ int main(void) {
         return 0;
     }
     printf("# device: %s\n", desc);
-    make_rows();
+    make_rows(0);
     /* local family (hd 256, default RoPE) and global family (hd 512, proportional RoPE: 64 of
      * 256 pairs), GQA groups 1, 2, 4 and 8 (the kept-score P.V splits keys across warps up to
      * 4), one k_eq_v case. Window 2500: the row at 3000 reads 40 tiles, two to a split, so a
@@ -517,6 +531,13 @@ int main(void) {
         run_attention(&cfgs[i], 0, seed++, 1);
         run_attention(&cfgs[i], 1024, seed++, 1);
         run_attention(&cfgs[i], 2500, seed++, 1);
+    }
+    /* the later prefill chunk: windowed and full attention, both pools */
+    make_rows(1);
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        run_attention(&cfgs[i], 1024, seed++, 0);
+        run_attention(&cfgs[i], 0, seed++, 0);
+        run_attention(&cfgs[i], 1024, seed++, 1);
     }
     run_refusals();
     return harness_exit();
