@@ -597,6 +597,27 @@ static __device__ __forceinline__ void tile_stats(const float *ps, int nk, float
     }
 }
 
+/* Row r's queries of KV head kvh's group, qs[g][d] as fp32, by the block's threads. */
+template <int D, int G>
+static __device__ __forceinline__ void load_queries(const k_attention_args &a, int r, int kvh,
+                                                    float *qs, int tid) {
+    for (int e = tid; e < G * D; e += ATTN_THREADS) {
+        const int g = e / D, d = e % D;
+        qs[e] = bf_to_f(a.q[((size_t)r * a.n_head + (size_t)kvh * G + g) * D + d]);
+    }
+}
+
+/* A row's (max, sum) over its n_split splits' statistics st[], merged in split order (the P.V
+ * passes of both kernels). */
+static __device__ __forceinline__ float2 merge_stats(const float2 *st, int n_split) {
+    float m = -INFINITY, l = 0.0f;
+    for (int t = 0; t < n_split; t++)
+        m = fmaxf(m, st[t].x);
+    for (int t = 0; t < n_split; t++)
+        l += st[t].y * expf(st[t].x - m);
+    return make_float2(m, l);
+}
+
 /* PV = false: the stats pass, writes ml[rl][h][split] = (max, sum of exp(s - max)), the sum NaN
  * when a key was unmapped. PV = true: the P.V pass, writes part[rl][h][split][D]. rl is the row
  * within this launch's chunk (the scratch holds one chunk), row0 + rl the row of the step.
@@ -656,22 +677,13 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
         }
     }
 
-    if (!(KEEP && PV)) /* the kept-score pass computes no q.k */
-        for (int e = tid; e < G * D; e += ATTN_THREADS) {
-            int g = e / D, d = e % D;
-            qs[e] = bf_to_f(a.q[((size_t)r * a.n_head + (size_t)kvh * G + g) * D + d]);
-        }
+    if (!(KEEP && PV)) load_queries<D, G>(a, r, kvh, qs, tid); /* the kept-score pass: no q.k */
     if (tid < ATTN_MAX_SPB) bad[tid] = 0;
     if (tid < G) {
         if (PV) { /* the row's max and sum, merged in split order: the same in every block */
-            const float2 *st = ml + base + (size_t)tid * max_split;
-            float m = -INFINITY, l = 0.0f;
-            for (int t = 0; t < sp.n_split; t++)
-                m = fmaxf(m, st[t].x);
-            for (int t = 0; t < sp.n_split; t++)
-                l += st[t].y * expf(st[t].x - m);
-            m_run[tid] = m;
-            l_run[tid] = l;
+            const float2 st = merge_stats(ml + base + (size_t)tid * max_split, sp.n_split);
+            m_run[tid] = st.x;
+            l_run[tid] = st.y;
         } else {
             m_run[tid] = -INFINITY;
             l_run[tid] = 0.0f;
@@ -935,22 +947,13 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     look_up(0, 0);
     look_up(1, ATTN_TILE);
     if (PV) load_kept(0);
-    if (!PV)
-        for (int e = tid; e < G * D; e += ATTN_THREADS) {
-            const int g = e / D, d = e % D;
-            qs[e] = bf_to_f(a.q[((size_t)r * a.n_head + (size_t)kvh * G + g) * D + d]);
-        }
+    if (!PV) load_queries<D, G>(a, r, kvh, qs, tid);
     if (tid < ATTN_MAX_SPB) bad[tid] = 0;
     if (tid < G) {
         if (PV) { /* the row's max and sum, merged in split order: the same in every block */
-            const float2 *st = ml + base + (size_t)tid * max_split;
-            float m = -INFINITY, l = 0.0f;
-            for (int t = 0; t < sp.n_split; t++)
-                m = fmaxf(m, st[t].x);
-            for (int t = 0; t < sp.n_split; t++)
-                l += st[t].y * expf(st[t].x - m);
-            m_run[tid] = m;
-            l_run[tid] = l;
+            const float2 st = merge_stats(ml + base + (size_t)tid * max_split, sp.n_split);
+            m_run[tid] = st.x;
+            l_run[tid] = st.y;
         } else {
             m_run[tid] = -INFINITY;
             l_run[tid] = 0.0f;
