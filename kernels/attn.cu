@@ -607,14 +607,17 @@ static __device__ __forceinline__ void load_queries(const k_attention_args &a, i
     }
 }
 
-/* A row's (max, sum) over its n_split splits' statistics st[], merged in split order (the P.V
- * passes of both kernels). */
-static __device__ __forceinline__ float2 merge_stats(const float2 *st, int n_split) {
+/* A head's (max, sum) at the start of a pass. P.V: the row's, over its n_split splits'
+ * statistics st[] merged in split order, the same in every block. Stats: none yet (-inf, 0). */
+template <bool PV>
+static __device__ __forceinline__ float2 start_stats(const float2 *st, int n_split) {
     float m = -INFINITY, l = 0.0f;
-    for (int t = 0; t < n_split; t++)
-        m = fmaxf(m, st[t].x);
-    for (int t = 0; t < n_split; t++)
-        l += st[t].y * expf(st[t].x - m);
+    if (PV) {
+        for (int t = 0; t < n_split; t++)
+            m = fmaxf(m, st[t].x);
+        for (int t = 0; t < n_split; t++)
+            l += st[t].y * expf(st[t].x - m);
+    }
     return make_float2(m, l);
 }
 
@@ -680,14 +683,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
     if (!(KEEP && PV)) load_queries<D, G>(a, r, kvh, qs, tid); /* the kept-score pass: no q.k */
     if (tid < ATTN_MAX_SPB) bad[tid] = 0;
     if (tid < G) {
-        if (PV) { /* the row's max and sum, merged in split order: the same in every block */
-            const float2 st = merge_stats(ml + base + (size_t)tid * max_split, sp.n_split);
-            m_run[tid] = st.x;
-            l_run[tid] = st.y;
-        } else {
-            m_run[tid] = -INFINITY;
-            l_run[tid] = 0.0f;
-        }
+        const float2 st = start_stats<PV>(ml + base + (size_t)tid * max_split, sp.n_split);
+        m_run[tid] = st.x;
+        l_run[tid] = st.y;
     }
     /* P.V accumulators: DPT dims of every head per thread, or (WARP_PV) 8 dims of every head
      * per lane over the keys of its warp */
@@ -950,14 +948,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     if (!PV) load_queries<D, G>(a, r, kvh, qs, tid);
     if (tid < ATTN_MAX_SPB) bad[tid] = 0;
     if (tid < G) {
-        if (PV) { /* the row's max and sum, merged in split order: the same in every block */
-            const float2 st = merge_stats(ml + base + (size_t)tid * max_split, sp.n_split);
-            m_run[tid] = st.x;
-            l_run[tid] = st.y;
-        } else {
-            m_run[tid] = -INFINITY;
-            l_run[tid] = 0.0f;
-        }
+        const float2 st = start_stats<PV>(ml + base + (size_t)tid * max_split, sp.n_split);
+        m_run[tid] = st.x;
+        l_run[tid] = st.y;
     }
     float acc[G][8];
 #pragma unroll
