@@ -179,7 +179,7 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
 #define ATTN_THREADS 128
 #define ATTN_WARPS (ATTN_THREADS / 32)
 /* partials per launch; larger steps go in row chunks. 512 MB holds a 1,024-row prefill chunk of
- * the 26B-A4B's windowed layers in one launch (784 rows of the 31B's); at 64 MB (192 and 96
+ * the 26B-A4B's windowed layers in one launch (799 rows of the 31B's); at 64 MB (203 and 97
  * rows) a chunk took 6 and 11 launches of each pass, each ending in a partly idle wave, and
  * prefill attention took 16-26% longer on the H200 (docs/perf-notes.md). */
 #define ATTN_SCRATCH_MAX (512u << 20)
