@@ -4,6 +4,7 @@
 #
 #   ./build.sh            build build/g4pipe (GPU build when nvcc exists, else CPU-only)
 #   ./build.sh test       CPU suites + lint; GPU gates listed as skipped; ends "N passed, ..."
+#   ./build.sh tests      build the test programs under build/tests without running them
 #   ./build.sh gpu-test [GATE...]   GPU gates (needs a GPU)
 #   ./build.sh format     rewrite every hand-written C/CUDA file with clang-format
 #   ./build.sh lint       format check, cppcheck, clang-tidy only
@@ -26,7 +27,7 @@ NVFLAGS="-std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -O2 -Werror 
 DEPS_ROOT=.deps/root
 DEB_PKGS="libinih-dev libinih1 libjansson-dev libjansson4"
 HOST_SRC="runtime/log.c runtime/config.c runtime/hfconfig.c runtime/loader.c runtime/kv_pool.c
-runtime/weights.c runtime/device_weights.c runtime/engine.c runtime/tokenizer.c runtime/tokenizer_load.c runtime/tokenizer_tables.c runtime/chat.c runtime/proto.c
+runtime/weights.c runtime/device_weights.c runtime/step_check.c runtime/engine.c runtime/tokenizer.c runtime/tokenizer_load.c runtime/tokenizer_tables.c runtime/chat.c runtime/proto.c
 runtime/sampler.c runtime/par.c runtime/sched.c runtime/serve.c graph/model_desc.c graph/schedule_find.c"
 REF_SRC="kernels/ref/bf16_ref.c kernels/ref/norm_ref.c kernels/ref/gemm_ref.c
 kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c kernels/ref/sample_ref.c"
@@ -349,7 +350,7 @@ fuzz_suite() {
 # device; gpu-test names restrict the run to those programs (e.g. ./build.sh gpu-test test_attn).
 gpu_gates() {
     if [ $HAVE_NVCC = 0 ]; then
-        for t in $GPU_TESTS engine_vs_hf dummy_weights pinned_composition geometry; do echo "SKIP gpu:$t: skipped: no GPU (CPU-only build, no nvcc)"; done
+        for t in $GPU_TESTS engine_vs_hf dummy_weights pinned_composition geometry full; do echo "SKIP gpu:$t: skipped: no GPU (CPU-only build, no nvcc)"; done
         return
     fi
     local t want=" $* "
@@ -370,6 +371,36 @@ gpu_gates() {
         fi
     fi
     if [ "$want" = "  " ] || [ "${want#* geometry }" != "$want" ]; then geometry_gates; fi
+    if [ "$want" = "  " ] || [ "${want#* full }" != "$want" ]; then full_gates; fi
+}
+
+# Every supported checkpoint at its real depth and width, random weights in the published
+# layout, made here with torch (never committed), driven through build/g4pipe's protocol with
+# the shipped conf/*.ini under both pools: prompts across the window and the prefill chunk,
+# alone and all at once, against HF (tests/full/full_step.py, docs/testing.md "full").
+# FULL_MODELS picks a subset (one device call holds about one model); FULL_DIR is where the
+# checkpoint goes (default /dev/shm when it has room: the 31B's 62 GB fit nowhere else there).
+full_gates() {
+    if ! nvidia-smi -L >/dev/null 2>&1; then
+        echo "SKIP gpu:full: skipped: no GPU (the full checkpoints are made with torch on it)"; return
+    fi
+    if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
+        echo "SKIP gpu:full: skipped: needs torch and transformers with a GPU"; return
+    fi
+    local m pool d root=${FULL_DIR:-/dev/shm/g4full}
+    mkdir -p "$root" "$B/full"
+    for m in ${FULL_MODELS:-26b-a4b 31b e2b e4b}; do
+        d="$root/$m"
+        [ -f "$d/reference.json" ] || {
+            rm -rf "$root"/*  # one checkpoint at a time: the next one needs the room
+            python3 tests/full/full_step.py make --model $m --dir "$d" > "$B/full/make-$m.log" 2>&1
+        } || { echo "FAIL gpu:full[$m]: full_step.py make failed, see $B/full/make-$m.log"; continue; }
+        for pool in ${FULL_POOLS:-bf16 fp8}; do
+            run_test python3 tests/full/full_step.py check --model $m --dir "$d" \
+                --binary "$B/g4pipe" --conf conf/gemma4-$m.ini --pool $pool \
+                --log "$B/full/g4pipe-$m-$pool.stderr" --table "$B/full/table.jsonl"
+        done
+    done
 }
 
 # The engine against HF on few-layer models at the real head dims, KV heads, window (1024) and
@@ -462,6 +493,7 @@ suite_gpu() {
 
 case "${1:-build}" in
 build) ensure_deps; build_all ;;
+tests) ensure_deps; build_all; build_tests ;; # the test programs, nothing run
 test) ensure_deps; suite_test ;;
 gpu-test) shift; suite_gpu "$@" ;;
 fuzz) ensure_deps; build_all; shift; fuzz_suite "${1:-600}" | summarize ;;

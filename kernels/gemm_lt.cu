@@ -256,8 +256,11 @@ extern "C" void k_gemm_plan_destroy(k_gemm_plan *p) {
 extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
     k_gemm_plan *p = (k_gemm_plan *)a->plan;
     int ldy = a->ldy ? a->ldy : a->n;
-    if (!p || a->m <= 0 || a->m > p->max_m || a->n != p->n || a->k != p->k || ldy < a->n)
+    if (!p || a->m < 0 || a->m > p->max_m || a->n != p->n || a->k != p->k || ldy < a->n)
         return K_ERR_SHAPE;
+    /* no rows: nothing to do, as ref_gemm (a prefill chunk that is not a prompt's last asks the
+     * LM head for no logits) */
+    if (a->m == 0) return K_OK;
     if (p->plain) {
         if ((a->n + PLAIN_THREADS - 1) / PLAIN_THREADS > 65535) return K_ERR_SHAPE;
         dim3 grid((unsigned)a->m, (unsigned)((a->n + PLAIN_THREADS - 1) / PLAIN_THREADS));

@@ -25,7 +25,8 @@ enum k_err {
     K_ERR_SHAPE = -1,    /* a size or alignment precondition failed */
     K_ERR_DTYPE = -2,    /* an element width this op has no twin for (e.g. e4m3 KV) */
     K_ERR_DEVICE = -3,   /* a CUDA or cuBLASLt call failed (logged with the statement) */
-    K_ERR_NO_MEMORY = -4 /* a workspace allocation failed */
+    K_ERR_NO_MEMORY = -4, /* a workspace allocation failed */
+    K_ERR_NONFINITE = -5  /* debug.check_finite: an op wrote a NaN or an infinity */
 };
 
 /* One KV family as the kernels see it: a paged store plus per-row page tables. Page-major
@@ -183,6 +184,9 @@ typedef struct k_argmax_args {
     int32_t *id;          /* [rows] */
     const bf16_t *logits; /* [rows, n_vocab] */
     int rows, n_vocab;
+    /* optional out: [rows] 1 where the row holds a NaN or an infinity, else 0. Softcapped
+     * logits of finite inputs are finite, so such a row is a failed computation */
+    int32_t *nonfinite;
 } k_argmax_args;
 
 /* The k[r] best ids of logits row r (larger logit first, ties to the lower id, NaN as -inf),

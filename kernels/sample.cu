@@ -24,10 +24,15 @@ static __device__ __forceinline__ bool beats(float v, int id, float bv, int bid)
 __global__ static void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(k_argmax_args a) {
     __shared__ float sv[ARGMAX_THREADS / 32];
     __shared__ int si[ARGMAX_THREADS / 32];
+    __shared__ int any_bad;
     const bf16_t *row = a.logits + (size_t)blockIdx.x * (size_t)a.n_vocab;
     float bv = -INFINITY;
     int bid = INT_MAX; /* a thread without ids loses every tie */
+    int bad = 0;       /* a NaN or an infinity seen (exponent all ones) */
+    if (threadIdx.x == 0) any_bad = 0;
+    __syncthreads();
     for (int i = threadIdx.x; i < a.n_vocab; i += ARGMAX_THREADS) {
+        bad |= (row[i] & 0x7f80u) == 0x7f80u;
         float v = logit_value(row[i]);
         if (bid == INT_MAX || v > bv) {
             bv = v;
@@ -47,8 +52,10 @@ __global__ static void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(k_argmax_
         sv[warp] = bv;
         si[warp] = bid;
     }
+    if (bad) any_bad = 1; /* every writer stores the same value */
     __syncthreads();
     if (threadIdx.x == 0) {
+        if (a.nonfinite) a.nonfinite[blockIdx.x] = any_bad;
         for (int w = 1; w < ARGMAX_THREADS / 32; w++)
             if (beats(sv[w], si[w], bv, bid)) {
                 bv = sv[w];

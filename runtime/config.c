@@ -48,6 +48,8 @@ enum cfg_key_id {
     CFG_DEBUG_SYNC,
     CFG_DEBUG_BACKEND,
     CFG_DEBUG_GEMM,
+    CFG_DEBUG_CHECK_FINITE,
+    CFG_DEBUG_FAIL_STEP,
 };
 
 static const struct cfg_key {
@@ -73,6 +75,8 @@ static const struct cfg_key {
     {"debug", "sync", CFG_DEBUG_SYNC},
     {"debug", "backend", CFG_DEBUG_BACKEND},
     {"debug", "gemm", CFG_DEBUG_GEMM},
+    {"debug", "check_finite", CFG_DEBUG_CHECK_FINITE},
+    {"debug", "fail_step", CFG_DEBUG_FAIL_STEP},
 };
 #define CFG_N_KEYS (sizeof cfg_keys / sizeof cfg_keys[0])
 
@@ -291,6 +295,12 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return 0;
     case CFG_DEBUG_GEMM:
         return cfg_choice(v, cfg_gemm_names, 2, &c->debug.gemm_plain, why, n);
+    case CFG_DEBUG_CHECK_FINITE:
+        return cfg_choice(v, cfg_sync_names, 2, &c->debug.check_finite, why, n);
+    case CFG_DEBUG_FAIL_STEP:
+        if (cfg_int(v, 0, 1000000000, &x, why, n)) return -1;
+        c->debug.fail_step = x;
+        return 0;
     }
     (void)snprintf(why, n, "key has no setter (a bug in config.c)");
     return -1;

@@ -10,6 +10,7 @@
 #include "runtime/kv_pool.h"
 #include "runtime/loader.h"
 #include "runtime/log.h"
+#include "runtime/step_check.h"
 #include "runtime/weights.h"
 
 #include <stdio.h>
@@ -37,7 +38,7 @@ struct engine {
     device_weights *dw;   /* GPU: the weights and plans */
     int32_t *d_meta;      /* GPU: ids, pos, seq [max_rows each], out_src [max_out_rows] */
     int32_t *d_tables[2]; /* GPU: device copies of the page tables */
-    int32_t *d_argmax;    /* GPU: [max_out_rows] greedy tokens */
+    int32_t *d_argmax;    /* GPU: [max_out_rows] greedy tokens, then [max_out_rows] non-finite flags */
     int32_t *d_topk;      /* GPU: k [max_out_rows], then ids [max_out_rows, K_TOPK_MAX] */
     bf16_t *d_topk_vals;  /* GPU: [max_out_rows, K_TOPK_MAX] */
     int *changed;         /* GPU: [max_batch] table rows to send, from kv_pool_take_changed */
@@ -45,12 +46,17 @@ struct engine {
     int graphs;
     g4_stream stream;     /* the engine's stream; NULL (legacy stream) without graphs */
     int32_t *h_meta;      /* pinned twin of d_meta, the graphs' copy source */
-    int32_t *h_argmax;    /* pinned [max_out_rows], the graphs' copy target */
+    int32_t *h_argmax;    /* pinned twin of d_argmax, the graphs' copy target */
     int32_t *h_tables[2]; /* pinned twins of d_tables (the padding slot's row is zero) */
     k_graph *graph[GRAPH_SIZES];
     int graph_rows[GRAPH_SIZES];
     int n_graph_sizes;
     size_t table_bytes;
+    step_check check; /* debug.check_finite */
+    int32_t *spare_ids; /* [max_out_rows] argmax target when the caller wants only the flags */
+    long n_steps;     /* engine_step calls, for debug.fail_step */
+    int fault_armed;  /* debug.fail_step: this step fails at its first attention */
+    char last_error[256];
 };
 
 /* Step buffers and KV stores: device memory on the GPU backend, zeroed host memory on the CPU. */
@@ -257,7 +263,7 @@ static int reserve_workspaces(engine *e) {
  * padded decode sizes (powers of two up to serve.max_batch, and max_batch itself). */
 static int open_graphs(engine *e, size_t meta_bytes) {
     if (k_stream_create(&e->stream) != 0 || !(e->h_meta = k_host_alloc_pinned(meta_bytes)) ||
-        !(e->h_argmax = k_host_alloc_pinned(sizeof(int32_t) * (size_t)e->max_out_rows))) {
+        !(e->h_argmax = k_host_alloc_pinned(2 * sizeof(int32_t) * (size_t)e->max_out_rows))) {
         log_msg(LOG_ERROR, "engine", "serve.cuda_graphs: no stream or pinned host memory");
         return -1;
     }
@@ -319,8 +325,10 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
                       ? g4_schedule_find(k_schedules, k_n_schedules, e->model->name, variant)
                       : g4_schedule_find(ref_schedules, ref_n_schedules, e->model->name, variant);
     size_t meta = sizeof(int32_t) * (3 * (size_t)e->max_rows + (size_t)e->max_out_rows);
-    if (!e->schedule || alloc_state(e) != 0 || (e->gpu && !(e->d_meta = engine_alloc(e, meta))) ||
-        (e->gpu && !(e->d_argmax = engine_alloc(e, sizeof(int32_t) * (size_t)e->max_out_rows))) ||
+    e->spare_ids = calloc((size_t)e->max_out_rows, sizeof *e->spare_ids);
+    if (!e->schedule || !e->spare_ids || alloc_state(e) != 0 || (e->gpu && !(e->d_meta = engine_alloc(e, meta))) ||
+        (e->gpu &&
+         !(e->d_argmax = engine_alloc(e, 2 * sizeof(int32_t) * (size_t)e->max_out_rows))) ||
         (e->gpu && alloc_topk(e) != 0) || (e->gpu && reserve_workspaces(e) != 0) ||
         (e->graphs && open_graphs(e, meta) != 0) || open_pool(e) != 0) {
         engine_close(e);
@@ -356,6 +364,8 @@ void engine_close(engine *e) {
             free(e->buffers[i]);
     }
     free(e->changed);
+    free(e->check.host);
+    free(e->spare_ids);
     device_weights_free(e->dw);
     kv_pool_destroy(e->pool);
     loader_close(e->ld);
@@ -404,11 +414,44 @@ int engine_pages_worst(const engine *e, int family, int n_tokens) {
     return window < all ? window : all;
 }
 
-/* debug.sync = 1: synchronise after every step so a failing kernel is named by its step. */
-static int sync_hook(g4_state *s, int layer, const char *step) {
-    (void)s, (void)layer, (void)step;
-    return k_sync();
+/* The engine's own hook, for the debug switches: debug.fail_step's injected failure (at the
+ * step's first attention, after layer 0 wrote its K/V, as a device error mid-step would),
+ * debug.check_finite's search, debug.sync's synchronisation. */
+static int debug_hook(g4_state *s, int layer, const char *step) {
+    engine *e = s->hook_ctx;
+    if (e->fault_armed && strcmp(step, "attention") == 0) {
+        e->fault_armed = 0;
+        log_msg(LOG_WARN, "engine", "debug.fail_step = %ld: step %ld fails here on purpose",
+                (long)e->cfg.debug.fail_step, e->n_steps);
+        return K_ERR_DEVICE;
+    }
+    if (e->cfg.debug.check_finite) {
+        s->hook_ctx = &e->check;
+        int rc = step_check_finite(s, layer, step);
+        s->hook_ctx = e;
+        if (rc != 0) return rc;
+    }
+    return e->cfg.debug.sync ? k_sync() : 0;
 }
+
+static const char *err_name(int rc) {
+    switch (rc) {
+    case K_ERR_SHAPE:
+        return "a size or alignment precondition failed";
+    case K_ERR_DTYPE:
+        return "an element width the op has no kernel for";
+    case K_ERR_DEVICE:
+        return "a CUDA or cuBLASLt call failed";
+    case K_ERR_NO_MEMORY:
+        return "out of device memory for a workspace";
+    case K_ERR_NONFINITE:
+        return "debug.check_finite: an op wrote a NaN or an infinity";
+    default:
+        return "an unknown failure";
+    }
+}
+
+const char *engine_last_error(const engine *e) { return e->last_error; }
 
 /* Copies of the step path. With serve.cuda_graphs the kernels run on the engine's non-blocking
  * stream, which the legacy synchronous copies would not wait for, so every copy goes on that
@@ -502,14 +545,19 @@ static int fetch_candidates(engine *e, const engine_batch *b) {
 /* The out rows' greedy tokens (when asked for) and logits to the host. */
 static int fetch_outputs(engine *e, const engine_batch *b, bf16_t *logits) {
     g4_state *s = &e->s;
+    size_t ids = sizeof(int32_t) * (size_t)b->out_rows;
     k_argmax_args am = {.id = e->gpu ? e->d_argmax : b->argmax,
                         .logits = s->logits,
                         .rows = b->out_rows,
-                        .n_vocab = e->model->n_vocab};
-    if (b->argmax && b->out_rows > 0) {
+                        .n_vocab = e->model->n_vocab,
+                        .nonfinite = e->gpu ? e->d_argmax + e->max_out_rows : b->nonfinite};
+    if ((b->argmax || b->nonfinite) && b->out_rows > 0) {
+        int32_t *host_ids = b->argmax ? b->argmax : e->spare_ids;
+        if (!e->gpu) am.id = host_ids;
         int rc = e->gpu ? k_argmax(&am, s->stream) : ref_argmax(&am, NULL);
-        if (rc == 0 && e->gpu)
-            rc = to_host(e, b->argmax, e->d_argmax, sizeof(int32_t) * (size_t)b->out_rows);
+        if (rc == 0 && e->gpu) rc = to_host(e, host_ids, e->d_argmax, ids);
+        if (rc == 0 && e->gpu && b->nonfinite)
+            rc = to_host(e, b->nonfinite, e->d_argmax + e->max_out_rows, ids);
         if (rc != 0) return K_ERR_DEVICE;
     }
     if (fetch_candidates(e, b) != 0) return K_ERR_DEVICE;
@@ -550,10 +598,15 @@ static int enqueue_graph_step(engine *e, int rows) {
     s->max_pos = 0; /* the grid at the tables' reach: the same launches whatever the positions */
     int rc = e->schedule->forward(s);
     if (rc != 0) return rc;
-    k_argmax_args am = {
-        .id = e->d_argmax, .logits = s->logits, .rows = rows, .n_vocab = e->model->n_vocab};
+    k_argmax_args am = {.id = e->d_argmax,
+                        .logits = s->logits,
+                        .rows = rows,
+                        .n_vocab = e->model->n_vocab,
+                        .nonfinite = e->d_argmax + e->max_out_rows};
     if (k_argmax(&am, e->stream) != 0 ||
-        k_copy_to_host_async(e->h_argmax, e->d_argmax, r, e->stream) != 0)
+        k_copy_to_host_async(e->h_argmax, e->d_argmax, r, e->stream) != 0 ||
+        k_copy_to_host_async(e->h_argmax + e->max_out_rows, e->d_argmax + e->max_out_rows, r,
+                             e->stream) != 0)
         return K_ERR_DEVICE;
     return 0;
 }
@@ -589,6 +642,8 @@ static int graph_step(engine *e, const engine_batch *b, int gi, bf16_t *logits) 
     if (k_graph_launch(e->graph[gi], e->stream) != 0 || k_stream_sync(e->stream) != 0)
         return K_ERR_DEVICE;
     if (b->argmax) memcpy(b->argmax, e->h_argmax, sizeof(int32_t) * (size_t)b->rows);
+    if (b->nonfinite)
+        memcpy(b->nonfinite, e->h_argmax + e->max_out_rows, sizeof(int32_t) * (size_t)b->rows);
     if (fetch_candidates(e, b) != 0) return K_ERR_DEVICE;
     return fetch_logits(e, b, logits);
 }
@@ -612,15 +667,43 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
     s->out_src = b->out_src;
     s->hook = hook;
     s->hook_ctx = hook_ctx;
-    if (!hook && e->cfg.debug.sync) s->hook = sync_hook;
-    int gi = graph_index(e, b);
-    if (gi >= 0) return graph_step(e, b, gi, logits);
-    if (e->gpu && stage_step(e, b) != 0) return K_ERR_DEVICE;
-    int rc = e->schedule->forward(s);
-    if (rc != 0) {
-        log_msg(LOG_ERROR, "engine", "step failed at L%02d.%s (code %d)", s->failed_layer,
-                s->failed_step ? s->failed_step : "?", rc);
+    e->n_steps++;
+    e->last_error[0] = '\0';
+    e->fault_armed = e->cfg.debug.fail_step > 0 && e->n_steps == e->cfg.debug.fail_step;
+    if (!hook && (e->cfg.debug.sync || e->cfg.debug.check_finite || e->fault_armed)) {
+        e->check = (step_check){.model = e->model,
+                                .gpu = e->gpu,
+                                .pos = b->pos,
+                                .seq = b->seq,
+                                .out_src = b->out_src,
+                                .host = e->check.host,
+                                .host_elems = e->check.host_elems};
+        s->hook = debug_hook;
+        s->hook_ctx = e;
+    }
+    int gi = graph_index(e, b), rc;
+    if (gi >= 0) {
+        rc = graph_step(e, b, gi, logits);
+        if (rc != 0)
+            snprintf(e->last_error, sizeof e->last_error, "the %d-row decode graph failed: %s",
+                     e->graph_rows[gi], err_name(rc));
         return rc;
     }
-    return fetch_outputs(e, b, logits);
+    if (e->gpu && stage_step(e, b) != 0) {
+        snprintf(e->last_error, sizeof e->last_error, "staging the step's rows failed: %s",
+                 err_name(K_ERR_DEVICE));
+        return K_ERR_DEVICE;
+    }
+    rc = e->schedule->forward(s);
+    if (rc != 0) {
+        snprintf(e->last_error, sizeof e->last_error, "step failed at L%02d.%s: %s",
+                 s->failed_layer, s->failed_step ? s->failed_step : "?", err_name(rc));
+        log_msg(LOG_ERROR, "engine", "%s (code %d)", e->last_error, rc);
+        return rc;
+    }
+    rc = fetch_outputs(e, b, logits);
+    if (rc != 0)
+        snprintf(e->last_error, sizeof e->last_error, "copying the step's outputs failed: %s",
+                 err_name(rc));
+    return rc;
 }

@@ -62,6 +62,9 @@ typedef struct engine_batch {
      * without logprobs needs only its argmax); NULL copies every row */
     const uint8_t *need_logits;
     int32_t *argmax; /* optional out: [out_rows] the greedy token of each out row */
+    /* optional out: [out_rows] 1 where the row's logits hold a NaN or an infinity (softcapped
+     * logits of a sound computation are finite: such a row's answer must stop), else 0 */
+    int32_t *nonfinite;
     /* optional: topk[o] in 0..K_TOPK_MAX asks for out row o's topk[o] best ids in id order and
      * their logits (kernels.h k_topk), into topk_ids / topk_vals [out_rows, K_TOPK_MAX]: a
      * sampled top-k row then needs a few KB instead of its whole row of logits */
@@ -77,5 +80,9 @@ typedef struct engine_batch {
  * negative code after logging the layer and step that failed. */
 int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
                 int (*hook)(g4_state *s, int layer, const char *step), void *hook_ctx);
+
+/* Why the last engine_step failed, in words ("step failed at L05.attention: a CUDA call
+ * failed"); empty after a step that succeeded. */
+const char *engine_last_error(const engine *e);
 
 #endif

@@ -47,6 +47,8 @@ struct sched {
     /* step buffers */
     int32_t *ids, *pos, *seq, *out_src;
     int32_t *argmax;      /* [max_batch] each out row's greedy token, from the engine */
+    int32_t *nonfinite;   /* [max_batch] 1: the out row's logits are not finite */
+    sreq **in_step;       /* [max_batch] the requests with rows in the step */
     uint8_t *need_logits; /* [max_batch] 0: the row's greedy token or candidates suffice */
     int32_t *topk;        /* [max_batch] candidates a sampled top-k row asks for (0: none) */
     int32_t *topk_ids;    /* [max_batch, K_TOPK_MAX] */
@@ -61,7 +63,7 @@ struct sched {
     int32_t *draw_tok;        /* [max_batch] */
     proto_logprob *draw_lp;   /* [max_batch] */
     /* stats */
-    long steps, tokens_out, last_rows;
+    long steps, tokens_out, last_rows, step_failures;
     double t_first_step;
 };
 
@@ -103,6 +105,8 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     s->out_src = calloc((size_t)mb, sizeof *s->out_src);
     s->out_req = calloc((size_t)mb, sizeof(sreq *));
     s->argmax = calloc((size_t)mb, sizeof *s->argmax);
+    s->nonfinite = calloc((size_t)mb, sizeof *s->nonfinite);
+    s->in_step = calloc((size_t)mb, sizeof *s->in_step);
     s->need_logits = calloc((size_t)mb, sizeof *s->need_logits);
     s->topk = calloc((size_t)mb, sizeof *s->topk);
     s->topk_ids = calloc((size_t)mb * K_TOPK_MAX, sizeof *s->topk_ids);
@@ -121,7 +125,8 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     for (int w = 0; draws_ok && w < s->draw_threads; w++)
         draws_ok = (s->draw_work[w] = sampler_work_new(V)) != NULL;
     if (!s->running || !s->slot_used || !s->ids || !s->pos || !s->seq || !s->out_src ||
-        !s->out_req || !s->logits || !s->work || !s->argmax || !s->need_logits || !s->topk ||
+        !s->out_req || !s->logits || !s->work || !s->argmax || !s->nonfinite || !s->in_step ||
+        !s->need_logits || !s->topk ||
         !s->topk_ids || !s->topk_vals || !draws_ok) {
         sched_destroy(s);
         return NULL;
@@ -155,6 +160,8 @@ void sched_destroy(sched *s) {
     free(s->out_src);
     free(s->out_req);
     free(s->argmax);
+    free(s->nonfinite);
+    free(s->in_step);
     free(s->need_logits);
     free(s->topk);
     free(s->topk_ids);
@@ -248,6 +255,27 @@ static int release_text(sreq *r, const char *p, size_t n, size_t *rel_from) {
     return 0;
 }
 
+/* Gives back r's slot and pages, takes it off the running list and frees it. */
+static void release(sched *s, sreq *r) {
+    if (r->slot >= 0) {
+        engine_seq_free(s->e, r->slot);
+        s->slot_used[r->slot] = 0;
+        s->committed[KV_LOCAL] -= r->worst[KV_LOCAL];
+        s->committed[KV_GLOBAL] -= r->worst[KV_GLOBAL];
+        int j = 0;
+        for (int i = 0; i < s->n_running; i++)
+            if (s->running[i] != r) s->running[j++] = s->running[i];
+        s->n_running = j;
+    }
+    sreq_free(r);
+}
+
+/* Ends a running r with an error line as its terminal line (no done line follows). */
+static void fail_request(sched *s, sreq *r, const char *message) {
+    proto_write_error(s->out, r->req.id_json, PROTO_INTERNAL, message);
+    release(s, r);
+}
+
 static void finish(sched *s, sreq *r, const char *reason) {
     char tail[16];
     size_t n = detok_flush(&r->dt, tail, sizeof tail);
@@ -270,17 +298,7 @@ static void finish(sched *s, sreq *r, const char *reason) {
         .decode_ms_per_token = r->n_out > 1 ? (r->t_last - r->t_first) / (r->n_out - 1) : 0,
     };
     proto_write_done(s->out, r->req.id_json, &d);
-    if (r->slot >= 0) {
-        engine_seq_free(s->e, r->slot);
-        s->slot_used[r->slot] = 0;
-        s->committed[KV_LOCAL] -= r->worst[KV_LOCAL];
-        s->committed[KV_GLOBAL] -= r->worst[KV_GLOBAL];
-        int j = 0;
-        for (int i = 0; i < s->n_running; i++)
-            if (s->running[i] != r) s->running[j++] = s->running[i];
-        s->n_running = j;
-    }
-    sreq_free(r);
+    release(s, r);
 }
 
 /* Greedy requests take the argmax, which the engine computes (on the device on the GPU
@@ -306,7 +324,7 @@ static sampler_params params_of(const sreq *r) {
 static void draw_row(void *ctx, int o, int worker) {
     sched *s = ctx;
     const sreq *r = s->out_req[o];
-    if (s->topk[o] > 0 || !s->need_logits[o]) return; /* candidates or argmax: take_token */
+    if (!r || s->topk[o] > 0 || !s->need_logits[o]) return; /* ended, or take_token's */
     const int V = engine_model(s->e)->n_vocab;
     const bf16_t *logits = s->logits + (size_t)o * (size_t)V;
     sampler_params sp = params_of(r);
@@ -421,7 +439,7 @@ static int add_rows(sched *s, sreq *r, int begin, int end, int *rows) {
 int sched_step(sched *s) {
     admit(s);
     if (s->n_running == 0) return 0;
-    int rows = 0, n_out = 0, budget = s->cfg.serve.prefill_chunk;
+    int rows = 0, n_out = 0, n_in = 0, budget = s->cfg.serve.prefill_chunk;
     for (int i = 0; i < s->n_running; i++) {
         sreq *r = s->running[i];
         int begin = r->n_written, end;
@@ -433,9 +451,14 @@ int sched_step(sched *s) {
             end = r->n_ids; /* the last sampled token, not yet in the KV */
         }
         if (add_rows(s, r, begin, end, &rows) != 0) {
+            /* the pages were committed at admission: only a bug in the accounting gets here */
             log_msg(LOG_ERROR, "sched", "KV reservation failed for a running request");
-            return -1;
+            fail_request(s, r, "internal: its KV pages could not be reserved (an accounting "
+                               "bug, logged); the other requests go on");
+            i--;
+            continue;
         }
+        s->in_step[n_in++] = r;
         r->n_written = end;
         if (end == r->n_ids) {
             s->out_src[n_out] = rows - 1;
@@ -454,6 +477,7 @@ int sched_step(sched *s) {
                       .out_src = s->out_src,
                       .need_logits = s->need_logits,
                       .argmax = s->argmax,
+                      .nonfinite = s->nonfinite,
                       .topk = s->topk,
                       .topk_ids = s->topk_ids,
                       .topk_vals = s->topk_vals};
@@ -461,20 +485,32 @@ int sched_step(sched *s) {
     s->steps++;
     s->last_rows = rows;
     if (rc != 0) {
-        while (s->n_running) {
-            sreq *r = s->running[0];
-            proto_write_error(s->out, r->req.id_json, PROTO_INTERNAL, "the engine step failed");
-            r->req.stream = 0;
-            finish(s, r, "cancelled");
-        }
+        /* no token of a failed step is sent: each request with rows in it ends with an error
+         * naming the cause and gives its pages back; queued requests and prompts this step
+         * left out go on */
+        char msg[400];
+        snprintf(msg, sizeof msg, "the engine step failed (%s); this request's answer ends here",
+                 engine_last_error(s->e));
+        for (int i = 0; i < n_in; i++)
+            fail_request(s, s->in_step[i], msg);
+        s->step_failures++;
         return -1;
+    }
+    for (int i = 0; i < n_out; i++) { /* a row whose logits are not finite: its request ends */
+        if (!s->nonfinite[i]) continue;
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "the model's logits were not finite (NaN or infinity) at position %d: a failed "
+                 "computation, so the answer ends here", s->out_req[i]->n_ids - 1);
+        fail_request(s, s->out_req[i], msg);
+        s->out_req[i] = NULL;
     }
     int host = 0; /* rows drawn from their whole logits row */
     for (int i = 0; i < n_out; i++)
-        host += s->topk[i] <= 0 && s->need_logits[i];
+        host += s->out_req[i] && s->topk[i] <= 0 && s->need_logits[i];
     if (host > 0) par_for(n_out, host < s->draw_threads ? host : s->draw_threads, draw_row, s);
     for (int i = 0; i < n_out; i++)
-        take_token(s, s->out_req[i], i);
+        if (s->out_req[i]) take_token(s, s->out_req[i], i);
     return 1;
 }
 

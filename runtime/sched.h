@@ -43,7 +43,10 @@ int sched_queued(const sched *s);
 int sched_running(const sched *s);
 
 /* Runs one engine step when there is work. Returns 1 after a step, 0 when idle, -1 when the
- * engine failed (every running request got an internal error line and was ended). */
+ * engine step failed: then no token of it was sent, every request with rows in it got an
+ * internal error line naming the cause (its terminal line) and gave its pages back, and the
+ * queued requests and prompts the step left out go on at the next call. A request whose out
+ * row's logits are not finite (NaN or infinity) ends the same way, alone. */
 int sched_step(sched *s);
 
 /* Writes a {"event":"stats", ...} line. */

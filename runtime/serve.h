@@ -15,8 +15,9 @@
 #include <stdio.h>
 
 /* Serves fd in_fd until EOF (running and queued requests finish) or a shutdown command
- * (queued requests end cancelled, running ones finish). Returns 0, or 1 after an engine
- * failure that ended every running request. tk may be NULL: then only token requests run. */
+ * (queued requests end cancelled, running ones finish). A failed engine step ends the
+ * requests in it with an error line and serving goes on. Returns 0, or 1 when any step
+ * failed. tk may be NULL: then only token requests run. */
 int serve_run(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, FILE *out);
 
 /* --text: the whole of in_fd is one user message (chat template applied); only the answer

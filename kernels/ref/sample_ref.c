@@ -29,6 +29,12 @@ int ref_argmax(const k_argmax_args *a, g4_stream st) {
             }
         }
         a->id[r] = best;
+        if (a->nonfinite) {
+            int bad = 0;
+            for (int i = 0; i < a->n_vocab && !bad; i++)
+                bad = (row[i] & 0x7f80u) == 0x7f80u;
+            a->nonfinite[r] = bad;
+        }
     }
     return K_OK;
 }

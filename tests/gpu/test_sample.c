@@ -59,28 +59,38 @@ static void check(int n) {
     snprintf(gate, sizeof gate, "op_vs_ref[argmax vocab %d rows %d]", n, N_ROWS);
     size_t nl = (size_t)N_ROWS * (size_t)n;
     bf16_t *lg = malloc(nl * 2);
-    int32_t got[N_ROWS], want[N_ROWS];
+    /* ids, then the non-finite flags, one device buffer */
+    int32_t got[2 * N_ROWS], want[2 * N_ROWS];
     make_rows(lg, n);
-    for (int r = 0; r < N_ROWS; r++)
-        got[r] = -7;
+    for (int r = 0; r < 2 * N_ROWS; r++)
+        got[r] = -7; /* poisoned: every flag must be written */
     void *d_lg = k_device_alloc(nl * 2), *d_id = k_device_alloc(sizeof got);
     int rc = !d_lg || !d_id ? K_ERR_NO_MEMORY : 0;
     if (!rc) rc = k_copy_to_device(d_lg, lg, nl * 2) | k_copy_to_device(d_id, got, sizeof got);
-    k_argmax_args a = {.id = d_id, .logits = d_lg, .rows = N_ROWS, .n_vocab = n};
+    k_argmax_args a = {.id = d_id,
+                       .logits = d_lg,
+                       .rows = N_ROWS,
+                       .n_vocab = n,
+                       .nonfinite = (int32_t *)d_id + N_ROWS};
     if (!rc) rc = k_argmax(&a, NULL) | k_sync() | k_copy_to_host(got, d_id, sizeof got);
-    k_argmax_args ra = {.id = want, .logits = lg, .rows = N_ROWS, .n_vocab = n};
+    k_argmax_args ra = {
+        .id = want, .logits = lg, .rows = N_ROWS, .n_vocab = n, .nonfinite = want + N_ROWS};
     int rrc = ref_argmax(&ra, NULL);
     int diff = 0, first = -1;
-    for (int r = 0; r < N_ROWS; r++)
+    for (int r = 0; r < 2 * N_ROWS; r++)
         if (got[r] != want[r]) {
             diff++;
-            if (first < 0) first = r;
+            if (first < 0) first = r % N_ROWS;
         }
-    TEST_CHECK(gate, rc == 0 && rrc == 0 && diff == 0,
-               "%d of %d rows differ (exact rule)%s; row 1 tie -> %d, all -inf -> %d, all NaN -> "
-               "%d; rc %d/%d",
-               diff, N_ROWS, first >= 0 ? ", see the first below" : "", want[1], want[5], want[6],
-               rc, rrc);
+    /* rows 4 (some NaN), 6 (all NaN), 7 (+inf) and 5 (all -inf) are the non-finite ones */
+    int flags_right = 1;
+    for (int r = 0; r < N_ROWS; r++)
+        flags_right &= want[N_ROWS + r] == (r >= 4 && r <= 7);
+    TEST_CHECK(gate, rc == 0 && rrc == 0 && diff == 0 && flags_right,
+               "%d of %d ids and flags differ (exact rule)%s; row 1 tie -> %d, all -inf -> %d, "
+               "all NaN -> %d; non-finite rows flagged as made: %s; rc %d/%d",
+               diff, 2 * N_ROWS, first >= 0 ? ", see the first below" : "", want[1], want[5],
+               want[6], flags_right ? "yes" : "no", rc, rrc);
     if (first >= 0) printf("# row %d: gpu %d ref %d\n", first, got[first], want[first]);
     k_device_free(d_lg);
     k_device_free(d_id);

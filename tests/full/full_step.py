@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+"""The `full` GPU gate: a random-weight checkpoint at a model's real depth and width, in the
+published layout, driven through build/g4pipe's JSON protocol and compared with Hugging Face.
+
+Two jobs, run as separate processes so that the GPU holds HF's copy and the engine's in turn:
+
+  full_step.py make  --model 26b-a4b --dir DIR [--lengths ...]
+      builds the model with transformers the way from_pretrained does (on the GPU, bf16), draws
+      every weight (seeded; norms, scales and layer_scalar away from 1), saves it to DIR in the
+      published layout (Gemma4ForConditionalGeneration config with a nested text_config,
+      model.language_model. keys, ~4 GB shards and an index) and writes DIR/reference.json:
+      per prompt, HF eager's greedy continuation through its cache (prefilled in 2,048-token
+      chunks, as the long-context gates do) with each step's top-1/top-2 logits and top-k
+      logprobs; HF sdpa teacher-forced on eager's tokens (the floor); and the same two with the
+      sliding K/V stored as e4m3 (the fp8 pool's reference, docs/testing.md).
+  full_step.py check --model 26b-a4b --dir DIR --binary build/g4pipe --conf conf/X.ini --pool bf16
+      runs the binary on the checkpoint with the shipped configuration (kv.local set to the
+      pool), sends every prompt alone (one at a time, each answered before the next) and then
+      all at once, and prints one PASS/FAIL line per (prompt, alone/mixed) and a table.
+
+The rule (docs/testing.md "full"): the engine's greedy tokens equal the reference's up to the
+first step whose reference top-1/top-2 margin is under MARGIN_CUT nats; over those steps the
+gap (max over the reference's top-k ids of |logprob engine - logprob reference|) is at most
+max(0.1, 2 x the floor gap of sdpa against eager on the same steps).
+"""
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+
+SEED = 20261201
+GREEDY = 16          # greedy steps per prompt
+TOP_K = 5            # reference ids per step the gap is taken over
+ENGINE_LOGPROBS = 20  # the protocol's most: the engine's top-20 per step
+MARGIN_CUT = 0.5     # nats: past a step this close, a different pick is not a bug
+HF_CHUNK = 2048
+SHARD_BYTES = 4 << 30
+
+
+def full_config(model):
+    """The published text_config of each checkpoint (shared gemma4/ARCHITECTURE.md 1.2, in the
+    project's words in docs/testing.md)."""
+    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                               "rope_theta": 1000000.0}}
+    common = dict(vocab_size=262144, head_dim=256, global_head_dim=512,
+                  final_logit_softcapping=30.0, rope_parameters=rope, rms_norm_eps=1e-6,
+                  tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh",
+                  vocab_size_per_layer_input=262144, pad_token_id=0, eos_token_id=1,
+                  bos_token_id=2)
+
+    def kinds(n, period):
+        return ["full_attention" if (i + 1) % period == 0 else "sliding_attention" for i in range(n)]
+
+    if model == "26b-a4b":
+        return dict(common, hidden_size=2816, num_hidden_layers=30, layer_types=kinds(30, 6),
+                    num_attention_heads=16, num_key_value_heads=8, num_global_key_value_heads=2,
+                    attention_k_eq_v=True, sliding_window=1024, intermediate_size=2112,
+                    enable_moe_block=True, num_experts=128, top_k_experts=8,
+                    moe_intermediate_size=704, hidden_size_per_layer_input=0,
+                    max_position_embeddings=262144)
+    if model == "31b":
+        return dict(common, hidden_size=5376, num_hidden_layers=60, layer_types=kinds(60, 6),
+                    num_attention_heads=32, num_key_value_heads=16, num_global_key_value_heads=4,
+                    attention_k_eq_v=True, sliding_window=1024, intermediate_size=21504,
+                    hidden_size_per_layer_input=0, max_position_embeddings=262144)
+    if model == "e2b":
+        return dict(common, hidden_size=1536, num_hidden_layers=35, layer_types=kinds(35, 5),
+                    num_attention_heads=8, num_key_value_heads=1, attention_k_eq_v=False,
+                    sliding_window=512, intermediate_size=6144, num_kv_shared_layers=20,
+                    use_double_wide_mlp=True, hidden_size_per_layer_input=256,
+                    max_position_embeddings=131072)
+    if model == "e4b":
+        return dict(common, hidden_size=2560, num_hidden_layers=42, layer_types=kinds(42, 6),
+                    num_attention_heads=8, num_key_value_heads=2, attention_k_eq_v=False,
+                    sliding_window=512, intermediate_size=10240, num_kv_shared_layers=18,
+                    hidden_size_per_layer_input=256, max_position_embeddings=131072)
+    raise SystemExit(f"unknown model {model!r} (26b-a4b, 31b, e2b, e4b)")
+
+
+def prompt_lengths(model, chunk, max_context):
+    """1, W-1, W, W+1, chunk-1, chunk, chunk+1, 3 chunks + 7, 16K, and 32K for the 26B-A4B and
+    the 31B (cut to what max_context leaves for the greedy steps)."""
+    w = full_config(model)["sliding_window"]
+    n = [1, w - 1, w, w + 1, chunk - 1, chunk, chunk + 1, 3 * chunk + 7, 16384]
+    if model in ("26b-a4b", "31b"):
+        n.append(32768)
+    return sorted({min(x, max_context - GREEDY) for x in n})
+
+
+# ---- make --------------------------------------------------------------------------------
+
+def fill_weights(model, seed):
+    """Every parameter drawn on the GPU (a CPU generator takes minutes at 26-31B), with the
+    rules of make_fixtures.py's geometry fixtures: norms and layer_scalar away from 1, q/k norm
+    weights small (smooth attention), projections N(0, 1/fan_in), the embedding's eight hot
+    rows that carry every top-1 with wide margins."""
+    import torch
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    with torch.no_grad():
+        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
+            if "rotary" in name or "inv_freq" in name or name.endswith("embed_scale"):
+                continue
+            if p.dtype not in (torch.bfloat16, torch.float32):
+                continue
+            shape, dev = p.shape, p.device
+            u = torch.rand(shape, generator=gen, device=dev, dtype=torch.float32)
+            if name.endswith("q_norm.weight") or name.endswith("k_norm.weight"):
+                p.copy_((0.15 + 0.2 * u).to(p.dtype))
+            elif p.ndim <= 1 or name.endswith("layer_scalar") or "per_expert_scale" in name:
+                sign = torch.where(torch.rand(shape, generator=gen, device=dev) < 0.5, -1.0, 1.0)
+                p.copy_((1.0 + sign * (0.1 + 0.3 * u)).to(p.dtype))
+            elif name.endswith("embed_tokens.weight"):
+                s_row = torch.full((shape[0], 1), 0.3, device=dev)
+                hot = torch.randperm(shape[0] - 364, generator=gen, device=dev)[:8] + 364
+                s_row[hot] = 6.0
+                z = torch.randn(shape, generator=gen, device=dev, dtype=torch.float32)
+                p.copy_((z * s_row / math.sqrt(shape[1])).to(p.dtype))
+            else:
+                z = torch.randn(shape, generator=gen, device=dev, dtype=torch.float32)
+                p.copy_((z / math.sqrt(shape[-1])).to(p.dtype))
+            del u
+
+
+def save_published(model, cfg_text, out):
+    """The published layout, written shard by shard from the GPU (never a whole CPU copy)."""
+    import torch
+    from safetensors.torch import save_file
+    os.makedirs(out, exist_ok=True)
+    sd = model.state_dict()
+    names = sorted(k for k in sd if not k.startswith("lm_head."))  # tied to embed_tokens
+    shards, cur, size = [], [], 0
+    for k in names:
+        b = sd[k].numel() * sd[k].element_size()
+        if cur and size + b > SHARD_BYTES:
+            shards.append(cur)
+            cur, size = [], 0
+        cur.append(k)
+        size += b
+    if cur:
+        shards.append(cur)
+    index = {"metadata": {"total_size": 0}, "weight_map": {}}
+    for i, part in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        tensors = {"model.language_model." + k[len("model."):]: sd[k].detach().contiguous().cpu()
+                   for k in part}
+        save_file(tensors, os.path.join(out, fname), metadata={"format": "pt"})
+        for n, t in tensors.items():
+            index["weight_map"][n] = fname
+            index["metadata"]["total_size"] += t.numel() * t.element_size()
+        del tensors
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f, indent=2, sort_keys=True)
+    top = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+           "text_config": dict(cfg_text, model_type="gemma4_text"),
+           "vision_config": {"model_type": "gemma4_vision", "hidden_size": 8},
+           "audio_config": None, "eos_token_id": [1, 106], "dtype": "bfloat16"}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(top, f, indent=2, sort_keys=True)
+    return len(shards)
+
+
+def hf_run(model, ids, forced=None, force_ids=None):
+    """HF through its cache: the prompt in HF_CHUNK chunks, then GREEDY steps, each fed its own
+    argmax (forced None) or forced[step] (teacher forcing). Per step: the token, top-1 and
+    top-2 logits, top-k (id, logprob), and the logprobs of force_ids[step] (the floor's ids)."""
+    import torch
+    from transformers import DynamicCache
+    cache = DynamicCache(config=model.config)
+    steps = []
+    with torch.no_grad():
+        out = None
+        for b in range(0, len(ids), HF_CHUNK):
+            part = torch.tensor([ids[b:b + HF_CHUNK]], device="cuda")
+            out = model(part, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+        logits = out.logits[0, -1]
+        for s in range(GREEDY):
+            lf = logits.float()
+            lp = torch.log_softmax(lf, dim=-1)
+            top2 = torch.topk(lf, 2)
+            topk = torch.topk(lp, TOP_K)
+            tok = int(top2.indices[0]) if forced is None else forced[s]
+            rec = {"token": int(top2.indices[0]), "top1": float(top2.values[0]),
+                   "top2": float(top2.values[1]),
+                   "top": [[int(i), float(v)] for i, v in zip(topk.indices.tolist(), topk.values.tolist())]}
+            if force_ids is not None:
+                rec["at"] = [[i, float(lp[i])] for i in force_ids[s]]
+            steps.append(rec)
+            out = model(torch.tensor([[tok]], device="cuda"), past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            logits = out.logits[0, -1]
+    return steps
+
+
+def e4m3_storage(on):
+    """HF with the sliding layers' K and V stored as e4m3 at scale 1.0 (clamp to +-448, round to
+    nearest even, back to bf16), as the fp8 local pool stores them; global layers stay bf16."""
+    import torch
+    import transformers.models.gemma4.modeling_gemma4 as mg
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    if not hasattr(e4m3_storage, "orig"):
+        e4m3_storage.orig = (mg.eager_attention_forward, ALL_ATTENTION_FUNCTIONS["sdpa"])
+    eager, sdpa = e4m3_storage.orig
+    if not on:
+        mg.eager_attention_forward, ALL_ATTENTION_FUNCTIONS["sdpa"] = eager, sdpa
+        return
+
+    def e4m3(x):
+        return torch.clamp(x.float(), -448.0, 448.0).to(torch.float8_e4m3fn).to(x.dtype)
+
+    def wrap(fn):
+        def attend(module, query, key, value, *args, **kwargs):
+            if module.is_sliding:
+                key, value = e4m3(key), e4m3(value)
+            return fn(module, query, key, value, *args, **kwargs)
+        return attend
+    mg.eager_attention_forward = wrap(eager)
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = wrap(sdpa)
+
+
+def job_make(a):
+    import torch
+    import transformers
+    from transformers import Gemma4TextConfig, Gemma4ForCausalLM
+    t0 = time.time()
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    cfg_kwargs = full_config(a.model)
+    torch.manual_seed(SEED)
+    cfg = Gemma4TextConfig(**cfg_kwargs)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = Gemma4ForCausalLM(cfg)
+    torch.set_default_dtype(old)
+    model.eval()
+    fill_weights(model, SEED)
+    if cfg_kwargs.get("enable_moe_block"):
+        model.set_experts_implementation("grouped_mm")
+    t_build = time.time() - t0
+    cfg_text = json.loads(model.config.to_json_string(use_diff=False))
+    cfg_text.pop("architectures", None)
+    n_shards = save_published(model, cfg_text, a.dir)
+    t_save = time.time() - t0 - t_build
+    rng = random.Random(SEED + 1)
+    lengths = [int(x) for x in a.lengths.split(",")] if a.lengths else \
+        prompt_lengths(a.model, a.chunk, a.max_context)
+    prompts = {f"len{n}": [2] + [rng.randrange(364, 262144) for _ in range(n - 1)] for n in lengths}
+    ref = {"model": a.model, "lengths": lengths, "prompts": prompts, "greedy": GREEDY,
+           "top_k": TOP_K, "hf_chunk": HF_CHUNK, "torch": torch.__version__,
+           "transformers": transformers.__version__, "device": torch.cuda.get_device_name(0),
+           "seed": SEED, "shards": n_shards, "runs": {}}
+    for kv in ("bf16", "e4m3"):
+        e4m3_storage(kv == "e4m3")
+        runs = {}
+        model.set_attn_implementation("eager")
+        for name, ids in prompts.items():
+            runs[name] = {"eager": hf_run(model, ids)}
+        model.set_attn_implementation("sdpa")
+        for name, ids in prompts.items():
+            eg = runs[name]["eager"]
+            runs[name]["sdpa"] = hf_run(model, ids, forced=[s["token"] for s in eg],
+                                        force_ids=[[i for i, _ in s["top"]] for s in eg])
+        ref["runs"][kv] = runs
+        print(f"full_step make: {a.model} {kv} reference done at {time.time() - t0:.0f} s",
+              file=sys.stderr)
+    e4m3_storage(False)
+    ref["seconds"] = {"build": round(t_build, 1), "save": round(t_save, 1),
+                      "all": round(time.time() - t0, 1)}
+    with open(os.path.join(a.dir, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    print(f"full_step make: {a.model}: {n_shards} shards in {a.dir}, {len(prompts)} prompts, "
+          f"build {t_build:.0f} s, save {t_save:.0f} s, all {time.time() - t0:.0f} s", file=sys.stderr)
+
+
+# ---- check -------------------------------------------------------------------------------
+
+class Engine:
+    """build/g4pipe as a user runs it: request lines in, answer lines out."""
+
+    def __init__(self, binary, conf, sets, log):
+        cmd = [binary, "-c", conf] + [x for s in sets for x in ("--set", s)]
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=log, text=True, bufsize=1)
+
+    def send(self, req):
+        self.p.stdin.write(json.dumps(req) + "\n")
+        self.p.stdin.flush()
+
+    def collect(self, ids):
+        """Answers until every id in ids has its done or error line."""
+        got = {i: {"tokens": [], "lps": [], "end": None} for i in ids}
+        left = set(ids)
+        while left:
+            line = self.p.stdout.readline()
+            if not line:
+                raise RuntimeError(f"g4pipe closed its output with {sorted(left)} unanswered "
+                                   f"(exit {self.p.poll()})")
+            d = json.loads(line)
+            i = d.get("id")
+            if i not in got:
+                continue
+            if d["event"] == "token":
+                got[i]["tokens"].append(d["token"])
+                got[i]["lps"].append({t["id"]: t["logprob"] for t in d["logprobs"]["top"]})
+            elif d["event"] in ("done", "error"):
+                got[i]["end"] = d
+                left.discard(i)
+        return got
+
+    def close(self):
+        self.p.stdin.close()
+        rc = self.p.wait(timeout=120)
+        return rc
+
+
+def judge(ref_steps, floor_steps, ans):
+    """(ok, steps compared, steps equal, max gap, limit, why)."""
+    if ans["end"] is None or ans["end"].get("event") != "done":
+        return False, 0, 0, float("nan"), float("nan"), f"no done line: {ans['end']}"
+    cut = next((s for s, r in enumerate(ref_steps) if r["top1"] - r["top2"] < MARGIN_CUT),
+               len(ref_steps))
+    equal, gap, floor = 0, 0.0, 0.0
+    for s in range(cut):
+        r = ref_steps[s]
+        if s >= len(ans["tokens"]):
+            return False, cut, equal, gap, 0, f"{len(ans['tokens'])} tokens of {GREEDY}"
+        if ans["tokens"][s] != r["token"]:
+            lim = max(0.1, 2 * floor)
+            return False, cut, equal, gap, lim, (f"step {s}: engine {ans['tokens'][s]}, HF "
+                                                 f"{r['token']} (margin {r['top1'] - r['top2']:.2f})")
+        equal += 1
+        lps = ans["lps"][s]
+        low = min(lps.values())
+        for i, lp_ref in r["top"]:
+            # an id past the engine's top-20 has a logprob at most its 20th: the gap is at least
+            # how far the reference's value lies above that
+            g = abs(lps[i] - lp_ref) if i in lps else max(0.0, lp_ref - low)
+            gap = max(gap, g)
+        f = floor_steps[s]
+        for i, lp_ref in r["top"]:
+            fl = dict((x, v) for x, v in f["at"])
+            floor = max(floor, abs(fl[i] - lp_ref))
+    lim = max(0.1, 2 * floor)
+    return gap <= lim, cut, equal, gap, lim, "" if gap <= lim else f"gap {gap:.4f} > {lim:.4f}"
+
+
+def job_check(a):
+    with open(os.path.join(a.dir, "reference.json")) as f:
+        ref = json.load(f)
+    runs = ref["runs"]["bf16" if a.pool == "bf16" else "e4m3"]
+    prompts = ref["prompts"]
+    sets = [f"model.path={os.path.abspath(a.dir)}", f"kv.local={a.pool}"] + (a.set or [])
+    log = open(a.log, "w") if a.log else subprocess.DEVNULL
+    t0 = time.time()
+    eng = Engine(a.binary, a.conf, sets, log)
+
+    def req(name, tag):
+        return {"id": f"{name}-{tag}", "tokens": prompts[name], "max_tokens": GREEDY,
+                "temperature": 0, "ignore_eos": True, "logprobs": ENGINE_LOGPROBS}
+    results, fails = [], 0
+    try:
+        answers = {}
+        for name in prompts:  # alone: each answered before the next is sent
+            eng.send(req(name, "alone"))
+            answers[(name, "alone")] = eng.collect([f"{name}-alone"])[f"{name}-alone"]
+        for name in prompts:  # all at once
+            eng.send(req(name, "mixed"))
+        got = eng.collect([f"{name}-mixed" for name in prompts])
+        for name in prompts:
+            answers[(name, "mixed")] = got[f"{name}-mixed"]
+    except Exception as ex:  # a dead engine fails every case
+        print(f"FAIL gpu:full[{a.model}/{a.pool}]: {ex}")
+        eng.p.kill()
+        return 1
+    rc = eng.close()
+    for (name, mode), ans in answers.items():
+        ok, cut, equal, gap, lim, why = judge(runs[name]["eager"], runs[name]["sdpa"], ans)
+        gate = f"gpu:full[{a.model}/{a.pool}/{name}/{mode}]"
+        n = len(prompts[name])
+        line = (f"{n} tokens, greedy {equal}/{cut} steps equal up to the {MARGIN_CUT}-nat cut, "
+                f"max gap {gap:.4f} (limit {lim:.4f})")
+        print(f"{'PASS' if ok else 'FAIL'} {gate}: {line}{'; ' + why if why else ''}")
+        fails += not ok
+        results.append({"model": a.model, "pool": a.pool, "prompt": n, "mode": mode, "ok": ok,
+                        "cut": cut, "equal": equal, "gap": gap, "limit": lim, "why": why})
+    if rc != 0:
+        print(f"FAIL gpu:full[{a.model}/{a.pool}]: g4pipe exited {rc}")
+        fails += 1
+    if a.table:
+        with open(a.table, "a") as f:
+            for r in results:
+                f.write(json.dumps(r) + "\n")
+    print(f"INFO full[{a.model}/{a.pool}]: {len(results)} cases in {time.time() - t0:.0f} s "
+          "(load, alone, all at once)")
+    return 1 if fails else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("job", choices=["make", "check"])
+    ap.add_argument("--model", required=True, choices=["26b-a4b", "31b", "e2b", "e4b"])
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--lengths", default="", help="make: prompt lengths instead of the standard set")
+    ap.add_argument("--chunk", type=int, default=2048, help="make: the conf's serve.prefill_chunk")
+    ap.add_argument("--max-context", type=int, default=32768, help="make: the conf's serve.max_context")
+    ap.add_argument("--binary", default="build/g4pipe")
+    ap.add_argument("--conf")
+    ap.add_argument("--pool", choices=["bf16", "fp8"], default="bf16")
+    ap.add_argument("--set", action="append", help="check: another --set for the binary")
+    ap.add_argument("--log", help="check: the binary's stderr")
+    ap.add_argument("--table", help="check: append one JSON line per case")
+    a = ap.parse_args()
+    if a.job == "make":
+        job_make(a)
+        return 0
+    return job_check(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
