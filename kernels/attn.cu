@@ -206,6 +206,18 @@ static __host__ __device__ __forceinline__ split_plan plan_split(int i, int wind
     return p;
 }
 
+/* The most splits any row at a position up to max_pos can have: the grid's split count. Not
+ * plan_split(max_pos).n_split: past ATTN_MAX_SPLIT tiles a split takes several tiles, so a row
+ * of 2,049 keys (33 tiles, 17 splits of two) has fewer splits than one of 2,048 (32 of one);
+ * sized by the longest row alone, a step holding both left the shorter row's splits 18-32
+ * outside the grid, and its output NaN. Up to ATTN_MAX_SPLIT tiles a row has a split a tile,
+ * so the count grows with the key count, which grows with the position. */
+static __host__ __forceinline__ int grid_splits(int max_pos, int window) {
+    const split_plan p = plan_split(max_pos, window);
+    const int tiles = (p.len + ATTN_TILE - 1) / ATTN_TILE;
+    return tiles < ATTN_MAX_SPLIT ? p.n_split : ATTN_MAX_SPLIT;
+}
+
 /* A lane's 8 KV elements as loaded (16 bytes of bf16, 8 of e4m3), converted to fp32 only at
  * use (cvt8): a batch of keys in flight costs 4 (bf16) or 2 (e4m3) registers a key rather than
  * 8, so the e4m3 path keeps twice the keys in flight for the same registers: in the
@@ -1246,7 +1258,7 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     /* the grid's splits: those of the longest row the step can hold */
     int reach = a->kv.max_pages * a->kv.page_tokens - 1;
     int max_pos = a->max_pos > 0 && a->max_pos < reach ? a->max_pos : reach;
-    int max_split = plan_split(max_pos, a->window).n_split;
+    int max_split = grid_splits(max_pos, a->window);
     int d = a->kv.head_dim;
     /* windowed head-dim-256 layers keep their scores between the passes (W floats per head) */
     bool keep = d == 256 && a->window > 0;

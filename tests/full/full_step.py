@@ -19,7 +19,8 @@ Two jobs, run as separate processes so that the GPU holds HF's copy and the engi
       all at once, and prints one PASS/FAIL line per (prompt, alone/mixed) and a table.
 
 The rule (docs/testing.md "full"): the engine's greedy tokens equal the reference's up to the
-first step whose reference top-1/top-2 margin is under MARGIN_CUT nats; over those steps the
+first step whose reference top-1/top-2 margin is under MARGIN_CUT nats or where HF sdpa's own
+pick differs from eager's (random weights at full depth are chaotic); over those steps the
 gap (max over the reference's top-k ids of |logprob engine - logprob reference|) is at most
 max(0.1, 2 x the floor gap of sdpa against eager on the same steps).
 """
@@ -322,7 +323,11 @@ def judge(ref_steps, floor_steps, ans):
     """(ok, steps compared, steps equal, max gap, limit, why)."""
     if ans["end"] is None or ans["end"].get("event") != "done":
         return False, 0, 0, float("nan"), float("nan"), f"no done line: {ans['end']}"
-    cut = next((s for s, r in enumerate(ref_steps) if r["top1"] - r["top2"] < MARGIN_CUT),
+    # the cut: the first step whose reference margin is under MARGIN_CUT, or where HF's own
+    # sdpa run (fed the same tokens) picks another token than eager: past it, a different pick
+    # is within what HF's two implementations disagree on
+    cut = next((s for s, r in enumerate(ref_steps)
+                if r["top1"] - r["top2"] < MARGIN_CUT or floor_steps[s]["token"] != r["token"]),
                len(ref_steps))
     equal, gap, floor = 0, 0.0, 0.0
     for s in range(cut):

@@ -53,15 +53,19 @@ static void add_row(int seq, int pos) {
     row_pos[n_rows++] = pos;
 }
 
+/* chunk 0: decode-like rows; 1: a prefill chunk across the window's edge; 2: rows of 32
+ * tiles (2,048 keys, a split a tile) beside the row at 3,000 (47 tiles, 24 splits of two), so
+ * the grid must hold more splits than the longest row has */
 static void make_rows(int chunk) {
     n_rows = 0;
     seq_len[0] = 3001;
-    seq_len[1] = chunk ? 1080 : 21;
+    seq_len[1] = chunk == 2 ? 2048 : chunk ? 1080 : 21;
     seq_len[2] = 101;
-    for (int p = chunk ? 980 : 0; p < (chunk ? 1010 : 21); p++)
+    int first = chunk == 2 ? 2040 : chunk ? 980 : 0, mid = chunk == 2 ? 2044 : chunk ? 1010 : 21;
+    for (int p = first; p < mid; p++)
         add_row(1, p);
     add_row(0, 3000);
-    for (int p = 1010; chunk && p < 1080; p++)
+    for (int p = mid; chunk && p < seq_len[1]; p++)
         add_row(1, p);
     add_row(2, 100);
 }
@@ -358,7 +362,8 @@ static void fill_store(bf16_t *kv, const store *s, const cfg *c) {
 static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     char gate[128], tag[48];
     snprintf(gate, sizeof gate, "op_vs_ref[attention %s w%d%s%s]", tag_of(c, tag, sizeof tag),
-             window, fp8 ? " e4m3" : "", n_rows > 100 ? " chunk" : "");
+             window, fp8 ? " e4m3" : "",
+             n_rows > 100 ? " chunk" : seq_len[1] == 2048 ? " 32-split rows" : "");
     rng_state = seed;
     store s;
     make_store(&s, c, window);
@@ -538,6 +543,13 @@ int main(void) {
         run_attention(&cfgs[i], 1024, seed++, 0);
         run_attention(&cfgs[i], 0, seed++, 0);
         run_attention(&cfgs[i], 1024, seed++, 1);
+    }
+    /* rows of 32 splits beside a longer row of 24 (the grid's split count is not the longest
+     * row's: a step of a 2,049-token prompt once wrote NaN for its rows of 1,088-2,048 keys) */
+    make_rows(2);
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        run_attention(&cfgs[i], 0, seed++, 0);
+        run_attention(&cfgs[i], 0, seed++, 1);
     }
     run_refusals();
     return harness_exit();
