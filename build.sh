@@ -242,7 +242,9 @@ lint() {
              --error-exitcode=1 $INC -D__GNUC__ --suppress=missingIncludeSystem $srcs 2>&1); then
         echo "PASS cppcheck: 0 findings in $(echo $srcs | wc -w) files"
     else echo "FAIL cppcheck: $(echo "$out" | grep -c ': ') findings"; echo "$out" | head -20; fi
-    if out=$(clang-tidy --quiet $srcs -- $CFLAGS $INC -DG4_BACKEND_PREFIX=ref_ 2>&1 | grep -E "(warning|error):"); then
+    if ! command -v clang-tidy >/dev/null; then
+        echo "SKIP clang-tidy: skipped: no clang-tidy on this machine"
+    elif out=$(clang-tidy --quiet $srcs -- $CFLAGS $INC -DG4_BACKEND_PREFIX=ref_ 2>&1 | grep -E "(warning|error):"); then
         echo "FAIL clang-tidy: $(echo "$out" | wc -l) findings"; echo "$out" | head -20
     else echo "PASS clang-tidy: 0 findings (checks in .clang-tidy)"; fi
 }
@@ -250,7 +252,22 @@ lint() {
 # ---- suites -------------------------------------------------------------------------------
 
 # Runs a test program, echoing its lines; the caller counts PASS/FAIL/SKIP.
-run_test() { "$@" 2> "$B/tests/$(basename "$1").stderr" || true; }
+# Runs one gate program: its gate lines pass through; a program that dies (a signal, an abort)
+# or exits non-zero without printing a FAIL line of its own counts as one FAIL, so a crash can
+# never end a suite green.
+run_test() {
+    local name out rc=0
+    name=$(basename "$1"); [ "$name" = python3 ] && name=$(basename "${2:-python3}" .py)
+    mkdir -p "$B/tests"
+    out=$("$@" 2> "$B/tests/$name.stderr") || rc=$?
+    [ -n "$out" ] && printf '%s\n' "$out"
+    if [ $rc -ne 0 ] && ! printf '%s\n' "$out" | grep -q '^FAIL '; then
+        local how="exited with status $rc"
+        [ $rc -gt 128 ] && how="died of signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null || echo ?))"
+        echo "FAIL $name: $how after $(printf '%s\n' "$out" | grep -c '^PASS ') PASS lines, without a FAIL line of its own (see $B/tests/$name.stderr)"
+    fi
+    return 0
+}
 
 golden() {
     if diff -r tests/golden "$B/gen" > "$B/golden.diff"; then

@@ -22,9 +22,9 @@ typedef void *g4_stream; /* cudaStream_t on the GPU; ignored by the CPU referenc
 
 enum k_err {
     K_OK = 0,
-    K_ERR_SHAPE = -1,    /* a size or alignment precondition failed */
-    K_ERR_DTYPE = -2,    /* an element width this op has no twin for (e.g. e4m3 KV) */
-    K_ERR_DEVICE = -3,   /* a CUDA or cuBLASLt call failed (logged with the statement) */
+    K_ERR_SHAPE = -1,     /* a size or alignment precondition failed */
+    K_ERR_DTYPE = -2,     /* an element width this op has no twin for (e.g. e4m3 KV) */
+    K_ERR_DEVICE = -3,    /* a CUDA or cuBLASLt call failed (logged with the statement) */
     K_ERR_NO_MEMORY = -4, /* a workspace allocation failed */
     K_ERR_NONFINITE = -5  /* debug.check_finite: an op wrote a NaN or an infinity */
 };

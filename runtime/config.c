@@ -274,7 +274,7 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
     case CFG_SERVE_MAX_CONTEXT:
         return cfg_int(v, 16, 1048576, &c->serve.max_context, why, n);
     case CFG_SERVE_PREFILL_CHUNK:
-        return cfg_int(v, 16, 65536, &c->serve.prefill_chunk, why, n);
+        return cfg_int(v, 1, 65536, &c->serve.prefill_chunk, why, n);
     case CFG_SERVE_MAX_QUEUE:
         return cfg_int(v, 1, 1000000, &c->serve.max_queue, why, n);
     case CFG_SERVE_CUDA_GRAPHS:

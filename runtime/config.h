@@ -39,7 +39,7 @@ typedef struct g4_config {
     struct {
         int max_batch;             /* 1..1024, default 16 */
         int max_context;           /* tokens, 16..1048576, default 32768 */
-        int prefill_chunk;         /* tokens, 16..65536, default 2048 */
+        int prefill_chunk;         /* tokens, 1..65536, default 2048 */
         int max_queue;             /* 1..1000000, default 256 */
         int cuda_graphs;           /* 0/1, default 1: replay decode-only steps from CUDA graphs */
         int attn_splits_per_block; /* 0..16, default 0 (the launcher's choice): speed only */

@@ -38,10 +38,10 @@ struct engine {
     device_weights *dw;   /* GPU: the weights and plans */
     int32_t *d_meta;      /* GPU: ids, pos, seq [max_rows each], out_src [max_out_rows] */
     int32_t *d_tables[2]; /* GPU: device copies of the page tables */
-    int32_t *d_argmax;    /* GPU: [max_out_rows] greedy tokens, then [max_out_rows] non-finite flags */
-    int32_t *d_topk;      /* GPU: k [max_out_rows], then ids [max_out_rows, K_TOPK_MAX] */
-    bf16_t *d_topk_vals;  /* GPU: [max_out_rows, K_TOPK_MAX] */
-    int *changed;         /* GPU: [max_batch] table rows to send, from kv_pool_take_changed */
+    int32_t *d_argmax; /* GPU: [max_out_rows] greedy tokens, then [max_out_rows] non-finite flags */
+    int32_t *d_topk;   /* GPU: k [max_out_rows], then ids [max_out_rows, K_TOPK_MAX] */
+    bf16_t *d_topk_vals; /* GPU: [max_out_rows, K_TOPK_MAX] */
+    int *changed;        /* GPU: [max_batch] table rows to send, from kv_pool_take_changed */
     /* serve.cuda_graphs (GPU): decode-only steps replay a graph captured per padded size */
     int graphs;
     g4_stream stream;     /* the engine's stream; NULL (legacy stream) without graphs */
@@ -52,10 +52,10 @@ struct engine {
     int graph_rows[GRAPH_SIZES];
     int n_graph_sizes;
     size_t table_bytes;
-    step_check check; /* debug.check_finite */
+    step_check check;   /* debug.check_finite */
     int32_t *spare_ids; /* [max_out_rows] argmax target when the caller wants only the flags */
-    long n_steps;     /* engine_step calls, for debug.fail_step */
-    int fault_armed;  /* debug.fail_step: this step fails at its first attention */
+    long n_steps;       /* engine_step calls, for debug.fail_step */
+    int fault_armed;    /* debug.fail_step: this step fails at its first attention */
     char last_error[256];
 };
 
@@ -326,7 +326,8 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
                       : g4_schedule_find(ref_schedules, ref_n_schedules, e->model->name, variant);
     size_t meta = sizeof(int32_t) * (3 * (size_t)e->max_rows + (size_t)e->max_out_rows);
     e->spare_ids = calloc((size_t)e->max_out_rows, sizeof *e->spare_ids);
-    if (!e->schedule || !e->spare_ids || alloc_state(e) != 0 || (e->gpu && !(e->d_meta = engine_alloc(e, meta))) ||
+    if (!e->schedule || !e->spare_ids || alloc_state(e) != 0 ||
+        (e->gpu && !(e->d_meta = engine_alloc(e, meta))) ||
         (e->gpu &&
          !(e->d_argmax = engine_alloc(e, 2 * sizeof(int32_t) * (size_t)e->max_out_rows))) ||
         (e->gpu && alloc_topk(e) != 0) || (e->gpu && reserve_workspaces(e) != 0) ||

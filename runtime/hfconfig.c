@@ -244,6 +244,56 @@ static int hf_read_ple_moe(const char *path, json_t *tc, g4_model_desc *m) {
     return 0;
 }
 
+/* A string field with one value g4pipe implements (absent: HF's class default, that value). */
+static int hf_only(const char *path, json_t *obj, const char *key, const char *field,
+                   const char *only, const char *what) {
+    json_t *v = hf_get(obj, key);
+    if (!v) return 0;
+    const char *s = json_string_value(v);
+    if (s && strcmp(s, only) == 0) return 0;
+    log_msg(LOG_ERROR, "hfconfig", "%s: field %s is %s%s%s; g4pipe implements %s only (%s)", path,
+            field, s ? "\"" : "", s ? s : "not a string", s ? "\"" : "", only, what);
+    return -1;
+}
+
+/* A boolean field with one value g4pipe implements (absent: HF's class default, that value). */
+static int hf_only_bool(const char *path, json_t *obj, const char *key, int only,
+                        const char *what) {
+    json_t *v = hf_get(obj, key);
+    if (!v || (json_is_boolean(v) && json_is_true(v) == only)) return 0;
+    log_msg(LOG_ERROR, "hfconfig", "%s: field %s is %s; g4pipe implements %s only (%s)", path, key,
+            json_is_boolean(v) ? (json_is_true(v) ? "true" : "false") : "not a boolean",
+            only ? "true" : "false", what);
+    return -1;
+}
+
+/* Fields that change the arithmetic but have one value in every Gemma 4 checkpoint, so the
+ * compiled-in graph has no variant for the others: refused at read time, naming the field. */
+static int hf_read_fixed(const char *path, json_t *tc) {
+    json_t *rp = hf_get(tc, "rope_parameters");
+    json_t *sl = rp ? hf_get(rp, "sliding_attention") : NULL;
+    json_t *fu = rp ? hf_get(rp, "full_attention") : NULL;
+    json_t *bi = hf_get(tc, "use_bidirectional_attention");
+    const char *bis = json_string_value(bi);
+    if (bi && !(bis && strcmp(bis, "vision") == 0)) { /* "vision": no effect on text input */
+        log_msg(LOG_ERROR, "hfconfig",
+                "%s: field use_bidirectional_attention is %s; g4pipe implements causal text "
+                "attention (null or \"vision\") only",
+                path, bis ? bis : "not a string");
+        return -1;
+    }
+    return hf_only(path, tc, "hidden_activation", "hidden_activation", "gelu_pytorch_tanh",
+                   "the tanh-approximated GELU of every MLP") ||
+                   hf_only(path, sl, "rope_type", "rope_parameters.sliding_attention.rope_type",
+                           "default", "plain RoPE on sliding layers") ||
+                   hf_only(path, fu, "rope_type", "rope_parameters.full_attention.rope_type",
+                           "proportional", "partial RoPE on full layers") ||
+                   hf_only_bool(path, tc, "attention_bias", 0, "no q/k/v/o biases") ||
+                   hf_only_bool(path, tc, "tie_word_embeddings", 1, "the LM head is embed_tokens")
+               ? -1
+               : 0;
+}
+
 static int hf_read_rope(const char *path, json_t *tc, g4_model_desc *m) {
     json_t *rp = hf_get(tc, "rope_parameters");
     if (rp && !json_is_object(rp)) {
@@ -302,6 +352,7 @@ int hfconfig_read(const char *path, g4_model_desc *out) {
     if (rc == 0) rc = hf_read_global(path, tc, out);
     if (rc == 0) rc = hf_read_ple_moe(path, tc, out);
     if (rc == 0) rc = hf_read_rope(path, tc, out);
+    if (rc == 0) rc = hf_read_fixed(path, tc);
     json_decref(root);
     out->name = NULL;
     return rc;

@@ -106,7 +106,7 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     s->out_req = calloc((size_t)mb, sizeof(sreq *));
     s->argmax = calloc((size_t)mb, sizeof *s->argmax);
     s->nonfinite = calloc((size_t)mb, sizeof *s->nonfinite);
-    s->in_step = calloc((size_t)mb, sizeof *s->in_step);
+    s->in_step = calloc((size_t)mb, sizeof(sreq *));
     s->need_logits = calloc((size_t)mb, sizeof *s->need_logits);
     s->topk = calloc((size_t)mb, sizeof *s->topk);
     s->topk_ids = calloc((size_t)mb * K_TOPK_MAX, sizeof *s->topk_ids);
@@ -126,8 +126,7 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
         draws_ok = (s->draw_work[w] = sampler_work_new(V)) != NULL;
     if (!s->running || !s->slot_used || !s->ids || !s->pos || !s->seq || !s->out_src ||
         !s->out_req || !s->logits || !s->work || !s->argmax || !s->nonfinite || !s->in_step ||
-        !s->need_logits || !s->topk ||
-        !s->topk_ids || !s->topk_vals || !draws_ok) {
+        !s->need_logits || !s->topk || !s->topk_ids || !s->topk_vals || !draws_ok) {
         sched_destroy(s);
         return NULL;
     }
@@ -453,8 +452,9 @@ int sched_step(sched *s) {
         if (add_rows(s, r, begin, end, &rows) != 0) {
             /* the pages were committed at admission: only a bug in the accounting gets here */
             log_msg(LOG_ERROR, "sched", "KV reservation failed for a running request");
-            fail_request(s, r, "internal: its KV pages could not be reserved (an accounting "
-                               "bug, logged); the other requests go on");
+            fail_request(s, r,
+                         "internal: its KV pages could not be reserved (an accounting "
+                         "bug, logged); the other requests go on");
             i--;
             continue;
         }
@@ -501,7 +501,8 @@ int sched_step(sched *s) {
         char msg[200];
         snprintf(msg, sizeof msg,
                  "the model's logits were not finite (NaN or infinity) at position %d: a failed "
-                 "computation, so the answer ends here", s->out_req[i]->n_ids - 1);
+                 "computation, so the answer ends here",
+                 s->out_req[i]->n_ids - 1);
         fail_request(s, s->out_req[i], msg);
         s->out_req[i] = NULL;
     }

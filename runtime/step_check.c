@@ -9,14 +9,14 @@
 
 /* The buffer a named step writes and its row width, or NULL for steps this check skips (the
  * KV writes of attn_prep are checked through the attention that reads them). */
-static const bf16_t *written(const g4_state *s, const g4_model_desc *m, int layer,
-                             const char *step, size_t *width) {
+static const bf16_t *written(const g4_state *s, const g4_model_desc *m, int layer, const char *step,
+                             size_t *width) {
     int full = layer >= 0 && m->layer_kind[layer] == G4_LAYER_FULL;
     size_t hd = (size_t)(full ? m->head_dim_global : m->head_dim_local);
     size_t kv = hd * (size_t)(full ? m->n_kv_head_global : m->n_kv_head_local);
     size_t H = (size_t)m->d_model, ff = layer >= 0 ? (size_t)g4_model_d_ff(m, layer) : 0;
-    static const char *const to_xn[] = {"input_norm", "pre_ff_norm", "router_norm",
-                                        "router_scale", "pre_ff_norm_2"};
+    static const char *const to_xn[] = {"input_norm", "pre_ff_norm", "router_norm", "router_scale",
+                                        "pre_ff_norm_2"};
     static const char *const to_t[] = {"o_proj", "down_proj", "experts", "post_ff_norm_2"};
     static const char *const to_x[] = {"post_attn_norm", "post_ff_norm", "layer_scalar", "embed"};
     for (size_t i = 0; i < sizeof to_xn / sizeof *to_xn; i++)

@@ -11,11 +11,11 @@
 
 typedef struct step_check {
     const g4_model_desc *model;
-    int gpu;              /* 1: the buffers are device memory */
-    const int32_t *pos;   /* host copies of the step's rows, for the message */
+    int gpu;            /* 1: the buffers are device memory */
+    const int32_t *pos; /* host copies of the step's rows, for the message */
     const int32_t *seq;
     const int32_t *out_src;
-    uint16_t *host;       /* [rows * widest buffer] staging for device buffers */
+    uint16_t *host; /* [rows * widest buffer] staging for device buffers */
     size_t host_elems;
 } step_check;
 

@@ -363,7 +363,9 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     char gate[128], tag[48];
     snprintf(gate, sizeof gate, "op_vs_ref[attention %s w%d%s%s]", tag_of(c, tag, sizeof tag),
              window, fp8 ? " e4m3" : "",
-             n_rows > 100 ? " chunk" : seq_len[1] == 2048 ? " 32-split rows" : "");
+             n_rows > 100         ? " chunk"
+             : seq_len[1] == 2048 ? " 32-split rows"
+                                  : "");
     rng_state = seed;
     store s;
     make_store(&s, c, window);

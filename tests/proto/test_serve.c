@@ -14,6 +14,7 @@
 #include "tests/harness.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,14 +349,15 @@ static void gate_text(ctx *c) {
  * byte-equal to a run without the fault; every KV page is back at the end; the engine serves
  * requests after it. */
 static void gate_step_failure(ctx *c, const char *fixtures) {
-    const char *in = "{\"id\":\"early\",\"tokens\":[2,11,12],\"max_tokens\":2}\n"
-                     "{\"id\":\"dec\",\"tokens\":[2,13,14,15],\"max_tokens\":30}\n"
-                     "{\"id\":\"long\",\"tokens\":[2,"
-                     "20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,"
-                     "46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64,65,66,67,68,69,70,71"
-                     "],\"max_tokens\":5}\n"
-                     "{\"id\":\"late\",\"tokens\":[2,16,17],\"max_tokens\":6}\n"
-                     "{\"id\":\"later\",\"tokens\":[2,18,19,20,21],\"max_tokens\":4}\n";
+    const char *in =
+        "{\"id\":\"early\",\"tokens\":[2,11,12],\"max_tokens\":2}\n"
+        "{\"id\":\"dec\",\"tokens\":[2,13,14,15],\"max_tokens\":30}\n"
+        "{\"id\":\"long\",\"tokens\":[2,"
+        "20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,"
+        "46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64,65,66,67,68,69,70,71"
+        "],\"max_tokens\":5}\n"
+        "{\"id\":\"late\",\"tokens\":[2,16,17],\"max_tokens\":6}\n"
+        "{\"id\":\"later\",\"tokens\":[2,18,19,20,21],\"max_tokens\":4}\n";
     g4_config cfg = c->cfg;
     cfg.serve.max_batch = 3; /* "late" and "later" wait for a slot */
     cfg.serve.prefill_chunk = 16;
@@ -406,7 +408,8 @@ static void gate_step_failure(ctx *c, const char *fixtures) {
         free(a);
         free(b);
     }
-    int free_local = engine_free_pages(faulty, KV_LOCAL), free_global = engine_free_pages(faulty, KV_GLOBAL);
+    int free_local = engine_free_pages(faulty, KV_LOCAL),
+        free_global = engine_free_pages(faulty, KV_GLOBAL);
     int pages_back = free_local == engine_usable_pages(faulty, KV_LOCAL) &&
                      free_global == engine_usable_pages(faulty, KV_GLOBAL);
     TEST_CHECK("proto_step_failure", ok && pages_back,
@@ -418,6 +421,175 @@ static void gate_step_failure(ctx *c, const char *fixtures) {
     free(got);
     engine_close(clean);
     engine_close(faulty);
+}
+
+/* One HF dump's len40 case: its ids and, per position, the top ids' logprobs and the top-1 /
+ * top-2 logits (tests/fixtures/make_fixtures.py's format). */
+typedef struct hf_case {
+    int n, ids[64];
+    int top_id[64][8];
+    double top_lp[64][8], top1[64], top2[64];
+} hf_case;
+
+static int read_len40(const char *path, hf_case *c) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[4096];
+    int in = 0;
+    c->n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "case ", 5)) {
+            in = !strncmp(line, "case len40 ", 11);
+            if (!in) continue;
+            char *p = line + 11;
+            c->n = (int)strtol(p, &p, 10);
+            for (int i = 0; i < c->n && i < 64; i++)
+                c->ids[i] = (int)strtol(p, &p, 10);
+        } else if (in && !strncmp(line, "lp ", 3)) {
+            char *p = line + 3;
+            int pos = (int)strtol(p, &p, 10);
+            if (pos < 0 || pos >= 64) continue;
+            c->top1[pos] = strtod(p, &p);
+            c->top2[pos] = strtod(p, &p);
+            for (int k = 0; k < 8; k++) {
+                c->top_id[pos][k] = (int)strtol(p, &p, 10);
+                if (*p == ':') p++;
+                c->top_lp[pos][k] = strtod(p, &p);
+            }
+        }
+    }
+    fclose(f);
+    return c->n == 40 ? 0 : -1;
+}
+
+/* The answer line of id in out (its first token line), parsed; NULL when absent. */
+static json_t *first_token_of(const char *out, const char *id) {
+    char key[64];
+    snprintf(key, sizeof key, "{\"id\":\"%s\",\"event\":\"token\",\"index\":0,", id);
+    const char *l = strstr(out, key);
+    if (!l) return NULL;
+    const char *nl = strchr(l, '\n');
+    return json_loadb(l, nl ? (size_t)(nl - l) : strlen(l), 0, NULL);
+}
+
+/* The prefill chunk's edges through the scheduler: prompts of chunk-1, chunk, chunk+1 and three
+ * chunks + 1 tokens (the first tokens of the fixture's 40-token prompt, whose logits at
+ * position n-1 HF's dump holds: a causal model's logits there see only those tokens) at
+ * serve.prefill_chunk 4, 8 and 16, each alone and all at once beside a request that decodes.
+ * Each first token's logprobs against HF eager: the argmax equal (unless the position is
+ * tie-exempt, HF's top-1/top-2 margin under 2 bf16 ulps) and the gap at most max(0.02, 2 x
+ * the sdpa floor); the answers alone and mixed byte-equal. */
+static void gate_chunk_edges(ctx *c, const char *fixtures) {
+    char path[1024];
+    hf_case *eager = calloc(1, sizeof *eager), *sdpa = calloc(1, sizeof *sdpa);
+    snprintf(path, sizeof path, "%s/tiny-moe/hf_eager.txt", fixtures);
+    int ok = eager && sdpa && read_len40(path, eager) == 0;
+    snprintf(path, sizeof path, "%s/tiny-moe/hf_sdpa.txt", fixtures);
+    ok = ok && read_len40(path, sdpa) == 0;
+    if (!ok) {
+        test_fail("chunk_edges[tiny-moe]", "cannot read the len40 case of %s", path);
+        free(eager);
+        free(sdpa);
+        return;
+    }
+    static const int chunks[] = {4, 8, 16};
+    int cases = 0, bad = 0;
+    double worst = 0;
+    char why[300] = "";
+    for (size_t ci = 0; ci < sizeof chunks / sizeof *chunks; ci++) {
+        int ch = chunks[ci], lens[4] = {ch - 1, ch, ch + 1, 3 * ch + 1};
+        if (lens[3] > 40) lens[3] = 40; /* chunk 16: 16 + 16 + 8, still three chunks */
+        g4_config cfg = c->cfg;
+        cfg.kv.page_tokens = 4;
+        cfg.serve.prefill_chunk = ch;
+        engine *e = NULL;
+        if (engine_open(&cfg, 0, &e) != 0) {
+            bad++;
+            snprintf(why, sizeof why, "no engine at prefill_chunk %d", ch);
+            continue;
+        }
+        ctx cc = {e, c->tk, cfg};
+        char mixed[8192], alone_in[2048];
+        size_t ml = (size_t)snprintf(
+            mixed, sizeof mixed, "{\"id\":\"dec\",\"tokens\":[2,13,14,15],\"max_tokens\":30}\n");
+        char *alone_out[4] = {0};
+        for (int li = 0; li < 4; li++) {
+            int n = lens[li];
+            size_t al = (size_t)snprintf(alone_in, sizeof alone_in,
+                                         "{\"id\":\"n%d\",\"max_tokens\":3,\"logprobs\":20,"
+                                         "\"ignore_eos\":true,\"tokens\":[",
+                                         n);
+            for (int i = 0; i < n; i++)
+                al += (size_t)snprintf(alone_in + al, sizeof alone_in - al, "%s%d", i ? "," : "",
+                                       eager->ids[i]);
+            al += (size_t)snprintf(alone_in + al, sizeof alone_in - al, "]}\n");
+            memcpy(mixed + ml, alone_in, al);
+            ml += al;
+            alone_out[li] = serve_text_of(&cc, &cfg, alone_in, al, 0);
+        }
+        char *mixed_out = serve_text_of(&cc, &cfg, mixed, ml, 0);
+        for (int li = 0; li < 4; li++) {
+            int n = lens[li], pos = n - 1;
+            char id[16];
+            snprintf(id, sizeof id, "\"n%d\"", n);
+            char *a = alone_out[li] ? lines_of(alone_out[li], id) : NULL;
+            char *m = mixed_out ? lines_of(mixed_out, id) : NULL;
+            cases++;
+            if (!a || !m || strcmp(a, m) != 0) {
+                bad++;
+                snprintf(why, sizeof why, "chunk %d, %d tokens: alone and mixed answers differ", ch,
+                         n);
+            }
+            snprintf(id, sizeof id, "n%d", n);
+            json_t *t = alone_out[li] ? first_token_of(alone_out[li], id) : NULL;
+            json_t *top = t ? json_object_get(json_object_get(t, "logprobs"), "top") : NULL;
+            int tok = t ? (int)json_integer_value(json_object_get(t, "token")) : -1;
+            /* 2 bf16 ulps of the top logit: 2^(exponent - 7) each */
+            double ulp = ldexp(1.0, (int)floor(log2(fabs(eager->top1[pos]) + 1e-30)) - 7);
+            int exempt = eager->top1[pos] - eager->top2[pos] < 2 * ulp;
+            double floor_gap = 0, gap = 0;
+            for (int k = 0; k < 8; k++) {
+                for (int j = 0; j < 8; j++)
+                    if (sdpa->top_id[pos][j] == eager->top_id[pos][k])
+                        floor_gap =
+                            fmax(floor_gap, fabs(sdpa->top_lp[pos][j] - eager->top_lp[pos][k]));
+                int found = 0;
+                double low = 0; /* the engine's 20th logprob */
+                for (size_t j = 0; top && j < json_array_size(top); j++) {
+                    json_t *x = json_array_get(top, j);
+                    double lp = json_real_value(json_object_get(x, "logprob"));
+                    low = fmin(low, lp);
+                    if (json_integer_value(json_object_get(x, "id")) != eager->top_id[pos][k])
+                        continue;
+                    gap = fmax(gap, fabs(lp - eager->top_lp[pos][k]));
+                    found = 1;
+                }
+                /* past the engine's top 20 its logprob is at most the 20th: the gap is at
+                 * least how far HF's lies above that */
+                if (!found) gap = fmax(gap, top ? fmax(0, eager->top_lp[pos][k] - low) : 99);
+            }
+            double lim = fmax(0.02, 2 * floor_gap);
+            worst = fmax(worst, gap);
+            if (!t || (!exempt && tok != eager->top_id[pos][0]) || gap > lim) {
+                bad++;
+                snprintf(why, sizeof why,
+                         "chunk %d, %d tokens: token %d (HF %d%s), gap %.4f (limit %.4f)", ch, n,
+                         tok, eager->top_id[pos][0], exempt ? ", exempt" : "", gap, lim);
+            }
+            json_decref(t);
+            free(a);
+            free(m);
+            free(alone_out[li]);
+        }
+        free(mixed_out);
+        engine_close(e);
+    }
+    TEST_CHECK("chunk_edges[tiny-moe]", bad == 0,
+               "%d prompts of chunk-1, chunk, chunk+1 and 3 chunks+1 tokens at prefill_chunk 4, 8, "
+               "16, alone and beside a decoding request: %d bad, max gap %.4f against HF eager%s%s",
+               cases, bad, worst, why[0] ? "; " : "", why);
+    free(eager);
+    free(sdpa);
 }
 
 int main(int argc, char **argv) {
@@ -444,6 +616,7 @@ int main(int argc, char **argv) {
     gate_text(&c);
     gate_many(&c);
     gate_step_failure(&c, argv[1]);
+    gate_chunk_edges(&c, argv[1]);
     tokenizer_free(c.tk);
     engine_close(c.e);
     return harness_exit();

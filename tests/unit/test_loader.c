@@ -421,6 +421,78 @@ static void test_hfconfig(void) {
     TEST_CHECK("hfconfig_refuses_missing_field", rc == -1, "no hidden_size: rc %d", rc);
 }
 
+/* Every config.json field that changes the arithmetic, changed one at a time in a config that
+ * matches tiny-moe: each is refused, at read time or by the match (which names the field). */
+static void test_hfconfig_fields_refused(void) {
+    static const struct {
+        const char *field, *from, *to;
+    } cases[] = {
+        {"final_logit_softcapping", "\"final_logit_softcapping\": 30.0",
+         "\"final_logit_softcapping\": 50.0"},
+        {"final_logit_softcapping", "\"final_logit_softcapping\": 30.0",
+         "\"final_logit_softcapping\": null"},
+        {"rms_norm_eps", "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 1e-05"},
+        {"rope_parameters.sliding_attention.rope_theta", "\"rope_theta\": 10000.0",
+         "\"rope_theta\": 20000.0"},
+        {"rope_parameters.full_attention.rope_theta", "\"rope_theta\": 1000000.0",
+         "\"rope_theta\": 500000.0"},
+        {"rope_parameters.full_attention.partial_rotary_factor", "\"partial_rotary_factor\": 0.25",
+         "\"partial_rotary_factor\": 0.5"},
+        {"rope_parameters.full_attention.rope_type", "\"rope_type\": \"proportional\"",
+         "\"rope_type\": \"default\""},
+        {"rope_parameters.sliding_attention.rope_type", "\"rope_type\": \"default\"}",
+         "\"rope_type\": \"linear\"}"},
+        {"hidden_activation", "\"model_type\": \"gemma4_text\"",
+         "\"model_type\": \"gemma4_text\", \"hidden_activation\": \"silu\""},
+        {"attention_bias", "\"model_type\": \"gemma4_text\"",
+         "\"model_type\": \"gemma4_text\", \"attention_bias\": true"},
+        {"tie_word_embeddings", "\"model_type\": \"gemma4_text\"",
+         "\"model_type\": \"gemma4_text\", \"tie_word_embeddings\": false"},
+        {"use_bidirectional_attention", "\"model_type\": \"gemma4_text\"",
+         "\"model_type\": \"gemma4_text\", \"use_bidirectional_attention\": \"all\""},
+        {"attention_k_eq_v", "\"attention_k_eq_v\": true", "\"attention_k_eq_v\": false"},
+        {"head_dim", "\"head_dim\": 256,", "\"head_dim\": 128,"},
+        {"intermediate_size", "\"intermediate_size\": 96", "\"intermediate_size\": 128"},
+        {"num_key_value_heads", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 1"},
+        {"num_experts", "\"num_experts\": 16", "\"num_experts\": 8"},
+        {"top_k_experts", "\"top_k_experts\": 4", "\"top_k_experts\": 2"},
+        {"moe_intermediate_size", "\"moe_intermediate_size\": 32", "\"moe_intermediate_size\": 64"},
+        {"vocab_size", "\"vocab_size\": 4096,", "\"vocab_size\": 8192,"},
+        {"num_attention_heads", "\"num_attention_heads\": 4", "\"num_attention_heads\": 8"},
+    };
+    char base[3072];
+    snprintf(base, sizeof base, test_text_fields, "64", "full_attention", 6, 8, test_plc);
+    int refused = 0, n = (int)(sizeof cases / sizeof cases[0]);
+    char why[256], first_bad[300] = "";
+    for (int i = 0; i < n; i++) {
+        const char *at = strstr(base, cases[i].from);
+        char text[4096];
+        if (!at) {
+            snprintf(first_bad, sizeof first_bad, "%s: the base config lacks %s", cases[i].field,
+                     cases[i].from);
+            continue;
+        }
+        snprintf(text, sizeof text, "{%.*s%s%s}", (int)(at - base), base, cases[i].to,
+                 at + strlen(cases[i].from));
+        const char *path = test_path("cfg_field", "config.json");
+        test_mkdir("cfg_field");
+        test_write(path, text, strlen(text), NULL, 0);
+        g4_model_desc d;
+        why[0] = '\0';
+        int rc = hfconfig_read(path, &d);
+        const g4_model_desc *m = rc ? NULL : hfconfig_match(&d, NULL, why, sizeof why);
+        /* read-time refusals log the field; a match refusal must name it */
+        if (rc != 0 || (!m && strstr(why, cases[i].field)))
+            refused++;
+        else if (!first_bad[0])
+            snprintf(first_bad, sizeof first_bad, "%s -> %s: %s", cases[i].field, cases[i].to,
+                     m ? "accepted" : why);
+    }
+    TEST_CHECK("hfconfig_refuses_each_arithmetic_field", refused == n,
+               "%d of %d one-field changes refused%s%s", refused, n, first_bad[0] ? "; " : "",
+               first_bad);
+}
+
 int main(void) {
     snprintf(test_root, sizeof test_root, "/tmp/g4_test_loader_XXXXXX");
     if (!mkdtemp(test_root)) {
@@ -431,6 +503,7 @@ int main(void) {
     test_bad_files();
     test_sharded();
     test_hfconfig();
+    test_hfconfig_fields_refused();
     for (int i = test_n_created - 1; i >= 0; i--)
         remove(test_created[i]);
     rmdir(test_root);

@@ -439,7 +439,7 @@ static double now_ms(void) {
 static void test_speed(void) {
     uint16_t *b = malloc(BIG_VOCAB * sizeof *b), *flat = malloc(BIG_VOCAB * sizeof *flat);
     if (!b || !flat) {
-        test_fail("sampler_speed_262144", "out of memory");
+        test_fail("sampler_picks_262144", "out of memory");
         free(b);
         free(flat);
         return;
@@ -471,10 +471,13 @@ static void test_speed(void) {
     float lps[20], chosen;
     sampler_logprobs(b, BIG_VOCAB, 20, 0, ids, lps, &chosen, work);
     double lp_ms = now_ms() - t0;
-    TEST_CHECK("sampler_speed_262144", valid,
-               "ms per pick: greedy %.2f, T=1 %.2f (flat row %.2f), top_k=40 %.2f, top_p+min_p "
-               "%.2f; logprobs %.2f (figures only); pick digest %016llx",
-               ms[0], ms[1], ms[4], ms[2], ms[3], lp_ms, (unsigned long long)digest);
+    /* the picks are checked; the timings are figures (speed is never a pass/fail test) */
+    TEST_CHECK("sampler_picks_262144", valid, "every pick a valid id; pick digest %016llx",
+               (unsigned long long)digest);
+    test_info("sampler_speed_262144",
+              "ms per pick: greedy %.2f, T=1 %.2f (flat row %.2f), top_k=40 %.2f, top_p+min_p "
+              "%.2f; logprobs %.2f",
+              ms[0], ms[1], ms[4], ms[2], ms[3], lp_ms);
     free(b);
     free(flat);
 }
