@@ -315,7 +315,10 @@ static int32_t sampler_pick_lazy(const sampler_work *w, int n, double mass, doub
 static int32_t sampler_pick_filtered(const sampler_work *w, int n, double mass,
                                      const sampler_params *p, double u) {
     int top_p_on = p->top_p > 0.0f && p->top_p<1.0f, min_p_on = p->min_p> 0.0f;
-    double p_target = (double)p->top_p * mass, min_e = 0, cum = 0;
+    /* the nucleus is measured against the mass at fp32 resolution, as HF's fp32 softmax sees
+     * it: a tail too small to move a float sum (262,140 logits 35 below four tied ones) must
+     * not make top_p 0.5 of the four ties need a third */
+    double p_target = (double)p->top_p * (double)(float)mass, min_e = 0, cum = 0;
     /* min-p keeps nothing below min_p * the largest e, and the largest is expf(0) = 1 (a
      * min_p past 1 keeps the largest alone: the floor of 1 then suffices) */
     uint32_t floor = sampler_floor(w, n, top_p_on ? p_target : mass);

@@ -151,6 +151,68 @@ static void run_max_m(int n, int k, int max_m, int want_heur, uint64_t seed) {
     free(ref);
 }
 
+/* Batch invariance at prefill sizes: a weight planned for the engine's largest step (2,064
+ * rows), a step of 2,047 rows, then rows 0, 510 and 2,046 of it computed again as the first row
+ * of steps of 1, 511 and 1,025 rows (the same x rows, a step starting at each): every output
+ * bit equal (design/GATES.md). On the H200 a 26B-A4B prompt's first token once differed
+ * between serve.prefill_chunk 2048 and 512 with cuBLASLt and not with debug.gemm = plain
+ * (docs/perf-notes.md, ninth session): this is that check on one op. */
+static void run_invariant(const char *name, int n, int k, uint64_t seed) {
+    enum { MAX_M = 2064, BIG = 2047 };
+    char gate[128];
+    snprintf(gate, sizeof gate, "gemm_lt_batch_invariant[%s n%d k%d]", name, n, k);
+    size_t xs = (size_t)MAX_M * k, ws = (size_t)n * k, ys = (size_t)MAX_M * n;
+    bf16_t *dx = k_device_alloc(xs * 2), *dw = k_device_alloc(ws * 2), *dy = k_device_alloc(ys * 2);
+    bf16_t *x = malloc(xs * 2), *w = malloc(ws * 2), *y = malloc(ys * 2),
+           *row = malloc((size_t)n * 2);
+    k_gemm_plan *plan = NULL;
+    int rc =
+        !dx || !dw || !dy || !x || !w || !y || !row || k_gemm_plan_create(&plan, MAX_M, n, k) != 0;
+    long differ = 0, compared = 0;
+    char first[160] = "";
+    if (!rc) {
+        rng_state = seed;
+        fill_uniform(x, xs, 1.0f, 0.0f);
+        fill_uniform(w, ws, 1.0f / sqrtf((float)k), 0.0f);
+        rc |= k_copy_to_device(dx, x, xs * 2) | k_copy_to_device(dw, w, ws * 2);
+        k_gemm_args a = {.y = dy, .x = dx, .w = dw, .m = BIG, .n = n, .k = k, .plan = plan};
+        rc |= k_gemm(&a, NULL) | k_sync() | k_copy_to_host(y, dy, (size_t)BIG * n * 2);
+        const int rows[] = {0, 510, BIG - 1}, ms[] = {1, 511, 1025};
+        for (size_t r = 0; !rc && r < sizeof rows / sizeof rows[0]; r++)
+            for (size_t t = 0; !rc && t < sizeof ms / sizeof ms[0]; t++) {
+                if (rows[r] + ms[t] > MAX_M) continue;
+                k_gemm_args step = {.y = dy,
+                                    .x = dx + (size_t)rows[r] * k,
+                                    .w = dw,
+                                    .m = ms[t],
+                                    .n = n,
+                                    .k = k,
+                                    .plan = plan};
+                rc |= k_gemm(&step, NULL) | k_sync() | k_copy_to_host(row, dy, (size_t)n * 2);
+                compared++;
+                if (!rc && memcmp(row, y + (size_t)rows[r] * n, (size_t)n * 2) != 0) {
+                    if (!differ)
+                        snprintf(first, sizeof first,
+                                 "; first: row %d of the %d-row step against a %d-row step",
+                                 rows[r], BIG, ms[t]);
+                    differ++;
+                }
+            }
+    }
+    TEST_CHECK(gate, rc == 0 && differ == 0 && compared > 0,
+               "rc %d, %ld of %ld rows differ in some bit from the same row of the %d-row step "
+               "(exact rule)%s; plan asked at m = %d",
+               rc, differ, compared, BIG, first, k_gemm_plan_heur_m(plan));
+    k_gemm_plan_destroy(plan);
+    k_device_free(dx);
+    k_device_free(dw);
+    k_device_free(dy);
+    free(x);
+    free(w);
+    free(y);
+    free(row);
+}
+
 /* y with a row stride past n (the fused gate|up halves): the first n columns of each row equal
  * ref_gemm's within 1e-2, the columns between n and ldy are never written. */
 static void run_ldy(const char *name, uint64_t seed) {
@@ -203,6 +265,7 @@ int main(void) {
         test_skip("gemm_lt_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_lt_max_m", "no GPU (%s)", desc);
         test_skip("gemm_plain_vs_ref", "no GPU (%s)", desc);
+        test_skip("gemm_lt_batch_invariant", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -218,12 +281,22 @@ int main(void) {
                   1234 + i);
     run_max_m(5376, 21504, 2064, 64, 99);
     run_ldy("gemm_lt_vs_ref", 777);
+    /* every projection shape of the 26B-A4B, planned for its largest step */
+    static const struct {
+        const char *name;
+        int n, k;
+    } proj[] = {{"q", 4096, 2816},        {"k_v", 2048, 2816},  {"q_global", 8192, 2816},
+                {"k_global", 1024, 2816}, {"o", 2816, 4096},    {"o_global", 2816, 8192},
+                {"gate_up", 2112, 2816},  {"down", 2816, 2112}, {"router", 128, 2816}};
+    for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++)
+        run_invariant(proj[i].name, proj[i].n, proj[i].k, 555 + i);
     /* debug.gemm = plain: the same checks on the CUDA-core kernel */
     k_gemm_plain(1);
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape("gemm_plain_vs_ref", shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
                   4321 + i);
     run_ldy("gemm_plain_vs_ref", 778);
+    run_invariant("plain q", 4096, 2816, 666);
     k_gemm_plain(0);
     return harness_exit();
 }

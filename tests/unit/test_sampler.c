@@ -353,7 +353,7 @@ static int32_t twin_pick(const sampler_params *p, const uint16_t *l, int n, int 
     int kept = k;
     if ((p->top_p > 0.0f && p->top_p < 1.0f) || p->min_p > 0.0f) {
         int top_p_on = p->top_p > 0.0f && p->top_p < 1.0f;
-        double p_target = (double)p->top_p * mass, cum = 0;
+        double p_target = (double)p->top_p * (double)(float)mass, cum = 0;
         double min_e = p->min_p > 0.0f ? (double)p->min_p * e[ids[0]] : 0.0; /* NaN: off */
         kept = 0;
         while (kept < k &&
@@ -482,6 +482,57 @@ static void test_speed(void) {
     free(flat);
 }
 
+/* Exact boundaries. top-p: four tied logits under top_p 0.5 keep exactly two (the two lower
+ * ids), alone and above a tail of 262,140 logits 35 lower (whose mass is below fp32 resolution
+ * of the sum); 0.75 keeps three. min-p keeps a token whose weight equals min_p times the
+ * largest exactly, and drops it at the next float above. Each against the twin too. */
+static void test_exact_boundaries(void) {
+    enum { N = 262144 };
+    uint16_t *b = malloc(sizeof *b * N);
+    float *te = malloc(sizeof *te * N);
+    int32_t *tids = malloc(sizeof *tids * N);
+    float four[4] = {5, 5, 5, 5};
+    int ok = b && te && tids, draws[2][4] = {{0}};
+    for (int tail = 0; ok && tail <= 1; tail++) {
+        int n = tail ? N : 4;
+        for (int i = 0; i < n; i++)
+            b[i] = ref_f32_to_bf16(i < 4 ? four[i] : -30.0f);
+        sampler_params p5 = {.temperature = 1, .top_p = 0.5f, .seed = 11};
+        sampler_params p75 = {.temperature = 1, .top_p = 0.75f, .seed = 12};
+        for (int i = 0; i < 400; i++) {
+            int32_t t = sampler_pick(&p5, b, n, i, work), u = sampler_pick(&p75, b, n, i, work);
+            ok &= (t == 0 || t == 1) && t == twin_pick(&p5, b, n, i, te, tids) && u >= 0 &&
+                  u <= 2 && u == twin_pick(&p75, b, n, i, te, tids);
+            if (t >= 0 && t < 4) draws[tail][t]++;
+        }
+    }
+    ok &= draws[0][0] > 100 && draws[0][1] > 100 && draws[1][0] > 100 && draws[1][1] > 100;
+    /* min-p: logits 0 and -1 (exact in bf16); weights 1 and expf(-1) */
+    float l[3] = {0, -1, -30};
+    uint16_t m[3];
+    fill(m, l, 3);
+    float at = expf(-1.0f);
+    sampler_params keep = {.temperature = 1, .min_p = at, .seed = 21};
+    sampler_params drop = {.temperature = 1, .min_p = nextafterf(at, 1.0f), .seed = 21};
+    int kept1 = 0, dropped_ok = 1;
+    for (int i = 0; i < 400; i++) {
+        int32_t t = sampler_pick(&keep, m, 3, i, work), u = sampler_pick(&drop, m, 3, i, work);
+        kept1 += t == 1;
+        ok &= t != 2 && t == twin_pick(&keep, m, 3, i, te, tids) &&
+              u == twin_pick(&drop, m, 3, i, te, tids);
+        dropped_ok &= u == 0;
+    }
+    TEST_CHECK("sampler_exact_boundaries", ok && kept1 > 20 && dropped_ok,
+               "top_p 0.5 over four ties keeps ids 0 and 1 (%d / %d draws alone, %d / %d above a "
+               "tail), 0.75 keeps three; min_p = expf(-1) keeps the logit 1 below the top (%d of "
+               "400 draws), the next float drops it: %s; the twin agrees: %s",
+               draws[0][0], draws[0][1], draws[1][0], draws[1][1], kept1, dropped_ok ? "yes" : "no",
+               ok ? "yes" : "no");
+    free(b);
+    free(te);
+    free(tids);
+}
+
 int main(void) {
     work = sampler_work_new(BIG_VOCAB);
     if (!work) {
@@ -493,6 +544,7 @@ int main(void) {
     test_distribution();
     test_filters();
     test_tie_order();
+    test_exact_boundaries();
     test_logprobs();
     test_candidates();
     test_twin();
