@@ -41,6 +41,9 @@ MARGIN_CUT = 0.5     # nats: past a step this close, a different pick is not a b
 HF_CHUNK = 2048
 SHARD_BYTES = 4 << 30
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
+from make_fixtures import published_config  # noqa: E402  (the tiny published fixture's layout)
+
 
 def full_config(model):
     """The published text_config of each checkpoint (shared gemma4/ARCHITECTURE.md 1.2, in the
@@ -156,12 +159,8 @@ def save_published(model, cfg_text, out):
         del tensors
     with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
         json.dump(index, f, indent=2, sort_keys=True)
-    top = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
-           "text_config": dict(cfg_text, model_type="gemma4_text"),
-           "vision_config": {"model_type": "gemma4_vision", "hidden_size": 8},
-           "audio_config": None, "eos_token_id": [1, 106], "dtype": "bfloat16"}
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(top, f, indent=2, sort_keys=True)
+        json.dump(published_config(cfg_text), f, indent=2, sort_keys=True)
     return len(shards)
 
 

@@ -78,26 +78,48 @@ static void run_shape(const char *name, int m, int n, int k, int max_m, uint64_t
  * of steps of 2, 63, 64, 65, 528 and max_m rows, and the last row of the max_m step, equal the
  * same row computed alone, bit for bit. No full reference: max_m rows of a large weight are
  * hundreds of GFLOP on the CPU. */
+/* A case's buffers: x [m, k] and w [n, k] drawn (x on [-1, 1), w scaled by 1/sqrt(k)) and
+ * copied to the device, y [m, n] on both sides for the caller. */
+typedef struct gemm_bufs {
+    bf16_t *dx, *dw, *dy, *x, *w, *y;
+} gemm_bufs;
+
+static void gemm_bufs_free(gemm_bufs *b) {
+    k_device_free(b->dx);
+    k_device_free(b->dw);
+    k_device_free(b->dy);
+    free(b->x);
+    free(b->w);
+    free(b->y);
+}
+
+static int gemm_bufs_make(gemm_bufs *b, int m, int n, int k, uint64_t seed) {
+    size_t xs = (size_t)m * k, ws = (size_t)n * k, ys = (size_t)m * n;
+    *b = (gemm_bufs){k_device_alloc(xs * 2), k_device_alloc(ws * 2), k_device_alloc(ys * 2),
+                     malloc(xs * 2),         malloc(ws * 2),         malloc(ys * 2)};
+    if (!b->dx || !b->dw || !b->dy || !b->x || !b->w || !b->y) return -1;
+    rng_state = seed;
+    fill_uniform(b->x, xs, 1.0f, 0.0f);
+    fill_uniform(b->w, ws, 1.0f / sqrtf((float)k), 0.0f);
+    return k_copy_to_device(b->dx, b->x, xs * 2) | k_copy_to_device(b->dw, b->w, ws * 2);
+}
+
 static void run_max_m(int n, int k, int max_m, int want_heur, uint64_t seed) {
     char gate[128];
     snprintf(gate, sizeof gate, "gemm_lt_max_m[n%d k%d max_m %d]", n, k, max_m);
-    size_t xs = (size_t)max_m * k, ws = (size_t)n * k, ys = (size_t)max_m * n;
-    bf16_t *dx = k_device_alloc(xs * 2), *dw = k_device_alloc(ws * 2), *dy = k_device_alloc(ys * 2);
-    bf16_t *x = malloc(xs * 2), *w = malloc(ws * 2), *y = malloc(ys * 2);
+    size_t ys = (size_t)max_m * n;
+    gemm_bufs g;
+    int rc = gemm_bufs_make(&g, max_m, n, k, seed) != 0;
+    bf16_t *dx = g.dx, *dw = g.dw, *dy = g.dy, *x = g.x, *w = g.w, *y = g.y;
     bf16_t *row = malloc((size_t)n * 2), *ref = malloc((size_t)n * 2);
     k_gemm_plan *plan = NULL;
-    int rc = !dx || !dw || !dy || !x || !w || !y || !row || !ref ||
-             k_gemm_plan_create(&plan, max_m, n, k) != 0;
+    rc = rc || !row || !ref || k_gemm_plan_create(&plan, max_m, n, k) != 0;
     long unwritten = 0, variant = 0;
     double num = 0, den = 0;
     if (!rc) {
-        rng_state = seed;
-        fill_uniform(x, xs, 1.0f, 0.0f);
-        fill_uniform(w, ws, 1.0f / sqrtf((float)k), 0.0f);
         for (size_t i = 0; i < ys; i++)
             y[i] = 0x7fc0; /* NaN poison */
-        rc |= k_copy_to_device(dx, x, xs * 2) | k_copy_to_device(dw, w, ws * 2) |
-              k_copy_to_device(dy, y, ys * 2);
+        rc |= k_copy_to_device(dy, y, ys * 2);
         k_gemm_args a = {.y = dy, .x = dx, .w = dw, .m = max_m, .n = n, .k = k, .plan = plan};
         rc |= k_gemm(&a, NULL) | k_sync() | k_copy_to_host(y, dy, ys * 2);
         for (size_t i = 0; !rc && i < ys; i++)
@@ -141,12 +163,7 @@ static void run_max_m(int n, int k, int max_m, int want_heur, uint64_t seed) {
                "its workspace %zu MB",
                rc, unwritten, rel, variant, heur, want_heur, k_gemm_plan_workspace(plan) >> 20);
     k_gemm_plan_destroy(plan);
-    k_device_free(dx);
-    k_device_free(dw);
-    k_device_free(dy);
-    free(x);
-    free(w);
-    free(y);
+    gemm_bufs_free(&g);
     free(row);
     free(ref);
 }
@@ -161,36 +178,30 @@ static void run_invariant(const char *name, int n, int k, uint64_t seed) {
     enum { MAX_M = 2064, BIG = 2047 };
     char gate[128];
     snprintf(gate, sizeof gate, "gemm_lt_batch_invariant[%s n%d k%d]", name, n, k);
-    size_t xs = (size_t)MAX_M * k, ws = (size_t)n * k, ys = (size_t)MAX_M * n;
-    bf16_t *dx = k_device_alloc(xs * 2), *dw = k_device_alloc(ws * 2), *dy = k_device_alloc(ys * 2);
-    bf16_t *x = malloc(xs * 2), *w = malloc(ws * 2), *y = malloc(ys * 2),
-           *row = malloc((size_t)n * 2);
+    gemm_bufs g;
+    int rc = gemm_bufs_make(&g, MAX_M, n, k, seed) != 0;
+    bf16_t *row = malloc((size_t)n * 2);
     k_gemm_plan *plan = NULL;
-    int rc =
-        !dx || !dw || !dy || !x || !w || !y || !row || k_gemm_plan_create(&plan, MAX_M, n, k) != 0;
+    rc = rc || !row || k_gemm_plan_create(&plan, MAX_M, n, k) != 0;
     long differ = 0, compared = 0;
     char first[160] = "";
     if (!rc) {
-        rng_state = seed;
-        fill_uniform(x, xs, 1.0f, 0.0f);
-        fill_uniform(w, ws, 1.0f / sqrtf((float)k), 0.0f);
-        rc |= k_copy_to_device(dx, x, xs * 2) | k_copy_to_device(dw, w, ws * 2);
-        k_gemm_args a = {.y = dy, .x = dx, .w = dw, .m = BIG, .n = n, .k = k, .plan = plan};
-        rc |= k_gemm(&a, NULL) | k_sync() | k_copy_to_host(y, dy, (size_t)BIG * n * 2);
+        k_gemm_args a = {.y = g.dy, .x = g.dx, .w = g.dw, .m = BIG, .n = n, .k = k, .plan = plan};
+        rc |= k_gemm(&a, NULL) | k_sync() | k_copy_to_host(g.y, g.dy, (size_t)BIG * n * 2);
         const int rows[] = {0, 510, BIG - 1}, ms[] = {1, 511, 1025};
         for (size_t r = 0; !rc && r < sizeof rows / sizeof rows[0]; r++)
             for (size_t t = 0; !rc && t < sizeof ms / sizeof ms[0]; t++) {
                 if (rows[r] + ms[t] > MAX_M) continue;
-                k_gemm_args step = {.y = dy,
-                                    .x = dx + (size_t)rows[r] * k,
-                                    .w = dw,
+                k_gemm_args step = {.y = g.dy,
+                                    .x = g.dx + (size_t)rows[r] * k,
+                                    .w = g.dw,
                                     .m = ms[t],
                                     .n = n,
                                     .k = k,
                                     .plan = plan};
-                rc |= k_gemm(&step, NULL) | k_sync() | k_copy_to_host(row, dy, (size_t)n * 2);
+                rc |= k_gemm(&step, NULL) | k_sync() | k_copy_to_host(row, g.dy, (size_t)n * 2);
                 compared++;
-                if (!rc && memcmp(row, y + (size_t)rows[r] * n, (size_t)n * 2) != 0) {
+                if (!rc && memcmp(row, g.y + (size_t)rows[r] * n, (size_t)n * 2) != 0) {
                     if (!differ)
                         snprintf(first, sizeof first,
                                  "; first: row %d of the %d-row step against a %d-row step",
@@ -204,12 +215,7 @@ static void run_invariant(const char *name, int n, int k, uint64_t seed) {
                "(exact rule)%s; plan asked at m = %d",
                rc, differ, compared, BIG, first, k_gemm_plan_heur_m(plan));
     k_gemm_plan_destroy(plan);
-    k_device_free(dx);
-    k_device_free(dw);
-    k_device_free(dy);
-    free(x);
-    free(w);
-    free(y);
+    gemm_bufs_free(&g);
     free(row);
 }
 
