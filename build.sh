@@ -494,6 +494,7 @@ suite_test() {
         run_test "$B/tests/test_serve" tests/fixtures tests/proto
         BUILD_DIR="$B" run_test python3 tests/release/test_bench_driver.py
         BUILD_DIR="$B" run_test python3 tests/proto/test_batching.py
+        BUILD_DIR="$B" run_test python3 tests/proto/test_process_edges.py
         BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend cpu
         fuzz_suite "${FUZZ_SECONDS:-20}"
         cli_refusals

@@ -315,9 +315,10 @@ typedef struct cfg_parse {
     FILE *fp;
     char *line; /* getline buffer */
     size_t cap;
-    int lineno;   /* of the line last handed to inih */
-    int read_err; /* errno of a failed read, 0 if none */
-    int err_line; /* of the first error we found, 0 if none */
+    int lineno;           /* of the line last handed to inih */
+    int read_err;         /* errno of a failed read, 0 if none */
+    int err_line;         /* of the first error we found, 0 if none */
+    int seen[CFG_N_KEYS]; /* the line each key was set on, 0: not yet */
     char err[CFG_WHY_MAX + 256];
 } cfg_parse;
 
@@ -386,6 +387,13 @@ static int cfg_handler(void *user, const char *section, const char *name, const 
         cfg_parse_error(ps, "%s.%s: %s", section, name, why);
         return 0;
     }
+    size_t ki = (size_t)(k - cfg_keys);
+    if (ps->seen[ki]) { /* "last one wins" would hide a mistake in a long file */
+        cfg_parse_error(ps, "%s.%s: set again (first on line %d); a key is set once per file",
+                        section, name, ps->seen[ki]);
+        return 0;
+    }
+    ps->seen[ki] = ps->lineno;
     if (cfg_apply(&ps->cfg, k->id, value, ps->base, why, sizeof why)) {
         cfg_parse_error(ps, "%s.%s: %s", section, name, why);
         return 0;

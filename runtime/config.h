@@ -62,12 +62,12 @@ void config_defaults(g4_config *c);
 
 /* Reads the INI file at ini_path over the values already in *c (call config_defaults first).
  * Relative model.path / model.tokenizer values resolve against the folder of ini_path. A key
- * given twice keeps the last value. Keys are case-sensitive; lines may be indented (inih's
- * multi-line continuation is deliberately not supported); a line may hold at most inih's line
- * limit (198 bytes with Debian's build), longer lines are an error rather than truncated.
- * Returns 0, or -1 after logging "config: <file>:<line>: <section>.<key>: <why>" (unknown
- * section or key, bad value with what is accepted, syntax error, unreadable file); on -1, *c
- * is unchanged. */
+ * given twice is an error naming both lines (--set may still override a file's value). Keys are
+ * case-sensitive; lines may be indented (inih's multi-line continuation is deliberately not
+ * supported); a line may hold at most inih's line limit (198 bytes with Debian's build), longer
+ * lines are an error rather than truncated. Returns 0, or -1 after logging "config: <file>:<line>:
+ * <section>.<key>: <why>" (unknown section or key, bad value with what is accepted, syntax error,
+ * unreadable file); on -1, *c is unchanged. */
 int config_load(g4_config *c, const char *ini_path);
 
 /* Applies one command-line assignment "section.key=value" (spaces around key and value are

@@ -107,6 +107,7 @@ int main(int argc, char **argv) {
         return rc > 0 ? 0 : 2;
     }
     log_set_level(cfg.log.level);
+    serve_catch_signals();
     engine *e = NULL;
     if (engine_open(&cfg, 0, &e) != 0) return 1;
     int tk_failed = 0;

@@ -536,6 +536,11 @@ int sched_cancel(sched *s, const char *id_json) {
     return -1;
 }
 
+void sched_cancel_running(sched *s) {
+    while (s->n_running)
+        finish(s, s->running[0], "cancelled");
+}
+
 void sched_cancel_queued(sched *s) {
     while (s->q_head) {
         sreq *r = s->q_head;

@@ -38,6 +38,9 @@ int sched_cancel(sched *s, const char *id_json);
 /* Ends every queued (not yet started) request with "cancelled" (shutdown). */
 void sched_cancel_queued(sched *s);
 
+/* Ends every running request with "cancelled", its pages given back (a second signal). */
+void sched_cancel_running(sched *s);
+
 /* Requests waiting to start, and running. */
 int sched_queued(const sched *s);
 int sched_running(const sched *s);

@@ -12,12 +12,14 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 typedef struct line_reader {
     int fd, eof;
+    int read_errno; /* the errno of a failed read (then eof is set too), else 0 */
     char *buf;
     size_t len, cap, scan; /* bytes held; bytes already searched for a newline */
     int discarding;        /* inside a line already answered as too_long */
@@ -40,6 +42,13 @@ static long reader_fill(line_reader *lr, int wait_ms) {
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
     if (n <= 0) {
         lr->eof = 1;
+        if (n < 0) {
+            lr->read_errno = errno;
+            log_msg(LOG_ERROR, "serve",
+                    "reading stdin failed (%s): answering what was read, then exiting with "
+                    "status 1",
+                    strerror(errno));
+        }
         return n < 0 ? -1 : 0;
     }
     lr->len += (size_t)n;
@@ -198,12 +207,62 @@ static void handle_line(server *sv, const char *line, size_t len, long line_no) 
     proto_request_free(&req);
 }
 
+volatile sig_atomic_t serve_signal;
+static volatile sig_atomic_t serve_signals;
+
+static void on_signal(int sig) {
+    serve_signal = sig;
+    serve_signals++;
+}
+
+void serve_catch_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal; /* no SA_RESTART: poll and read return at once */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a closed stdout is a write error, answered below */
+}
+
+/* A failed write of an answer (stdout closed, a full disk): logged once; serving stops, since
+ * nothing more can reach the reader. */
+static int output_lost(FILE *out) {
+    if (!ferror(out)) return 0;
+    log_msg(LOG_ERROR, "serve",
+            "writing an answer to stdout failed (the reader closed it, or the disk is full); "
+            "stopping, exit status 1");
+    return 1;
+}
+
+/* The signals so far: the first stops the reading and cancels what waits, the running requests
+ * finish; the second cancels them too. Returns 1 once serving should end now. */
+static int handle_signals(server *sv, int *seen) {
+    if (serve_signals == *seen) return 0;
+    *seen = serve_signals;
+    if (!sv->shutdown) {
+        log_msg(LOG_WARN, "serve",
+                "signal %d: no more requests are read; queued ones are cancelled, running ones "
+                "finish (a second signal cancels them)",
+                (int)serve_signal);
+        sv->shutdown = 1;
+        sched_cancel_queued(sv->s);
+        return 0;
+    }
+    log_msg(LOG_WARN, "serve", "signal %d again: cancelling the running requests",
+            (int)serve_signal);
+    sched_cancel_running(sv->s);
+    return 1;
+}
+
 int serve_run(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, FILE *out) {
     server sv = {e, tk, cfg, sched_create(e, tk, cfg, out), out, 0};
     line_reader lr = {.fd = in_fd};
     if (!sv.s) return 1;
-    int rc = 0;
+    int rc = 0, signals_seen = serve_signals;
     for (;;) {
+        if (handle_signals(&sv, &signals_seen)) break;
         /* read while the queue has room; wait for input only when nothing runs */
         while (!sv.shutdown && sched_queued(sv.s) < cfg->serve.max_queue) {
             char *line;
@@ -217,12 +276,24 @@ int serve_run(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, F
             int idle = sched_running(sv.s) == 0 && sched_queued(sv.s) == 0;
             if (reader_fill(&lr, idle ? -1 : 0) <= 0 && !lr.eof) break;
         }
+        if (output_lost(out)) {
+            rc = 1;
+            break;
+        }
+        if (handle_signals(&sv, &signals_seen)) break;
         int st = sched_step(sv.s);
         if (st < 0) rc = 1;
+        if (output_lost(out)) {
+            rc = 1;
+            break;
+        }
         if (st == 0 && sched_queued(sv.s) == 0 && sched_running(sv.s) == 0 &&
             (sv.shutdown || (lr.eof && lr.len == 0)))
             break;
     }
+    fflush(out);
+    if (lr.read_errno) rc = 1;
+    if (serve_signals && rc == 0) rc = 128 + (int)serve_signal;
     sched_destroy(sv.s);
     free(lr.buf);
     return rc;
@@ -273,6 +344,11 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
     chat_stream cs = {0};
     int rc = 0, begin = 0, seq = 0;
     while (rc == 0 && n < max) {
+        if (serve_signals) { /* --text has one request: a signal ends it where it is */
+            log_msg(LOG_WARN, "serve", "signal %d: the answer stops here", (int)serve_signal);
+            rc = 128 + (int)serve_signal;
+            break;
+        }
         int end = n - begin > cfg->serve.prefill_chunk ? begin + cfg->serve.prefill_chunk : n;
         int32_t *p = malloc(sizeof *p * (size_t)(end - begin)),
                 *sq = calloc((size_t)(end - begin), sizeof *sq);
@@ -303,6 +379,7 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
             fwrite(bytes, 1, k, out);
             fflush(out);
         }
+        if (output_lost(out)) rc = -1;
     }
     char tail[16];
     size_t k = detok_flush(&dt, tail, sizeof tail);
@@ -312,5 +389,6 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
     engine_seq_free(e, seq);
     free(all);
     free(logits);
-    return rc == 0 ? 0 : 1;
+    if (output_lost(out)) return 1;
+    return rc == 0 ? 0 : rc > 128 ? rc : 1;
 }

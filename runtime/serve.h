@@ -12,6 +12,7 @@
 #include "runtime/engine.h"
 #include "runtime/tokenizer.h"
 
+#include <signal.h>
 #include <stdio.h>
 
 /* Serves fd in_fd until EOF (running and queued requests finish) or a shutdown command
@@ -23,5 +24,14 @@ int serve_run(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, F
 /* --text: the whole of in_fd is one user message (chat template applied); only the answer
  * text is written to out, as it is generated, then a newline. Greedy. Returns 0 or 1. */
 int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, FILE *out);
+
+/* The last terminating signal serve_run saw (SIGTERM, SIGINT, SIGHUP), 0 if none. */
+extern volatile sig_atomic_t serve_signal;
+
+/* Installs the handlers serve_run answers (the process's edge, called once by main): SIGTERM,
+ * SIGINT and SIGHUP stop the reading and cancel the queued requests while the running ones
+ * finish, a second one cancels those too, then serve_run returns 128 + the signal; SIGPIPE is
+ * ignored, so a closed stdout is a write error that serve_run logs and stops on. */
+void serve_catch_signals(void);
 
 #endif

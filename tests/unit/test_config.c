@@ -76,9 +76,23 @@ static void test_defaults(void) {
                c.serve.max_context);
 }
 
+/* A key set twice in one file is refused, naming both lines; the config is left unchanged. */
+static void test_duplicate_key(void) {
+    const char *path = write_ini("dup.ini", "[kv]\nbudget_gb = 7\n[serve]\nmax_batch = 8\n"
+                                            "[kv]\nbudget_gb = 12.5\n");
+    g4_config c;
+    config_defaults(&c);
+    int rc = config_load(&c, path);
+    const char *why = config_last_error();
+    TEST_CHECK("config.duplicate_key",
+               rc == -1 && strstr(why, "dup.ini:6") && strstr(why, "kv.budget_gb") &&
+                   strstr(why, "first on line 2") && c.kv.budget_gb == 0,
+               "rc %d: %s", rc, why);
+}
+
 static void test_full_ini(void) {
     /* every key, comments of both kinds, an indented key after a key (inih would glue it to
-     * the previous value), a duplicate (last wins) and a relative path */
+     * the previous value) and a relative path */
     const char *path = write_ini("full.ini", "; g4pipe test config\n"
                                              "# hash comment\n"
                                              "[model]\n"
@@ -88,7 +102,6 @@ static void test_full_ini(void) {
                                              "[kv]\n"
                                              "local = fp8\n"
                                              "    page_tokens = 32\n"
-                                             "budget_gb = 7\n"
                                              "budget_gb = 12.5\n"
                                              "\n"
                                              "[serve]\n"
@@ -290,6 +303,7 @@ int main(void) {
     }
     test_defaults();
     test_full_ini();
+    test_duplicate_key();
     test_paths();
     test_load_errors();
     test_set();
