@@ -256,15 +256,17 @@ lint() {
 # or exits non-zero without printing a FAIL line of its own counts as one FAIL, so a crash can
 # never end a suite green.
 run_test() {
-    local name out rc=0
+    local name rc out
     name=$(basename "$1"); [ "$name" = python3 ] && name=$(basename "${2:-python3}" .py)
     mkdir -p "$B/tests"
-    out=$("$@" 2> "$B/tests/$name.stderr") || rc=$?
-    [ -n "$out" ] && printf '%s\n' "$out"
-    if [ $rc -ne 0 ] && ! printf '%s\n' "$out" | grep -q '^FAIL '; then
+    out="$B/tests/$name.out"
+    # streamed, not held: a run cut short (a device call's deadline) keeps the lines it printed
+    "$@" 2> "$B/tests/$name.stderr" | tee "$out"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' "$out"; then
         local how="exited with status $rc"
-        [ $rc -gt 128 ] && how="died of signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null || echo ?))"
-        echo "FAIL $name: $how after $(printf '%s\n' "$out" | grep -c '^PASS ') PASS lines, without a FAIL line of its own (see $B/tests/$name.stderr)"
+        [ "$rc" -gt 128 ] && how="died of signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null || echo ?))"
+        echo "FAIL $name: $how after $(grep -c '^PASS ' "$out") PASS lines, without a FAIL line of its own (see $B/tests/$name.stderr)"
     fi
     return 0
 }
