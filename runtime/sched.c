@@ -63,7 +63,7 @@ struct sched {
     int32_t *draw_tok;        /* [max_batch] */
     proto_logprob *draw_lp;   /* [max_batch] */
     /* stats */
-    long steps, tokens_out, last_rows, step_failures;
+    long steps, tokens_out, last_rows;
     double t_first_step;
 };
 
@@ -453,8 +453,8 @@ int sched_step(sched *s) {
             /* the pages were committed at admission: only a bug in the accounting gets here */
             log_msg(LOG_ERROR, "sched", "KV reservation failed for a running request");
             fail_request(s, r,
-                         "internal: its KV pages could not be reserved (an accounting "
-                         "bug, logged); the other requests go on");
+                         "its KV pages could not be reserved (an accounting bug, "
+                         "logged); the other requests go on");
             i--;
             continue;
         }
@@ -493,7 +493,6 @@ int sched_step(sched *s) {
                  engine_last_error(s->e));
         for (int i = 0; i < n_in; i++)
             fail_request(s, s->in_step[i], msg);
-        s->step_failures++;
         return -1;
     }
     for (int i = 0; i < n_out; i++) { /* a row whose logits are not finite: its request ends */
