@@ -39,6 +39,8 @@ TOP_K = 5            # reference ids per step the gap is taken over
 ENGINE_LOGPROBS = 20  # the protocol's most: the engine's top-20 per step
 MARGIN_CUT = 0.5     # nats: past a step this close, a different pick is not a bug
 HF_CHUNK = 2048
+BRANCH_END_NORMS = ("post_attention_layernorm.weight", "post_feedforward_layernorm.weight",
+                    "post_per_layer_input_norm.weight")
 SHARD_BYTES = 4 << 30
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
@@ -102,7 +104,15 @@ def fill_weights(model, seed):
     """Every parameter drawn on the GPU (a CPU generator takes minutes at 26-31B), with the
     rules of make_fixtures.py's geometry fixtures: norms and layer_scalar away from 1, q/k norm
     weights small (smooth attention), projections N(0, 1/fan_in), the embedding's eight hot
-    rows that carry every top-1 with wide margins."""
+    rows that carry every top-1 with wide margins.
+
+    One rule of its own: the norms that end a residual branch (post_attention_layernorm,
+    post_feedforward_layernorm, post_per_layer_input_norm) are drawn in [0.04, 0.08]. With them
+    near 1, every layer adds a unit-RMS random function of the normalised stream, and 30-60 such
+    layers are chaotic: HF sdpa moved HF eager's top-5 logprobs by 1-6 nats (tree 2e91c34, the
+    26B-A4B at every prompt length), so a gap limit of twice that could not tell a bug from
+    rounding. Small branch outputs keep each layer near the identity, so rounding stays small
+    while a wrong layer still moves the logits (and a w vs 1+w bug multiplies a branch by ~20)."""
     import torch
     gen = torch.Generator(device="cuda").manual_seed(seed)
     with torch.no_grad():
@@ -115,6 +125,8 @@ def fill_weights(model, seed):
             u = torch.rand(shape, generator=gen, device=dev, dtype=torch.float32)
             if name.endswith("q_norm.weight") or name.endswith("k_norm.weight"):
                 p.copy_((0.15 + 0.2 * u).to(p.dtype))
+            elif name.endswith(BRANCH_END_NORMS):
+                p.copy_((0.04 + 0.04 * u).to(p.dtype))
             elif p.ndim <= 1 or name.endswith("layer_scalar") or "per_expert_scale" in name:
                 sign = torch.where(torch.rand(shape, generator=gen, device=dev) < 0.5, -1.0, 1.0)
                 p.copy_((1.0 + sign * (0.1 + 0.3 * u)).to(p.dtype))
@@ -254,7 +266,7 @@ def job_make(a):
            "top_k": TOP_K, "hf_chunk": HF_CHUNK, "torch": torch.__version__,
            "transformers": transformers.__version__, "device": torch.cuda.get_device_name(0),
            "seed": SEED, "shards": n_shards, "runs": {}}
-    for kv in ("bf16", "e4m3"):
+    for kv in [{"bf16": "bf16", "fp8": "e4m3"}[x] for x in a.pools.split()]:
         e4m3_storage(kv == "e4m3")
         runs = {}
         model.set_attn_implementation("eager")
@@ -319,38 +331,52 @@ class Engine:
 
 
 def judge(ref_steps, floor_steps, ans):
-    """(ok, steps compared, steps equal, max gap, limit, why)."""
+    """(ok, steps compared, steps equal, max gap, limit, why).
+
+    A step is compared while the engine's context is HF's (its tokens so far equal eager's):
+    step 0 always. Over those steps the gap must stay within max(0.1, 2 x the floor). A
+    different pick fails only where HF's own two implementations could not have flipped it:
+    the reference margin is at least MARGIN_CUT and at least twice that step's floor gap
+    (sdpa moves each logprob by up to the floor gap, so the top-2 difference by twice that),
+    and sdpa picks eager's token. Past a permitted flip the contexts differ and nothing more
+    is compared."""
     if ans["end"] is None or ans["end"].get("event") != "done":
         return False, 0, 0, float("nan"), float("nan"), f"no done line: {ans['end']}"
-    # the cut: the first step whose reference margin is under MARGIN_CUT, or where HF's own
-    # sdpa run (fed the same tokens) picks another token than eager: past it, a different pick
-    # is within what HF's two implementations disagree on
-    cut = next((s for s, r in enumerate(ref_steps)
-                if r["top1"] - r["top2"] < MARGIN_CUT or floor_steps[s]["token"] != r["token"]),
-               len(ref_steps))
-    equal, gap, floor = 0, 0.0, 0.0
-    for s in range(cut):
-        r = ref_steps[s]
+    compared, equal, gap, floor, why = 0, 0, 0.0, 0.0, ""
+    for s, r in enumerate(ref_steps):
         if s >= len(ans["tokens"]):
-            return False, cut, equal, gap, 0, f"{len(ans['tokens'])} tokens of {GREEDY}"
-        if ans["tokens"][s] != r["token"]:
-            lim = max(0.1, 2 * floor)
-            return False, cut, equal, gap, lim, (f"step {s}: engine {ans['tokens'][s]}, HF "
-                                                 f"{r['token']} (margin {r['top1'] - r['top2']:.2f})")
-        equal += 1
+            return False, compared, equal, gap, 0, f"{len(ans['tokens'])} tokens of {GREEDY}"
+        compared += 1
         lps = ans["lps"][s]
         low = min(lps.values())
+        fl = dict((x, v) for x, v in floor_steps[s]["at"])
+        floor_s = 0.0
         for i, lp_ref in r["top"]:
             # an id past the engine's top-20 has a logprob at most its 20th: the gap is at least
             # how far the reference's value lies above that
             g = abs(lps[i] - lp_ref) if i in lps else max(0.0, lp_ref - low)
             gap = max(gap, g)
-        f = floor_steps[s]
-        for i, lp_ref in r["top"]:
-            fl = dict((x, v) for x, v in f["at"])
-            floor = max(floor, abs(fl[i] - lp_ref))
+            floor_s = max(floor_s, abs(fl[i] - lp_ref))
+        floor = max(floor, floor_s)
+        if ans["tokens"][s] == r["token"]:
+            equal += 1
+            continue
+        margin = r["top1"] - r["top2"]
+        sure = margin >= max(MARGIN_CUT, 2 * floor_s) and floor_steps[s]["token"] == r["token"]
+        if sure:
+            why = (f"step {s}: engine {ans['tokens'][s]}, HF {r['token']} (margin "
+                   f"{margin:.2f}, floor gap {floor_s:.2f})")
+        else:
+            why = (f"step {s}: a permitted flip (margin {margin:.2f} under 2 x floor gap "
+                   f"{floor_s:.2f} or sdpa's pick differs), contexts differ past it")
+        lim = max(0.1, 2 * floor)
+        if sure:
+            return False, compared, equal, gap, lim, why
+        break
     lim = max(0.1, 2 * floor)
-    return gap <= lim, cut, equal, gap, lim, "" if gap <= lim else f"gap {gap:.4f} > {lim:.4f}"
+    if gap > lim:
+        return False, compared, equal, gap, lim, f"gap {gap:.4f} > {lim:.4f}" + (f"; {why}" if why else "")
+    return True, compared, equal, gap, lim, why
 
 
 def job_check(a):
@@ -358,6 +384,8 @@ def job_check(a):
         ref = json.load(f)
     runs = ref["runs"]["bf16" if a.pool == "bf16" else "e4m3"]
     prompts = ref["prompts"]
+    if a.only:
+        prompts = {f"len{n}": prompts[f"len{n}"] for n in a.only.split(",")}
     sets = [f"model.path={os.path.abspath(a.dir)}", f"kv.local={a.pool}"] + (a.set or [])
     log = open(a.log, "w") if a.log else subprocess.DEVNULL
     t0 = time.time()
@@ -384,11 +412,11 @@ def job_check(a):
     rc = eng.close()
     for (name, mode), ans in answers.items():
         ok, cut, equal, gap, lim, why = judge(runs[name]["eager"], runs[name]["sdpa"], ans)
-        gate = f"gpu:full[{a.model}/{a.pool}/{name}/{mode}]"
+        gate = f"gpu:full[{a.model}/{a.pool}{a.label}/{name}/{mode}]"
         n = len(prompts[name])
-        line = (f"{n} tokens, greedy {equal}/{cut} steps equal up to the {MARGIN_CUT}-nat cut, "
+        line = (f"{n} tokens, greedy {equal} of {cut} steps compared equal, "
                 f"max gap {gap:.4f} (limit {lim:.4f})")
-        print(f"{'PASS' if ok else 'FAIL'} {gate}: {line}{'; ' + why if why else ''}")
+        print(f"{'PASS' if ok else 'FAIL'} {gate}: {line}{'; ' + why if why else ''}", flush=True)
         fails += not ok
         results.append({"model": a.model, "pool": a.pool, "prompt": n, "mode": mode, "ok": ok,
                         "cut": cut, "equal": equal, "gap": gap, "limit": lim, "why": why})
@@ -412,11 +440,15 @@ def main():
     ap.add_argument("--lengths", default="", help="make: prompt lengths instead of the standard set")
     ap.add_argument("--chunk", type=int, default=2048, help="make: the conf's serve.prefill_chunk")
     ap.add_argument("--max-context", type=int, default=32768, help="make: the conf's serve.max_context")
+    ap.add_argument("--pools", default="bf16 fp8",
+                    help="make: the pools to write references for (fp8: HF with e4m3-stored sliding K/V)")
     ap.add_argument("--binary", default="build/g4pipe")
     ap.add_argument("--conf")
     ap.add_argument("--pool", choices=["bf16", "fp8"], default="bf16")
     ap.add_argument("--set", action="append", help="check: another --set for the binary")
     ap.add_argument("--log", help="check: the binary's stderr")
+    ap.add_argument("--only", help="check: these prompt lengths only (comma-separated)")
+    ap.add_argument("--label", default="", help="check: a suffix for the gate names, e.g. /plain")
     ap.add_argument("--table", help="check: append one JSON line per case")
     a = ap.parse_args()
     if a.job == "make":
