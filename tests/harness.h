@@ -4,7 +4,10 @@
  *   PASS <gate>: <figures>      FAIL <gate>: <why>      SKIP <gate>: skipped: <why>
  * (INFO <name>: <figures> lines are shown, not counted) and the program exits non-zero when any
  * FAIL was printed. build.sh counts the lines and
- * ends with "N passed, N failed, N skipped". Figures (gaps, counts) go on the PASS line. */
+ * ends with "N passed, N failed, N skipped". Figures (gaps, counts) go on the PASS line.
+ * A program whose gates are known before it runs declares them first with test_plan(n) (a
+ * "PLAN n" line): build.sh's run_test then counts a run that printed fewer PASS/FAIL/SKIP lines
+ * as failed, so a gate that vanishes on some path cannot pass silently. */
 #ifndef G4_TEST_HARNESS_H
 #define G4_TEST_HARNESS_H
 
@@ -56,6 +59,12 @@ __attribute__((format(printf, 2, 3), unused)) static void test_info(const char *
     va_start(ap, fmt);
     harness_line("INFO", what, fmt, ap);
     va_end(ap);
+}
+
+/* Declares that this run prints n gate lines (PASS, FAIL or SKIP) in all. */
+__attribute__((unused)) static void test_plan(int n) {
+    printf("PLAN %d\n", n);
+    fflush(stdout);
 }
 
 /* One check: PASS or FAIL line with the same message. */

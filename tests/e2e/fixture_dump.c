@@ -40,12 +40,33 @@ static int parse_lp(char *line, fx_case *c) {
     fx_pos *fp = &c->pos[pos];
     fp->top1 = strtof(t1, NULL);
     fp->top2 = strtof(t2, NULL);
-    for (int k = 0; k < FX_TOP_K; k++) {
-        const char *pair = strtok_r(NULL, " \n", &save);
-        if (!pair || !strchr(pair, ':')) return -1;
-        fp->ids[k] = (int32_t)atoi(pair);
-        fp->lp[k] = strtof(strchr(pair, ':') + 1, NULL);
+    fp->k = 0;
+    for (const char *pair; (pair = strtok_r(NULL, " \n", &save)) != NULL;) {
+        if (fp->k == FX_TOP_K_MAX || !strchr(pair, ':')) return -1;
+        fp->ids[fp->k] = (int32_t)atoi(pair);
+        fp->lp[fp->k++] = strtof(strchr(pair, ':') + 1, NULL);
     }
+    return fp->k >= FX_TOP_K ? 0 : -1; /* every dump records at least FX_TOP_K ids */
+}
+
+/* "tl <pos> <lp>" and "hfalt <pos> <9 fields>" of a trained dump (train_fixtures.py). */
+static int parse_tl(char *line, fx_case *c) {
+    int pos;
+    float lp;
+    if (sscanf(line, "tl %d %f", &pos, &lp) != 2 || pos < 0 || pos + 1 >= c->n) return -1;
+    c->pos[pos].has_tl = 1;
+    c->pos[pos].tl = lp;
+    return 0;
+}
+
+static int parse_alt(char *line, fx_case *c) {
+    int pos;
+    fx_alt a;
+    if (sscanf(line, "hfalt %d %d %f %lf %d %f %d %f %lf", &pos, &a.sdpa_top1, &a.sdpa_tl,
+               &a.sdpa_kl, &a.fp32_top1, &a.fp32_tl, &a.e4m3_top1, &a.e4m3_tl, &a.e4m3_kl) != 9 ||
+        pos < 0 || pos + 1 >= c->n || !c->pos[pos].has_tl)
+        return -1;
+    c->pos[pos].alt = a;
     return 0;
 }
 
@@ -108,6 +129,10 @@ int fx_dump_read(const char *path, fx_dump *d) {
             rc = cur ? parse_lp(line, cur) : -1;
         } else if (strncmp(line, "greedy ", 7) == 0) {
             rc = cur ? parse_greedy(line, cur) : -1;
+        } else if (strncmp(line, "tl ", 3) == 0) {
+            rc = cur ? parse_tl(line, cur) : -1;
+        } else if (strncmp(line, "hfalt ", 6) == 0) {
+            rc = cur ? parse_alt(line, cur) : -1;
         } else if (strncmp(line, "greedy_floor ", 13) == 0) {
             rc = cur ? parse_greedy_floor(line, cur) : -1;
         }

@@ -29,6 +29,7 @@
 #include "runtime/kv_pool.h"
 #include "runtime/log.h"
 #include "tests/e2e/fixture_dump.h"
+#include "tests/e2e/fixture_run.h"
 #include "tests/harness.h"
 
 #include <math.h>
@@ -82,101 +83,15 @@ static int gate_wanted(const char *name, const char *fx) {
     return want;
 }
 
-typedef struct run {
-    int first; /* the position of logits row 0 (a waypoint keeps only its tail) */
-    int n;     /* positions with logits */
-    int vocab;
-    bf16_t *logits; /* [n, vocab] */
-} run;
-
-/* An engine of max_context tokens whose steps take up to `chunk` rows, all wanting logits. */
+/* An engine of max_context tokens whose steps take up to `chunk` rows, all wanting logits, on
+ * this program's backend. */
 static engine *open_engine(const char *dir, int max_context, int chunk, int fp8) {
-    g4_config c;
-    config_defaults(&c);
-    snprintf(c.model.path, sizeof c.model.path, "%s", dir);
-    c.kv.page_tokens = 4; /* small pages: the window of 8 spans several, releases happen */
-    c.serve.max_context = max_context;
-    c.serve.prefill_chunk = chunk;
-    c.serve.max_batch = 4;
-    c.debug.backend = backend_choice;
-    c.kv.local = fp8 ? G4_KV_LOCAL_FP8 : G4_KV_LOCAL_BF16;
-    c.serve.cuda_graphs = graphs_on;
-    /* G4_FIXTURE_GEMM: debug.gemm (plain: the projections without cuBLASLt, for
-     * sanitize_fixtures.sh), through the config's own parser so a bad value is refused */
-    const char *gemm = getenv("G4_FIXTURE_GEMM");
-    if (gemm && *gemm) {
-        char set[64];
-        snprintf(set, sizeof set, "debug.gemm=%s", gemm);
-        if (config_set(&c, set) != 0) {
-            fprintf(stderr, "test_fixtures: G4_FIXTURE_GEMM: %s\n", config_last_error());
-            return NULL;
-        }
-    }
-    if (config_finish(&c) != 0) return NULL;
-    engine *e = NULL;
-    if (engine_open(&c, chunk, &e) != 0) return NULL;
-    return e;
+    return fx_open_engine(dir, max_context, chunk, fp8, backend_choice, graphs_on);
 }
 
 /* longest: the longest prompt, which a whole-prompt prefill runs as one step */
 static engine *open_fixture(const char *dir, int longest, int fp8) {
     return open_engine(dir, MAX_TOKENS, longest > 64 ? (longest + 3) / 4 * 4 : 64, fp8);
-}
-
-/* Runs tokens [begin, end) of ids on slot seq as one step, logits of every row to out. */
-static int step_range(engine *e, const int32_t *ids, int begin, int end, bf16_t *out,
-                      int (*hook)(g4_state *, int, const char *), void *ctx) {
-    int32_t pos[MAX_TOKENS], seq[MAX_TOKENS], src[MAX_TOKENS];
-    int rows = end - begin;
-    for (int r = 0; r < rows; r++) {
-        pos[r] = begin + r;
-        seq[r] = 0;
-        src[r] = r;
-    }
-    engine_seq_release_front(e, 0, begin);
-    if (engine_seq_reserve(e, 0, begin, end) != 0) return -1;
-    engine_batch b = {
-        .rows = rows, .ids = ids + begin, .pos = pos, .seq = seq, .out_rows = rows, .out_src = src};
-    return engine_step(e, &b, out, hook, ctx);
-}
-
-/* Prefills the first `prefill` tokens in chunks of `chunk`, then decodes the rest one token
- * at a time (teacher-forced): the logits of every position land in r. */
-static int run_case(engine *e, const int32_t *ids, int n, int prefill, int chunk, run *r,
-                    int (*hook)(g4_state *, int, const char *), void *ctx) {
-    int V = engine_model(e)->n_vocab;
-    r->n = n;
-    r->vocab = V;
-    r->logits = malloc((size_t)n * (size_t)V * sizeof(bf16_t));
-    if (!r->logits) return -1;
-    int rc = 0;
-    for (int b = 0; b < prefill && rc == 0; b += chunk) {
-        int end = b + chunk < prefill ? b + chunk : prefill;
-        rc = step_range(e, ids, b, end, r->logits + (size_t)b * (size_t)V, hook, ctx);
-    }
-    for (int p = prefill; p < n && rc == 0; p++)
-        rc = step_range(e, ids, p, p + 1, r->logits + (size_t)p * (size_t)V, hook, ctx);
-    engine_seq_free(e, 0);
-    return rc;
-}
-
-static void log_softmax_row(const bf16_t *logits, int V, float *lp) {
-    float mx = -INFINITY;
-    for (int i = 0; i < V; i++)
-        mx = fmaxf(mx, ref_bf16_to_f32(logits[i]));
-    double sum = 0.0;
-    for (int i = 0; i < V; i++)
-        sum += exp((double)(ref_bf16_to_f32(logits[i]) - mx));
-    float lse = mx + (float)log(sum);
-    for (int i = 0; i < V; i++)
-        lp[i] = ref_bf16_to_f32(logits[i]) - lse;
-}
-
-static int argmax_row(const bf16_t *logits, int V) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (ref_bf16_to_f32(logits[i]) > ref_bf16_to_f32(logits[best])) best = i;
-    return best; /* strict > keeps the lowest id among ties, as torch.argmax */
 }
 
 typedef struct cmp {
@@ -189,12 +104,12 @@ typedef struct cmp {
 
 /* Compares the engine's run with a dump case at every position; sdpa (may be NULL) is HF's
  * second run of the same case, whose disagreements with eager make the argmax floor. */
-static void compare(const run *r, const fx_case *c, const fx_case *sdpa, cmp *out) {
+static void compare(const fx_run *r, const fx_case *c, const fx_case *sdpa, cmp *out) {
     float *lp = malloc(sizeof(float) * (size_t)r->vocab);
     if (!lp) return;
     for (int p = c->lp_from; p < c->n; p++) {
         const bf16_t *row = r->logits + (size_t)(p - r->first) * (size_t)r->vocab;
-        log_softmax_row(row, r->vocab, lp);
+        fx_log_softmax_row(row, r->vocab, lp);
         const fx_pos *hp = &c->pos[p];
         for (int k = 0; k < FX_TOP_K; k++) {
             double d = fabs((double)lp[hp->ids[k]] - (double)hp->lp[k]);
@@ -206,7 +121,7 @@ static void compare(const run *r, const fx_case *c, const fx_case *sdpa, cmp *ou
             continue;
         }
         if (sdpa && sdpa->pos[p].ids[0] != hp->ids[0]) out->floor_mismatches++;
-        if (argmax_row(row, r->vocab) != hp->ids[0] && out->mismatches++ == 0)
+        if (fx_argmax_row(row, r->vocab) != hp->ids[0] && out->mismatches++ == 0)
             snprintf(out->first, sizeof out->first, "; first at %s pos %d (HF margin %.4g at %.4g)",
                      c->name, p, (double)(hp->top1 - hp->top2), (double)hp->top1);
     }
@@ -241,8 +156,8 @@ static void gate_cpu_vs_hf(engine *e, const char *fx, const fx_dump *eager, cons
     double fl = 0.0;
     for (int i = 0; i < eager->n_cases; i++) {
         const fx_case *hc = &eager->cases[i];
-        run r = {0};
-        if (run_case(e, hc->ids, hc->n, hc->n, hc->n, &r, NULL, NULL) != 0) {
+        fx_run r = {0};
+        if (fx_run_case(e, hc->ids, hc->n, hc->n, hc->n, &r, NULL, NULL) != 0) {
             test_fail("cpu_vs_hf", "%s: case %s did not run", fx, hc->name);
             free(r.logits);
             return;
@@ -286,7 +201,7 @@ static void gate_greedy(engine *e, const char *fx, const fx_dump *eager, const f
         memcpy(ids, hc->ids, sizeof(int32_t) * (size_t)hc->n);
         int V = engine_model(e)->n_vocab;
         bf16_t *logits = malloc(sizeof(bf16_t) * (size_t)V * (size_t)(hc->n + 1));
-        if (!logits || step_range(e, ids, 0, hc->n, logits, NULL, NULL) != 0) differ = 1;
+        if (!logits || fx_step_range(e, ids, 0, hc->n, logits, NULL, NULL) != 0) differ = 1;
         int n = hc->n;
         for (int g = 0; g < hc->n_greedy && !differ; g++) {
             const int exempt = fx_tie_exempt(hc->g_top1[g], hc->g_top2[g]);
@@ -294,7 +209,7 @@ static void gate_greedy(engine *e, const char *fx, const fx_dump *eager, const f
                 cut++;
                 break;
             }
-            int tok = argmax_row(logits + (size_t)(g == 0 ? hc->n - 1 : 0) * (size_t)V, V);
+            int tok = fx_argmax_row(logits + (size_t)(g == 0 ? hc->n - 1 : 0) * (size_t)V, V);
             if (!exempt) {
                 compared++;
                 if (floor_rule && sc->floor_greedy[g] != hc->greedy[g]) floor_mismatches++;
@@ -312,7 +227,7 @@ static void gate_greedy(engine *e, const char *fx, const fx_dump *eager, const f
                 }
             }
             ids[n++] = hc->greedy[g]; /* teacher-forced: equal to tok wherever tok is checked */
-            if (g + 1 < hc->n_greedy && step_range(e, ids, n - 1, n, logits, NULL, NULL) != 0)
+            if (g + 1 < hc->n_greedy && fx_step_range(e, ids, n - 1, n, logits, NULL, NULL) != 0)
                 differ = 1;
         }
         engine_seq_free(e, 0);
@@ -347,8 +262,8 @@ static void gate_window(engine *e, const char *fx, const fx_dump *eager, const f
         if (!hc) continue;
         int chunks[2] = {hc->n - 3, 3};
         for (int m = 0; m < 2; m++) {
-            run r = {0};
-            if (run_case(e, hc->ids, hc->n, hc->n - 3, chunks[m], &r, NULL, NULL) == 0) {
+            fx_run r = {0};
+            if (fx_run_case(e, hc->ids, hc->n, hc->n - 3, chunks[m], &r, NULL, NULL) == 0) {
                 compare(&r, hc, find_case(sdpa, name), &c);
                 runs++;
             }
@@ -429,7 +344,7 @@ static int step_keep(engine *e, const int32_t *ids, int begin, int end, int keep
 
 /* One waypoint run: prefill [0, n - tail) in chunks of `chunk`, then the tail either as more
  * chunks (decode = 0) or token by token, teacher-forced (decode = 1); the tail's logits in r. */
-static int run_waypoint(engine *e, const fx_case *c, int chunk, int decode, run *r) {
+static int run_waypoint(engine *e, const fx_case *c, int chunk, int decode, fx_run *r) {
     int V = engine_model(e)->n_vocab, tail = c->n - c->lp_from;
     r->first = c->lp_from;
     r->n = tail;
@@ -485,7 +400,7 @@ static void gate_waypoints(const char *dir, const char *fx) {
         if (sc) fl = max_d(fl, floor_gap(hc, sc));
         snprintf(lens + strlen(lens), sizeof lens - strlen(lens), "%s%d", i ? ", " : "", hc->n);
         for (int decode = 0; decode < 2; decode++) {
-            run r = {0};
+            fx_run r = {0};
             fprintf(stderr, "test_fixtures: +%.1f s: waypoint %d tokens, %s\n", elapsed_s(), hc->n,
                     decode ? "tail decoded" : "chunked to the end");
             if (hc->lp_from < hc->n && run_waypoint(e, hc, chunk, decode, &r) == 0) {
@@ -524,19 +439,20 @@ static void gate_incremental(engine *e, const char *fx, const fx_dump *eager) {
     float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
     for (int i = 0; i < eager->n_cases && a && b; i++) {
         const fx_case *hc = &eager->cases[i];
-        run whole = {0}, inc = {0};
+        fx_run whole = {0}, inc = {0};
         if (hc->n > INCREMENTAL_MAX) continue; /* token by token: the W+1 prompts cross W */
-        failed |= run_case(e, hc->ids, hc->n, hc->n, hc->n, &whole, NULL, NULL);
-        failed |= run_case(e, hc->ids, hc->n, 1, 1, &inc, NULL, NULL);
+        failed |= fx_run_case(e, hc->ids, hc->n, hc->n, hc->n, &whole, NULL, NULL);
+        failed |= fx_run_case(e, hc->ids, hc->n, 1, 1, &inc, NULL, NULL);
         for (int p = 0; p < hc->n && !failed; p++) {
             size_t o = (size_t)p * (size_t)whole.vocab;
-            log_softmax_row(whole.logits + o, whole.vocab, a);
-            log_softmax_row(inc.logits + o, inc.vocab, b);
+            fx_log_softmax_row(whole.logits + o, whole.vocab, a);
+            fx_log_softmax_row(inc.logits + o, inc.vocab, b);
             for (int k = 0; k < FX_TOP_K; k++)
                 gap = max_d(gap, fabs((double)a[hc->pos[p].ids[k]] - b[hc->pos[p].ids[k]]));
             positions++;
             if (!fx_tie_exempt(hc->pos[p].top1, hc->pos[p].top2) &&
-                argmax_row(whole.logits + o, whole.vocab) != argmax_row(inc.logits + o, inc.vocab))
+                fx_argmax_row(whole.logits + o, whole.vocab) !=
+                    fx_argmax_row(inc.logits + o, inc.vocab))
                 mismatches++;
         }
         free(whole.logits);
@@ -665,8 +581,8 @@ static void gate_batch_invariance(engine *e, engine *mixed_e, const char *name, 
         const fx_case *hc = &eager->cases[pick[q]];
         len[q] = hc->n < bi_max_len() ? hc->n : bi_max_len();
         ids[q] = hc->ids;
-        run r = {0};
-        failed |= run_case(e, ids[q], len[q], len[q], len[q], &r, NULL, NULL);
+        fx_run r = {0};
+        failed |= fx_run_case(e, ids[q], len[q], len[q], len[q], &r, NULL, NULL);
         alone[q] = r.logits;
         mixed[q] = malloc((size_t)len[q] * (size_t)V * sizeof(bf16_t));
         failed |= !alone[q] || !mixed[q];
@@ -744,9 +660,9 @@ static void gate_features(engine *e, const char *fx, const fx_dump *eager) {
         rt->n_expert = m->n_expert;
         rt->top_k = m->top_k;
         for (int i = 0; i < eager->n_cases; i++) {
-            run r = {0};
+            fx_run r = {0};
             const fx_case *hc = &eager->cases[i];
-            run_case(e, hc->ids, hc->n, hc->n, hc->n, &r, record_routing, rt);
+            fx_run_case(e, hc->ids, hc->n, hc->n, hc->n, &r, record_routing, rt);
             free(r.logits);
         }
         for (int l = 0; l < m->n_layer; l++) {
@@ -781,9 +697,9 @@ static void gate_published(engine *plain, const char *dir, const fx_dump *eager)
     int differ = 0, cases = 0;
     for (int i = 0; i < eager->n_cases; i++) {
         const fx_case *hc = &eager->cases[i];
-        run a = {0}, b = {0};
-        if (run_case(plain, hc->ids, hc->n, hc->n, hc->n, &a, NULL, NULL) != 0 ||
-            run_case(pub, hc->ids, hc->n, hc->n, hc->n, &b, NULL, NULL) != 0 ||
+        fx_run a = {0}, b = {0};
+        if (fx_run_case(plain, hc->ids, hc->n, hc->n, hc->n, &a, NULL, NULL) != 0 ||
+            fx_run_case(pub, hc->ids, hc->n, hc->n, hc->n, &b, NULL, NULL) != 0 ||
             memcmp(a.logits, b.logits, sizeof(bf16_t) * (size_t)hc->n * (size_t)a.vocab) != 0)
             differ++;
         cases++;
@@ -805,19 +721,20 @@ typedef struct dist {
     int positions; /* positions with an HF record */
     int agree_fp8; /* fp8 pool's argmax == bf16 pool's */
     int agree_hf;  /* HF eager's argmax == HF sdpa's (the floor) */
-    int replay_eq; /* bf16 replay's logits row bit-identical to the first bf16 run */
+    int replay_eq; /* bf16 replay's logits row bit-identical to the first bf16 fx_run */
     int inc_agree; /* fp8 token-by-token decode's argmax == fp8 whole prefill's */
     int inc_checked;
 } dist;
 
 /* Adds positions [c->lp_from, c->n) of the runs a (fp8), b and b2 (bf16 twice) to d. */
-static void dist_add(dist *d, const fx_case *c, const fx_case *sc, const run *a, const run *b,
-                     const run *b2) {
+static void dist_add(dist *d, const fx_case *c, const fx_case *sc, const fx_run *a, const fx_run *b,
+                     const fx_run *b2) {
     size_t V = (size_t)a->vocab;
     for (int p = c->lp_from; p < c->n; p++) {
         size_t o = (size_t)(p - a->first) * V;
         d->positions++;
-        d->agree_fp8 += argmax_row(a->logits + o, a->vocab) == argmax_row(b->logits + o, b->vocab);
+        d->agree_fp8 +=
+            fx_argmax_row(a->logits + o, a->vocab) == fx_argmax_row(b->logits + o, b->vocab);
         d->agree_hf += sc && sc->pos[p].ids[0] == c->pos[p].ids[0];
         d->replay_eq += memcmp(b->logits + o, b2->logits + o, V * sizeof(bf16_t)) == 0;
     }
@@ -834,7 +751,7 @@ static int dist_add_waypoints(dist *d, const char *dir) {
     rc = eb ? 0 : -1;
     for (int i = 0; rc == 0 && i < eager.n_cases; i++) {
         const fx_case *hc = &eager.cases[i];
-        run a = {0}, b = {0}, b2 = {0};
+        fx_run a = {0}, b = {0}, b2 = {0};
         rc = run_waypoint(e8, hc, chunk, 0, &a) | run_waypoint(eb, hc, chunk, 0, &b) |
              run_waypoint(eb, hc, chunk, 0, &b2);
         if (rc == 0) dist_add(d, hc, find_case(&sdpa, hc->name), &a, &b, &b2);
@@ -863,17 +780,17 @@ static void gate_distribution(engine *fp8, const char *dir, const char *fx, cons
     failed |= !bf;
     for (int i = 0; bf && i < eager->n_cases && !failed; i++) {
         const fx_case *hc = &eager->cases[i];
-        run a = {0}, b = {0}, b2 = {0}, inc = {0};
-        failed |= run_case(fp8, hc->ids, hc->n, hc->n, hc->n, &a, NULL, NULL) |
-                  run_case(bf, hc->ids, hc->n, hc->n, hc->n, &b, NULL, NULL) |
-                  run_case(bf, hc->ids, hc->n, hc->n, hc->n, &b2, NULL, NULL);
+        fx_run a = {0}, b = {0}, b2 = {0}, inc = {0};
+        failed |= fx_run_case(fp8, hc->ids, hc->n, hc->n, hc->n, &a, NULL, NULL) |
+                  fx_run_case(bf, hc->ids, hc->n, hc->n, hc->n, &b, NULL, NULL) |
+                  fx_run_case(bf, hc->ids, hc->n, hc->n, hc->n, &b2, NULL, NULL);
         if (!failed) dist_add(&d, hc, find_case(sdpa, hc->name), &a, &b, &b2);
         if (!failed && hc->n <= INCREMENTAL_MAX &&
-            run_case(fp8, hc->ids, hc->n, 1, 1, &inc, NULL, NULL) == 0)
+            fx_run_case(fp8, hc->ids, hc->n, 1, 1, &inc, NULL, NULL) == 0)
             for (int p = 0; p < hc->n; p++, d.inc_checked++) {
                 size_t o = (size_t)p * (size_t)a.vocab;
-                d.inc_agree +=
-                    argmax_row(a.logits + o, a.vocab) == argmax_row(inc.logits + o, inc.vocab);
+                d.inc_agree += fx_argmax_row(a.logits + o, a.vocab) ==
+                               fx_argmax_row(inc.logits + o, inc.vocab);
             }
         free(a.logits);
         free(b.logits);
