@@ -40,7 +40,7 @@ engine *fx_open_engine(const char *dir, int max_context, int chunk, int fp8,
 }
 
 int fx_step_range(engine *e, const int32_t *ids, int begin, int end, bf16_t *out,
-                      int (*hook)(g4_state *, int, const char *), void *ctx) {
+                  int (*hook)(g4_state *, int, const char *), void *ctx) {
     int32_t pos[MAX_ROWS], seq[MAX_ROWS], src[MAX_ROWS];
     int rows = end - begin;
     if (rows > MAX_ROWS) return -1;
@@ -57,7 +57,7 @@ int fx_step_range(engine *e, const int32_t *ids, int begin, int end, bf16_t *out
 }
 
 int fx_run_case(engine *e, const int32_t *ids, int n, int prefill, int chunk, fx_run *r,
-                    int (*hook)(g4_state *, int, const char *), void *ctx) {
+                int (*hook)(g4_state *, int, const char *), void *ctx) {
     int V = engine_model(e)->n_vocab;
     r->n = n;
     r->vocab = V;
@@ -92,4 +92,3 @@ int fx_argmax_row(const bf16_t *logits, int V) {
         if (ref_bf16_to_f32(logits[i]) > ref_bf16_to_f32(logits[best])) best = i;
     return best; /* strict > keeps the lowest id among ties, as torch.argmax */
 }
-

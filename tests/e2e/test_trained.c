@@ -49,9 +49,9 @@
 #define MIN_FP8_POSITIONS 768
 /* The CPU reference (./build.sh test on 2 cores) takes ~14 ms a position at 512 tokens: there
  * the chunked and decoded runs cover the sequences of up to 128 tokens (607 positions past
- * W); the GPU runs every sequence so. The fp8 pool runs every sequence on both: its top-1 rule allows 0.5
- * points, about one standard deviation of an agreement over 1,500 positions, so it takes all
- * 2,720. */
+ * W); the GPU runs every sequence so. The fp8 pool runs every sequence on both: its top-1 rule
+ * allows 0.5 points, about one standard deviation of an agreement over 1,500 positions, so it takes
+ * all 2,720. */
 #define CPU_CHUNKED_MAX 128
 /* top1, kld, ce, past_w whole, chunked and decoded, greedy; fp8: ce, kld, top1, greedy */
 #define GATES_PER_FIXTURE 11
@@ -68,22 +68,22 @@ static const char *bf16_prefix = "", *fp8_prefix = "fp8:";
 /* The engine's run against HF eager at a set of positions, beside HF's own variants there. */
 typedef struct tally {
     int n;
-    int agree;        /* engine argmax == HF eager's */
-    double kl;        /* sum of KL(eager || engine), eager's top-k + tail */
-    double ce;        /* sum of -logprob_engine(true next token) */
-    int sdpa_agree;   /* HF sdpa's argmax == eager's */
-    double sdpa_kl;   /* sum of KL(eager || sdpa), the same estimator */
-    double ce_eager;  /* HF eager bf16's cross-entropy sum */
-    double ce_fp32;   /* HF fp32 eager's */
-    int e4m3_agree;   /* HF eager with e4m3-stored sliding K/V: argmax == eager's */
-    double e4m3_kl;   /* sum of KL(eager || e4m3), full vocabulary */
+    int agree;       /* engine argmax == HF eager's */
+    double kl;       /* sum of KL(eager || engine), eager's top-k + tail */
+    double ce;       /* sum of -logprob_engine(true next token) */
+    int sdpa_agree;  /* HF sdpa's argmax == eager's */
+    double sdpa_kl;  /* sum of KL(eager || sdpa), the same estimator */
+    double ce_eager; /* HF eager bf16's cross-entropy sum */
+    double ce_fp32;  /* HF fp32 eager's */
+    int e4m3_agree;  /* HF eager with e4m3-stored sliding K/V: argmax == eager's */
+    double e4m3_kl;  /* sum of KL(eager || e4m3), full vocabulary */
 } tally;
 
 /* The fp8 pool against the bf16 pool at the same positions, beside HF's e4m3 cost there. */
 typedef struct pools {
     int n, agree;
     double kl, ce_bf16, ce_fp8;
-    int hf_agree;              /* HF e4m3-stored sliding K/V vs HF bf16: argmax agreement */
+    int hf_agree; /* HF e4m3-stored sliding K/V vs HF bf16: argmax agreement */
     double hf_kl, hf_ce_bf16, hf_ce_fp32; /* KL(HF bf16 || HF e4m3); HF's CE in bf16 and fp32 */
     int same_e4m3;     /* fp8 pool's argmax == HF e4m3's, id for id (an INFO figure) */
     double ce_hf_e4m3; /* HF e4m3's cross-entropy */
@@ -171,8 +171,8 @@ static int check_tally(const char *gate, const char *fx, const char *what, const
     const double n = t->n > 0 ? t->n : 1;
     const double top1 = t->agree / n, top1_hf = t->sdpa_agree / n, kld = t->kl / n,
                  kld_hf = t->sdpa_kl / n, ce = t->ce / n, ce_hf = t->ce_eager / n;
-    const int ok = t->n > 0 && top1 >= top1_hf - 0.003 && kld <= 1.5 * kld_hf &&
-                   fabs(ce - ce_hf) <= 0.002;
+    const int ok =
+        t->n > 0 && top1 >= top1_hf - 0.003 && kld <= 1.5 * kld_hf && fabs(ce - ce_hf) <= 0.002;
     TEST_CHECK(gate, ok,
                "%s, %s, %d positions: top-1 %.2f%% (HF sdpa %.2f%%, limit >= %.2f%%), KLD %.5f "
                "(HF sdpa %.5f, limit %.5f), cross-entropy %.5f (HF eager %.5f, |diff| %.5f, "
@@ -222,8 +222,8 @@ static void gate_greedy(engine *e, const char *gate, const char *fx, const fx_du
             ids[n++] = c->greedy[g];
             if (g + 1 < c->n_greedy && fx_step_range(e, ids, n - 1, n, logits, NULL, NULL) != 0) {
                 failed = 1;
-                snprintf(first, sizeof first, "; case %s step %d: the decode step failed",
-                         c->name, g);
+                snprintf(first, sizeof first, "; case %s step %d: the decode step failed", c->name,
+                         g);
             }
             row = logits;
         }
@@ -267,13 +267,15 @@ static void run_fixture(const char *dir, const char *fx) {
         double t0 = now_s();
         failed |= fx_run_case(bf, c->ids, c->n, c->n, c->n, &rb, NULL, NULL) != 0;
         double t1 = now_s();
-        if (chunked) failed |= fx_run_case(bf, c->ids, c->n, c->n, CHUNK_ROWS, &rc, NULL, NULL) != 0;
+        if (chunked)
+            failed |= fx_run_case(bf, c->ids, c->n, c->n, CHUNK_ROWS, &rc, NULL, NULL) != 0;
         /* the first W tokens as one prefill, then one token a step (teacher-forced) */
         if (chunked) failed |= fx_run_case(bf, c->ids, c->n, W, W, &rd, NULL, NULL) != 0;
         double t2 = now_s();
         if (pooled) failed |= fx_run_case(f8, c->ids, c->n, c->n, c->n, &r8, NULL, NULL) != 0;
-        fprintf(stderr, "test_trained: %s %s (%d tokens): whole %.2f s, chunked %.2f s, fp8 %.2f s\n",
-                fx, c->name, c->n, t1 - t0, t2 - t1, now_s() - t2);
+        fprintf(stderr,
+                "test_trained: %s %s (%d tokens): whole %.2f s, chunked %.2f s, fp8 %.2f s\n", fx,
+                c->name, c->n, t1 - t0, t2 - t1, now_s() - t2);
         if (!failed) {
             tally_run(&whole, c, &rb, 0, a);
             tally_run(&past_whole, c, &rb, W, a);
@@ -313,8 +315,8 @@ static void run_fixture(const char *dir, const char *fx) {
         const double ce = whole.ce / n, ce_hf = whole.ce_eager / n;
         snprintf(gate, sizeof gate, "%strained_ce[%s]", bf16_prefix, fx);
         TEST_CHECK(gate, fabs(ce - ce_hf) <= 0.002,
-                   "held-out cross-entropy %.5f nats; HF eager %.5f (|diff| %.5f, limit 0.002)",
-                   ce, ce_hf, fabs(ce - ce_hf));
+                   "held-out cross-entropy %.5f nats; HF eager %.5f (|diff| %.5f, limit 0.002)", ce,
+                   ce_hf, fabs(ce - ce_hf));
         snprintf(gate, sizeof gate, "%strained_past_w[%s/whole]", bf16_prefix, fx);
         check_tally(gate, fx, "positions past W, prefilled whole", &past_whole);
         snprintf(gate, sizeof gate, "%strained_past_w[%s/chunked]", bf16_prefix, fx);

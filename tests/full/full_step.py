@@ -395,38 +395,42 @@ def job_check(a):
         return {"id": f"{name}-{tag}", "tokens": prompts[name], "max_tokens": GREEDY,
                 "temperature": 0, "ignore_eos": True, "logprobs": ENGINE_LOGPROBS}
     results, fails = [], 0
-    try:
-        answers = {}
-        for name in prompts:  # alone: each answered before the next is sent
-            eng.send(req(name, "alone"))
-            answers[(name, "alone")] = eng.collect([f"{name}-alone"])[f"{name}-alone"]
-        for name in prompts:  # all at once
-            eng.send(req(name, "mixed"))
-        got = eng.collect([f"{name}-mixed" for name in prompts])
-        for name in prompts:
-            answers[(name, "mixed")] = got[f"{name}-mixed"]
-    except Exception as ex:  # a dead engine fails every case
-        print(f"FAIL gpu:full[{a.model}/{a.pool}]: {ex}")
-        eng.p.kill()
-        return 1
-    rc = eng.close()
-    for (name, mode), ans in answers.items():
+
+    def report(name, mode, ans):
+        """Judges one case and prints its line at once: a run cut short by its deadline keeps
+        every line it reached (and the table its rows)."""
+        nonlocal fails
         ok, cut, equal, gap, lim, why = judge(runs[name]["eager"], runs[name]["sdpa"], ans)
         gate = f"gpu:full[{a.model}/{a.pool}{a.label}/{name}/{mode}]"
         n = len(prompts[name])
         line = (f"{n} tokens, greedy {equal} of {cut} steps compared equal, "
                 f"max gap {gap:.4f} (limit {lim:.4f})")
-        print(f"{'PASS' if ok else 'FAIL'} {gate}: {line}{'; ' + why if why else ''}", flush=True)
+        print(f"{'PASS' if ok else 'FAIL'} {gate}: {line}{'; ' + why if why else ''} "
+              f"[{time.time() - t0:.0f} s]", flush=True)
         fails += not ok
-        results.append({"model": a.model, "pool": a.pool, "prompt": n, "mode": mode, "ok": ok,
-                        "cut": cut, "equal": equal, "gap": gap, "limit": lim, "why": why})
+        row = {"model": a.model, "pool": a.pool, "prompt": n, "mode": mode, "ok": ok,
+               "cut": cut, "equal": equal, "gap": gap, "limit": lim, "why": why}
+        results.append(row)
+        if a.table:
+            with open(a.table, "a") as f:
+                f.write(json.dumps(row) + "\n")
+    try:
+        for name in prompts:  # alone: each answered before the next is sent
+            eng.send(req(name, "alone"))
+            report(name, "alone", eng.collect([f"{name}-alone"])[f"{name}-alone"])
+        for name in prompts:  # all at once
+            eng.send(req(name, "mixed"))
+        got = eng.collect([f"{name}-mixed" for name in prompts])
+        for name in prompts:
+            report(name, "mixed", got[f"{name}-mixed"])
+    except Exception as ex:  # a dead engine fails every case
+        print(f"FAIL gpu:full[{a.model}/{a.pool}]: {ex}")
+        eng.p.kill()
+        return 1
+    rc = eng.close()
     if rc != 0:
         print(f"FAIL gpu:full[{a.model}/{a.pool}]: g4pipe exited {rc}")
         fails += 1
-    if a.table:
-        with open(a.table, "a") as f:
-            for r in results:
-                f.write(json.dumps(r) + "\n")
     print(f"INFO full[{a.model}/{a.pool}]: {len(results)} cases in {time.time() - t0:.0f} s "
           "(load, alone, all at once)")
     return 1 if fails else 0

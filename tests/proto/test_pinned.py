@@ -53,7 +53,9 @@ def run_once(backend):
     """All requests in one write; returns {id: [line, ...]} with timing removed, and the exit
     code."""
     binary = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"), "g4pipe")
+    # the recordings are of tiny-moe (random weights): the demo's own model may change
     p = subprocess.run([binary, "-c", os.path.join(ROOT, "conf", "demo.ini"),
+                        "--set", "model.path=" + os.path.join(ROOT, "tests", "fixtures", "tiny-moe"),
                         "--set", f"debug.backend={backend}", "--set", "serve.max_batch=4",
                         "--set", "serve.prefill_chunk=16", "--set", "kv.local=bf16"],
                        input="".join(json.dumps(r) + "\n" for r in REQUESTS),

@@ -17,6 +17,9 @@ Tokenizers:
                 added token whose content is not in the vocab a fresh id), and marked special;
                 test_tokenizer.c builds the same variant in memory with jansson.
   tiny          tests/fixtures/tiny-moe/tokenizer.json (the three tiny fixtures share it)
+  trained       tests/fixtures/trained-tiny-moe/tokenizer.json (the three trained fixtures
+                share it), over the committed corpus.txt as it stands:
+                `make_goldens.py --trained` writes golden_trained.txt alone
 
 Every corpus string must round-trip in every tokenizer: decode(ids, skip_special_tokens=False)
 == text. Generated strings that do not (none expected) are dropped; hand-written ones must.
@@ -41,6 +44,7 @@ TOKENIZERS_VERSION = "0.23.2"
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TINY = os.path.join(ROOT, "tests", "fixtures", "tiny-moe", "tokenizer.json")
+TRAINED = os.path.join(ROOT, "tests", "fixtures", "trained-tiny-moe", "tokenizer.json")
 
 GEMMA4_CONTROL = {
     46: "<|tool>", 47: "<tool|>", 48: "<|tool_call>", 49: "<tool_call|>",
@@ -257,8 +261,10 @@ def roundtrips(tk, plain, s):
 def main():
     assert tokenizers.__version__ == TOKENIZERS_VERSION, \
         f"goldens are pinned to tokenizers=={TOKENIZERS_VERSION}, found {tokenizers.__version__}"
+    if sys.argv[1:] == ["--trained"]:
+        return trained_golden()
     if len(sys.argv) != 2:
-        sys.exit("usage: make_goldens.py PATH/TO/gemma3/tokenizer.json")
+        sys.exit("usage: make_goldens.py PATH/TO/gemma3/tokenizer.json | --trained")
     g3_text = open(sys.argv[1], "rb").read()
     tiny_text = open(TINY, "rb").read()
     g3 = json.loads(g3_text)
@@ -285,6 +291,22 @@ def main():
                 _, a, b = roundtrips(tk, plain, s)
                 f.write(' '.join(map(str, a)) + "\t" + ' '.join(map(str, b)) + "\n")
     print(f"{len(corpus)} corpus strings ({dropped} generated ones dropped: no round trip)")
+
+
+def trained_golden():
+    """golden_trained.txt over the corpus as committed (the other goldens stay as they are)."""
+    text = open(TRAINED, "rb").read()
+    _, tk, plain = ("trained", *pair(json.loads(text)))
+    with open(os.path.join(HERE, "corpus.txt"), encoding="ascii") as f:
+        corpus = [json.loads(line) for line in f]
+    with open(os.path.join(HERE, "golden_trained.txt"), "w", encoding="ascii", newline="\n") as f:
+        f.write(f"# tokenizers {TOKENIZERS_VERSION}; trained; tokenizer.json sha256 "
+                f"{hashlib.sha256(text).hexdigest()}\n")
+        for s in corpus:
+            ok, a, b = roundtrips(tk, plain, s)
+            assert ok, f"corpus string does not round-trip in the trained tokenizer: {s!r}"
+            f.write(' '.join(map(str, a)) + "\t" + ' '.join(map(str, b)) + "\n")
+    print(f"golden_trained.txt: {len(corpus)} corpus strings")
 
 
 if __name__ == "__main__":

@@ -438,6 +438,14 @@ int main(int argc, char **argv) {
     } else {
         test_fail("tokenizer_load[tiny]", "cannot load %s", path);
     }
+    /* the trained fixtures' tokenizer (tests/fixtures/train_fixtures.py), a full 4,096 ids */
+    (void)snprintf(path, sizeof path, "%s/trained-tiny-moe/tokenizer.json", argv[3]);
+    if (tokenizer_load(path, &t) == 0) {
+        run_suite(t, "trained", argv[2], "<|turn>", "<turn|>", 4096);
+        tokenizer_free(t);
+    } else {
+        test_fail("tokenizer_load[trained]", "cannot load %s", path);
+    }
     FILE *f = fopen(argv[1], "rb");
     if (!f) {
         skip_suite("gemma3");
