@@ -174,7 +174,7 @@ build_all() {
     for s in $HOST_SRC $REF_SRC; do HOST_OBJS="$HOST_OBJS $(compile_c "$s")"; done
     # models.c once; the schedules once per backend (ref_ here, k_ below)
     for s in "$B"/gen/*.c; do HOST_OBJS="$HOST_OBJS $(compile_c "$s" -DG4_BACKEND_PREFIX=ref_)"; done
-    LIBS="$(static_lib libjansson.a) $(static_lib libinih.a) -lm"
+    LIBS="$(static_lib libjansson.a) $(static_lib libinih.a) -lm ${LINK_EXTRA:-}"
     DEV_OBJS=""
     if [ $HAVE_NVCC = 1 ]; then
         local o
@@ -278,6 +278,29 @@ run_test() {
         echo "FAIL $name: printed $got gate lines of the $plan it declared (see $B/tests/$name.stderr)"
     fi
     return 0
+}
+
+# The ASan+UBSan build (./build.sh debug, CPU backend) answering the demo prompts and a few bad
+# lines: every request answered, exit 0, and no sanitizer report (leaks included).
+sanitized_suite() {
+    local log="$B/debug-build.log" out err n
+    if ! "$0" debug > "$log" 2>&1; then
+        echo "FAIL sanitized_build: ./build.sh debug did not build (see $log)"; return
+    fi
+    echo "PASS sanitized_build: ./build.sh debug built build/debug/g4pipe with -fsanitize=address,undefined"
+    out="$B/sanitized.out"; err="$B/sanitized.stderr"
+    { grep -v '"cmd"' examples/prompts.jsonl; printf '%s\n' '{"tokens":[2,3],"max_tokens":-1}' \
+        'not json' '{"prompt":"x","temperature":"hot"}' '{"cmd":"stats"}'; } |
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        build/debug/g4pipe -c conf/demo.ini > "$out" 2> "$err"
+    local rc=$?
+    n=$(grep -c '"event":"done"' "$out" || true)
+    if [ $rc = 0 ] && [ "$n" = 6 ] && [ "$(grep -c '"event":"error"' "$out")" = 3 ] &&
+        ! grep -q -E 'AddressSanitizer|LeakSanitizer|runtime error' "$err"; then
+        echo "PASS sanitized_demo: 6 demo requests done, 3 bad lines answered with errors, exit 0, no ASan/UBSan/LSan report"
+    else
+        echo "FAIL sanitized_demo: exit $rc, $n of 6 done, $(grep -c '"event":"error"' "$out") of 3 errors; reports: $(grep -m1 -E 'Sanitizer|runtime error' "$err")"
+    fi
 }
 
 # run_test's own rules, on programs made to break them: each must turn into a FAIL line.
@@ -534,6 +557,7 @@ suite_test() {
         BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend cpu
         run_test python3 tests/full/test_judge.py
         fuzz_suite "${FUZZ_SECONDS:-20}"
+        sanitized_suite
         cli_refusals
         musl_suite
         gpu_gates
@@ -568,6 +592,7 @@ deps) fill_deps ;;
 debug)
     B=build/debug; INC="-I. -I$B/gen"; [ -d "$DEPS_ROOT/usr/include" ] && INC="$INC -I$DEPS_ROOT/usr/include"
     CFLAGS="$CFLAGS -O0 -fsanitize=address,undefined -fno-omit-frame-pointer"; HAVE_NVCC=0
+    LINK_EXTRA="-fsanitize=address,undefined"  # link_bin and the test links take no CFLAGS
     build_all; say "debug build in $B" ;;
 release)
     ensure_deps; build_all

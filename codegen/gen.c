@@ -307,7 +307,7 @@ static void emit_attention(FILE *f, const gen_model *m, int kind) {
     int full = kind == KIND_FULL_OWN || kind == KIND_FULL_SHARED;
     int owns = kind == KIND_SLIDING_OWN || kind == KIND_FULL_OWN;
     const char *fam = full ? "GLOBAL" : "LOCAL";
-    char dm[64], qn[96], kn[96], hd[64];
+    char dm[160], qn[320], kn[320], hd[160]; /* an upper name of up to 63 and its suffixes */
     snprintf(dm, sizeof dm, "%s_D_MODEL", u);
     snprintf(hd, sizeof hd, "%s_HEAD_DIM_%s", u, fam);
     snprintf(qn, sizeof qn, "%s_N_HEAD * %s", u, hd);
@@ -373,9 +373,9 @@ static void emit_attention(FILE *f, const gen_model *m, int kind) {
 
 static void emit_ffn(FILE *f, const gen_model *m) {
     const char *u = m->upper;
-    char dm[64];
+    char dm[160];
     snprintf(dm, sizeof dm, "%s_D_MODEL", u);
-    char ne[64];
+    char ne[160];
     snprintf(ne, sizeof ne, "%s_N_EXPERT", u);
     rmsnorm_step(f, m, "il", "pre_ff_norm", "pre_feedforward_layernorm (kernels/ref/norm_ref.c)",
                  "s->xn", "s->x", "L->pre_ff_norm", NULL, "s->rows", dm);
@@ -452,7 +452,7 @@ static void emit_ffn(FILE *f, const gen_model *m) {
 
 static void emit_ple_layer(FILE *f, const gen_model *m) {
     const char *u = m->upper;
-    char dm[64], dp[64];
+    char dm[160], dp[160];
     snprintf(dm, sizeof dm, "%s_D_MODEL", u);
     snprintf(dp, sizeof dp, "%s_D_PLE", u);
     gemm_step(f, "il", "ple_gate", "per_layer_input_gate (kernels/ref/gemm_ref.c)", "s->ple_g",
@@ -497,7 +497,7 @@ static void emit_layer_fn(FILE *f, const gen_model *m, int kind, int variant) {
 
 static void emit_ple_prep(FILE *f, const gen_model *m) {
     const char *u = m->upper;
-    char dm[64], lp[96], rows_lp[128], rows_l[96], dp[64];
+    char dm[160], lp[320], rows_lp[480], rows_l[320], dp[160];
     snprintf(rows_l, sizeof rows_l, "s->rows * %s_N_LAYER", u);
     snprintf(dp, sizeof dp, "%s_D_PLE", u);
     snprintf(dm, sizeof dm, "%s_D_MODEL", u);
@@ -537,7 +537,7 @@ static void emit_ple_prep(FILE *f, const gen_model *m) {
 
 static void emit_forward(FILE *f, const gen_model *m, int variant) {
     const char *u = m->upper;
-    char dm[64], nv[64];
+    char dm[160], nv[160];
     snprintf(dm, sizeof dm, "%s_D_MODEL", u);
     snprintf(nv, sizeof nv, "%s_N_VOCAB", u);
     fprintf(f, "/* One step of %s with the %s local pool. */\n", m->name, variants[variant]);
