@@ -44,6 +44,7 @@ enum cfg_key_id {
     CFG_SERVE_CUDA_GRAPHS,
     CFG_SERVE_ATTN_SPLITS_PER_BLOCK,
     CFG_SERVE_SAMPLE_THREADS,
+    CFG_SERVE_TEXT_MAX_TOKENS,
     CFG_LOG_LEVEL,
     CFG_DEBUG_SYNC,
     CFG_DEBUG_BACKEND,
@@ -71,6 +72,7 @@ static const struct cfg_key {
     {"serve", "cuda_graphs", CFG_SERVE_CUDA_GRAPHS},
     {"serve", "attn_splits_per_block", CFG_SERVE_ATTN_SPLITS_PER_BLOCK},
     {"serve", "sample_threads", CFG_SERVE_SAMPLE_THREADS},
+    {"serve", "text_max_tokens", CFG_SERVE_TEXT_MAX_TOKENS},
     {"log", "level", CFG_LOG_LEVEL},
     {"debug", "sync", CFG_DEBUG_SYNC},
     {"debug", "backend", CFG_DEBUG_BACKEND},
@@ -116,6 +118,7 @@ void config_defaults(g4_config *c) {
     c->serve.cuda_graphs = 1; /* gpu:cuda_graphs_equal passed on the H200 (docs/testing.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
+    c->serve.text_max_tokens = 512;
     c->log.level = LOG_INFO;
     c->debug.sync = 0;
     c->debug.backend = G4_BACKEND_AUTO;
@@ -283,6 +286,8 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return cfg_int(v, 0, 16, &c->serve.attn_splits_per_block, why, n);
     case CFG_SERVE_SAMPLE_THREADS:
         return cfg_int(v, 0, 256, &c->serve.sample_threads, why, n);
+    case CFG_SERVE_TEXT_MAX_TOKENS: /* the protocol's max_tokens range */
+        return cfg_int(v, 1, 1000000, &c->serve.text_max_tokens, why, n);
     case CFG_LOG_LEVEL:
         if (cfg_choice(v, cfg_level_names, 4, &x, why, n)) return -1;
         c->log.level = (enum log_level)x;

@@ -24,6 +24,7 @@ static void usage(FILE *f) {
           "  --set K=V      override one key, e.g. --set kv.page_tokens=32\n"
           "  --model DIR    short for --set model.path=DIR\n"
           "  --text         read all of stdin as one user message; write only the answer text\n"
+          "  --max-tokens N --text's answer limit (serve.text_max_tokens, default 512)\n"
           "  --check        load and validate the checkpoint, then exit\n"
           "Without --text or --check, g4pipe answers JSON request lines from stdin on stdout\n"
           "(docs/protocol.md). Logs go to stderr.\n",
@@ -37,14 +38,15 @@ typedef struct cli {
 
 /* Reads the arguments into c and cfg; returns 0, 1 for --help/--version, -1 on error. */
 static int parse_args(int argc, char **argv, cli *c, g4_config *cfg) {
-    static char model_set[G4_CONFIG_PATH_MAX + 16];
+    static char model_set[G4_CONFIG_PATH_MAX + 16], max_tokens_set[64];
     const char *sets[256];
     int n_sets = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!a) break;
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = !strcmp(a, "-c") || !strcmp(a, "--set") || !strcmp(a, "--model");
+        int takes = !strcmp(a, "-c") || !strcmp(a, "--set") || !strcmp(a, "--model") ||
+                    !strcmp(a, "--max-tokens");
         if (takes && !val) {
             log_msg(LOG_ERROR, "main", "%s needs a value", a);
             return -1;
@@ -66,6 +68,9 @@ static int parse_args(int argc, char **argv, cli *c, g4_config *cfg) {
         } else if (!strcmp(a, "--model")) {
             snprintf(model_set, sizeof model_set, "model.path=%s", val);
             sets[n_sets++] = model_set;
+        } else if (!strcmp(a, "--max-tokens")) {
+            snprintf(max_tokens_set, sizeof max_tokens_set, "serve.text_max_tokens=%s", val);
+            sets[n_sets++] = max_tokens_set;
         } else if (!strcmp(a, "--check")) {
             c->check = 1;
         } else if (!strcmp(a, "--text")) {

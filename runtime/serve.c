@@ -325,6 +325,12 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
         free(text);
         return 1;
     }
+    size_t lead = strspn(text, " \t\r\n");
+    if (lead == len) { /* nothing to answer: an error, not an unprompted generation */
+        log_msg(LOG_ERROR, "serve", "--text: stdin holds no text");
+        free(text);
+        return 1;
+    }
     chat_message m = {"user", text};
     int32_t *ids = NULL;
     char err[256];
@@ -342,8 +348,8 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
     }
     detok dt = {0};
     chat_stream cs = {0};
-    int rc = 0, begin = 0, seq = 0;
-    while (rc == 0 && n < max) {
+    int rc = 0, begin = 0, seq = 0, first = n, limit = n + cfg->serve.text_max_tokens;
+    while (rc == 0 && n < max && n < limit) {
         if (serve_signals) { /* --text has one request: a signal ends it where it is */
             log_msg(LOG_WARN, "serve", "signal %d: the answer stops here", (int)serve_signal);
             rc = 128 + (int)serve_signal;
@@ -381,6 +387,9 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
         }
         if (output_lost(out)) rc = -1;
     }
+    if (rc == 0 && n - first >= cfg->serve.text_max_tokens)
+        log_msg(LOG_INFO, "serve", "--text: the answer stopped at serve.text_max_tokens = %d",
+                cfg->serve.text_max_tokens);
     char tail[16];
     size_t k = detok_flush(&dt, tail, sizeof tail);
     fwrite(tail, 1, k, out);

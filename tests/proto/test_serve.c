@@ -339,6 +339,36 @@ static void gate_text(ctx *c) {
     size_t n = out ? strlen(out) : 0;
     TEST_CHECK("proto_text_mode", out && n > 0 && out[n - 1] == '\n' && !strstr(out, "\"event\""),
                "%zu bytes of answer text, newline-terminated, no protocol lines", n);
+    /* serve.text_max_tokens: 4 tokens answer a prefix of what 12 answer (greedy), and less */
+    g4_config cfg = c->cfg;
+    cfg.serve.text_max_tokens = 4;
+    char *four = serve_text_of(c, &cfg, in, strlen(in), 1);
+    cfg.serve.text_max_tokens = 12;
+    char *twelve = serve_text_of(c, &cfg, in, strlen(in), 1);
+    size_t n4 = four ? strlen(four) : 0, n12 = twelve ? strlen(twelve) : 0;
+    TEST_CHECK("proto_text_max_tokens",
+               four && twelve && n4 > 1 && n4 < n12 && strncmp(four, twelve, n4 - 1) == 0,
+               "text_max_tokens 4: %zu bytes, a prefix of the %zu bytes of 12", n4, n12);
+    /* stdin with no text: no answer at all, an error (never an unprompted generation) */
+    const char *blank = " \n\t\n";
+    FILE *bin = tmpfile(), *bout = tmpfile();
+    int rc = -1;
+    long wrote = -1;
+    if (bin && bout) {
+        fputs(blank, bin);
+        fflush(bin);
+        lseek(fileno(bin), 0, SEEK_SET);
+        rc = serve_text(c->e, c->tk, &c->cfg, fileno(bin), bout);
+        fflush(bout);
+        wrote = ftell(bout);
+    }
+    TEST_CHECK("proto_text_empty_stdin", rc == 1 && wrote == 0,
+               "whitespace-only stdin: serve_text returned %d (want 1), wrote %ld bytes (want 0)",
+               rc, wrote);
+    if (bin) fclose(bin);
+    if (bout) fclose(bout);
+    free(four);
+    free(twelve);
     free(out);
 }
 
