@@ -3,9 +3,9 @@
  *
  * The engine runs what it is told: a step is a batch of rows (prefill chunks and decode rows
  * together), each a token at a position of a sequence slot whose KV pages the caller reserved
- * first. Which requests make a step is the scheduler's business, not the engine's. This build
- * runs the CPU reference backend (kernels/ref); the GPU backend plugs in behind the same
- * calls. */
+ * first. Which requests make a step is the scheduler's business, not the engine's. The step
+ * runs on the GPU backend when there is a usable device, else on the CPU reference; both sit
+ * behind runtime/backend.h and give the same answers to these calls. */
 #ifndef G4_ENGINE_H
 #define G4_ENGINE_H
 
@@ -72,6 +72,9 @@ typedef struct engine_batch {
     int32_t *topk_ids;
     bf16_t *topk_vals;
 } engine_batch;
+
+/* 1 when an out row of b asks for top-k candidates (b->topk[o] > 0). */
+int engine_batch_wants_topk(const engine_batch *b);
 
 /* Runs one step and copies the bf16 logits (after softcap) of the out rows into logits
  * [out_rows, n_vocab] (row o at o * n_vocab, rows with need_logits[o] = 0 left as they were),

@@ -52,17 +52,14 @@ int step_check_finite(g4_state *s, int layer, const char *step) {
     if (!buf || width == 0 || rows <= 0) return 0;
     size_t n = (size_t)rows * width;
     const uint16_t *v = buf;
-    if (c->gpu) {
+    if (c->copy_to_host) {
         if (n > c->host_elems) {
             uint16_t *h = realloc(c->host, n * sizeof *h);
             if (!h) return K_ERR_NO_MEMORY;
             c->host = h;
             c->host_elems = n;
         }
-        /* the engine's stream (serve.cuda_graphs) does not wait for the legacy stream's copy */
-        if ((s->stream && k_stream_sync(s->stream) != 0) ||
-            k_copy_to_host(c->host, buf, n * sizeof *c->host) != 0)
-            return K_ERR_DEVICE;
+        if (c->copy_to_host(c->host, buf, n * sizeof *c->host, s->stream) != 0) return K_ERR_DEVICE;
         v = c->host;
     }
     for (size_t i = 0; i < n; i++) {

@@ -11,7 +11,8 @@
 
 typedef struct step_check {
     const g4_model_desc *model;
-    int gpu;            /* 1: the buffers are device memory */
+    /* copies a buffer to the host (the backend's copy_to_host); NULL: host memory already */
+    int (*copy_to_host)(void *dst, const void *src, size_t n, g4_stream st);
     const int32_t *pos; /* host copies of the step's rows, for the message */
     const int32_t *seq;
     const int32_t *out_src;
