@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # build.sh - builds, tests, formats and releases g4pipe. One compile step per module, every
-# flag in the variables below (design/STYLE.md 3.10; docs/build.md says why each is there).
+# flag in the variables below (docs/style.md, build; docs/build.md says why each is there).
 #
 #   ./build.sh            build build/g4pipe (GPU build when nvcc exists, else CPU-only)
 #   ./build.sh test       CPU suites + lint; GPU gates listed as skipped; ends "N passed, ..."
@@ -415,7 +415,7 @@ fuzz_suite() {
     done
 }
 
-# The GPU gates (design/GATES.md): each test program prints its own skip line without a
+# The GPU gates (docs/gates.md): each test program prints its own skip line without a
 # device; gpu-test names restrict the run to those programs (e.g. ./build.sh gpu-test test_attn).
 gpu_gates() {
     if [ $HAVE_NVCC = 0 ]; then
@@ -497,7 +497,7 @@ geometry_gates() {
             python3 tests/fixtures/make_fixtures.py geometry --model $m --out "$g" \
                 --waypoints "${GEOMETRY_WAYPOINTS-16384,32768}" > "$g.$m.log" 2>&1 ||
             { echo "FAIL gpu:geometry[$m]: make_fixtures.py failed, see $g.$m.log"; continue; }
-        # GEOMETRY_MODES: gpu (bf16 pool), gpu-fp8 (kv.local = fp8 under GATES.md's fp8 rules)
+        # GEOMETRY_MODES: gpu (bf16 pool), gpu-fp8 (kv.local = fp8 under docs/gates.md's fp8 rules)
         for mode in ${GEOMETRY_MODES:-gpu gpu-fp8}; do
             # under fp8, also HF with e4m3-stored sliding K/V (the fp8:*[f/hf-e4m3kv] gates)
             [ "$mode" != gpu-fp8 ] || [ "$e4m3_dumps" = no ] || [ -f "$g/geometry-$m/hf_sdpa_e4m3kv.txt" ] ||

@@ -1,6 +1,6 @@
 /* graph/model_desc.c - facts derived from a model's geometry that the generator and the
  * runtime both need, computed in one place: the KV donor of a shared layer and the MLP width
- * of a layer (gemma4/ARCHITECTURE.md 2.7). */
+ * of a layer (docs/gemma4-numerics.md 2.7). */
 #include "graph/model_desc.h"
 
 int g4_model_kv_donor(const g4_model_desc *m, int l) {

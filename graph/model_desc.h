@@ -3,7 +3,7 @@
  * Owns: the struct that codegen fills from graph/models/<name>.ini and that the loader
  * fills from a checkpoint's config.json, so the two can be compared field by field.
  * Does not own: weights, schedules, or anything that changes at run time.
- * Vocabulary follows design/STYLE.md: d_model, n_head, n_kv_head, head_dim, d_ff, n_vocab. */
+ * Vocabulary follows docs/style.md: d_model, n_head, n_kv_head, head_dim, d_ff, n_vocab. */
 #ifndef G4_MODEL_DESC_H
 #define G4_MODEL_DESC_H
 
@@ -50,7 +50,7 @@ extern const int g4_n_models;
 const g4_model_desc *g4_model_find(const char *name);
 
 /* Layer l's KV donor: l itself when it owns its KV, else the last layer before the first
- * shared layer with the same kind (gemma4/ARCHITECTURE.md section 2.7). */
+ * shared layer with the same kind (docs/gemma4-numerics.md section 2.7). */
 int g4_model_kv_donor(const g4_model_desc *m, int l);
 
 /* Width of layer l's dense MLP (2*d_ff on KV-shared layers of double-wide models). */

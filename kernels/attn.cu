@@ -3,12 +3,12 @@
  *
  * Both compute the function of their CPU twin kernels/ref/attn_ref.c with the same rounding
  * points; only fp32 summation orders differ (the sum of squares of a head norm, the q.k dot
- * product, the softmax denominator, the P.V accumulation), which GATES.md's 1e-2 bound covers.
+ * product, the softmax denominator, the P.V accumulation), which docs/gates.md's 1e-2 bound covers.
  *
  *   k_attn_prep: one block per (row, head), head_dim/2 threads; thread j owns the RoPE pair
  *     (j, j + head_dim/2), so the in-place q update needs no shared copy of the head. With a
  *     one-byte layout (the fp8 local pool) K and V are stored as e4m3 of the bf16 value the
- *     bf16 pool would hold: round to nearest even, saturating at +-448 (design/GATES.md "fp8
+ *     bf16 pool would hold: round to nearest even, saturating at +-448 (docs/gates.md "fp8
  *     layout"), q stays bf16.
  *   k_attention: split-KV, described below.
  *
@@ -138,7 +138,7 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
 /* Split-KV attention, one kernel family for decode and prefill rows alike. The keys of a row are
  * cut into tiles of ATTN_TILE and the tiles into at most ATTN_MAX_SPLIT splits; both counts are
  * a function of the row's own key count only (plan_split), so a row's arithmetic never depends
- * on its batch mates (design/GATES.md, batch invariance). A block per (KV head, row) and run of
+ * on its batch mates (docs/gates.md, batch invariance). A block per (KV head, row) and run of
  * consecutive splits serves all G query heads of the group, so each K/V element is read once per
  * group per pass. It takes its splits in turn, each computed as a block of its own would (its
  * own (max, sum) or partial, from fresh sums), so how many splits a block takes is the
@@ -171,9 +171,9 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
  * e4m3 pool run attn_window_kernel instead: the same arithmetic, with K and V tiles brought
  * into shared memory by cp.async, the next tile in flight while one is computed (below). The
  * bf16 pool stays on attn_split_kernel: its 32 KB tiles, two stages, leave 3 window blocks an SM
- * against the split kernel's 4, and on the H200 (tree 9a348b4, 16 rows, 1,024 keys) its
- * attention took 3.63 ms of the 26B-A4B's step against 2.96 (31B: 12.71 against 10.41), while
- * e4m3's 17 KB tiles took 2.52 (8.77). */
+ * against the split kernel's 4, which made bf16 attention slower in the window kernel while
+ * e4m3's 17 KB tiles made it faster (see docs/perf-notes.md, "Measurements behind the code",
+ * attention). */
 #define ATTN_TILE 64
 #define ATTN_MAX_SPLIT 32
 #define ATTN_THREADS 128
@@ -181,7 +181,8 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
 /* partials per launch; larger steps go in row chunks. 512 MB holds a 1,024-row prefill chunk of
  * the 26B-A4B's windowed layers in one launch (799 rows of the 31B's); at 64 MB (203 and 97
  * rows) a chunk took 6 and 11 launches of each pass, each ending in a partly idle wave, and
- * prefill attention took 16-26% longer on the H200 (docs/perf-notes.md). */
+ * prefill attention was measurably slower (see docs/perf-notes.md, "Measurements behind the code",
+ * attention). */
 #define ATTN_SCRATCH_MAX (512u << 20)
 #define ATTN_WARP_PV_MAX_G 4 /* kept-score P.V splits keys across warps up to this group */
 #define ATTN_MAX_SPB 16      /* splits one block may take in turn (attn_splits_per_block) */
@@ -367,11 +368,12 @@ tile_scores_butterfly(const k_attention_args &a, int seq, int kvh, int t0, int n
  * group owns the dims (c * 8 + sub) * 8 .. + 8 of chunks c < D / 64 (so each load instruction
  * reads 128 bytes of bf16, 64 of e4m3, contiguous per key), sums them in chunk order, and three
  * shuffles within the group finish the dot product. One warp-wide butterfly per key and head
- * (five dependent shuffles, the whole warp on one key) made this pass latency-bound: ncu put it
- * at 60 us a windowed layer for 16 rows, 24% of DRAM bandwidth, and e4m3 ran no faster. KB
- * such quads are in flight per warp: their page-table reads, then their K loads, all issued
- * before the first product, so a warp waits on one memory latency per batch. The sum order is
- * fixed by the head dim alone, the same for every row and batch (batch invariance). */
+ * (five dependent shuffles, the whole warp on one key) made this pass latency-bound, far from
+ * the DRAM bandwidth, and e4m3's half bytes ran no faster (ncu; see docs/perf-notes.md,
+ * "Measurements behind the code", attention). KB such quads are in flight per warp: their
+ * page-table reads, then their K loads, all issued before the first product, so a warp waits on one
+ * memory latency per batch. The sum order is fixed by the head dim alone, the same for every row
+ * and batch (batch invariance). */
 /* q . k over one lane's 8 dims: q the group's fp32 queries at those dims (shared memory), k8 the
  * key's 8 elements as fp32. One expression for both score paths of the quad layout (registers,
  * attn_split_kernel; shared memory, attn_window_kernel), so they contract to the same FMAs. */
@@ -844,8 +846,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
  * and groups up to ATTN_WARP_PV_MAX_G (every Gemma 4 sliding layer), with the K tiles (stats pass)
  * or V tiles (P.V pass) brought into shared memory by cp.async: a tile's copies go out as soon as
  * the stage it lands in is free, so while a block computes one tile the next is in flight: the
- * register-batch kernel kept its loads in flight only while it waited on them (ncu: 24% of DRAM
- * bandwidth in the stats pass, and the e4m3 pool's half bytes no faster). The arithmetic is
+ * register-batch kernel kept its loads in flight only while it waited on them (ncu: the stats
+ * pass far from the DRAM bandwidth, the e4m3 pool's half bytes no faster; docs/perf-notes.md,
+ * "Measurements behind the code", attention). The arithmetic is
  * attn_split_kernel's, lane for lane and in the same order (dot8, the quad layout's shuffles, pv's
  * key order per warp, the per-split resets), so its results are the same bits; only where the
  * elements wait differs. Per tile: the copies' completion and a barrier, the scores or P.V from

@@ -1,6 +1,6 @@
 /* kernels/common.cuh - CUDA-only helpers every kernels/<family>.cu shares: the checked-call
  * macros. Inside kernels/ a failed CUDA or cuBLASLt call is logged with its statement text,
- * function, file, line and device, then becomes a K_ERR_DEVICE return (design/STYLE.md 3.4):
+ * function, file, line and device, then becomes a K_ERR_DEVICE return (docs/style.md, errors):
  * runtime/ decides whether that ends a request or the process. */
 #ifndef G4_COMMON_CUH
 #define G4_COMMON_CUH

@@ -5,7 +5,7 @@
  * descriptor, the weight's layout and one algorithm (see plan_m_for), checked for the smallest
  * and the largest batch. Every batch size then runs the same algorithm, hence the same reduction
  * order per output element: a row's result does not depend on its batch mates
- * (design/GATES.md, batch invariance); the algorithm fixes its split-K too, so the K
+ * (docs/gates.md, batch invariance); the algorithm fixes its split-K too, so the K
  * reduction order of an output element never changes with m.
  *
  * Row-major x, w, y are column-major X^T, W^T, Y^T to cuBLAS, so the call computes
@@ -160,16 +160,16 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
 
 /* ---- launchers ---- */
 
-/* Which m the heuristic is asked at, measured on the H200 (tests/bench/bench_gemm.c, numbers in
- * docs/perf-notes.md): asked at the prefill chunk, cuBLASLt picks large tiles that leave most SMs
- * idle at one decode row (27 us for a 4096 x 2816 weight whose bytes stream in 5.4 us); asked at
- * 16 it runs m = 1..16 in 14-16 us but a 528-row chunk 4x slower; at 64 it sits between. So
- * weights up to 16M elements (every 26B-A4B layer weight but global q) plan at m = 16, larger
- * ones at 64. When no algorithm asked at that m also runs max_m within the 32 MB workspace, the
- * heuristic is asked again with up to 1 GB (the 31B's down projection, whose max_m plan ran
- * m = 16 at 3x the time of an m = 64 plan for the same bytes), and only then at max_m.
- * Deterministic: the heuristic's answer depends only on the shapes and the offered workspace,
- * so every run of the binary uses the same algorithms. */
+/* Which m the heuristic is asked at, measured on the H200 (tests/bench/bench_gemm.c; figures in
+ * docs/perf-notes.md, "Measurements behind the code", cuBLASLt plans): asked at the prefill
+ * chunk, cuBLASLt picks large tiles that leave most SMs idle at one decode row (several times
+ * the weight's byte time); asked at 16 it runs m = 1..16 fastest but a 528-row chunk several
+ * times slower; at 64 it sits between. So weights up to 16M elements (every 26B-A4B layer weight
+ * but global q) plan at m = 16, larger ones at 64. When no algorithm asked at that m also runs
+ * max_m within the 32 MB workspace, the heuristic is asked again with up to 1 GB (the 31B's down
+ * projection, whose max_m plan ran m = 16 far slower than an m = 64 plan for the same bytes), and
+ * only then at max_m. Deterministic: the heuristic's answer depends only on the shapes and the
+ * offered workspace, so every run of the binary uses the same algorithms. */
 static int plan_m_for(int max_m, int n, int k) {
     int m = (long long)n * k <= (16ll << 20) ? 16 : 64;
     return m < max_m ? m : max_m;

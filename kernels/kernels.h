@@ -1,7 +1,7 @@
 /* kernels/kernels.h - the one header runtime/ sees of kernels/: op argument structs and the
  * C launchers.
  *
- * Every op has a trio (design/STYLE.md 3.2): a static __global__ kernel in kernels/<family>.cu,
+ * Every op has a trio (docs/style.md): a static __global__ kernel in kernels/<family>.cu,
  * its C launcher k_<op>, and the CPU reference ref_<op> in kernels/ref/ (declared in
  * kernels/ref/ref.h). Launcher and reference take the same argument struct and a stream, and
  * return 0 or a negative K_ERR_* code; they never exit. Tensors are bf16 (uint16_t bit
@@ -215,7 +215,7 @@ typedef struct k_fill_args {
 /* ---- GPU launchers (kernels/<family>.cu) ---- */
 
 /* A cuBLASLt plan for y[m,n] = x[m,k] @ w[n,k]^T at m <= max_m, built once at load: the same
- * algorithm for every m, so a row's result never depends on its batch (design/GATES.md). */
+ * algorithm for every m, so a row's result never depends on its batch (docs/gates.md). */
 typedef struct k_gemm_plan k_gemm_plan;
 int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k);
 /* The same with the algorithm the heuristic picks for m = heur_m (still checked at 1 and max_m);

@@ -3,7 +3,7 @@
  * norm/scale are ordinary ops elsewhere; this file owns only what follows the logits.
  *
  * Both ops compute the same function as their CPU twins in kernels/ref/moe_ref.c, with the
- * same bf16 roundings (HF's grouped_mm, gemma4/ARCHITECTURE.md 2.9):
+ * same bf16 roundings (HF's grouped_mm, docs/gemma4-numerics.md 2.9):
  *
  *   route:   p = softmax_fp32(logits) (max-subtracted exp), top_k by p descending, ties to
  *            the lower id; w_k = p_k / sum(chosen p) * per_expert_scale[idx_k].
@@ -19,7 +19,7 @@
  * CUDA cores otherwise (each weight row read once per group of up to 8 items). At one decode row
  * the two projection grids have ~350 and ~700 blocks, so all SMs stream the 8 chosen experts' 95 MB
  * per layer with 16-byte loads. The workspace is what keeps the rank-order sum exact and every row
- * independent of its batch mates (design/GATES.md, batch invariance): no item's arithmetic depends
+ * independent of its batch mates (docs/gates.md, batch invariance): no item's arithmetic depends
  * on which other items exist, how they were grouped or in which order they were bucketed. */
 #include "kernels/common.cuh"
 
@@ -195,7 +195,7 @@ static __device__ __forceinline__ void unpack8(uint4 v, float *f) {
  * one warp's dot product over k: lane l takes the 8 consecutive weights at l*8 + 256*c (one
  * 16-byte load each), multiplies them with the same elements of each of the group's input rows,
  * and the warp sums with a fixed butterfly. The sum order per (output, row) is the same whatever
- * the group holds, so a row's result is independent of its batch mates (GATES.md). */
+ * the group holds, so a row's result is independent of its batch mates (docs/gates.md). */
 template <int ROWS>
 static __device__ __forceinline__ void dot_rows(const bf16_t *wrow, const bf16_t *const *in,
                                                 int n_in, int k, float *acc) {
@@ -296,7 +296,7 @@ __global__ static void __launch_bounds__(EXPERT_THREADS)
  * mma's k positions are a fixed permutation of the real ones, the same for A and B, so every
  * product meets its partner. Each item's output depends only on its own row, the weights and
  * the fixed k order, not on the other 15 rows of the tile (rows are independent in an mma), so
- * a row's result is the same in any batch (GATES.md); prefill (many items per expert) and
+ * a row's result is the same in any batch (docs/gates.md); prefill (many items per expert) and
  * decode (one or two) run the same instructions. Needs k % 32 == 0 (the Gemma 4 shapes are). */
 #define MMA_THREADS 128 /* 4 warps */
 #define MMA_WARPS (MMA_THREADS / 32)
@@ -320,9 +320,10 @@ static __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uin
  * The k loop goes in groups of U 32-k blocks whose loads are all issued, in program order,
  * before the group's first mma: with the loads and the (volatile) mma asm interleaved per
  * block, as first written, nothing guaranteed more than one block's loads in flight, and at one
- * or two items an expert (decode) the weight stream is all there is (16 rows of the 26B-A4B:
- * 13.8 ms of experts against 11.9 on CUDA cores, bench_decode, tree 1ef5042). The mmas run in
- * the same k order with the same operands, so the sums are the same bits. */
+ * or two items an expert (decode) the weight stream is all there is, and the first version's
+ * decode experts ran slower than the CUDA-core kernel's (see docs/perf-notes.md, "Measurements
+ * behind the code", experts). The mmas run in the same k order with the same operands, so the sums
+ * are the same bits. */
 template <int NB>
 static __device__ __forceinline__ void mma_rows(const bf16_t *lo, const bf16_t *hi,
                                                 const bf16_t *const (&w)[NB], int k,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""release/bench.py - the serving A/B of design/BENCH.md: two configurations of g4pipe (two
+"""release/bench.py - the serving A/B of docs/benchmarks.md: two configurations of g4pipe (two
 sets of --set overrides, or two binaries) alternate in paired rounds on the same card; at each
 concurrency c, c requests of PROMPT random tokens and OUTPUT tokens (ignore_eos) go in at once,
 greedy, or sampled at --temperature (with --top-k; 0: over the whole vocabulary, which the
@@ -8,7 +8,7 @@ host draws, runtime/sched.c) with a seed per request.
 Per configuration and concurrency it reports the decode step time (median and p90 of the
 gaps between a request's consecutive token lines, streamed: the c rows share every step, so a
 gap is one step; the median is a step of decode rows alone, which is what the floor of
-design/BENCH.md counts, and the p90 shows the steps that also carried other requests' prefill
+docs/benchmarks.md counts, and the p90 shows the steps that also carried other requests' prefill
 chunks), the time per output token (median of the requests' decode_ms_per_token, prefill
 chunks included), output tokens/s, first-token time (p50, p99), the floor and the fraction of
 it, and GPU memory in use. A
@@ -17,7 +17,7 @@ is reported as flat. Results: JSON, a markdown table and a PNG plot under --out,
 commit, card and time; one progress line per measurement on stderr.
 
 Only the standard library: the GPU box cannot install packages. Timing is reported, never
-asserted (design/BENCH.md).
+asserted (docs/benchmarks.md).
 
   release/bench.py -c conf/gemma4-26b-a4b.ini --a-label bf16 --a-set kv.local=bf16 \\
       --b-label fp8 --b-set kv.local=fp8                     # dummy weights at c = 1, 4, 16
@@ -100,7 +100,7 @@ def kv_donor(d, layer):
 
 
 def floor_bytes(d, rows, ctx, local_width):
-    """Bytes one decode step must read (design/BENCH.md; the same count as bench_decode):
+    """Bytes one decode step must read (docs/benchmarks.md; the same count as bench_decode):
     non-expert weights, the expected distinct experts of `rows` rows, the tied LM head, and
     every row's KV at `ctx` tokens (window-capped locally, local elements local_width bytes)."""
     w, experts_all = d["n_vocab"] * d["d_model"], 0.0
@@ -139,7 +139,7 @@ def floor_bytes(d, rows, ctx, local_width):
 
 
 def prefill_flops(d, prompt):
-    """FLOPs of one prompt's prefill (design/BENCH.md: 2 x active parameters x tokens plus
+    """FLOPs of one prompt's prefill (docs/benchmarks.md: 2 x active parameters x tokens plus
     attention): every matrix weight a token meets (the embedding is a lookup; the routed
     experts, top_k of them; the tied LM head only for the last token, the one the engine asks
     logits of), and per layer q.k and p.v over each token's keys (window-capped locally)."""
@@ -391,7 +391,7 @@ def card_name():
 # ---- main ---------------------------------------------------------------------------------
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description="g4pipe serving A/B (design/BENCH.md)")
+    p = argparse.ArgumentParser(description="g4pipe serving A/B (docs/benchmarks.md)")
     p.add_argument("-c", dest="conf", required=True, help="g4pipe INI configuration")
     p.add_argument("--set", action="append", default=[], help="override for both (k=v)")
     for x in "ab":
@@ -406,7 +406,7 @@ def parse_args(argv):
                    help="use the configuration's checkpoint instead of model.weights = dummy")
     p.add_argument("--bw", type=float, default=4280.0, help="copy bandwidth, GB/s")
     p.add_argument("--tflops", type=float, default=780.0,
-                   help="bf16 matrix rate, TFLOP/s (design/BENCH.md: 780 on the H200 of record)")
+                   help="bf16 matrix rate, TFLOP/s (docs/benchmarks.md: 780 on the H200 of record)")
     p.add_argument("--model-desc", default="", help="graph/models INI (default: from -c)")
     p.add_argument("--out", default=os.path.join(ROOT, "release", "results"))
     p.add_argument("--logs", default="", help="folder for each process's stderr (default: --out)")

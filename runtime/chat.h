@@ -1,7 +1,7 @@
 /* runtime/chat.h - Gemma 4's chat format: rendering messages into prompt ids, and splitting an
  * answer's stream into its text and its thought channel.
  *
- * Owns: the template of gemma4/ARCHITECTURE.md section 5 (exactly one BOS, system / user /
+ * Owns: the template of docs/gemma4-numerics.md section 3 (exactly one BOS, system / user /
  * model turns, the generation prompt, <|think|> for thinking) and the answer-side parser that
  * routes <|channel>thought ... <channel|> to reasoning. Message content is always plain text:
  * it is encoded with no control-token matching, so no message can forge a turn.
@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Gemma 4's ids (gemma4/ARCHITECTURE.md section 5). */
+/* Gemma 4's ids (docs/gemma4-numerics.md section 3). */
 enum chat_token {
     CHAT_BOS = 2,
     CHAT_EOS = 1,

@@ -5,7 +5,7 @@
  * "gemma4_text" as Gemma4ForCausalLM saves it; "gemma4" with the fields under
  * "text_config", as published), both spellings of the full-layer geometry (global_head_dim +
  * num_global_key_value_heads, or transformers 5.17's per_layer_config), the class defaults
- * of gemma4/ARCHITECTURE.md section 1.1 for absent fields, and the field-by-field comparison
+ * of docs/gemma4-numerics.md section 1.1 for absent fields, and the field-by-field comparison
  * that names the first config.json field that differs.
  * Does not own: tensors (runtime/loader.h), tokenizer files, generation_config.json.
  *

@@ -13,16 +13,6 @@ static const char *const log_names[] = {"error", "warn", "info", "debug"};
 
 void log_set_level(enum log_level level) { log_threshold = level; }
 
-int log_parse_level(const char *text, enum log_level *out) {
-    for (int i = 0; i < 4; i++) {
-        if (strcmp(text, log_names[i]) == 0) {
-            *out = (enum log_level)i;
-            return 0;
-        }
-    }
-    return -1;
-}
-
 void log_msg(enum log_level level, const char *module, const char *fmt, ...) {
     if (level > log_threshold) return;
     char line[2048];

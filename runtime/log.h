@@ -10,9 +10,6 @@ enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 /* Sets the most verbose level that is printed (default LOG_INFO). */
 void log_set_level(enum log_level level);
 
-/* Parses "error", "warn", "info" or "debug". Returns 0, or -1 for anything else. */
-int log_parse_level(const char *text, enum log_level *out);
-
 /* Prints "g4pipe: <level> <module>: <message>\n" to stderr with a single write. */
 void log_msg(enum log_level level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -2,7 +2,7 @@
  *
  * Owns: argument parsing (-c FILE, --set section.key=value, --model DIR, --text, --check,
  * --help, --version), applying the configuration, opening the engine and the tokenizer, and
- * handing stdin to the line-protocol server (design/PROTOCOL.md) or to --text.
+ * handing stdin to the line-protocol server (docs/protocol.md) or to --text.
  * Does not own: configuration rules (config.c), checkpoint checks (engine.c), the protocol
  * (proto.c, serve.c). stdout carries only answers; every log line goes to stderr. */
 #include "runtime/config.h"

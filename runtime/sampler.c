@@ -14,8 +14,9 @@
  * is sorted, found from coarse mass buckets of e's top bits, then put in order by a counting
  * sort on e's bits, which keeps equal values in id order; a walk that outruns it (rounding,
  * or a min-p cut) sorts the rest and goes on, so the answer never depends on the prefix
- * chosen. A heap popped lazily did this before (2026-12-01): ~7 ms a draw on peaked rows and
- * ~30 ms on flat ones on a 2-core CPU, against ~1 and ~3 ms now (test_sampler prints both).
+ * chosen. A heap popped lazily did this before, several times slower on peaked rows and an
+ * order of magnitude on flat ones (test_sampler prints the figures; see docs/perf-notes.md,
+ * "Host sampler: only the prefix a draw needs is sorted").
  * expf is glibc's or musl's, which share the same implementation (ARM optimized-routines),
  * so the two builds agree; another libm may differ in the last ulp. NaN logits count as
  * -inf. */

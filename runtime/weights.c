@@ -1,7 +1,7 @@
 /* runtime/weights.c - binds a checkpoint's tensors to the weight map of its compiled-in model.
  *
  * Owns: the list of text tensors a Gemma 4 decoder needs, with the dtype and shape each must
- * have for the matched model (gemma4/ARCHITECTURE.md 1.3), fetched through the loader so a
+ * have for the matched model (docs/gemma4-numerics.md 1.3), fetched through the loader so a
  * wrong checkpoint fails here, before any compute. Pointers stay inside the loader's read-only
  * mappings; nothing is copied. Does not own: uploading to the GPU or building plans. */
 #include "runtime/weights.h"

@@ -2,7 +2,7 @@
  * weightless v norm, RoPE, the write into the paged KV layout) and the attention core over
  * those pages.
  *
- * Follows HF's eager attention (gemma4/ARCHITECTURE.md 2.5-2.6): scale 1.0, scores rounded
+ * Follows HF's eager attention (docs/gemma4-numerics.md 2.5-2.6): scale 1.0, scores rounded
  * to bf16, softmax in fp32, probabilities rounded to bf16, P.V accumulated in fp32 and
  * rounded once. The window rule is i - W < j <= i. A one-byte layout (the fp8 local pool)
  * stores e4m3 at scale 1.0 of exactly the bf16 value the bf16 pool would store, and reads it

@@ -1,5 +1,5 @@
 /* kernels/ref/moe_ref.c - CPU reference of the mixture of experts: routing after the router's
- * logits, and the routed experts with HF's grouped_mm rounding (gemma4/ARCHITECTURE.md 2.9):
+ * logits, and the routed experts with HF's grouped_mm rounding (docs/gemma4-numerics.md 2.9):
  * each expert's down projection rounded to bf16, weighted in fp32, the top-k terms summed in
  * fp32 in rank order, one final rounding. */
 #include "kernels/ref/ref.h"

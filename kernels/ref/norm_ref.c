@@ -2,7 +2,7 @@
  * RMSNorm (with the optional fused residual add), GeGLU, scaled adds, the router's input
  * scale, row gather and the final softcap.
  *
- * Rounding follows gemma4/ARCHITECTURE.md 2.2-2.4: RMSNorm works in fp32 with pow(., -0.5)
+ * Rounding follows docs/gemma4-numerics.md 2.2-2.4: RMSNorm works in fp32 with pow(., -0.5)
  * and the weight applied before the single rounding; residual adds and products round to
  * bf16 after each op, as HF's bf16 tensors do. */
 #include "kernels/ref/ref.h"

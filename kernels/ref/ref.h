@@ -1,5 +1,5 @@
 /* kernels/ref/ref.h - the CPU reference of every op: plain C11 fp32 loops that round to bf16
- * exactly where Hugging Face rounds (gemma4/ARCHITECTURE.md sections 2 and 4).
+ * exactly where Hugging Face rounds (docs/gemma4-numerics.md section 2).
  *
  * Each ref_<op> takes the argument struct of its GPU twin k_<op> (kernels/kernels.h) and a
  * stream it ignores, and returns 0 or a negative K_ERR_* code. This is the executable spec the

@@ -1,5 +1,5 @@
 /* tests/bench/bench_decode.c - decode step time of one model on the engine, against the
- * memory-bandwidth floor of design/BENCH.md, with a per-step breakdown.
+ * memory-bandwidth floor of docs/benchmarks.md, with a per-step breakdown.
  *
  * usage: bench_decode -c FILE [--set k=v]... [--batch B] [--prompt N] [--steps S] [--bw GBPS]
  * B sequences are prefilled with N random tokens each, then S decode steps of B rows are timed
@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
     g4_config cfg;
     config_defaults(&cfg);
     int batch = 1, prompt = 1024, steps = 32;
-    double bw = 4280; /* GB/s: the H200 of record's measured copy bandwidth (BENCH.md) */
+    double bw = 4280; /* GB/s: the H200 of record's measured copy bandwidth (docs/benchmarks.md) */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-c") && config_load(&cfg, argv[i + 1])) return 2;
         if (!strcmp(argv[i], "--set") && config_set(&cfg, argv[i + 1])) return 2;

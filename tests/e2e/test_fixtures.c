@@ -1,5 +1,5 @@
 /* tests/e2e/test_fixtures.c - the CPU reference engine against Hugging Face on the tiny
- * fixtures (design/GATES.md): CPU reference vs HF, greedy HF generation, window crossing,
+ * fixtures (docs/gates.md): CPU reference vs HF, greedy HF generation, window crossing,
  * incremental vs recompute, batch invariance, the fixture-feature assertions, and the
  * published-layout load.
  *
@@ -8,7 +8,7 @@
  * that tests/fixtures/make_fixtures.py geometry writes at test time)
  * Each gate prints one PASS/FAIL line per fixture with its figures (tests/harness.h).
  *
- * Tolerances (GATES.md), each with its reason:
+ * Tolerances (docs/gates.md), each with its reason:
  * - gap <= max(0.02, 2 x floor gap) whole-prompt: the reference follows HF eager's rounding
  *   op by op, so what is left is fp32 summation order inside GEMMs and attention (about one
  *   bf16 ulp on a few logits); the floor is HF's own eager-vs-sdpa gap on the same prompt.
@@ -17,11 +17,11 @@
  * - incremental vs recompute gap <= 0.1: same reason.
  * - argmax: at non-exempt positions (HF top-1/top-2 margin at least 2 bf16 ulps) the engine
  *   may disagree with HF eager at no more positions than HF's own sdpa run does at the same
- *   positions. GATES.md asks for no disagreement at all; on these random-weight fixtures one
+ *   positions. docs/gates.md asks for no disagreement at all; on these random-weight fixtures one
  *   ulp of drift in an early layer moves late logits by up to ~1 (measured on the H200 by
  *   perturbing one element of one layer's output), so HF eager and sdpa themselves disagree
  *   at 1-8 non-exempt positions per fixture. docs/testing.md records the measurement.
- * - exempt positions at most 5% of a fixture's positions. GATES.md says 2%; random-weight
+ * - exempt positions at most 5% of a fixture's positions. docs/gates.md says 2%; random-weight
  *   logits near the softcap tie far more often than a trained model's (measured: 2.4-4.0%
  *   on these fixtures), see docs/testing.md. */
 #include "runtime/config.h"
@@ -46,7 +46,8 @@
 static enum g4_backend backend_choice = G4_BACKEND_CPU;
 static const char *gate_prefix = "";
 /* cpu-fp8: the sliding-window family stored as e4m3 (kv.local = fp8), with the fp8 rules of
- * GATES.md: argmax as above, gap <= max(1.0, 2 x floor gap), greedy exact to the margin cut. */
+ * docs/testing.md (the fp8 local pool): argmax as above, gap <= max(1.0, 2 x floor gap), greedy
+ * exact to the margin cut. */
 static int fp8_pool;
 /* the fp8 engine against HF with e4m3-stored sliding K/V (hf_*_e4m3kv.txt): the same storage on
  * both sides, so the bf16 rules apply, not the fp8 ones */
@@ -183,7 +184,7 @@ static void gate_cpu_vs_hf(engine *e, const char *fx, const fx_dump *eager, cons
 }
 
 /* Greedy generation with the KV cache, fed HF eager's greedy tokens. Exact up to the first
- * tie-exempt HF step (GATES.md) unless the sdpa dump carries a greedy_floor line: on the
+ * tie-exempt HF step (docs/gates.md) unless the sdpa dump carries a greedy_floor line: on the
  * geometry fixtures HF eager and sdpa themselves pick different tokens at some steps (their
  * random routers and 262,144-id heads turn rounding into other winners), so there the engine
  * may differ from eager at as many non-exempt steps as sdpa does, the rule engine_vs_hf uses
@@ -280,7 +281,7 @@ static void gate_window(engine *e, const char *fx, const fx_dump *eager, const f
                c.first);
 }
 
-/* Page accounting (GATES.md): every usable page of both families back in the free lists. */
+/* Page accounting (docs/gates.md): every usable page of both families back in the free lists. */
 static int all_pages_free(const engine *e) {
     return engine_free_pages(e, KV_LOCAL) == engine_usable_pages(e, KV_LOCAL) &&
            engine_free_pages(e, KV_GLOBAL) == engine_usable_pages(e, KV_GLOBAL);
@@ -316,7 +317,7 @@ static int waypoint_chunk(int longest) {
     return longest >= 8 * 2048 ? 2048 : (longest / 8 + 3) / 4 * 4;
 }
 
-/* ---- long-context waypoints (GATES.md: 16K and 32K on the geometry fixtures) ---- */
+/* ---- long-context waypoints (docs/gates.md: 16K and 32K on the geometry fixtures) ---- */
 
 /* Runs positions [begin, end) of ids on slot 0 as one step; rows at positions >= keep_from
  * put their logits at out + (pos - keep_from) * V. A step with no such row still asks for its
@@ -467,7 +468,7 @@ static void gate_incremental(engine *e, const char *fx, const fx_dump *eager) {
                mismatches);
 }
 
-/* ---- batch invariance (GATES.md: exact) ---- */
+/* ---- batch invariance (docs/gates.md: exact) ---- */
 
 #define BI_SEQS 4     /* sequences sharing the steps (the fixture engine's serve.max_batch) */
 #define BI_MAX_LEN 48 /* positions per sequence: the cases cut short keep the CPU run brief */
@@ -713,9 +714,9 @@ static void gate_published(engine *plain, const char *dir, const fx_dump *eager)
                cases - differ, cases);
 }
 
-/* ---- the fp8 distribution gate (GATES.md) ---- */
+/* ---- the fp8 distribution gate (docs/gates.md) ---- */
 
-#define DIST_MIN_POSITIONS 768 /* GATES.md: at least 768 sampled positions */
+#define DIST_MIN_POSITIONS 768 /* docs/gates.md: at least 768 sampled positions */
 
 typedef struct dist {
     int positions; /* positions with an HF record */
@@ -771,7 +772,7 @@ static int dist_add_waypoints(dist *d, const char *dir) {
  * fixture has them), against the floor of HF eager vs HF sdpa at the same positions; a bf16
  * replay must equal the first bf16 run bit for bit; the fp8 engine's own token-by-token vs
  * whole-prefill agreement is reported beside it. A fixture with fewer than 768 positions (the
- * tiny ones: 126) reports its figures and SKIPs the verdict: GATES.md asks for >= 768. */
+ * tiny ones: 126) reports its figures and SKIPs the verdict: docs/gates.md asks for >= 768. */
 static void gate_distribution(engine *fp8, const char *dir, const char *fx, const fx_dump *eager,
                               const fx_dump *sdpa) {
     int failed = 0;
@@ -820,8 +821,8 @@ static void gate_distribution(engine *fp8, const char *dir, const char *fx, cons
 
 /* What e4m3 storage costs HF itself: HF eager with the sliding K/V stored as e4m3 against HF
  * eager in bf16, argmax mismatches at the positions non-exempt in both, beside HF's eager-vs-sdpa
- * mismatches there (GATES.md's fp8 floor). When the first exceeds the second, no e4m3 store,
- * HF's own included, can meet the fp8 rules' argmax floor on this fixture. */
+ * mismatches there (the fp8 argmax floor, docs/testing.md). When the first exceeds the second, no
+ * e4m3 store, HF's own included, can meet the fp8 rules' argmax floor on this fixture. */
 static void report_e4m3_storage_cost(const char *dir, const char *fx, const fx_dump *e4m3_eager) {
     fx_dump eager, sdpa;
     if (read_dump_pair(dir, "", &eager, &sdpa) == 0) {
@@ -852,8 +853,8 @@ static void report_e4m3_storage_cost(const char *dir, const char *fx, const fx_d
 /* The fp8 engine against HF whose sliding-window K/V are stored as e4m3 the same way
  * (make_fixtures.py e4m3kv): whole prompts, greedy generation and window crossing under the bf16
  * rules, with the floor of HF's own eager-vs-sdpa e4m3 runs. This proves the fp8 path computes
- * what e4m3 storage means; GATES.md's fp8 rules (against bf16 HF) measure what the storage costs,
- * which the tiny random-weight fixtures cannot bear (docs/testing.md). No dumps: no gate. */
+ * what e4m3 storage means; the fp8 rules against bf16 HF (docs/testing.md) measure what the storage
+ * costs, which the tiny random-weight fixtures cannot bear (docs/testing.md). No dumps: no gate. */
 static void gate_e4m3kv_reference(engine *e, const char *dir, const char *fx) {
     char label[96];
     fx_dump eager, sdpa;

@@ -1,4 +1,4 @@
-/* tests/e2e/test_trained.c - the sharp gates of design/GATES.md "On the trained fixtures": the
+/* tests/e2e/test_trained.c - the sharp gates of docs/gates.md "On the trained fixtures": the
  * engine on the tiny geometries trained on real text (tests/fixtures/train_fixtures.py) against
  * Hugging Face's dump of the same checkpoint, hf_trained.txt.
  *
@@ -9,13 +9,13 @@
  * fixture. HF's own figures are summed here from the dump's hfalt records at the same
  * positions, so each floor is what HF's second implementation costs on exactly these positions.
  *
- * The bf16 pool against HF eager bf16 (GATES.md, each rule with its reason):
+ * The bf16 pool against HF eager bf16 (docs/gates.md, each rule with its reason):
  * - top-1: agreement with eager's argmax at least HF sdpa's agreement - 0.3 points (sdpa
  *   differs from eager by summation order only; the engine may differ as much, not more).
  * - KLD: mean KL(eager || engine) at most 1.5 x mean KL(eager || sdpa), both over eager's top-32
  *   ids plus one tail bucket (the dump holds no more; the estimator is a lower bound of the
  *   full KL, the same for both sides).
- * - cross-entropy on the held-out text within 0.002 nats of eager's (GATES.md's figure; bf16
+ * - cross-entropy on the held-out text within 0.002 nats of eager's (docs/gates.md's figure; bf16
  *   arithmetic itself costs HF 0.0008-0.0010 nats against fp32 here, meta.json).
  * - greedy: HF eager's 64-step continuations, fed HF's tokens, equal up to the first step
  *   whose HF top-1/top-2 margin is under 0.5 nats (past it, rounding may pick either).

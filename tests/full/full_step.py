@@ -48,8 +48,7 @@ from make_fixtures import published_config  # noqa: E402  (the tiny published fi
 
 
 def full_config(model):
-    """The published text_config of each checkpoint (shared gemma4/ARCHITECTURE.md 1.2, in the
-    project's words in docs/testing.md)."""
+    """The published text_config of each checkpoint (docs/gemma4-numerics.md 1.2)."""
     rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                "rope_theta": 1000000.0}}

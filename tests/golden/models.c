@@ -90,7 +90,7 @@ const g4_model_desc g4_model_gemma4_31b = {
     .layer_kind = "SSSSSFSSSSSFSSSSSFSSSSSFSSSSSFSSSSSFSSSSSFSSSSSFSSSSSFSSSSSF",
 };
 
-/* Gemma 4 E2B (gemma4/ARCHITECTURE.md 1.2) */
+/* Gemma 4 E2B (docs/gemma4-numerics.md 1.2) */
 const g4_model_desc g4_model_gemma4_e2b = {
     .name = "gemma4-e2b",
     .d_model = 1536,

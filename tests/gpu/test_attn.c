@@ -10,7 +10,7 @@
  * row's window (before the earliest window start, after the last position) are NaN: a kernel
  * that reads past the window or the causal edge turns its output NaN.
  *
- * Pass rule (design/GATES.md, op vs reference): ||out - ref|| / ||ref|| <= 1e-2 for bf16
+ * Pass rule (docs/gates.md, op vs reference): ||out - ref|| / ||ref|| <= 1e-2 for bf16
  * outputs, for q and for the written K/V pages alike. Both sides round at the same points and
  * differ only in fp32 summation orders (and the last ulp of the device powf/cosf/sinf/expf), so
  * single elements may differ by one bf16 ulp (2^-8 relative) and the norm ratio stays well
@@ -168,7 +168,7 @@ static const char *tag_of(const cfg *c, char *buf, size_t len) {
 
 /* ---- prep ---- */
 
-/* The fp8 layout gates for the prep (design/GATES.md "fp8 layout"), after a bf16 prep run left
+/* The fp8 layout gates for the prep (docs/gates.md "fp8 layout"), after a bf16 prep run left
  * its K/V pages in kv_bf16: the same inputs through a one-byte store must write, in every slot
  * the bf16 run wrote, exactly the e4m3 of that bf16 value (round to nearest even, saturating),
  * nothing elsewhere (the poison 0x7f stays), and q exactly as the bf16 run. Against the CPU

@@ -2,7 +2,7 @@
  * its CPU twin ref_gemm on fresh random inputs, at the shapes of real Gemma 4 projections and
  * at ragged ones, output poisoned first; and batch invariance of a row's result.
  *
- * Pass rule (design/GATES.md, op vs reference): ||out - ref|| / ||ref|| <= 1e-2 for bf16
+ * Pass rule (docs/gates.md, op vs reference): ||out - ref|| / ||ref|| <= 1e-2 for bf16
  * outputs. Both sides accumulate in fp32 and round once to bf16, so they differ only by
  * summation order: an element is at most one bf16 ulp apart (relative 2^-8 = 3.9e-3), which
  * bounds the norm ratio well under 1e-2; we also require that every element was written (no
@@ -171,7 +171,7 @@ static void run_max_m(int n, int k, int max_m, int want_heur, uint64_t seed) {
 /* Batch invariance at prefill sizes: a weight planned for the engine's largest step (2,064
  * rows), a step of 2,047 rows, then rows 0, 510 and 2,046 of it computed again as the first row
  * of steps of 1, 511 and 1,025 rows (the same x rows, a step starting at each): every output
- * bit equal (design/GATES.md). On the H200 a 26B-A4B prompt's first token once differed
+ * bit equal (docs/gates.md). On the H200 a 26B-A4B prompt's first token once differed
  * between serve.prefill_chunk 2048 and 512 with cuBLASLt and not with debug.gemm = plain
  * (docs/perf-notes.md, ninth session): this is that check on one op. */
 static void run_invariant(const char *name, int n, int k, uint64_t seed) {

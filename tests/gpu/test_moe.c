@@ -5,7 +5,7 @@
  * tensor-core path's multiple of 32 (16, 4, 64, 40 and 128, 8, 2816, 712), with 1, 5 and 64
  * rows, and more (160, 200) where a bucket must span several 16-item tiles.
  *
- * Pass rules (design/GATES.md, op vs reference):
+ * Pass rules (docs/gates.md, op vs reference):
  * - route: the chosen ids equal the reference's exactly, ties included (some rows carry exact
  *   ties in the logits, at the top and across the top-k cut, to test the lower-id rule; the
  *   tied logits give bit-identical p on both sides, so the rule alone decides). The weights

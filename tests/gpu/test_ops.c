@@ -5,7 +5,7 @@
  * poisoned with NaN first (except where the op is in place or the case aliases out on an
  * input), plus the launchers' precondition answers.
  *
- * Pass rule (design/GATES.md, op vs reference): ||out - ref|| / ||ref|| <= 1e-2 for bf16
+ * Pass rule (docs/gates.md, op vs reference): ||out - ref|| / ||ref|| <= 1e-2 for bf16
  * outputs, no poison left, and a tighter per-element rule for each op, stated with its reason
  * where it is chosen. Distances are counted in bf16 ulps along the ordered bit patterns. */
 #include "kernels/kernels.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/proto/test_pinned.py - the pinned-composition gate (design/GATES.md): a fixed prompt
+"""tests/proto/test_pinned.py - the pinned-composition gate (docs/gates.md): a fixed prompt
 set, piped in at once at a fixed batch size and prefill chunk so prefill and decode rows share
 steps, must answer with the same bytes, less each done line's `timing`, as the recording
 committed under tests/pinned/ for that backend (cpu: the CPU reference in ./build.sh

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """tests/release/test_bench_driver.py - the serving A/B driver (release/bench.py) end to end on
 the CPU backend with the tiny-moe fixture (two configurations, two concurrencies, two rounds),
-its floor arithmetic against design/BENCH.md's reference figures, and its refusals. Prints
+its floor arithmetic against docs/benchmarks.md's reference figures, and its refusals. Prints
 PASS/FAIL lines (tests/harness.h's format); exits 1 on any FAIL. Timing values are checked for
-presence and sign only: timing is never asserted (design/BENCH.md)."""
+presence and sign only: timing is never asserted (docs/benchmarks.md)."""
 import json
 import os
 import struct
@@ -98,7 +98,7 @@ def main():
           f"exit {p.returncode}, sampling {rs.get('sampling')}, completion tokens {toks} "
           f"(want 4 requests of 6), the table's header names the temperature")
 
-    # the floor against design/BENCH.md: 26B-A4B, 1 row at 1K context = 7.64 GB of weights
+    # the floor against docs/benchmarks.md: 26B-A4B, 1 row at 1K context = 7.64 GB of weights
     # (4.79 dense + 2.86 routed) and 0.23 GB of KV; fp8 halves the local family only
     d = bench.model_desc(None, [], os.path.join(ROOT, "graph", "models", "gemma4-26b-a4b.ini"))
     bf, f8 = bench.floor_bytes(d, 1, 1024, 2), bench.floor_bytes(d, 1, 1024, 1)
@@ -106,10 +106,10 @@ def main():
     check("release_floor_bytes", abs(w - 7.64) < 0.01 and abs(bf["kv"] / 1e9 - 0.23) < 0.005 and
           abs((bf["kv"] - f8["kv"]) - bf["kv_local"] / 2) < 1 and
           abs(bench.floor_bytes(d, 16, 1024, 2)["distinct_experts"] - 82.4) < 0.1,
-          f"weights {w:.3f} GB, KV {bf['kv'] / 1e9:.3f} GB (BENCH.md: 7.64, 0.23); fp8 saves "
+          f"weights {w:.3f} GB, KV {bf['kv'] / 1e9:.3f} GB (docs/benchmarks.md: 7.64, 0.23); fp8 saves "
           f"{(bf['kv'] - f8['kv']) / 1e6:.1f} MB = half the local family; 82.4 experts at 16 rows")
 
-    # prefill FLOPs (BENCH.md: 2 x active parameters x tokens + attention): one token's matrix
+    # prefill FLOPs (docs/benchmarks.md: 2 x active parameters x tokens + attention): one token's matrix
     # weights plus the embedding are the models' named sizes, 30.7 B (31B) and 3.8 B active
     # (26B-A4B); attention grows with each token's keys, window-capped on local layers
     sizes = {}

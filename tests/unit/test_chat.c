@@ -1,8 +1,8 @@
 /* tests/unit/test_chat.c - Gemma 4's chat template and the thought-channel router.
  *
  * usage: test_chat TOKENIZER_JSON (the tiny fixtures' tokenizer carries Gemma 4's control
- * tokens at their ids). The template is checked against the string gemma4/ARCHITECTURE.md
- * section 5 gives, encoded with control tokens recognised: for content without control
+ * tokens at their ids). The template is checked against the string docs/gemma4-numerics.md
+ * section 3 gives, encoded with control tokens recognised: for content without control
  * tokens the two must be the same ids. */
 #include "runtime/chat.h"
 #include "tests/harness.h"

@@ -1,4 +1,4 @@
-/* tests/unit/test_ref_fp8.c - the e4m3 conversion and the fp8 layout gates of design/GATES.md
+/* tests/unit/test_ref_fp8.c - the e4m3 conversion and the fp8 layout gates of docs/gates.md
  * on the CPU reference: the fp8 prep writes exactly the e4m3 bytes of a round-to-nearest-even,
  * saturating (+-448) conversion of the bf16 value the bf16 pool would store; an fp8 window
  * read equals the bf16 read when every stored value is exactly representable in e4m3. Both
