@@ -469,18 +469,18 @@ void sched_cancel_queued(sched *s) {
 }
 
 void sched_write_stats(sched *s) {
-    char line[640];
     double secs = s->t_first_step > 0 ? (sched_now_ms() - s->t_first_step) / 1e3 : 0;
-    snprintf(line, sizeof line,
-             "{\"event\":\"stats\",\"queued\":%d,\"running\":%d,\"last_step_rows\":%ld,"
-             "\"steps\":%ld,\"kv_pages\":{\"local\":{\"free\":%d,\"total\":%d,\"mb\":%.1f,"
-             "\"elem_bytes\":%d},\"global\":{\"free\":%d,\"total\":%d,\"mb\":%.1f,"
-             "\"elem_bytes\":%d}},\"tokens_out\":%ld,\"tokens_per_s\":%.1f}",
-             s->n_queued, s->n_running, s->last_rows, s->steps, engine_free_pages(s->e, KV_LOCAL),
-             engine_usable_pages(s->e, KV_LOCAL), engine_family_bytes(s->e, KV_LOCAL) / 1e6,
-             engine_elem_bytes(s->e, KV_LOCAL), engine_free_pages(s->e, KV_GLOBAL),
-             engine_usable_pages(s->e, KV_GLOBAL), engine_family_bytes(s->e, KV_GLOBAL) / 1e6,
-             engine_elem_bytes(s->e, KV_GLOBAL), s->tokens_out,
-             secs > 0 ? (double)s->tokens_out / secs : 0.0);
-    proto_write_raw(s->out, line);
+    proto_stats st = {
+        .queued = s->n_queued,
+        .running = s->n_running,
+        .last_step_rows = s->last_rows,
+        .steps = s->steps,
+        .tokens_out = s->tokens_out,
+        .tokens_per_s = secs > 0 ? (double)s->tokens_out / secs : 0.0,
+    };
+    for (int f = KV_LOCAL; f <= KV_GLOBAL; f++)
+        st.kv[f] =
+            (proto_kv_family){engine_free_pages(s->e, f), engine_usable_pages(s->e, f),
+                              engine_family_bytes(s->e, f) / 1e6, engine_elem_bytes(s->e, f)};
+    proto_write_stats(s->out, &st);
 }

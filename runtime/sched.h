@@ -59,7 +59,7 @@ int sched_running(const sched *s);
  * row's logits are not finite (NaN or infinity) ends the same way, alone. */
 int sched_step(sched *s);
 
-/* Writes a {"event":"stats", ...} line. */
+/* Writes a {"event":"stats", ...} line (proto_write_stats). */
 void sched_write_stats(sched *s);
 
 /* Monotonic clock in milliseconds. */
