@@ -106,11 +106,16 @@ static int alloc_state(engine *e) {
     s->ple_g = engine_alloc(e, R * (size_t)(m->d_ple ? m->d_ple : 1) * B);
     s->xo = engine_alloc(e, (size_t)e->max_out_rows * H * B);
     s->logits = engine_alloc(e, (size_t)e->max_out_rows * (size_t)m->n_vocab * B);
-    if (!s->logits) {
-        log_msg(LOG_ERROR, "engine", "out of host memory for the step buffers (%d rows)",
-                e->max_rows);
-        return -1;
-    }
+    /* any one may have failed: a later success does not make up for an earlier NULL */
+    const void *const got[] = {s->x,   s->xn,      s->q,     s->k,  s->v,       s->attn,
+                               s->t,   s->gu,      s->act,   s->m1, s->moe_idx, s->moe_w,
+                               s->ple, s->ple_tok, s->ple_g, s->xo, s->logits,  s->router_logits};
+    for (size_t i = 0; i < sizeof got / sizeof got[0]; i++)
+        if (!got[i]) {
+            log_msg(LOG_ERROR, "engine", "out of host memory for the step buffers (%d rows)",
+                    e->max_rows);
+            return -1;
+        }
     s->w = &e->w;
     return 0;
 }
