@@ -28,13 +28,13 @@ DEPS_ROOT=.deps/root
 DEB_PKGS="libinih-dev libinih1 libjansson-dev libjansson4"
 HOST_SRC="runtime/log.c runtime/config.c runtime/hfconfig.c runtime/loader.c runtime/kv_pool.c
 runtime/weights.c runtime/device_weights.c runtime/step_check.c runtime/backend_cpu.c runtime/backend_gpu.c runtime/engine.c runtime/tokenizer.c runtime/tokenizer_load.c runtime/tokenizer_tables.c runtime/chat.c runtime/proto.c
-runtime/sampler.c runtime/par.c runtime/sched.c runtime/serve.c graph/model_desc.c graph/schedule_find.c"
+runtime/sampler.c runtime/par.c runtime/answer.c runtime/sched.c runtime/serve.c graph/model_desc.c graph/schedule_find.c"
 REF_SRC="kernels/ref/bf16_ref.c kernels/ref/norm_ref.c kernels/ref/gemm_ref.c
 kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c kernels/ref/sample_ref.c"
 GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill test_sample"
 CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/fill.cu kernels/norm.cu kernels/attn.cu
 kernels/moe.cu kernels/sample.cu"
-UNIT_TESTS="test_loader test_config test_kv_pool test_sampler test_par test_chat test_ref_fp8"
+UNIT_TESTS="test_loader test_config test_kv_pool test_sampler test_par test_chat test_answer test_ref_fp8"
 # what each unit test links: the module under test through its header, no generated code
 # (test_loader brings its own model table)
 unit_src() {
@@ -45,6 +45,7 @@ unit_src() {
     test_sampler) echo runtime/log.c runtime/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c ;;
     test_par) echo runtime/log.c runtime/par.c runtime/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c ;;
     test_chat) echo runtime/log.c $TOKENIZER_SRC runtime/chat.c ;;
+    test_answer) echo runtime/log.c $TOKENIZER_SRC runtime/chat.c runtime/proto.c runtime/answer.c ;;
     test_ref_fp8) echo kernels/ref/bf16_ref.c kernels/ref/attn_ref.c ;;
     esac
 }
@@ -394,7 +395,9 @@ musl_suite() {
     "$m/test_serve" tests/fixtures tests/proto 2>/dev/null | sed "$mark" || true
 }
 
-unit_args() { [ "$1" = test_chat ] && echo tests/fixtures/tiny-moe/tokenizer.json || true; }
+unit_args() {
+    case $1 in test_chat | test_answer) echo tests/fixtures/tiny-moe/tokenizer.json ;; esac
+}
 
 # libFuzzer targets: bounded in ./build.sh test, longer with ./build.sh fuzz [SECONDS].
 fuzz_suite() {

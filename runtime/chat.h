@@ -5,7 +5,7 @@
  * model turns, the generation prompt, <|think|> for thinking) and the answer-side parser that
  * routes <|channel>thought ... <channel|> to reasoning. Message content is always plain text:
  * it is encoded with no control-token matching, so no message can forge a turn.
- * Does not own: tokenising (runtime/tokenizer.h), stop handling (runtime/sched.c). */
+ * Does not own: tokenising (runtime/tokenizer.h), stop handling (runtime/answer.c). */
 #ifndef G4_CHAT_H
 #define G4_CHAT_H
 

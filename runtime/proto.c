@@ -746,13 +746,19 @@ int proto_write_error(FILE *f, const char *id_json, enum proto_code code, const 
     return proto_emit(f, id_json, o);
 }
 
-int proto_write_raw(FILE *f, const char *json_line) {
-    if (!json_line || strchr(json_line, '\n')) return -1; /* would break the line framing */
-    size_t n = strlen(json_line);
-    char *line = malloc(n + 2);
-    if (!line) return -1;
-    (void)snprintf(line, n + 2, "%s\n", json_line);
-    int rc = fwrite(line, 1, n + 1, f) == n + 1 && fflush(f) == 0 ? 0 : -1;
-    free(line);
-    return rc;
+/* Built with printf, not jansson: the line holds only numbers, and one decimal for MB and
+ * rates is what a reader wants (jansson would print every digit of the double). */
+int proto_write_stats(FILE *f, const proto_stats *st) {
+    char line[640];
+    const proto_kv_family *l = &st->kv[0], *g = &st->kv[1];
+    int n = snprintf(line, sizeof line,
+                     "{\"event\":\"stats\",\"queued\":%d,\"running\":%d,\"last_step_rows\":%ld,"
+                     "\"steps\":%ld,\"kv_pages\":{\"local\":{\"free\":%d,\"total\":%d,\"mb\":%.1f,"
+                     "\"elem_bytes\":%d},\"global\":{\"free\":%d,\"total\":%d,\"mb\":%.1f,"
+                     "\"elem_bytes\":%d}},\"tokens_out\":%ld,\"tokens_per_s\":%.1f}\n",
+                     st->queued, st->running, st->last_step_rows, st->steps, l->free_pages,
+                     l->total_pages, l->mb, l->elem_bytes, g->free_pages, g->total_pages, g->mb,
+                     g->elem_bytes, st->tokens_out, st->tokens_per_s);
+    if (n < 0 || (size_t)n >= sizeof line) return -1;
+    return fwrite(line, 1, (size_t)n, f) == (size_t)n && fflush(f) == 0 ? 0 : -1;
 }

@@ -97,7 +97,22 @@ typedef struct proto_done {
 int proto_write_done(FILE *f, const char *id_json, const proto_done *d);
 int proto_write_error(FILE *f, const char *id_json, enum proto_code code, const char *message);
 
-/* {"event":"stats", ...}: fields given as a JSON object text built by the caller. */
-int proto_write_raw(FILE *f, const char *json_line);
+/* One KV family's pages in a stats line. */
+typedef struct proto_kv_family {
+    int free_pages, total_pages;
+    double mb; /* the family's budget */
+    int elem_bytes;
+} proto_kv_family;
+
+typedef struct proto_stats {
+    int queued, running;
+    long last_step_rows, steps;
+    proto_kv_family kv[2]; /* local, global */
+    long tokens_out;
+    double tokens_per_s;
+} proto_stats;
+
+/* {"event":"stats", ...} with its fields in a fixed order, MB and rates to one decimal. */
+int proto_write_stats(FILE *f, const proto_stats *st);
 
 #endif

@@ -4,7 +4,7 @@
  * random stream that is a function of (seed, token index) only, so a request's answer never
  * depends on what shares its batch; the same pick from a row's top-k candidates (what the
  * engine hands back for sampled top-k rows instead of the whole row); and the top-n logprobs
- * of a row. Does not own: stop tokens or strings (runtime/sched.c), logits (the engine). */
+ * of a row. Does not own: stop tokens or strings (runtime/answer.c), logits (the engine). */
 #ifndef G4_SAMPLER_H
 #define G4_SAMPLER_H
 

@@ -3,7 +3,7 @@
  * lines within a step). Each running request holds one engine sequence slot. */
 #include "runtime/sched.h"
 
-#include "runtime/chat.h"
+#include "runtime/answer.h"
 #include "runtime/kv_pool.h"
 #include "runtime/log.h"
 #include "runtime/par.h"
@@ -15,20 +15,13 @@
 
 #define SCHED_AUTO_DRAW_THREADS 32 /* serve.sample_threads = 0 on a many-core host */
 
-typedef struct text_buf {
-    char *p;
-    size_t len, cap;
-} text_buf;
-
 typedef struct sreq {
     proto_request req;
     int32_t *ids; /* [n_prompt + max_tokens] prompt, then the answer */
-    int n_prompt, n_ids, n_written, n_out;
+    int n_prompt, n_ids, n_written;
     int slot;     /* engine sequence slot, -1 while queued */
     int worst[2]; /* KV pages committed per family at admission */
-    detok dt;
-    chat_stream cs;
-    text_buf text, held, reasoning; /* released text, text held for stop strings, thoughts */
+    answer ans;   /* its text and lines; ans.n_out counts the answer's tokens */
     double t_arrive, t_admit, t_first, t_last;
     struct sreq *next; /* queue link */
 } sreq;
@@ -38,6 +31,8 @@ struct sched {
     const tokenizer *tk;
     g4_config cfg;
     FILE *out;
+    answer_sink sink;
+    int has_sink; /* --text: answers go to sink, not to out */
     sreq *q_head, *q_tail;
     int n_queued;
     sreq **running; /* [max_batch] in admission order */
@@ -71,22 +66,6 @@ double sched_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int buf_add(text_buf *b, const char *p, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) return -1;
-        b->p = q;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, p, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
 }
 
 sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *out) {
@@ -133,12 +112,15 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     return s;
 }
 
+void sched_set_sink(sched *s, const answer_sink *sink) {
+    s->sink = *sink;
+    s->has_sink = 1;
+}
+
 static void sreq_free(sreq *r) {
+    answer_free(&r->ans);
     proto_request_free(&r->req);
     free(r->ids);
-    free(r->text.p);
-    free(r->held.p);
-    free(r->reasoning.p);
     free(r);
 }
 
@@ -180,7 +162,10 @@ int sched_submit(sched *s, proto_request *req, int32_t *prompt, int n_prompt, do
     int cap = n_prompt + req->max_tokens;
     int32_t *ids = r ? calloc((size_t)cap, sizeof *ids) : NULL;
     if (!ids) {
-        proto_write_error(s->out, req->id_json, PROTO_INTERNAL, "out of memory");
+        answer a; /* no answer to hold yet, but its terminal line goes where answers go */
+        answer_init(&a, req, s->tk, n_prompt, s->cfg.serve.max_context, s->out,
+                    s->has_sink ? &s->sink : NULL);
+        answer_fail(&a, "out of memory");
         proto_request_free(req);
         free(r);
         free(prompt);
@@ -192,6 +177,8 @@ int sched_submit(sched *s, proto_request *req, int32_t *prompt, int n_prompt, do
     free(prompt);
     r->ids = ids;
     r->n_prompt = r->n_ids = n_prompt;
+    answer_init(&r->ans, &r->req, s->tk, n_prompt, s->cfg.serve.max_context, s->out,
+                s->has_sink ? &s->sink : NULL);
     r->slot = -1;
     r->t_arrive = t_arrive;
     if (s->q_tail)
@@ -214,45 +201,7 @@ int sched_in_flight(const sched *s, const char *id_json) {
 int sched_queued(const sched *s) { return s->n_queued; }
 int sched_running(const sched *s) { return s->n_running; }
 
-/* ---- answers ---------------------------------------------------------------------------- */
-
-/* The longest suffix of held that is a proper prefix of a stop string: it must stay held. */
-static size_t stop_prefix_len(const sreq *r) {
-    size_t keep = 0;
-    for (int i = 0; i < r->req.n_stop; i++) {
-        size_t sl = strlen(r->req.stop[i]);
-        for (size_t k = sl - 1; k > keep; k--)
-            if (k <= r->held.len && memcmp(r->held.p + r->held.len - k, r->req.stop[i], k) == 0) {
-                keep = k;
-                break;
-            }
-    }
-    return keep;
-}
-
-/* Moves text into held, releases what can no longer start a stop string into r->text, and
- * returns 1 when a stop string matched (held is cut just before it). *rel_from is where this
- * call's released bytes begin in r->text. */
-static int release_text(sreq *r, const char *p, size_t n, size_t *rel_from) {
-    *rel_from = r->text.len;
-    if (buf_add(&r->held, p, n) != 0) return -1;
-    size_t cut = (size_t)-1;
-    for (int i = 0; i < r->req.n_stop; i++) {
-        size_t sl = strlen(r->req.stop[i]);
-        for (size_t at = 0; at + sl <= r->held.len && at < cut; at++)
-            if (memcmp(r->held.p + at, r->req.stop[i], sl) == 0) cut = at;
-    }
-    if (cut != (size_t)-1) {
-        buf_add(&r->text, r->held.p, cut);
-        r->held.len = 0;
-        return 1;
-    }
-    size_t keep = stop_prefix_len(r);
-    buf_add(&r->text, r->held.p, r->held.len - keep);
-    memmove(r->held.p, r->held.p + r->held.len - keep, keep);
-    r->held.len = keep;
-    return 0;
-}
+/* ---- ending requests ------------------------------------------------------------------ */
 
 /* Gives back r's slot and pages, takes it off the running list and frees it. */
 static void release(sched *s, sreq *r) {
@@ -271,32 +220,20 @@ static void release(sched *s, sreq *r) {
 
 /* Ends a running r with an error line as its terminal line (no done line follows). */
 static void fail_request(sched *s, sreq *r, const char *message) {
-    proto_write_error(s->out, r->req.id_json, PROTO_INTERNAL, message);
+    answer_fail(&r->ans, message);
     release(s, r);
 }
 
-static void finish(sched *s, sreq *r, const char *reason) {
-    char tail[16];
-    size_t n = detok_flush(&r->dt, tail, sizeof tail);
-    /* held text that never became a stop string is part of the answer (a matched stop
-     * string has already emptied held) */
-    buf_add(&r->text, r->held.p, r->held.len);
-    r->held.len = 0;
-    buf_add(&r->text, tail, n);
+/* Ends r for why with its done line (or, out of memory, an error line). */
+static void finish(sched *s, sreq *r, enum answer_end why) {
     double now = sched_now_ms();
-    proto_done d = {
-        .text = r->text.p ? r->text.p : "",
-        .text_len = r->text.len,
-        .reasoning = r->reasoning.len ? r->reasoning.p : NULL,
-        .reasoning_len = r->reasoning.len,
-        .finish_reason = reason,
-        .prompt_tokens = r->n_prompt,
-        .completion_tokens = r->n_out,
+    int n_out = r->ans.n_out;
+    answer_timing t = {
         .queue_ms = (r->t_admit > 0 ? r->t_admit : now) - r->t_arrive,
         .ttft_ms = r->t_first > 0 ? r->t_first - r->t_arrive : 0,
-        .decode_ms_per_token = r->n_out > 1 ? (r->t_last - r->t_first) / (r->n_out - 1) : 0,
+        .decode_ms_per_token = n_out > 1 ? (r->t_last - r->t_first) / (n_out - 1) : 0,
     };
-    proto_write_done(s->out, r->req.id_json, &d);
+    answer_finish(&r->ans, why, &t);
     release(s, r);
 }
 
@@ -327,7 +264,7 @@ static void draw_row(void *ctx, int o, int worker) {
     const int V = engine_model(s->e)->n_vocab;
     const bf16_t *logits = s->logits + (size_t)o * (size_t)V;
     sampler_params sp = params_of(r);
-    s->draw_tok[o] = sampler_pick(&sp, logits, V, r->n_out, s->draw_work[worker]);
+    s->draw_tok[o] = sampler_pick(&sp, logits, V, r->ans.n_out, s->draw_work[worker]);
     proto_logprob *lp = &s->draw_lp[o];
     memset(lp, 0, sizeof *lp);
     if (r->req.logprobs > 0) {
@@ -337,17 +274,17 @@ static void draw_row(void *ctx, int o, int worker) {
     }
 }
 
-/* One generated token of r: stop token, text, stop strings, limits. Out row o's token is the
- * engine's argmax (greedy), a draw from its candidates (s->topk[o] > 0) or from its logits
- * (made by draw_row). Returns 1 when r ended. */
+/* One generated token of r, handed to its answer. Out row o's token is the engine's argmax
+ * (greedy), a draw from its candidates (s->topk[o] > 0) or from its logits (made by draw_row).
+ * Returns 1 when r ended. */
 static int take_token(sched *s, sreq *r, int o) {
     sampler_params sp = params_of(r);
     int32_t tok;
     proto_logprob lp = {0};
     if (s->topk[o] > 0) {
         tok = sampler_pick_candidates(&sp, s->topk_ids + (size_t)o * K_TOPK_MAX,
-                                      s->topk_vals + (size_t)o * K_TOPK_MAX, s->topk[o], r->n_out,
-                                      s->work);
+                                      s->topk_vals + (size_t)o * K_TOPK_MAX, s->topk[o],
+                                      r->ans.n_out, s->work);
     } else if (!s->need_logits[o]) {
         tok = s->argmax[o];
     } else {
@@ -357,37 +294,18 @@ static int take_token(sched *s, sreq *r, int o) {
     double now = sched_now_ms();
     if (r->t_first == 0) r->t_first = now;
     r->t_last = now;
-    if (chat_is_stop_token(tok) && !r->req.ignore_eos) {
-        finish(s, r, "stop");
+    if (answer_is_stop_token(&r->ans, tok)) {
+        finish(s, r, ANSWER_STOP);
         return 1;
     }
     r->ids[r->n_ids++] = tok;
-    r->n_out++;
     s->tokens_out++;
-    char bytes[512];
-    size_t n = 0, skip = 0;
-    int thought = 0;
-    if (s->tk && !tokenizer_is_special(s->tk, tok))
-        n = detok_push(&r->dt, s->tk, tok, bytes, sizeof bytes);
-    if (s->tk) thought = chat_stream_route(&r->cs, tok, bytes, n, &skip);
-    size_t rel_from = r->text.len;
-    int stopped = 0;
-    if (thought)
-        buf_add(&r->reasoning, bytes + skip, n - skip);
+    enum answer_end end = answer_token(&r->ans, tok, &lp);
+    if (end == ANSWER_MORE) return 0;
+    if (end == ANSWER_FAILED) /* its error line is written: only the pages remain */
+        release(s, r);
     else
-        stopped = release_text(r, bytes, n, &rel_from);
-    if (r->req.stream)
-        proto_write_token(s->out, r->req.id_json, r->n_out - 1, tok,
-                          r->text.p ? r->text.p + rel_from : "", r->text.len - rel_from,
-                          r->req.logprobs > 0 ? &lp : NULL);
-    if (stopped)
-        finish(s, r, "stop");
-    else if (r->n_out >= r->req.max_tokens)
-        finish(s, r, "length");
-    else if (r->n_ids >= s->cfg.serve.max_context)
-        finish(s, r, "context");
-    else
-        return 0;
+        finish(s, r, end);
     return 1;
 }
 
@@ -524,12 +442,12 @@ int sched_cancel(sched *s, const char *id_json) {
             s->q_head = r->next;
         if (s->q_tail == r) s->q_tail = prev;
         s->n_queued--;
-        finish(s, r, "cancelled");
+        finish(s, r, ANSWER_CANCELLED);
         return 0;
     }
     for (int i = 0; i < s->n_running; i++)
         if (strcmp(s->running[i]->req.id_json, id_json) == 0) {
-            finish(s, s->running[i], "cancelled");
+            finish(s, s->running[i], ANSWER_CANCELLED);
             return 0;
         }
     return -1;
@@ -537,7 +455,7 @@ int sched_cancel(sched *s, const char *id_json) {
 
 void sched_cancel_running(sched *s) {
     while (s->n_running)
-        finish(s, s->running[0], "cancelled");
+        finish(s, s->running[0], ANSWER_CANCELLED);
 }
 
 void sched_cancel_queued(sched *s) {
@@ -545,24 +463,24 @@ void sched_cancel_queued(sched *s) {
         sreq *r = s->q_head;
         s->q_head = r->next;
         s->n_queued--;
-        finish(s, r, "cancelled");
+        finish(s, r, ANSWER_CANCELLED);
     }
     s->q_tail = NULL;
 }
 
 void sched_write_stats(sched *s) {
-    char line[640];
     double secs = s->t_first_step > 0 ? (sched_now_ms() - s->t_first_step) / 1e3 : 0;
-    snprintf(line, sizeof line,
-             "{\"event\":\"stats\",\"queued\":%d,\"running\":%d,\"last_step_rows\":%ld,"
-             "\"steps\":%ld,\"kv_pages\":{\"local\":{\"free\":%d,\"total\":%d,\"mb\":%.1f,"
-             "\"elem_bytes\":%d},\"global\":{\"free\":%d,\"total\":%d,\"mb\":%.1f,"
-             "\"elem_bytes\":%d}},\"tokens_out\":%ld,\"tokens_per_s\":%.1f}",
-             s->n_queued, s->n_running, s->last_rows, s->steps, engine_free_pages(s->e, KV_LOCAL),
-             engine_usable_pages(s->e, KV_LOCAL), engine_family_bytes(s->e, KV_LOCAL) / 1e6,
-             engine_elem_bytes(s->e, KV_LOCAL), engine_free_pages(s->e, KV_GLOBAL),
-             engine_usable_pages(s->e, KV_GLOBAL), engine_family_bytes(s->e, KV_GLOBAL) / 1e6,
-             engine_elem_bytes(s->e, KV_GLOBAL), s->tokens_out,
-             secs > 0 ? (double)s->tokens_out / secs : 0.0);
-    proto_write_raw(s->out, line);
+    proto_stats st = {
+        .queued = s->n_queued,
+        .running = s->n_running,
+        .last_step_rows = s->last_rows,
+        .steps = s->steps,
+        .tokens_out = s->tokens_out,
+        .tokens_per_s = secs > 0 ? (double)s->tokens_out / secs : 0.0,
+    };
+    for (int f = KV_LOCAL; f <= KV_GLOBAL; f++)
+        st.kv[f] =
+            (proto_kv_family){engine_free_pages(s->e, f), engine_usable_pages(s->e, f),
+                              engine_family_bytes(s->e, f) / 1e6, engine_elem_bytes(s->e, f)};
+    proto_write_stats(s->out, &st);
 }

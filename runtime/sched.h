@@ -3,15 +3,17 @@
  * Owns: the FIFO queue of admitted-later requests, admission (a request starts only when both
  * KV families can hold its worst case next to every running request's, so a started request
  * never stalls for pages), the step's batch (prefill chunks up to serve.prefill_chunk tokens
- * plus one decode row per running request), sampling, incremental detokenisation, stop tokens
- * and stop strings, the thought channel, and writing each request's token and done lines.
- * Does not own: reading stdin or parsing lines (runtime/serve.c), the forward pass (engine).
+ * plus one decode row per running request), sampling, and ending requests (their slots and
+ * pages given back). Does not own: reading stdin or parsing lines (runtime/serve.c), the forward
+ * pass (engine), what a token adds to the answer, when it ends it, and the answer's lines
+ * (runtime/answer.c: each request holds one answer).
  *
  * A request's answer depends only on its own prompt and parameters: the engine computes each
  * row independently of its batch mates and the random stream is a function of (seed, index). */
 #ifndef G4_SCHED_H
 #define G4_SCHED_H
 
+#include "runtime/answer.h"
 #include "runtime/engine.h"
 #include "runtime/proto.h"
 #include "runtime/tokenizer.h"
@@ -24,9 +26,14 @@ typedef struct sched sched;
 sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *out);
 void sched_destroy(sched *s);
 
-/* Takes req (ownership moves to the scheduler, even on error) with its prompt ids. The caller
- * has checked the ids and the length. Returns 0, or -1 when out of memory (an internal error
- * line was written). */
+/* --text: every answer goes to sink (copied) instead of JSON lines on out; set before the
+ * first sched_submit. */
+void sched_set_sink(sched *s, const answer_sink *sink);
+
+/* Takes req (ownership moves to the scheduler, even on error) with its prompt ids (ownership
+ * moves too). The caller has checked the ids and the length. Returns 0, or -1 when out of
+ * memory (an internal error line was written). An answer that runs out of memory later ends the
+ * same way, its pages given back. */
 int sched_submit(sched *s, proto_request *req, int32_t *prompt, int n_prompt, double t_arrive);
 
 /* 1 when a request with this id is queued or running. */
@@ -52,7 +59,7 @@ int sched_running(const sched *s);
  * row's logits are not finite (NaN or infinity) ends the same way, alone. */
 int sched_step(sched *s);
 
-/* Writes a {"event":"stats", ...} line. */
+/* Writes a {"event":"stats", ...} line (proto_write_stats). */
 void sched_write_stats(sched *s);
 
 /* Monotonic clock in milliseconds. */

@@ -7,7 +7,6 @@
 #include "runtime/kv_pool.h"
 #include "runtime/log.h"
 #include "runtime/proto.h"
-#include "runtime/sampler.h"
 #include "runtime/sched.h"
 
 #include <errno.h>
@@ -146,6 +145,24 @@ static int prompt_ids(server *sv, const proto_request *req, int32_t **ids, char 
     return *ids ? k + 1 : -1;
 }
 
+/* The checks that need a prompt's length n: PROTO_OK, or PROTO_TOO_LONG with err filled. A
+ * request that passes can start once the scheduler is empty. */
+static enum proto_code fits(engine *e, const g4_config *cfg, int n, int max_tokens, char *err,
+                            size_t cap) {
+    int max_ctx = cfg->serve.max_context;
+    int total = n + max_tokens < max_ctx ? n + max_tokens : max_ctx;
+    if (n > max_ctx) {
+        snprintf(err, cap, "the prompt is %d tokens; serve.max_context is %d", n, max_ctx);
+        return PROTO_TOO_LONG;
+    }
+    if (engine_pages_worst(e, KV_LOCAL, total) > engine_usable_pages(e, KV_LOCAL) ||
+        engine_pages_worst(e, KV_GLOBAL, total) > engine_usable_pages(e, KV_GLOBAL)) {
+        snprintf(err, cap, "%d tokens could not fit even the empty KV budget", total);
+        return PROTO_TOO_LONG;
+    }
+    return PROTO_OK;
+}
+
 static void handle_request(server *sv, proto_request *req, double t_arrive) {
     char err[256] = "out of memory";
     if (sched_in_flight(sv->s, req->id_json)) {
@@ -156,19 +173,8 @@ static void handle_request(server *sv, proto_request *req, double t_arrive) {
     }
     int32_t *ids = NULL;
     int n = prompt_ids(sv, req, &ids, err, sizeof err);
-    enum proto_code code = n < 0 ? PROTO_BAD_REQUEST : PROTO_OK;
-    int max_ctx = sv->cfg->serve.max_context;
-    int total = n + req->max_tokens < max_ctx ? n + req->max_tokens : max_ctx;
-    if (code == PROTO_OK && n > max_ctx) {
-        code = PROTO_TOO_LONG;
-        snprintf(err, sizeof err, "the prompt is %d tokens; serve.max_context is %d", n, max_ctx);
-    } else if (code == PROTO_OK &&
-               (engine_pages_worst(sv->e, KV_LOCAL, total) > engine_usable_pages(sv->e, KV_LOCAL) ||
-                engine_pages_worst(sv->e, KV_GLOBAL, total) >
-                    engine_usable_pages(sv->e, KV_GLOBAL))) {
-        code = PROTO_TOO_LONG;
-        snprintf(err, sizeof err, "%d tokens could not fit even the empty KV budget", total);
-    }
+    enum proto_code code =
+        n < 0 ? PROTO_BAD_REQUEST : fits(sv->e, sv->cfg, n, req->max_tokens, err, sizeof err);
     if (code != PROTO_OK) {
         proto_write_error(sv->out, req->id_json, code, err);
         proto_request_free(req);
@@ -317,6 +323,30 @@ static char *read_all(int fd, size_t *len) {
     return lr.buf;
 }
 
+/* --text's answer sink: the text straight to stdout, the end only logged. */
+typedef struct text_out {
+    FILE *out;
+    int max_tokens;
+    int failed;
+} text_out;
+
+static void text_write(void *ctx, const char *p, size_t n) {
+    text_out *t = ctx;
+    fwrite(p, 1, n, t->out);
+    fflush(t->out);
+}
+
+static void text_end(void *ctx, const char *finish_reason, const char *error) {
+    text_out *t = ctx;
+    if (error) {
+        log_msg(LOG_ERROR, "serve", "--text: %s", error);
+        t->failed = 1;
+    } else if (strcmp(finish_reason, "length") == 0) {
+        log_msg(LOG_INFO, "serve", "--text: the answer stopped at serve.text_max_tokens = %d",
+                t->max_tokens);
+    }
+}
+
 int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, FILE *out) {
     size_t len;
     char *text = read_all(in_fd, &len);
@@ -336,68 +366,44 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
     char err[256];
     int n = chat_render(tk, &m, 1, 0, &ids, err, sizeof err);
     free(text);
-    const g4_model_desc *md = engine_model(e);
     int max = cfg->serve.max_context;
-    int32_t *all = n > 0 && n < max ? realloc(ids, sizeof *ids * (size_t)max) : NULL;
-    bf16_t *logits = malloc(sizeof *logits * (size_t)md->n_vocab);
-    if (!all || !logits) {
+    if (n <= 0 || n >= max) {
         log_msg(LOG_ERROR, "serve", "--text: the prompt does not fit serve.max_context %d", max);
-        free(all ? all : ids);
-        free(logits);
+        free(ids);
         return 1;
     }
-    detok dt = {0};
-    chat_stream cs = {0};
-    int rc = 0, begin = 0, seq = 0, first = n, limit = n + cfg->serve.text_max_tokens;
-    while (rc == 0 && n < max && n < limit) {
+    if (fits(e, cfg, n, cfg->serve.text_max_tokens, err, sizeof err) != PROTO_OK) {
+        log_msg(LOG_ERROR, "serve", "--text: %s", err);
+        free(ids);
+        return 1;
+    }
+    /* one greedy request with the protocol's defaults; no id, since nothing names it */
+    proto_request req = {
+        .kind = PROTO_REQUEST, .max_tokens = cfg->serve.text_max_tokens, .top_p = 1, .stream = 1};
+    text_out to = {out, cfg->serve.text_max_tokens, 0};
+    const answer_sink sink = {text_write, text_end, &to};
+    sched *s = sched_create(e, tk, cfg, out);
+    if (!s) {
+        log_msg(LOG_ERROR, "serve", "--text: out of memory");
+        free(ids);
+        return 1;
+    }
+    sched_set_sink(s, &sink);
+    int rc = sched_submit(s, &req, ids, n, sched_now_ms()) == 0 ? 0 : 1;
+    for (int st = 1; rc == 0 && st > 0;) {
         if (serve_signals) { /* --text has one request: a signal ends it where it is */
             log_msg(LOG_WARN, "serve", "signal %d: the answer stops here", (int)serve_signal);
             rc = 128 + (int)serve_signal;
             break;
         }
-        int end = n - begin > cfg->serve.prefill_chunk ? begin + cfg->serve.prefill_chunk : n;
-        int32_t *p = malloc(sizeof *p * (size_t)(end - begin)),
-                *sq = calloc((size_t)(end - begin), sizeof *sq);
-        for (int i = 0; p && i < end - begin; i++)
-            p[i] = begin + i;
-        int32_t last = end - begin - 1;
-        engine_seq_release_front(e, seq, begin);
-        rc = p && sq && engine_seq_reserve(e, seq, begin, end) == 0 ? 0 : -1;
-        engine_batch b = {.rows = end - begin,
-                          .ids = all + begin,
-                          .pos = p,
-                          .seq = sq,
-                          .out_rows = 1,
-                          .out_src = &last};
-        if (rc == 0) rc = engine_step(e, &b, logits, NULL, NULL);
-        free(p);
-        free(sq);
-        begin = end;
-        if (rc != 0 || end < n) continue;
-        sampler_params greedy = {0};
-        int32_t tok = sampler_pick(&greedy, logits, md->n_vocab, 0, NULL); /* greedy: no work */
-        if (chat_is_stop_token(tok)) break;
-        all[n++] = tok;
-        char bytes[512];
-        size_t k = 0, skip = 0;
-        if (!tokenizer_is_special(tk, tok)) k = detok_push(&dt, tk, tok, bytes, sizeof bytes);
-        if (!chat_stream_route(&cs, tok, bytes, k, &skip) && k) {
-            fwrite(bytes, 1, k, out);
-            fflush(out);
-        }
-        if (output_lost(out)) rc = -1;
+        st = sched_step(s);
+        if (st < 0 || output_lost(out)) rc = 1;
     }
-    if (rc == 0 && n - first >= cfg->serve.text_max_tokens)
-        log_msg(LOG_INFO, "serve", "--text: the answer stopped at serve.text_max_tokens = %d",
-                cfg->serve.text_max_tokens);
-    char tail[16];
-    size_t k = detok_flush(&dt, tail, sizeof tail);
-    fwrite(tail, 1, k, out);
+    sched_cancel_queued(s); /* a signal or a lost stdout: the answer ends where it is */
+    sched_cancel_running(s);
+    sched_destroy(s);
     fputc('\n', out);
     fflush(out);
-    engine_seq_free(e, seq);
-    free(all);
-    free(logits);
     if (output_lost(out)) return 1;
-    return rc == 0 ? 0 : rc > 128 ? rc : 1;
+    return rc == 0 && to.failed ? 1 : rc;
 }

@@ -4,8 +4,9 @@
  * backpressure of serve.max_queue (stdin is read only while fewer requests wait), turning each
  * request into prompt ids (prompt: BOS + text with control tokens recognised; messages: the
  * chat template; tokens: as given), the checks that need the prompt's length (max_context,
- * the empty KV budget, the vocabulary), and the control commands. Does not own: parsing
- * (runtime/proto.c), scheduling (runtime/sched.c). */
+ * the empty KV budget, the vocabulary), the control commands, and --text's one request with
+ * its plain output. Does not own: parsing (runtime/proto.c), scheduling (runtime/sched.c), the
+ * answer's text (runtime/answer.c). */
 #ifndef G4_SERVE_H
 #define G4_SERVE_H
 
@@ -21,8 +22,10 @@
  * failed. tk may be NULL: then only token requests run. */
 int serve_run(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, FILE *out);
 
-/* --text: the whole of in_fd is one user message (chat template applied); only the answer
- * text is written to out, as it is generated, then a newline. Greedy. Returns 0 or 1. */
+/* --text: the whole of in_fd is one user message (chat template applied), run as one greedy
+ * request of at most serve.text_max_tokens through the scheduler, the same path as a request
+ * line; only the answer text is written to out, as it is generated, then a newline. Returns 0,
+ * 1 on an error (logged), or 128 + the signal that ended the answer early. */
 int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, FILE *out);
 
 /* The last terminating signal serve_run saw (SIGTERM, SIGINT, SIGHUP), 0 if none. */
