@@ -162,10 +162,7 @@ static void handle_request(server *sv, proto_request *req, double t_arrive) {
     if (code == PROTO_OK && n > max_ctx) {
         code = PROTO_TOO_LONG;
         snprintf(err, sizeof err, "the prompt is %d tokens; serve.max_context is %d", n, max_ctx);
-    } else if (code == PROTO_OK &&
-               (engine_pages_worst(sv->e, KV_LOCAL, total) > engine_usable_pages(sv->e, KV_LOCAL) ||
-                engine_pages_worst(sv->e, KV_GLOBAL, total) >
-                    engine_usable_pages(sv->e, KV_GLOBAL))) {
+    } else if (code == PROTO_OK && !sched_could_ever_fit(sv->s, total)) {
         code = PROTO_TOO_LONG;
         snprintf(err, sizeof err, "%d tokens could not fit even the empty KV budget", total);
     }
@@ -340,7 +337,11 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
     int max = cfg->serve.max_context;
     int32_t *all = n > 0 && n < max ? realloc(ids, sizeof *ids * (size_t)max) : NULL;
     bf16_t *logits = malloc(sizeof *logits * (size_t)md->n_vocab);
-    if (!all || !logits) {
+    kv_pool_shape shape;
+    engine_kv_shape(e, &shape);
+    kv_pool *pool = kv_pool_create_shape(&shape);
+    if (!all || !logits || !pool) {
+        kv_pool_destroy(pool);
         log_msg(LOG_ERROR, "serve", "--text: the prompt does not fit serve.max_context %d", max);
         free(all ? all : ids);
         free(logits);
@@ -361,9 +362,10 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
         for (int i = 0; p && i < end - begin; i++)
             p[i] = begin + i;
         int32_t last = end - begin - 1;
-        engine_seq_release_front(e, seq, begin);
-        rc = p && sq && engine_seq_reserve(e, seq, begin, end) == 0 ? 0 : -1;
-        engine_batch b = {.rows = end - begin,
+        kv_pool_release_front(pool, seq, begin);
+        rc = p && sq && kv_pool_reserve(pool, seq, begin, end) == 0 ? 0 : -1;
+        engine_batch b = {.pool = pool,
+                          .rows = end - begin,
                           .ids = all + begin,
                           .pos = p,
                           .seq = sq,
@@ -395,7 +397,7 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
     fwrite(tail, 1, k, out);
     fputc('\n', out);
     fflush(out);
-    engine_seq_free(e, seq);
+    kv_pool_destroy(pool);
     free(all);
     free(logits);
     if (output_lost(out)) return 1;
