@@ -17,6 +17,7 @@
  * a row whose window touches one (loud rather than silently wrong). The engine never passes
  * unmapped positions. Likewise a position outside [0, max_pages * page_tokens). */
 #include "kernels/common.cuh"
+#include "kernels/kv_offset.h"
 
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -63,21 +64,6 @@ static __device__ __forceinline__ float block_sum(float v, float *red) {
     return s;
 }
 
-/* Element offset of (layer, kv, head) of token pos of sequence seq, or -1 when unmapped or out
- * of the table: the same arithmetic as kv_offset in attn_ref.c. */
-static __device__ __forceinline__ long long kv_offset(const k_kv_view &kv, int seq, int pos,
-                                                      int layer, int which, int head) {
-    if (pos < 0 || pos / kv.page_tokens >= kv.max_pages) return -1;
-    int32_t page = kv.tables[(long long)seq * kv.max_pages + pos / kv.page_tokens];
-    if (page < 0) return -1;
-    long long slot = pos % kv.page_tokens;
-    long long per_slot = (long long)kv.n_kv_head * kv.head_dim;
-    long long per_kv = (long long)kv.page_tokens * per_slot;
-    long long per_page = (long long)kv.n_layer * 2 * per_kv;
-    return page * per_page + ((long long)layer * 2 + which) * per_kv + slot * per_slot +
-           (long long)head * kv.head_dim;
-}
-
 /* ---- prep ---- */
 
 /* blockIdx.x = row; blockIdx.y < n_head: query head (q_norm, RoPE, in place); then n_kv_head
@@ -100,7 +86,7 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
         w = a.q_norm;
     } else {
         int h = (y - a.n_head) % n_kv, which = (y - a.n_head) / n_kv; /* 0 = K, 1 = V */
-        long long off = kv_offset(a.kv, a.seq[r], a.pos[r], a.kv_layer, which, h);
+        long long off = kv_view_offset(&a.kv, a.seq[r], a.pos[r], a.kv_layer, which, h);
         if (off < 0) return; /* unmapped: the reference's K_ERR_SHAPE; block-uniform */
         dst = (bf16_t *)a.kv.base + off;
         if (FP8) dst8 = (uint8_t *)a.kv.base + off;
@@ -318,7 +304,7 @@ tile_scores_butterfly(const k_attention_args &a, int seq, int kvh, int t0, int n
 #pragma unroll
         for (int u = 0; u < KB; u++) {
             const int kk = b0 + u * ATTN_WARPS;
-            ko[u] = kk < nk ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 0, kvh) : -1;
+            ko[u] = kk < nk ? kv_view_offset(&a.kv, seq, t0 + kk, a.kv_layer, 0, kvh) : -1;
         }
 #pragma unroll
         for (int u = 0; u < KB; u++)
@@ -358,7 +344,7 @@ tile_scores_butterfly(const k_attention_args &a, int seq, int kvh, int t0, int n
                     sum += __shfl_xor_sync(0xffffffffu, sum, m);
                 if (lane == 0) ps[g * ATTN_TILE + kk] = bf(sum);
             }
-            if (lane == 0) voff[kk] = kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
+            if (lane == 0) voff[kk] = kv_view_offset(&a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
         }
     }
 }
@@ -408,7 +394,7 @@ static __device__ __forceinline__ void quad_issue(const k_attention_args &a, int
 #pragma unroll
     for (int u = 0; u < QB::KB; u++) {
         const int kk = b0 + u * QB::STEP + warp * QB::QUAD + grp;
-        kb.ko[u] = kk < nk ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 0, kvh) : -1;
+        kb.ko[u] = kk < nk ? kv_view_offset(&a.kv, seq, t0 + kk, a.kv_layer, 0, kvh) : -1;
     }
 #pragma unroll
     for (int u = 0; u < QB::KB; u++)
@@ -466,7 +452,7 @@ quad_score(const k_attention_args &a, int seq, int kvh, int t0, int nk, int b0,
 #pragma unroll
         for (int g = 0; g < G; g++)
             ps[g * ATTN_TILE + kk] = bf(sum[u][g]);
-        voff[kk] = kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
+        voff[kk] = kv_view_offset(&a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
     }
 }
 
@@ -511,7 +497,7 @@ static __device__ __forceinline__ void pv_issue(const k_attention_args &a, int s
 #pragma unroll
     for (int u = 0; u < v_batch<G, FP8>::KBV; u++) {
         const int kk = b0 + u * ATTN_WARPS;
-        vb.vo[u] = kk < nk ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh) : -1;
+        vb.vo[u] = kk < nk ? kv_view_offset(&a.kv, seq, t0 + kk, a.kv_layer, 1, kvh) : -1;
     }
 #pragma unroll
     for (int u = 0; u < v_batch<G, FP8>::KBV; u++)
@@ -752,7 +738,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
                 if (kk < nk) ps[e] = keep_row[(size_t)g * a.window + (t0 - sp.j0) + kk];
             }
             for (int kk = tid; kk < nk; kk += ATTN_THREADS)
-                voff[kk] = kv_offset(a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
+                voff[kk] = kv_view_offset(&a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
         } else if constexpr (QUAD) {
             tile_scores_quad<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, split_bad, kb);
             if (t1 < k_end) quad_issue<D, FP8>(a, seq, kvh, t1, nk1, 0, kb);
@@ -920,7 +906,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     auto offset_of = [&](int ti, int kk) -> long long {
         const int t0 = k_begin + ti * ATTN_TILE;
         return kk >= 0 && kk < ATTN_TILE && ti < n_tiles && t0 + kk < k_end
-                   ? kv_offset(a.kv, seq, t0 + kk, a.kv_layer, which, kvh)
+                   ? kv_view_offset(&a.kv, seq, t0 + kk, a.kv_layer, which, kvh)
                    : -1;
     };
     /* tile ti's key offsets into slot ti % WIN_SLOTS, by the block's first ATTN_TILE threads

@@ -21,7 +21,8 @@
 #include <stdio.h>
 
 /* The error message of an answer that ran out of memory. */
-#define ANSWER_OUT_OF_MEMORY "out of memory holding the answer text; this request's answer ends here"
+#define ANSWER_OUT_OF_MEMORY                                                                       \
+    "out of memory holding the answer text; this request's answer ends here"
 
 /* Where --text sends an answer instead of JSON lines: the released text as it comes (never the
  * reasoning), then once the end: its finish reason, or NULL and the error that ended it. */

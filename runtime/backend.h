@@ -6,8 +6,8 @@
  * the weights' residence (mapped on the CPU, uploaded with their GEMM plans on the GPU); how a
  * step's rows and changed tables reach the schedule; launching the forward pass (CUDA graphs
  * included); the argmax, top-k and logits copied back to the host.
- * Does not own: which rows make a step (sched), the KV page accounting (kv_pool), the
- * config.json match and the pool's sizes (engine.c), the step's checks and its error text. */
+ * Does not own: which rows make a step, the KV pool and its accounting (sched, kv_pool), the
+ * config.json match and the KV shape (engine.c), the step's checks and its error text. */
 #ifndef G4_BACKEND_H
 #define G4_BACKEND_H
 
@@ -52,8 +52,8 @@ typedef struct backend_ops {
      * does not bound it (the pool is then sized for serve.max_batch full contexts). */
     double (*free_bytes)(backend *bk);
     /* Binds every tensor of m: from ld, or with ld NULL (model.weights = dummy) seeded random
-     * from seed (ignored with a checkpoint); with the projections' plans for z's row counts. Returns 0 or -1 after
-     * logging. */
+     * from seed (ignored with a checkpoint); with the projections' plans for z's row counts.
+     * Returns 0 or -1 after logging. */
     int (*bind_weights)(backend *bk, loader *ld, const g4_model_desc *m, uint64_t seed,
                         const backend_sizes *z, g4_weights *w);
     /* The generated schedule of (model, variant) for this backend, or NULL. */
@@ -61,13 +61,14 @@ typedef struct backend_ops {
     /* The per-step side after alloc'd state buffers exist: row metadata, argmax and top-k
      * buffers, the ops' workspaces, the stream and graph sizes. s->stream is set here. */
     int (*open_step)(backend *bk, const backend_sizes *z, g4_state *s);
-    /* The page table of family f the kernels read (k_kv_view.tables), for pool's tables. */
-    const int32_t *(*tables)(backend *bk, const kv_pool *pool, enum kv_family f);
-    /* Runs one step of b: s already holds b's host rows and the hook; the backend may point
-     * s at its own copies. Writes the outputs b asks for and the out rows' logits. Returns 0,
-     * or a negative K_ERR_* code with *where set. */
-    int (*step)(backend *bk, const engine_batch *b, const g4_schedule *sch, kv_pool *pool,
-                g4_state *s, bf16_t *logits, backend_failure *where);
+    /* Where the kernels read the page tables: sets local->tables and global->tables when
+     * they have a fixed home (the GPU's device copies), else leaves them to each step. */
+    int (*bind_tables)(backend *bk, k_kv_view *local, k_kv_view *global);
+    /* Runs one step of b with b->pool's page tables: s already holds b's host rows and the
+     * hook; the backend may point s at its own copies. Writes the outputs b asks for and the
+     * out rows' logits. Returns 0, or a negative K_ERR_* code with *where set. */
+    int (*step)(backend *bk, const engine_batch *b, const g4_schedule *sch, g4_state *s,
+                bf16_t *logits, backend_failure *where);
     /* Waits for the work enqueued so far (debug.sync): 0 or a K_ERR_* code. */
     int (*sync)(backend *bk);
     /* Copies n bytes of a state buffer to the host for a check, or NULL when the buffers are

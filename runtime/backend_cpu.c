@@ -89,10 +89,12 @@ static int cpu_open_step(backend *bk, const backend_sizes *z, g4_state *s) {
     return bk->spare_ids ? 0 : -1;
 }
 
-/* The kernels read the pool's own tables: nothing to stage. */
-static const int32_t *cpu_tables(backend *bk, const kv_pool *pool, enum kv_family f) {
+/* The kernels read the step's pool's own tables (cpu_step points the views at them). */
+static int cpu_bind_tables(backend *bk, k_kv_view *local, k_kv_view *global) {
     (void)bk;
-    return kv_pool_table(pool, f, 0);
+    (void)local;
+    (void)global;
+    return 0;
 }
 
 static int cpu_outputs(backend *bk, const engine_batch *b, const g4_state *s, bf16_t *logits) {
@@ -123,9 +125,10 @@ static int cpu_outputs(backend *bk, const engine_batch *b, const g4_state *s, bf
     return 0;
 }
 
-static int cpu_step(backend *bk, const engine_batch *b, const g4_schedule *sch, kv_pool *pool,
-                    g4_state *s, bf16_t *logits, backend_failure *where) {
-    (void)pool;
+static int cpu_step(backend *bk, const engine_batch *b, const g4_schedule *sch, g4_state *s,
+                    bf16_t *logits, backend_failure *where) {
+    s->kv_local.tables = kv_pool_table(b->pool, KV_LOCAL, 0);
+    s->kv_global.tables = kv_pool_table(b->pool, KV_GLOBAL, 0);
     int rc = sch->forward(s);
     if (rc != 0) {
         where->at = BACKEND_AT_FORWARD;
@@ -157,7 +160,7 @@ const backend_ops backend_cpu_ops = {
     .bind_weights = cpu_bind_weights,
     .find_schedule = cpu_find_schedule,
     .open_step = cpu_open_step,
-    .tables = cpu_tables,
+    .bind_tables = cpu_bind_tables,
     .step = cpu_step,
     .sync = cpu_sync,
     .copy_to_host = NULL,

@@ -23,12 +23,13 @@ struct backend {
     backend_sizes z;
     int32_t *d_meta;      /* ids, pos, seq [max_rows each], out_src [max_out_rows] */
     int32_t *d_tables[2]; /* device copies of the page tables, plus the padding slot's row */
-    int32_t *d_argmax; /* [max_out_rows] greedy tokens, then [max_out_rows] non-finite flags */
-    int32_t *d_topk;   /* k [max_out_rows], then ids [max_out_rows, K_TOPK_MAX] */
-    bf16_t *d_topk_vals; /* [max_out_rows, K_TOPK_MAX] */
-    int *changed;        /* [max_batch] table rows to send, from kv_pool_take_changed */
-    int32_t *spare_ids;  /* [max_out_rows] host target when only the flags are wanted */
-    size_t table_bytes;  /* one family's tables without the padding row */
+    int32_t *d_argmax;    /* [max_out_rows] greedy tokens, then [max_out_rows] non-finite flags */
+    int32_t *d_topk;      /* k [max_out_rows], then ids [max_out_rows, K_TOPK_MAX] */
+    bf16_t *d_topk_vals;  /* [max_out_rows, K_TOPK_MAX] */
+    int *changed;         /* [max_batch] table rows to send, from kv_pool_take_changed */
+    int32_t *spare_ids;   /* [max_out_rows] host target when only the flags are wanted */
+    size_t table_bytes;   /* one family's tables without the padding row */
+    const kv_pool *mirrored; /* the pool whose tables d_tables hold (another: send them all) */
     /* serve.cuda_graphs: decode-only steps replay a graph captured per padded size */
     int graphs;
     g4_stream stream;     /* the backend's stream; NULL (legacy stream) without graphs */
@@ -161,8 +162,8 @@ static int gpu_open_step(backend *bk, const backend_sizes *z, g4_state *s) {
         !(bk->changed = calloc((size_t)z->max_batch, sizeof *bk->changed)) ||
         !(bk->d_meta = gpu_alloc(bk, meta)) ||
         !(bk->d_argmax = gpu_alloc(bk, 2 * sizeof(int32_t) * out)) ||
-        !(topk = gpu_alloc(bk, out * (sizeof(int32_t) * (1 + K_TOPK_MAX) +
-                                      sizeof(bf16_t) * K_TOPK_MAX))) ||
+        !(topk = gpu_alloc(
+              bk, out * (sizeof(int32_t) * (1 + K_TOPK_MAX) + sizeof(bf16_t) * K_TOPK_MAX))) ||
         reserve_workspaces(z->model, z->max_rows) != 0 ||
         (bk->graphs && open_graphs(bk, meta, s) != 0))
         return -1;
@@ -173,19 +174,22 @@ static int gpu_open_step(backend *bk, const backend_sizes *z, g4_state *s) {
 
 /* One more row on the device than the pool has: the padding slot (seq = max_batch) of padded
  * graph steps, every entry physical page 0, the padding page of kv_pool. */
-static const int32_t *gpu_tables(backend *bk, const kv_pool *pool, enum kv_family f) {
-    (void)pool;
+static int gpu_bind_tables(backend *bk, k_kv_view *local, k_kv_view *global) {
     size_t pad_row = (size_t)bk->z.max_pages * sizeof(int32_t);
     bk->table_bytes = (size_t)bk->z.max_batch * pad_row;
     int32_t *zeros = calloc(1, pad_row);
-    bk->d_tables[f] = gpu_alloc(bk, bk->table_bytes + pad_row);
-    int ok = zeros && bk->d_tables[f] &&
+    int ok = zeros != NULL;
+    for (int f = 0; ok && f < 2; f++) {
+        bk->d_tables[f] = gpu_alloc(bk, bk->table_bytes + pad_row);
+        ok = bk->d_tables[f] &&
              k_copy_to_device((char *)bk->d_tables[f] + bk->table_bytes, zeros, pad_row) == 0 &&
              (!bk->graphs || (bk->h_tables[f] = k_host_alloc_pinned(bk->table_bytes + pad_row)));
+        if (ok && bk->graphs) memset(bk->h_tables[f], 0, bk->table_bytes + pad_row);
+    }
     free(zeros);
-    if (!ok) return NULL;
-    if (bk->graphs) memset(bk->h_tables[f], 0, bk->table_bytes + pad_row);
-    return bk->d_tables[f];
+    local->tables = bk->d_tables[KV_LOCAL];
+    global->tables = bk->d_tables[KV_GLOBAL];
+    return ok ? 0 : -1;
 }
 
 /* Copies of the step path. With serve.cuda_graphs the kernels run on the backend's
@@ -198,15 +202,16 @@ static int to_device(backend *bk, void *dst, const void *src, size_t bytes) {
 
 static int to_host(backend *bk, void *dst, const void *src, size_t bytes) {
     if (!bk->stream) return k_copy_to_host(dst, src, bytes);
-    return k_copy_to_host_async(dst, src, bytes, bk->stream) != 0 ||
-                   k_stream_sync(bk->stream) != 0
+    return k_copy_to_host_async(dst, src, bytes, bk->stream) != 0 || k_stream_sync(bk->stream) != 0
                ? K_ERR_DEVICE
                : 0;
 }
 
 /* The step's row metadata and the rows of both families' page tables that changed since the
- * last step (kv_pool_take_changed: every row at the first step) go to the device. */
-static int stage_step(backend *bk, const engine_batch *b, kv_pool *pool, g4_state *s) {
+ * last step (kv_pool_take_changed: every row at a pool's first step) go to the device; every
+ * row when the step brings another pool than the last. */
+static int stage_step(backend *bk, const engine_batch *b, g4_state *s) {
+    kv_pool *pool = b->pool;
     int max_rows = bk->z.max_rows;
     int32_t *ids = bk->d_meta, *pos = ids + max_rows, *seq = pos + max_rows;
     int32_t *src = seq + max_rows;
@@ -216,13 +221,18 @@ static int stage_step(backend *bk, const engine_batch *b, kv_pool *pool, g4_stat
         to_device(bk, src, b->out_src, sizeof(int32_t) * (size_t)b->out_rows))
         return -1;
     size_t row = bk->table_bytes / (size_t)bk->z.max_batch;
+    int all = pool != bk->mirrored;
     for (int f = 0; f < 2; f++) {
         int n = kv_pool_take_changed(pool, (enum kv_family)f, bk->changed);
+        if (all)
+            for (n = 0; n < bk->z.max_batch; n++)
+                bk->changed[n] = n;
         for (int i = 0; i < n; i++)
             if (to_device(bk, (char *)bk->d_tables[f] + (size_t)bk->changed[i] * row,
                           kv_pool_table(pool, (enum kv_family)f, bk->changed[i]), row))
                 return -1;
     }
+    bk->mirrored = pool;
     s->ids = ids;
     s->pos = pos;
     s->seq = seq;
@@ -328,8 +338,8 @@ static int enqueue_graph_step(backend *bk, const g4_schedule *sch, g4_state *s, 
 }
 
 /* Runs b through the graph of size index gi, capturing it on first use. */
-static int graph_step(backend *bk, const engine_batch *b, const g4_schedule *sch, kv_pool *pool,
-                      g4_state *s, int gi, bf16_t *logits) {
+static int graph_step(backend *bk, const engine_batch *b, const g4_schedule *sch, g4_state *s,
+                      int gi, bf16_t *logits) {
     int rows = bk->graph_rows[gi], pad_seq = bk->z.max_batch, max_rows = bk->z.max_rows;
     int32_t *ids = bk->h_meta, *pos = ids + max_rows, *seq = pos + max_rows;
     int32_t *src = seq + max_rows;
@@ -341,7 +351,7 @@ static int graph_step(backend *bk, const engine_batch *b, const g4_schedule *sch
         src[r] = r;
     }
     for (int f = 0; f < 2; f++)
-        memcpy(bk->h_tables[f], kv_pool_table(pool, (enum kv_family)f, 0), bk->table_bytes);
+        memcpy(bk->h_tables[f], kv_pool_table(b->pool, (enum kv_family)f, 0), bk->table_bytes);
     if (!bk->graph[gi]) {
         if (k_capture_begin(bk->stream) != 0) return K_ERR_DEVICE;
         int rc = enqueue_graph_step(bk, sch, s, rows);
@@ -365,15 +375,15 @@ static int graph_step(backend *bk, const engine_batch *b, const g4_schedule *sch
     return fetch_logits(bk, b, s, logits);
 }
 
-static int gpu_step(backend *bk, const engine_batch *b, const g4_schedule *sch, kv_pool *pool,
-                    g4_state *s, bf16_t *logits, backend_failure *where) {
+static int gpu_step(backend *bk, const engine_batch *b, const g4_schedule *sch, g4_state *s,
+                    bf16_t *logits, backend_failure *where) {
     int gi = graph_index(bk, b, s), rc;
     if (gi >= 0) {
-        rc = graph_step(bk, b, sch, pool, s, gi, logits);
+        rc = graph_step(bk, b, sch, s, gi, logits);
         if (rc != 0) *where = (backend_failure){BACKEND_AT_GRAPH, bk->graph_rows[gi]};
         return rc;
     }
-    if (stage_step(bk, b, pool, s) != 0) {
+    if (stage_step(bk, b, s) != 0) {
         where->at = BACKEND_AT_STAGE;
         return K_ERR_DEVICE;
     }
@@ -399,8 +409,9 @@ static int gpu_copy_to_host(void *dst, const void *src, size_t n, g4_stream st) 
 
 static void gpu_log_ready(const backend *bk, const g4_model_desc *m, const char *variant,
                           double seconds) {
-    log_msg(LOG_INFO, "engine", "device %s; model %s (%s weights, %.2f GB), schedule %s; ready in %.1f s",
-            bk->device, m->name, bk->cfg->model.weights == G4_WEIGHTS_DUMMY ? "dummy" : "checkpoint",
+    log_msg(LOG_INFO, "engine",
+            "device %s; model %s (%s weights, %.2f GB), schedule %s; ready in %.1f s", bk->device,
+            m->name, bk->cfg->model.weights == G4_WEIGHTS_DUMMY ? "dummy" : "checkpoint",
             (double)device_weights_bytes(bk->dw) / 1e9, variant, seconds);
 }
 
@@ -413,7 +424,7 @@ const backend_ops backend_gpu_ops = {
     .bind_weights = gpu_bind_weights,
     .find_schedule = gpu_find_schedule,
     .open_step = gpu_open_step,
-    .tables = gpu_tables,
+    .bind_tables = gpu_bind_tables,
     .step = gpu_step,
     .sync = gpu_sync,
     .copy_to_host = gpu_copy_to_host,

@@ -24,9 +24,7 @@ struct engine {
     char device[256]; /* the device, or why there is none */
     loader *ld;
     g4_weights w;
-    kv_pool *pool;
-    kv_layout layout[2];
-    long n_pages[2];
+    kv_pool_shape kv; /* what the KV stores hold; the scheduler's pool is made from it */
     int max_rows, max_out_rows;
     g4_state s;
     step_check check; /* debug.check_finite */
@@ -100,14 +98,15 @@ static int count_owning(const g4_model_desc *m, int kind) {
 
 /* Both families sized for serve.max_batch sequences at serve.max_context (the local family
  * only ever holds a window plus one prefill chunk), or split from kv.budget_gb, or (auto)
- * from what the backend's memory has left when that is less. */
-static int open_pool(engine *e) {
+ * from what the backend's memory has left when that is less; then their stores. */
+static int size_kv(engine *e) {
     const g4_model_desc *m = e->model;
     const g4_config *c = &e->cfg;
     int pt = c->kv.page_tokens;
-    e->layout[KV_LOCAL] = (kv_layout){pt, count_owning(m, G4_LAYER_SLIDING), m->n_kv_head_local,
-                                      m->head_dim_local, e->schedule->local_elem_bytes};
-    e->layout[KV_GLOBAL] =
+    kv_pool_shape *sh = &e->kv;
+    sh->layout[KV_LOCAL] = (kv_layout){pt, count_owning(m, G4_LAYER_SLIDING), m->n_kv_head_local,
+                                       m->head_dim_local, e->schedule->local_elem_bytes};
+    sh->layout[KV_GLOBAL] =
         (kv_layout){pt, count_owning(m, G4_LAYER_FULL), m->n_kv_head_global, m->head_dim_global, 2};
     int max_pages = (c->serve.max_context + pt - 1) / pt;
     int local_per_seq = (m->window - 1 + c->serve.prefill_chunk + pt - 1) / pt + 1;
@@ -115,8 +114,8 @@ static int open_pool(engine *e) {
     long n_local = (long)c->serve.max_batch * local_per_seq + 1;
     long n_global = (long)c->serve.max_batch * max_pages + 1;
     double budget = c->kv.budget_gb * 1e9;
-    double lb = (double)kv_layout_page_bytes(&e->layout[KV_LOCAL]);
-    double gb = (double)kv_layout_page_bytes(&e->layout[KV_GLOBAL]);
+    double lb = (double)kv_layout_page_bytes(&sh->layout[KV_LOCAL]);
+    double gb = (double)kv_layout_page_bytes(&sh->layout[KV_GLOBAL]);
     if (budget <= 0) {
         double free_b = e->ops->free_bytes(e->bk);
         if (free_b < (double)n_local * lb + (double)n_global * gb) budget = free_b;
@@ -130,39 +129,34 @@ static int open_pool(engine *e) {
             return -1;
         }
     }
-    e->n_pages[KV_LOCAL] = n_local;
-    e->n_pages[KV_GLOBAL] = n_global;
-    e->pool = kv_pool_create(&e->layout[KV_LOCAL], (int)n_local, &e->layout[KV_GLOBAL],
-                             (int)n_global, m->window, c->serve.max_batch, max_pages);
-    if (!e->pool) {
-        log_msg(LOG_ERROR, "engine", "out of host memory for the KV page tables");
+    sh->n_pages[KV_LOCAL] = (int)n_local;
+    sh->n_pages[KV_GLOBAL] = (int)n_global;
+    sh->window = m->window;
+    sh->max_seqs = c->serve.max_batch;
+    sh->max_pages_per_seq = max_pages;
+    if (e->ops->bind_tables(e->bk, &e->s.kv_local, &e->s.kv_global) != 0) {
+        log_msg(LOG_ERROR, "engine", "out of %s memory for the KV page tables", e->ops->memory);
         return -1;
     }
-    const int32_t *tables[2];
-    for (int f = 0; f < 2; f++)
-        if (!(tables[f] = e->ops->tables(e->bk, e->pool, (enum kv_family)f))) {
-            log_msg(LOG_ERROR, "engine", "out of memory for the KV page tables");
-            return -1;
-        }
     for (int f = 0; f < 2; f++) {
-        long n = f == KV_LOCAL ? n_local : n_global;
-        void *store = e->ops->alloc(e->bk, (size_t)n * kv_layout_page_bytes(&e->layout[f]));
+        const kv_layout *l = &sh->layout[f];
+        long n = sh->n_pages[f];
+        void *store = e->ops->alloc(e->bk, (size_t)n * kv_layout_page_bytes(l));
         if (!store) {
             log_msg(LOG_ERROR, "engine", "out of %s memory for %ld KV pages", e->ops->memory, n);
             return -1;
         }
         k_kv_view *v = f == KV_LOCAL ? &e->s.kv_local : &e->s.kv_global;
-        *v = (k_kv_view){.base = store,
-                         .page_tokens = pt,
-                         .n_layer = e->layout[f].n_layer,
-                         .n_kv_head = e->layout[f].n_kv_head,
-                         .head_dim = e->layout[f].head_dim,
-                         .elem_bytes = e->layout[f].elem_bytes,
-                         .tables = tables[f],
-                         .max_pages = max_pages};
+        v->base = store;
+        v->page_tokens = pt;
+        v->n_layer = l->n_layer;
+        v->n_kv_head = l->n_kv_head;
+        v->head_dim = l->head_dim;
+        v->elem_bytes = l->elem_bytes;
+        v->max_pages = max_pages;
         log_msg(LOG_INFO, "engine", "KV %s family: %ld pages of %d tokens, %.1f MB",
                 f == KV_LOCAL ? "local" : "global", n, pt,
-                (double)n * (double)kv_layout_page_bytes(&e->layout[f]) / 1e6);
+                (double)n * (double)kv_layout_page_bytes(l) / 1e6);
     }
     return 0;
 }
@@ -245,7 +239,7 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
         log_msg(LOG_ERROR, "engine", "this build has no %s schedule of %s", variant,
                 e->model->name);
     if (!e->schedule || alloc_state(e) != 0 || e->ops->open_step(e->bk, &z, &e->s) != 0 ||
-        open_pool(e) != 0) {
+        size_kv(e) != 0) {
         engine_close(e);
         return -1;
     }
@@ -258,7 +252,6 @@ void engine_close(engine *e) {
     if (!e) return;
     if (e->ops) e->ops->destroy(e->bk);
     free(e->check.host);
-    kv_pool_destroy(e->pool);
     loader_close(e->ld);
     free(e);
 }
@@ -269,41 +262,7 @@ const char *engine_variant(const engine *e) { return e->schedule->variant; }
 int engine_on_gpu(const engine *e) { return e->ops->on_gpu; }
 int engine_max_rows(const engine *e) { return e->max_rows; }
 
-int engine_seq_reserve(engine *e, int seq, int pos_begin, int pos_end) {
-    return kv_pool_reserve(e->pool, seq, pos_begin, pos_end);
-}
-
-void engine_seq_release_front(engine *e, int seq, int pos) {
-    kv_pool_release_front(e->pool, seq, pos);
-}
-
-void engine_seq_free(engine *e, int seq) { kv_pool_free_seq(e->pool, seq); }
-
-int engine_free_pages(const engine *e, int family) {
-    return kv_pool_free_pages(e->pool, (enum kv_family)family);
-}
-
-int engine_usable_pages(const engine *e, int family) {
-    return (int)e->n_pages[family == KV_LOCAL ? KV_LOCAL : KV_GLOBAL] - 1;
-}
-
-double engine_family_bytes(const engine *e, int family) {
-    int f = family == KV_LOCAL ? KV_LOCAL : KV_GLOBAL;
-    return (double)e->n_pages[f] * (double)kv_layout_page_bytes(&e->layout[f]);
-}
-
-int engine_elem_bytes(const engine *e, int family) {
-    return e->layout[family == KV_LOCAL ? KV_LOCAL : KV_GLOBAL].elem_bytes;
-}
-
-int engine_pages_worst(const engine *e, int family, int n_tokens) {
-    int pt = e->cfg.kv.page_tokens;
-    int all = (n_tokens + pt - 1) / pt;
-    if (family == KV_GLOBAL) return all;
-    int chunk = e->cfg.serve.prefill_chunk < n_tokens ? e->cfg.serve.prefill_chunk : n_tokens;
-    int window = (e->model->window - 1 + chunk + pt - 1) / pt + 1;
-    return window < all ? window : all;
-}
+void engine_kv_shape(const engine *e, kv_pool_shape *out) { *out = e->kv; }
 
 /* The engine's own hook, for the debug switches: debug.fail_step's injected failure (at the
  * step's first attention, after layer 0 wrote its K/V, as a device error mid-step would),
@@ -357,6 +316,12 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
                 b->out_rows, e->max_rows, e->max_out_rows);
         return K_ERR_SHAPE;
     }
+    if (!kv_pool_has_shape(b->pool, &e->kv)) {
+        snprintf(e->last_error, sizeof e->last_error,
+                 "the step's KV pool was not made from this engine's shape (engine_kv_shape)");
+        log_msg(LOG_ERROR, "engine", "%s", e->last_error);
+        return K_ERR_SHAPE;
+    }
     g4_state *s = &e->s;
     s->rows = b->rows;
     s->ids = b->ids;
@@ -384,7 +349,7 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
         s->hook_ctx = e;
     }
     backend_failure where = {BACKEND_AT_FORWARD, 0};
-    int rc = e->ops->step(e->bk, b, e->schedule, e->pool, s, logits, &where);
+    int rc = e->ops->step(e->bk, b, e->schedule, s, logits, &where);
     if (rc == 0) return 0;
     switch (where.at) {
     case BACKEND_AT_GRAPH:

@@ -3,14 +3,16 @@
  *
  * The engine runs what it is told: a step is a batch of rows (prefill chunks and decode rows
  * together), each a token at a position of a sequence slot whose KV pages the caller reserved
- * first. Which requests make a step is the scheduler's business, not the engine's. The step
- * runs on the GPU backend when there is a usable device, else on the CPU reference; both sit
- * behind runtime/backend.h and give the same answers to these calls. */
+ * first in its pool (the caller owns the KV budget: engine_kv_shape). Which requests make a step is
+ * the scheduler's business, not the engine's. The step runs on the GPU backend when there is a
+ * usable device, else on the CPU reference; both sit behind runtime/backend.h and give the same
+ * answers to these calls. */
 #ifndef G4_ENGINE_H
 #define G4_ENGINE_H
 
 #include "graph/schedule.h"
 #include "runtime/config.h"
+#include "runtime/kv_pool.h"
 
 typedef struct engine engine;
 
@@ -32,26 +34,14 @@ int engine_on_gpu(const engine *e);
 /* Largest rows a step may carry (serve.prefill_chunk + serve.max_batch). */
 int engine_max_rows(const engine *e);
 
-/* Sequence slots 0..serve.max_batch-1. Makes positions [pos_begin, pos_end) of slot seq
- * writable in both KV families, or changes nothing and returns -1 when either is full. */
-int engine_seq_reserve(engine *e, int seq, int pos_begin, int pos_end);
-/* Gives back local pages wholly outside the window of a query at position pos. */
-void engine_seq_release_front(engine *e, int seq, int pos);
-/* Gives back every page of slot seq. */
-void engine_seq_free(engine *e, int seq);
-/* Free pages of a family (enum kv_family), for stats and tests. */
-int engine_free_pages(const engine *e, int family);
-/* Pages of a family that can ever be handed out (the padding page excluded). */
-int engine_usable_pages(const engine *e, int family);
-/* The family's KV budget in bytes (every page, the padding page included) and its element
- * width (2 bf16, 1 e4m3): the KV budget per family that stats reports. */
-double engine_family_bytes(const engine *e, int family);
-int engine_elem_bytes(const engine *e, int family);
-/* The most pages of a family one sequence of n_tokens positions can hold at once while it is
- * prefilled in serve.prefill_chunk chunks and decoded (the local family is window-capped). */
-int engine_pages_worst(const engine *e, int family, int n_tokens);
+/* The KV pool this engine's stores were sized for: both families' layouts and page counts,
+ * the window, serve.max_batch sequence slots and tables of serve.max_context positions. The
+ * caller (the scheduler) creates the pool from it (kv_pool_create_shape), owns it, reserves
+ * each row's pages in it before a step and hands it over with every batch. */
+void engine_kv_shape(const engine *e, kv_pool_shape *out);
 
 typedef struct engine_batch {
+    kv_pool *pool;          /* made from engine_kv_shape; every row's positions reserved */
     int rows;               /* tokens in the step, <= engine_max_rows */
     const int32_t *ids;     /* [rows] */
     const int32_t *pos;     /* [rows] */

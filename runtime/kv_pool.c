@@ -15,22 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t kv_layout_page_elems(const kv_layout *l) {
-    return (size_t)l->n_layer * 2u * (size_t)l->page_tokens * (size_t)l->n_kv_head *
-           (size_t)l->head_dim;
-}
-
 size_t kv_layout_page_bytes(const kv_layout *l) {
-    return kv_layout_page_elems(l) * (size_t)l->elem_bytes;
-}
-
-size_t kv_layout_offset(const kv_layout *l, int page, int layer, int kv, int slot, int head) {
-    size_t i = (size_t)page;
-    i = i * (size_t)l->n_layer + (size_t)layer;
-    i = i * 2u + (size_t)kv;
-    i = i * (size_t)l->page_tokens + (size_t)slot;
-    i = i * (size_t)l->n_kv_head + (size_t)head;
-    return i * (size_t)l->head_dim;
+    return (size_t)l->n_layer * 2u * (size_t)l->page_tokens * (size_t)l->n_kv_head *
+           (size_t)l->head_dim * (size_t)l->elem_bytes;
 }
 
 typedef struct kv_fam {
@@ -118,6 +105,27 @@ oom:
             max_pages_per_seq);
     kv_pool_destroy(p);
     return NULL;
+}
+
+kv_pool *kv_pool_create_shape(const kv_pool_shape *sh) {
+    return kv_pool_create(&sh->layout[KV_LOCAL], sh->n_pages[KV_LOCAL], &sh->layout[KV_GLOBAL],
+                          sh->n_pages[KV_GLOBAL], sh->window, sh->max_seqs, sh->max_pages_per_seq);
+}
+
+static int same_layout(const kv_layout *a, const kv_layout *b) {
+    return a->page_tokens == b->page_tokens && a->n_layer == b->n_layer &&
+           a->n_kv_head == b->n_kv_head && a->head_dim == b->head_dim &&
+           a->elem_bytes == b->elem_bytes;
+}
+
+int kv_pool_has_shape(const kv_pool *p, const kv_pool_shape *sh) {
+    if (!p || !sh || p->window != sh->window || p->max_seqs != sh->max_seqs ||
+        p->max_pages_per_seq != sh->max_pages_per_seq)
+        return 0;
+    for (int f = 0; f < 2; f++)
+        if (p->fam[f].n_pages != sh->n_pages[f] || !same_layout(&p->fam[f].layout, &sh->layout[f]))
+            return 0;
+    return 1;
 }
 
 void kv_pool_destroy(kv_pool *p) {
@@ -262,6 +270,14 @@ int kv_pool_seq_pages(const kv_pool *p, enum kv_family family, int seq) {
     return p->fam[family].held[seq];
 }
 
+int kv_pool_usable_pages(const kv_pool *p, enum kv_family family) {
+    return p && kv_family_valid(family) ? p->fam[family].n_pages - 1 : 0;
+}
+
+const kv_layout *kv_pool_layout(const kv_pool *p, enum kv_family family) {
+    return p && kv_family_valid(family) ? &p->fam[family].layout : NULL;
+}
+
 int kv_pool_pages_needed(const kv_pool *p, enum kv_family family, int pos_begin, int pos_end) {
     if (!p || !kv_family_valid(family) || pos_end <= pos_begin) return 0;
     int page = p->fam[family].layout.page_tokens;
@@ -269,21 +285,24 @@ int kv_pool_pages_needed(const kv_pool *p, enum kv_family family, int pos_begin,
     return kv_ceil_div(pos_end, page) - kv_ceil_div(pos_begin, page);
 }
 
+int kv_pool_pages_worst(const kv_pool *p, enum kv_family family, int n_tokens, int chunk) {
+    if (!p || !kv_family_valid(family) || n_tokens <= 0) return 0;
+    int all = kv_pool_pages_needed(p, family, 0, n_tokens);
+    if (family == KV_GLOBAL) return all;
+    int page = p->fam[family].layout.page_tokens;
+    long long c = chunk < n_tokens ? chunk : n_tokens;
+    /* the window of a chunk's first query plus the chunk: W-1+C positions */
+    long long span = ((long long)p->window - 1 + c + page - 1) / page + 1;
+    return span < all ? (int)span : all;
+}
+
 int kv_pool_could_ever_fit(const kv_pool *p, int n_tokens, int chunk) {
     if (!p || chunk < 1) return 0;
     if (n_tokens <= 0) return 1;
-    int c = chunk < n_tokens ? chunk : n_tokens;
     for (int fi = 0; fi < 2; fi++) {
         const kv_fam *f = &p->fam[fi];
-        int page = f->layout.page_tokens;
-        if ((long long)n_tokens > (long long)p->max_pages_per_seq * page) return 0;
-        long long need = kv_ceil_div(n_tokens, page);
-        if (fi == KV_LOCAL) {
-            /* the window of a chunk's first query plus the chunk: W-1+C positions */
-            long long span = ((long long)p->window - 1 + c + page - 1) / page + 1;
-            if (span < need) need = span;
-        }
-        if (need > f->n_pages - 1) return 0;
+        if ((long long)n_tokens > (long long)p->max_pages_per_seq * f->layout.page_tokens) return 0;
+        if (kv_pool_pages_worst(p, (enum kv_family)fi, n_tokens, chunk) > f->n_pages - 1) return 0;
     }
     return 1;
 }

@@ -32,24 +32,26 @@ typedef struct kv_layout {
     int elem_bytes; /* 2 = bf16, 1 = e4m3 (fp8 local pool, scale 1.0) */
 } kv_layout;
 
-/* Elements in one page: n_layer * 2 * page_tokens * n_kv_head * head_dim. */
-size_t kv_layout_page_elems(const kv_layout *l);
-
-/* Bytes in one page: kv_layout_page_elems(l) * elem_bytes. The backend allocates
- * n_pages * kv_layout_page_bytes(l) bytes for the family. */
+/* Bytes in one page: n_layer * 2 * page_tokens * n_kv_head * head_dim * elem_bytes. The
+ * backend allocates n_pages * kv_layout_page_bytes(l) bytes for the family; where a head
+ * vector sits in them is kernels/kv_offset.h's formula. */
 size_t kv_layout_page_bytes(const kv_layout *l);
-
-/* Element offset (not bytes) of element 0 of the head vector (page, layer, kv, slot, head)
- * inside the whole backing store; head_dim elements follow contiguously. Offsets do not depend
- * on elem_bytes, so bf16 and e4m3 stores share one indexing scheme; multiply by elem_bytes
- * only where a byte address is needed. Arguments are not range-checked (hot path). */
-size_t kv_layout_offset(const kv_layout *l, int page, int layer, int kv, int slot, int head);
 
 /* ---- the pool ---- */
 
 enum kv_family { KV_LOCAL = 0, KV_GLOBAL = 1 };
 
 typedef struct kv_pool kv_pool;
+
+/* What a pool is made of: the engine sizes its stores for one (engine_kv_shape), the
+ * scheduler creates the pool from it. */
+typedef struct kv_pool_shape {
+    kv_layout layout[2]; /* indexed by enum kv_family */
+    int n_pages[2];      /* physical pages, padding page 0 included */
+    int window;
+    int max_seqs;
+    int max_pages_per_seq;
+} kv_pool_shape;
 
 /* Creates the bookkeeping for n_pages_local / n_pages_global physical pages (page 0 of each
  * is the padding page, so n_pages - 1 are usable; n_pages >= 1), a sliding window of `window`
@@ -59,6 +61,12 @@ typedef struct kv_pool kv_pool;
  * after logging on bad arguments or when out of memory. Free with kv_pool_destroy. */
 kv_pool *kv_pool_create(const kv_layout *local, int n_pages_local, const kv_layout *global,
                         int n_pages_global, int window, int max_seqs, int max_pages_per_seq);
+
+/* kv_pool_create with the shape's fields. */
+kv_pool *kv_pool_create_shape(const kv_pool_shape *sh);
+
+/* 1 when p was made from a shape equal to sh (its tables and pages index sh's stores). */
+int kv_pool_has_shape(const kv_pool *p, const kv_pool_shape *sh);
 
 /* Frees the pool and its tables (not any backing store). NULL is fine. */
 void kv_pool_destroy(kv_pool *p);
@@ -97,6 +105,12 @@ int kv_pool_free_pages(const kv_pool *p, enum kv_family family);
 /* Physical pages of family that seq holds now (0 for a bad seq). */
 int kv_pool_seq_pages(const kv_pool *p, enum kv_family family, int seq);
 
+/* Pages of family that can ever be handed out (the padding page never counts). */
+int kv_pool_usable_pages(const kv_pool *p, enum kv_family family);
+
+/* The family's layout (a copy of the one given at create), or NULL for a bad family. */
+const kv_layout *kv_pool_layout(const kv_pool *p, enum kv_family family);
+
 /* Pages of family that kv_pool_reserve(seq, pos_begin, pos_end) takes from the free list,
  * for a sequence that holds [0, pos_begin) as earlier reserves left it (local front released
  * up to at most pos_begin, or not): ceil(pos_end/page) - ceil(pos_begin/page), 0 when
@@ -104,10 +118,15 @@ int kv_pool_seq_pages(const kv_pool *p, enum kv_family family, int seq);
  * arithmetic, for the scheduler's fit check; it does not mutate. */
 int kv_pool_pages_needed(const kv_pool *p, enum kv_family family, int pos_begin, int pos_end);
 
-/* 1 if a request of n_tokens positions in all, prefilled in chunks of at most `chunk` tokens
- * (release_front before each chunk), fits an EMPTY pool and the page tables: global needs
- * ceil(n/page) pages, local at most min(ceil(n/page), ceil((W-1+C)/page)+1) with
- * C = min(chunk, n). 0 otherwise: such a request must be refused, as waiting cannot help. */
+/* The most pages of family that one sequence of n_tokens positions holds at once while it is
+ * prefilled in chunks of at most `chunk` tokens (release_front before each) and then decoded:
+ * global ceil(n/page) (kv_pool_pages_needed from 0), local at most that and
+ * ceil((W-1+C)/page)+1 with C = min(chunk, n). What the scheduler commits at admission. */
+int kv_pool_pages_worst(const kv_pool *p, enum kv_family family, int n_tokens, int chunk);
+
+/* 1 if a request of n_tokens positions in all, prefilled in chunks of at most `chunk` tokens,
+ * fits an EMPTY pool and the page tables (kv_pool_pages_worst of each family at most its
+ * usable pages). 0 otherwise: such a request must be refused, as waiting cannot help. */
 int kv_pool_could_ever_fit(const kv_pool *p, int n_tokens, int chunk);
 
 #endif

@@ -38,7 +38,8 @@ struct sched {
     sreq **running; /* [max_batch] in admission order */
     int n_running;
     unsigned char *slot_used;
-    int committed[2];
+    kv_pool *pool;    /* the KV budget: made from engine_kv_shape, handed over with each step */
+    int committed[2]; /* pages of each family promised to the running requests' worst cases */
     /* step buffers */
     int32_t *ids, *pos, *seq, *out_src;
     int32_t *argmax;      /* [max_batch] each out row's greedy token, from the engine */
@@ -76,6 +77,9 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     s->cfg = *cfg;
     s->out = out;
     int rows = engine_max_rows(e), mb = cfg->serve.max_batch, V = engine_model(e)->n_vocab;
+    kv_pool_shape shape;
+    engine_kv_shape(e, &shape);
+    s->pool = kv_pool_create_shape(&shape);
     s->running = calloc((size_t)mb, sizeof(sreq *));
     s->slot_used = calloc((size_t)mb, 1);
     s->ids = calloc((size_t)rows, sizeof *s->ids);
@@ -103,7 +107,7 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     int draws_ok = s->draw_work && s->draw_tok && s->draw_lp;
     for (int w = 0; draws_ok && w < s->draw_threads; w++)
         draws_ok = (s->draw_work[w] = sampler_work_new(V)) != NULL;
-    if (!s->running || !s->slot_used || !s->ids || !s->pos || !s->seq || !s->out_src ||
+    if (!s->pool || !s->running || !s->slot_used || !s->ids || !s->pos || !s->seq || !s->out_src ||
         !s->out_req || !s->logits || !s->work || !s->argmax || !s->nonfinite || !s->in_step ||
         !s->need_logits || !s->topk || !s->topk_ids || !s->topk_vals || !draws_ok) {
         sched_destroy(s);
@@ -154,6 +158,7 @@ void sched_destroy(sched *s) {
     free(s->draw_work);
     free(s->draw_tok);
     free(s->draw_lp);
+    kv_pool_destroy(s->pool);
     free(s);
 }
 
@@ -198,6 +203,12 @@ int sched_in_flight(const sched *s, const char *id_json) {
     return 0;
 }
 
+int sched_could_ever_fit(const sched *s, int n_tokens) {
+    return kv_pool_could_ever_fit(s->pool, n_tokens, s->cfg.serve.prefill_chunk);
+}
+
+const kv_pool *sched_kv_pool(const sched *s) { return s->pool; }
+
 int sched_queued(const sched *s) { return s->n_queued; }
 int sched_running(const sched *s) { return s->n_running; }
 
@@ -206,7 +217,7 @@ int sched_running(const sched *s) { return s->n_running; }
 /* Gives back r's slot and pages, takes it off the running list and frees it. */
 static void release(sched *s, sreq *r) {
     if (r->slot >= 0) {
-        engine_seq_free(s->e, r->slot);
+        kv_pool_free_seq(s->pool, r->slot);
         s->slot_used[r->slot] = 0;
         s->committed[KV_LOCAL] -= r->worst[KV_LOCAL];
         s->committed[KV_GLOBAL] -= r->worst[KV_GLOBAL];
@@ -316,10 +327,11 @@ static void admit(sched *s) {
         sreq *r = s->q_head;
         int n = r->n_prompt + r->req.max_tokens;
         if (n > s->cfg.serve.max_context) n = s->cfg.serve.max_context;
-        const int w[2] = {engine_pages_worst(s->e, KV_LOCAL, n),
-                          engine_pages_worst(s->e, KV_GLOBAL, n)};
-        if (s->committed[KV_LOCAL] + w[KV_LOCAL] > engine_usable_pages(s->e, KV_LOCAL) ||
-            s->committed[KV_GLOBAL] + w[KV_GLOBAL] > engine_usable_pages(s->e, KV_GLOBAL))
+        const int chunk = s->cfg.serve.prefill_chunk;
+        const int w[2] = {kv_pool_pages_worst(s->pool, KV_LOCAL, n, chunk),
+                          kv_pool_pages_worst(s->pool, KV_GLOBAL, n, chunk)};
+        if (s->committed[KV_LOCAL] + w[KV_LOCAL] > kv_pool_usable_pages(s->pool, KV_LOCAL) ||
+            s->committed[KV_GLOBAL] + w[KV_GLOBAL] > kv_pool_usable_pages(s->pool, KV_GLOBAL))
             return;
         int slot = 0;
         while (s->slot_used[slot])
@@ -340,10 +352,18 @@ static void admit(sched *s) {
 }
 
 /* Adds rows [begin, end) of r to the step; the pages were committed at admission, so the
- * reservation cannot fail unless the accounting is wrong (then the request fails). */
+ * reservation cannot fail, nor r hold more than it was promised, unless the accounting is
+ * wrong (then the request fails). */
 static int add_rows(sched *s, sreq *r, int begin, int end, int *rows) {
-    engine_seq_release_front(s->e, r->slot, begin);
-    if (engine_seq_reserve(s->e, r->slot, begin, end) != 0) return -1;
+    kv_pool_release_front(s->pool, r->slot, begin);
+    if (kv_pool_reserve(s->pool, r->slot, begin, end) != 0) return -1;
+    for (int f = 0; f < 2; f++)
+        if (kv_pool_seq_pages(s->pool, (enum kv_family)f, r->slot) > r->worst[f]) {
+            log_msg(LOG_ERROR, "sched", "slot %d holds %d %s pages, more than the %d admitted",
+                    r->slot, kv_pool_seq_pages(s->pool, (enum kv_family)f, r->slot),
+                    f == KV_LOCAL ? "local" : "global", r->worst[f]);
+            return -1;
+        }
     for (int p = begin; p < end; p++) {
         s->ids[*rows] = r->ids[p];
         s->pos[*rows] = p;
@@ -387,7 +407,8 @@ int sched_step(sched *s) {
         }
     }
     if (s->t_first_step == 0) s->t_first_step = sched_now_ms();
-    engine_batch b = {.rows = rows,
+    engine_batch b = {.pool = s->pool,
+                      .rows = rows,
                       .ids = s->ids,
                       .pos = s->pos,
                       .seq = s->seq,
@@ -468,6 +489,12 @@ void sched_cancel_queued(sched *s) {
     s->q_tail = NULL;
 }
 
+/* A family's KV store in MB (every page, the padding page included) and its element width. */
+static double family_mb(const kv_pool *p, enum kv_family f) {
+    return (double)(kv_pool_usable_pages(p, f) + 1) *
+           (double)kv_layout_page_bytes(kv_pool_layout(p, f)) / 1e6;
+}
+
 void sched_write_stats(sched *s) {
     double secs = s->t_first_step > 0 ? (sched_now_ms() - s->t_first_step) / 1e3 : 0;
     proto_stats st = {
@@ -480,7 +507,7 @@ void sched_write_stats(sched *s) {
     };
     for (int f = KV_LOCAL; f <= KV_GLOBAL; f++)
         st.kv[f] =
-            (proto_kv_family){engine_free_pages(s->e, f), engine_usable_pages(s->e, f),
-                              engine_family_bytes(s->e, f) / 1e6, engine_elem_bytes(s->e, f)};
+            (proto_kv_family){kv_pool_free_pages(s->pool, f), kv_pool_usable_pages(s->pool, f),
+                              family_mb(s->pool, f), kv_pool_layout(s->pool, f)->elem_bytes};
     proto_write_stats(s->out, &st);
 }

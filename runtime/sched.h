@@ -1,12 +1,14 @@
 /* runtime/sched.h - the scheduler: which requests run, and what each step carries.
  *
- * Owns: the FIFO queue of admitted-later requests, admission (a request starts only when both
- * KV families can hold its worst case next to every running request's, so a started request
- * never stalls for pages), the step's batch (prefill chunks up to serve.prefill_chunk tokens
- * plus one decode row per running request), sampling, and ending requests (their slots and
- * pages given back). Does not own: reading stdin or parsing lines (runtime/serve.c), the forward
- * pass (engine), what a token adds to the answer, when it ends it, and the answer's lines
- * (runtime/answer.c: each request holds one answer).
+ * Owns: the KV pool (the budget: made from engine_kv_shape, each step's pages reserved in it
+ * and handed to the engine with the batch), the FIFO queue of admitted-later requests,
+ * admission (a request starts only when both KV families can hold its worst case next to
+ * every running request's, so a started request never stalls for pages), the step's batch
+ * (prefill chunks up to serve.prefill_chunk tokens plus one decode row per running request),
+ * sampling, and ending requests (their slots and pages given back). Does not own: reading
+ * stdin or parsing lines (runtime/serve.c), the forward pass (engine), what a token adds to
+ * the answer, when it ends it, and the answer's lines (runtime/answer.c: each request holds
+ * one answer).
  *
  * A request's answer depends only on its own prompt and parameters: the engine computes each
  * row independently of its batch mates and the random stream is a function of (seed, index). */
@@ -47,6 +49,14 @@ void sched_cancel_queued(sched *s);
 
 /* Ends every running request with "cancelled", its pages given back (a second signal). */
 void sched_cancel_running(sched *s);
+
+/* 1 if a request of n_tokens positions in all (prompt and answer) could run in an empty KV
+ * pool: 0 means it must be refused, as waiting cannot help (kv_pool_could_ever_fit at
+ * serve.prefill_chunk). */
+int sched_could_ever_fit(const sched *s, int n_tokens);
+
+/* The KV pool the scheduler owns (for its stats and the tests' page accounting). */
+const kv_pool *sched_kv_pool(const sched *s);
 
 /* Requests waiting to start, and running. */
 int sched_queued(const sched *s);

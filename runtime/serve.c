@@ -147,7 +147,7 @@ static int prompt_ids(server *sv, const proto_request *req, int32_t **ids, char 
 
 /* The checks that need a prompt's length n: PROTO_OK, or PROTO_TOO_LONG with err filled. A
  * request that passes can start once the scheduler is empty. */
-static enum proto_code fits(engine *e, const g4_config *cfg, int n, int max_tokens, char *err,
+static enum proto_code fits(const sched *sc, const g4_config *cfg, int n, int max_tokens, char *err,
                             size_t cap) {
     int max_ctx = cfg->serve.max_context;
     int total = n + max_tokens < max_ctx ? n + max_tokens : max_ctx;
@@ -155,8 +155,7 @@ static enum proto_code fits(engine *e, const g4_config *cfg, int n, int max_toke
         snprintf(err, cap, "the prompt is %d tokens; serve.max_context is %d", n, max_ctx);
         return PROTO_TOO_LONG;
     }
-    if (engine_pages_worst(e, KV_LOCAL, total) > engine_usable_pages(e, KV_LOCAL) ||
-        engine_pages_worst(e, KV_GLOBAL, total) > engine_usable_pages(e, KV_GLOBAL)) {
+    if (!sched_could_ever_fit(sc, total)) {
         snprintf(err, cap, "%d tokens could not fit even the empty KV budget", total);
         return PROTO_TOO_LONG;
     }
@@ -174,7 +173,7 @@ static void handle_request(server *sv, proto_request *req, double t_arrive) {
     int32_t *ids = NULL;
     int n = prompt_ids(sv, req, &ids, err, sizeof err);
     enum proto_code code =
-        n < 0 ? PROTO_BAD_REQUEST : fits(sv->e, sv->cfg, n, req->max_tokens, err, sizeof err);
+        n < 0 ? PROTO_BAD_REQUEST : fits(sv->s, sv->cfg, n, req->max_tokens, err, sizeof err);
     if (code != PROTO_OK) {
         proto_write_error(sv->out, req->id_json, code, err);
         proto_request_free(req);
@@ -372,11 +371,6 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
         free(ids);
         return 1;
     }
-    if (fits(e, cfg, n, cfg->serve.text_max_tokens, err, sizeof err) != PROTO_OK) {
-        log_msg(LOG_ERROR, "serve", "--text: %s", err);
-        free(ids);
-        return 1;
-    }
     /* one greedy request with the protocol's defaults; no id, since nothing names it */
     proto_request req = {
         .kind = PROTO_REQUEST, .max_tokens = cfg->serve.text_max_tokens, .top_p = 1, .stream = 1};
@@ -385,6 +379,12 @@ int serve_text(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, 
     sched *s = sched_create(e, tk, cfg, out);
     if (!s) {
         log_msg(LOG_ERROR, "serve", "--text: out of memory");
+        free(ids);
+        return 1;
+    }
+    if (fits(s, cfg, n, cfg->serve.text_max_tokens, err, sizeof err) != PROTO_OK) {
+        log_msg(LOG_ERROR, "serve", "--text: %s", err);
+        sched_destroy(s);
         free(ids);
         return 1;
     }

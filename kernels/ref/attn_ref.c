@@ -7,6 +7,7 @@
  * rounded once. The window rule is i - W < j <= i. A one-byte layout (the fp8 local pool)
  * stores e4m3 at scale 1.0 of exactly the bf16 value the bf16 pool would store, and reads it
  * back exactly (every e4m3 value is a bf16 value); queries and outputs stay bf16. */
+#include "kernels/kv_offset.h"
 #include "kernels/ref/ref.h"
 
 #include <math.h>
@@ -15,19 +16,6 @@
 
 #define BF(x) ref_round_bf16(x)
 #define F(x) ref_bf16_to_f32(x)
-
-/* Element offset of (layer, kv, head) for token pos of sequence seq, or -1 when unmapped. */
-static long kv_offset(const k_kv_view *kv, int seq, int pos, int layer, int which, int head) {
-    int32_t page =
-        kv->tables[(size_t)seq * (size_t)kv->max_pages + (size_t)(pos / kv->page_tokens)];
-    if (page < 0) return -1;
-    long slot = pos % kv->page_tokens;
-    long per_slot = (long)kv->n_kv_head * kv->head_dim;
-    long per_kv = (long)kv->page_tokens * per_slot;
-    long per_page = (long)kv->n_layer * 2 * per_kv;
-    return page * per_page + ((long)layer * 2 + which) * per_kv + slot * per_slot +
-           (long)head * kv->head_dim;
-}
 
 static int kv_check(const k_kv_view *kv, const char *op) {
     if (kv->elem_bytes != 2 && kv->elem_bytes != 1) {
@@ -92,8 +80,8 @@ int ref_attn_prep(const k_attn_prep_args *a, g4_stream st) {
         if (!a->write_kv) continue;
         for (int h = 0; h < a->kv.n_kv_head; h++) {
             size_t in = ((size_t)r * (size_t)a->kv.n_kv_head + (size_t)h) * (size_t)d;
-            long ko = kv_offset(&a->kv, a->seq[r], a->pos[r], a->kv_layer, 0, h);
-            long vo = kv_offset(&a->kv, a->seq[r], a->pos[r], a->kv_layer, 1, h);
+            long long ko = kv_view_offset(&a->kv, a->seq[r], a->pos[r], a->kv_layer, 0, h);
+            long long vo = kv_view_offset(&a->kv, a->seq[r], a->pos[r], a->kv_layer, 1, h);
             if (ko < 0 || vo < 0) {
                 free(tmp);
                 return K_ERR_SHAPE;
@@ -121,7 +109,7 @@ static int attend_head(const k_attention_args *a, int r, int h, float *p, float 
     const bf16_t *q = a->q + ((size_t)r * (size_t)a->n_head + (size_t)h) * (size_t)d;
     float mx = -INFINITY;
     for (int j = j0; j <= i; j++) {
-        long ko = kv_offset(&a->kv, a->seq[r], j, a->kv_layer, 0, kvh);
+        long long ko = kv_view_offset(&a->kv, a->seq[r], j, a->kv_layer, 0, kvh);
         if (ko < 0) return K_ERR_SHAPE;
         float s = 0.0f;
         for (int t = 0; t < d; t++)
@@ -138,7 +126,7 @@ static int attend_head(const k_attention_args *a, int r, int h, float *p, float 
         acc[t] = 0.0f;
     for (int j = j0; j <= i; j++) {
         float pj = BF(p[j - j0] / sum);
-        long vo = kv_offset(&a->kv, a->seq[r], j, a->kv_layer, 1, kvh);
+        long long vo = kv_view_offset(&a->kv, a->seq[r], j, a->kv_layer, 1, kvh);
         for (int t = 0; t < d; t++)
             acc[t] += pj * kv_load(&a->kv, vo + t);
     }

@@ -162,6 +162,10 @@ int main(int argc, char **argv) {
     log_set_level(LOG_WARN);
     engine *e = NULL;
     if (engine_open(&cfg, 0, &e) != 0) return 1;
+    kv_pool_shape shape;
+    engine_kv_shape(e, &shape);
+    kv_pool *pool = kv_pool_create_shape(&shape); /* the scheduler's side of the KV budget */
+    if (!pool) return 1;
     const g4_model_desc *m = engine_model(e);
     int32_t *ids = calloc((size_t)cfg.serve.prefill_chunk + (size_t)batch, sizeof *ids);
     int32_t *pos = calloc((size_t)cfg.serve.prefill_chunk + (size_t)batch, sizeof *pos);
@@ -184,14 +188,19 @@ int main(int argc, char **argv) {
                 seq[i] = b;
             }
             src[0] = n - 1;
-            engine_seq_release_front(e, b, p0);
-            engine_seq_reserve(e, b, p0, p0 + n);
+            kv_pool_release_front(pool, b, p0);
+            if (kv_pool_reserve(pool, b, p0, p0 + n) != 0) return 1;
             int last = b == batch - 1 && p0 + n >= prompt;
             pre.last = now_ms();
             if (last && pre.gpu && k_event_record(pre.ev[0], NULL) != 0) return 1;
             double t0 = now_ms();
-            engine_batch eb = {
-                .rows = n, .ids = ids, .pos = pos, .seq = seq, .out_rows = 1, .out_src = src};
+            engine_batch eb = {.pool = pool,
+                               .rows = n,
+                               .ids = ids,
+                               .pos = pos,
+                               .seq = seq,
+                               .out_rows = 1,
+                               .out_src = src};
             if (engine_step(e, &eb, logits, last ? profile_hook : NULL, &pre) != 0) return 1;
             ttft += now_ms() - t0;
             if (last && pre.gpu && profile_collect(&pre) != 0) return 1;
@@ -205,10 +214,11 @@ int main(int argc, char **argv) {
             pos[b] = prompt + s;
             seq[b] = b;
             src[b] = b;
-            engine_seq_release_front(e, b, pos[b]);
-            engine_seq_reserve(e, b, pos[b], pos[b] + 1);
+            kv_pool_release_front(pool, b, pos[b]);
+            if (kv_pool_reserve(pool, b, pos[b], pos[b] + 1) != 0) return 1;
         }
-        engine_batch eb = {.rows = batch,
+        engine_batch eb = {.pool = pool,
+                           .rows = batch,
                            .ids = ids,
                            .pos = pos,
                            .seq = seq,
@@ -255,6 +265,7 @@ int main(int argc, char **argv) {
              prompt - 1);
     profile_print(&pre, what);
     engine_close(e);
+    kv_pool_destroy(pool);
     free(ids);
     free(pos);
     free(seq);

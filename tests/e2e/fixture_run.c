@@ -9,6 +9,42 @@
 #include <stdlib.h>
 
 #define MAX_ROWS 8192 /* the geometry fixtures' 4W prompts are 4096 tokens */
+#define MAX_ENGINES 8 /* engines open at once in one test program */
+
+static struct {
+    const engine *e;
+    kv_pool *pool;
+} pools[MAX_ENGINES];
+
+kv_pool *fx_pool(const engine *e) {
+    int free_slot = -1;
+    for (int i = 0; i < MAX_ENGINES; i++) {
+        if (pools[i].e == e) return pools[i].pool;
+        if (!pools[i].e && free_slot < 0) free_slot = i;
+    }
+    if (free_slot < 0) {
+        fprintf(stderr, "fixture_run: more than %d engines with a pool\n", MAX_ENGINES);
+        return NULL;
+    }
+    kv_pool_shape sh;
+    engine_kv_shape(e, &sh);
+    kv_pool *p = kv_pool_create_shape(&sh);
+    if (p) {
+        pools[free_slot].e = e;
+        pools[free_slot].pool = p;
+    }
+    return p;
+}
+
+void fx_close_engine(engine *e) {
+    for (int i = 0; e && i < MAX_ENGINES; i++)
+        if (pools[i].e == e) {
+            kv_pool_destroy(pools[i].pool);
+            pools[i].e = NULL;
+            pools[i].pool = NULL;
+        }
+    engine_close(e);
+}
 
 engine *fx_open_engine(const char *dir, int max_context, int chunk, int fp8,
                        enum g4_backend backend, int graphs) {
@@ -49,10 +85,17 @@ int fx_step_range(engine *e, const int32_t *ids, int begin, int end, bf16_t *out
         seq[r] = 0;
         src[r] = r;
     }
-    engine_seq_release_front(e, 0, begin);
-    if (engine_seq_reserve(e, 0, begin, end) != 0) return -1;
-    engine_batch b = {
-        .rows = rows, .ids = ids + begin, .pos = pos, .seq = seq, .out_rows = rows, .out_src = src};
+    kv_pool *pool = fx_pool(e);
+    if (!pool) return -1;
+    kv_pool_release_front(pool, 0, begin);
+    if (kv_pool_reserve(pool, 0, begin, end) != 0) return -1;
+    engine_batch b = {.pool = pool,
+                      .rows = rows,
+                      .ids = ids + begin,
+                      .pos = pos,
+                      .seq = seq,
+                      .out_rows = rows,
+                      .out_src = src};
     return engine_step(e, &b, out, hook, ctx);
 }
 
@@ -70,7 +113,7 @@ int fx_run_case(engine *e, const int32_t *ids, int n, int prefill, int chunk, fx
     }
     for (int p = prefill; p < n && rc == 0; p++)
         rc = fx_step_range(e, ids, p, p + 1, r->logits + (size_t)p * (size_t)V, hook, ctx);
-    engine_seq_free(e, 0);
+    kv_pool_free_seq(fx_pool(e), 0);
     return rc;
 }
 

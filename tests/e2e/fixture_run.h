@@ -25,6 +25,14 @@ typedef struct fx_run {
 engine *fx_open_engine(const char *dir, int max_context, int chunk, int fp8,
                        enum g4_backend backend, int graphs);
 
+/* The KV pool of an engine from fx_open_engine (made from engine_kv_shape at the first call,
+ * the caller side of the KV budget that the scheduler holds when serving), or NULL when out
+ * of memory. */
+kv_pool *fx_pool(const engine *e);
+
+/* Frees e's pool (if one was made) and closes e. NULL is fine. */
+void fx_close_engine(engine *e);
+
 /* Runs tokens [begin, end) of ids on slot 0 as one step, the logits of every row to out. */
 int fx_step_range(engine *e, const int32_t *ids, int begin, int end, bf16_t *out,
                   int (*hook)(g4_state *, int, const char *), void *ctx);

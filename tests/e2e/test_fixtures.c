@@ -231,7 +231,7 @@ static void gate_greedy(engine *e, const char *fx, const fx_dump *eager, const f
             if (g + 1 < hc->n_greedy && fx_step_range(e, ids, n - 1, n, logits, NULL, NULL) != 0)
                 differ = 1;
         }
-        engine_seq_free(e, 0);
+        kv_pool_free_seq(fx_pool(e), 0);
         free(logits);
     }
     char gate[96];
@@ -283,8 +283,8 @@ static void gate_window(engine *e, const char *fx, const fx_dump *eager, const f
 
 /* Page accounting (docs/gates.md): every usable page of both families back in the free lists. */
 static int all_pages_free(const engine *e) {
-    return engine_free_pages(e, KV_LOCAL) == engine_usable_pages(e, KV_LOCAL) &&
-           engine_free_pages(e, KV_GLOBAL) == engine_usable_pages(e, KV_GLOBAL);
+    return kv_pool_free_pages(fx_pool(e), KV_LOCAL) == kv_pool_usable_pages(fx_pool(e), KV_LOCAL) &&
+           kv_pool_free_pages(fx_pool(e), KV_GLOBAL) == kv_pool_usable_pages(fx_pool(e), KV_GLOBAL);
 }
 
 /* Reads dir/hf_eager<suffix>.txt and dir/hf_sdpa<suffix>.txt. Returns 0 when both read, 1 when
@@ -330,16 +330,21 @@ static int step_keep(engine *e, const int32_t *ids, int begin, int end, int keep
         seq[r] = 0;
         if (begin + r >= keep_from) src[o++] = r;
     }
-    engine_seq_release_front(e, 0, begin);
-    if (engine_seq_reserve(e, 0, begin, end) != 0) return -1;
+    kv_pool_release_front(fx_pool(e), 0, begin);
+    if (kv_pool_reserve(fx_pool(e), 0, begin, end) != 0) return -1;
     bf16_t *dst = out + (size_t)(begin > keep_from ? begin - keep_from : 0) *
                             (size_t)engine_model(e)->n_vocab;
     if (o == 0) {
         src[o++] = rows - 1;
         dst = spare;
     }
-    engine_batch b = {
-        .rows = rows, .ids = ids + begin, .pos = pos, .seq = seq, .out_rows = o, .out_src = src};
+    engine_batch b = {.pool = fx_pool(e),
+                      .rows = rows,
+                      .ids = ids + begin,
+                      .pos = pos,
+                      .seq = seq,
+                      .out_rows = o,
+                      .out_src = src};
     return engine_step(e, &b, dst, NULL, NULL);
 }
 
@@ -363,7 +368,7 @@ static int run_waypoint(engine *e, const fx_case *c, int chunk, int decode, fx_r
     for (int p = split; p < c->n && rc == 0; p++)
         rc = step_keep(e, c->ids, p, p + 1, c->lp_from, r->logits, spare, meta, meta + chunk,
                        meta + 2 * chunk);
-    engine_seq_free(e, 0);
+    kv_pool_free_seq(fx_pool(e), 0);
     free(spare);
     free(meta);
     return rc;
@@ -420,13 +425,14 @@ static void gate_waypoints(const char *dir, const char *fx) {
                "sdpa: %d), exempt %d/%d%s",
                runs, lens, chunk, eager.n_cases ? eager.cases[0].n - eager.cases[0].lp_from : 0,
                c.gap, tol, c.mismatches, c.floor_mismatches, c.exempt, c.positions, c.first);
-    TEST_CHECK(backend_choice == G4_BACKEND_CPU ? "kv_pages_returned" : "gpu:kv_pages_returned",
-               all_pages_free(e),
-               "%s waypoints: free pages after the runs: local %d of %d, "
-               "global %d of %d",
-               fx, engine_free_pages(e, KV_LOCAL), engine_usable_pages(e, KV_LOCAL),
-               engine_free_pages(e, KV_GLOBAL), engine_usable_pages(e, KV_GLOBAL));
-    engine_close(e);
+    TEST_CHECK(
+        backend_choice == G4_BACKEND_CPU ? "kv_pages_returned" : "gpu:kv_pages_returned",
+        all_pages_free(e),
+        "%s waypoints: free pages after the runs: local %d of %d, "
+        "global %d of %d",
+        fx, kv_pool_free_pages(fx_pool(e), KV_LOCAL), kv_pool_usable_pages(fx_pool(e), KV_LOCAL),
+        kv_pool_free_pages(fx_pool(e), KV_GLOBAL), kv_pool_usable_pages(fx_pool(e), KV_GLOBAL));
+    fx_close_engine(e);
     fx_dump_free(&eager);
     fx_dump_free(&sdpa);
 }
@@ -524,8 +530,8 @@ static int run_interleaved(engine *e, int n_seq, const int32_t *const *ids, cons
         for (int i = 0; i < n_seq && rc == 0; i++) {
             int q = order[i];
             if (!take[q]) continue;
-            engine_seq_release_front(e, q, done[q]);
-            if (engine_seq_reserve(e, q, done[q], done[q] + take[q]) != 0) rc = -1;
+            kv_pool_release_front(fx_pool(e), q, done[q]);
+            if (kv_pool_reserve(fx_pool(e), q, done[q], done[q] + take[q]) != 0) rc = -1;
             for (int t = 0; t < take[q]; t++, rows++) {
                 sid[rows] = ids[q][done[q] + t];
                 spos[rows] = done[q] + t;
@@ -534,7 +540,8 @@ static int run_interleaved(engine *e, int n_seq, const int32_t *const *ids, cons
             }
         }
         if (rows > 0 && rc == 0) {
-            engine_batch b = {.rows = rows,
+            engine_batch b = {.pool = fx_pool(e),
+                              .rows = rows,
                               .ids = sid,
                               .pos = spos,
                               .seq = sseq,
@@ -552,7 +559,7 @@ static int run_interleaved(engine *e, int n_seq, const int32_t *const *ids, cons
         }
     }
     for (int q = 0; q < n_seq; q++)
-        engine_seq_free(e, q);
+        kv_pool_free_seq(fx_pool(e), q);
     free(step_out);
     return rc;
 }
@@ -707,7 +714,7 @@ static void gate_published(engine *plain, const char *dir, const fx_dump *eager)
         free(a.logits);
         free(b.logits);
     }
-    engine_close(pub);
+    fx_close_engine(pub);
     TEST_CHECK(backend_choice == G4_BACKEND_CPU ? "published_layout" : "gpu:published_layout",
                differ == 0,
                "tiny-moe-published vs tiny-moe: %d of %d prompts with identical logits",
@@ -760,8 +767,8 @@ static int dist_add_waypoints(dist *d, const char *dir) {
         free(b.logits);
         free(b2.logits);
     }
-    engine_close(e8);
-    engine_close(eb);
+    fx_close_engine(e8);
+    fx_close_engine(eb);
     fx_dump_free(&eager);
     fx_dump_free(&sdpa);
     return rc;
@@ -798,7 +805,7 @@ static void gate_distribution(engine *fp8, const char *dir, const char *fx, cons
         free(b2.logits);
         free(inc.logits);
     }
-    engine_close(bf);
+    fx_close_engine(bf);
     if (!failed) failed |= dist_add_waypoints(&d, dir) != 0;
     char gate[96];
     snprintf(gate, sizeof gate, "%sdistribution[%s]", gate_prefix, fx);
@@ -927,13 +934,15 @@ int main(int argc, char **argv) {
                 gate_distribution(e, dir, fixtures[f], &eager, &sdpa);
             if (gate_wanted("batch_invariance", fixtures[f])) /* exact under fp8 as well */
                 gate_batch_invariance(e, e, "batch_invariance", fixtures[f], &eager);
-            TEST_CHECK(
-                backend_choice == G4_BACKEND_CPU ? "kv_pages_returned" : "gpu:kv_pages_returned",
-                all_pages_free(e),
-                "%s (fp8 pool): free pages after the runs: local %d of %d, global %d of %d",
-                fixtures[f], engine_free_pages(e, KV_LOCAL), engine_usable_pages(e, KV_LOCAL),
-                engine_free_pages(e, KV_GLOBAL), engine_usable_pages(e, KV_GLOBAL));
-            engine_close(e);
+            TEST_CHECK(backend_choice == G4_BACKEND_CPU ? "kv_pages_returned"
+                                                        : "gpu:kv_pages_returned",
+                       all_pages_free(e),
+                       "%s (fp8 pool): free pages after the runs: local %d of %d, global %d of %d",
+                       fixtures[f], kv_pool_free_pages(fx_pool(e), KV_LOCAL),
+                       kv_pool_usable_pages(fx_pool(e), KV_LOCAL),
+                       kv_pool_free_pages(fx_pool(e), KV_GLOBAL),
+                       kv_pool_usable_pages(fx_pool(e), KV_GLOBAL));
+            fx_close_engine(e);
             if (gate_wanted("waypoints", fixtures[f])) gate_waypoints(dir, fixtures[f]);
             fx_dump_free(&eager);
             fx_dump_free(&sdpa);
@@ -954,18 +963,19 @@ int main(int argc, char **argv) {
                 gate_batch_invariance(e, g, "cuda_graphs_equal", fixtures[f], &eager);
             else
                 test_fail("gpu:cuda_graphs_equal", "%s: no serve.cuda_graphs engine", dir);
-            engine_close(g);
+            fx_close_engine(g);
         }
         if (backend_choice == G4_BACKEND_CPU && gate_wanted("features", fixtures[f]))
             gate_features(e, fixtures[f], &eager);
         if (strcmp(fixtures[f], "tiny-moe") == 0 && gate_wanted("published", fixtures[f]))
             gate_published(e, argv[1], &eager);
-        TEST_CHECK(backend_choice == G4_BACKEND_CPU ? "kv_pages_returned" : "gpu:kv_pages_returned",
-                   all_pages_free(e),
-                   "%s: free pages after the runs: local %d of %d, global %d of %d", fixtures[f],
-                   engine_free_pages(e, KV_LOCAL), engine_usable_pages(e, KV_LOCAL),
-                   engine_free_pages(e, KV_GLOBAL), engine_usable_pages(e, KV_GLOBAL));
-        engine_close(e);
+        TEST_CHECK(
+            backend_choice == G4_BACKEND_CPU ? "kv_pages_returned" : "gpu:kv_pages_returned",
+            all_pages_free(e), "%s: free pages after the runs: local %d of %d, global %d of %d",
+            fixtures[f], kv_pool_free_pages(fx_pool(e), KV_LOCAL),
+            kv_pool_usable_pages(fx_pool(e), KV_LOCAL), kv_pool_free_pages(fx_pool(e), KV_GLOBAL),
+            kv_pool_usable_pages(fx_pool(e), KV_GLOBAL));
+        fx_close_engine(e);
         if (gate_wanted("waypoints", fixtures[f]))
             gate_waypoints(dir, fixtures[f]); /* its own engine, sized for 16K and 32K tokens */
         fx_dump_free(&eager);

@@ -226,7 +226,7 @@ static void gate_greedy(engine *e, const char *gate, const char *fx, const fx_du
             }
             row = logits;
         }
-        engine_seq_free(e, 0);
+        kv_pool_free_seq(fx_pool(e), 0);
     }
     free(logits);
     free(ids);
@@ -248,7 +248,7 @@ static void run_fixture(const char *dir, const char *fx) {
     engine *f8 = bf ? fx_open_engine(dir, MAX_CONTEXT, 512, 1, backend, 0) : NULL;
     if (!bf || !f8) {
         test_fail("trained_fixture", "%s: the engine did not open on it", dir);
-        engine_close(bf);
+        fx_close_engine(bf);
         fx_dump_free(&d);
         return;
     }
@@ -367,8 +367,8 @@ static void run_fixture(const char *dir, const char *fx) {
     gate_greedy(bf, gate, fx, &d);
     snprintf(gate, sizeof gate, "%strained_greedy[%s]", fp8_prefix, fx);
     gate_greedy(f8, gate, fx, &d);
-    engine_close(bf);
-    engine_close(f8);
+    fx_close_engine(bf);
+    fx_close_engine(f8);
     fx_dump_free(&d);
 }
 

@@ -85,12 +85,15 @@ static const char *field(const json_t *j, const char *key) {
     return s ? s : "";
 }
 
-static int is_event(const lines *l, const char *ev) { return strcmp(field(l->last, "event"), ev) == 0; }
+static int is_event(const lines *l, const char *ev) {
+    return strcmp(field(l->last, "event"), ev) == 0;
+}
 
 /* The run ended with its one terminal line an internal error naming out of memory. */
 static int is_oom_error(const lines *l) {
     const json_t *e = json_object_get(l->last, "error");
-    return l->n_terminal == 1 && is_event(l, "error") && strcmp(field(e, "code"), "internal") == 0 &&
+    return l->n_terminal == 1 && is_event(l, "error") &&
+           strcmp(field(e, "code"), "internal") == 0 &&
            strstr(field(e, "message"), "out of memory") != NULL;
 }
 
@@ -119,8 +122,9 @@ int main(int argc, char **argv) {
     test_plan(6);
     tokenizer *t = NULL;
     if (argc != 2 || tokenizer_load(argv[1], &t) != 0) {
-        const char *gates[] = {"answer_text_and_reasoning", "answer_stop_string", "answer_limits",
-                               "answer_out_of_memory_is_error", "answer_sink", "answer_stop_token"};
+        const char *gates[] = {
+            "answer_text_and_reasoning",     "answer_stop_string", "answer_limits",
+            "answer_out_of_memory_is_error", "answer_sink",        "answer_stop_token"};
         for (int i = 0; i < 6; i++)
             test_fail(gates[i], "cannot load the tokenizer (usage: test_answer TOKENIZER_JSON)");
         return harness_exit();
@@ -162,7 +166,8 @@ int main(int argc, char **argv) {
     feed(t, &rq, ids, n, 4096, 0, NULL, &rs);
     parse(&rs, &ls);
     TEST_CHECK("answer_stop_string",
-               rs.end == ANSWER_STOP && rs.n_out < n && strcmp(field(ls.last, "text"), "The river ") == 0 &&
+               rs.end == ANSWER_STOP && rs.n_out < n &&
+                   strcmp(field(ls.last, "text"), "The river ") == 0 &&
                    strcmp(field(ls.last, "finish_reason"), "stop") == 0 &&
                    strstr(ls.streamed, "runs") == NULL,
                "stop \"runs\": ended after %d of %d tokens, done text \"%s\"", rs.n_out, n,

@@ -1,9 +1,10 @@
 /* tests/unit/test_kv_pool.c - runtime/kv_pool through its header.
  *
- * Owns: checks of the layout arithmetic (sizes, element offsets, bf16 vs e4m3), of
+ * Owns: checks of the layout arithmetic (sizes, kernels/kv_offset.h's element offsets), of
  * both-or-neither admission, of front release against a brute-force count over positions, of
  * the local footprint bound during chunked prefill and decode, and of page conservation (every
  * page back after free_seq, padding page 0 never handed out, no page mapped twice). */
+#include "kernels/kv_offset.h"
 #include "runtime/kv_pool.h"
 #include "tests/harness.h"
 
@@ -12,6 +13,11 @@
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+static size_t layout_offset(const kv_layout *l, int page, int layer, int kv, int slot, int head) {
+    return (size_t)kv_elem_offset(page, l->n_layer, l->page_tokens, l->n_kv_head, l->head_dim,
+                                  layer, kv, slot, head);
+}
+
 static void test_layout(void) {
     kv_layout bf = {
         .page_tokens = 16, .n_layer = 5, .n_kv_head = 2, .head_dim = 8, .elem_bytes = 2};
@@ -19,33 +25,48 @@ static void test_layout(void) {
     f8.elem_bytes = 1;
     size_t elems = 5u * 2u * 16u * 2u * 8u;
     TEST_CHECK("kv_layout.page_size",
-               kv_layout_page_elems(&bf) == elems && kv_layout_page_elems(&f8) == elems &&
-                   kv_layout_page_bytes(&bf) == 2 * elems && kv_layout_page_bytes(&f8) == elems,
-               "elems %zu, bytes bf16 %zu, e4m3 %zu", kv_layout_page_elems(&bf),
-               kv_layout_page_bytes(&bf), kv_layout_page_bytes(&f8));
+               kv_layout_page_bytes(&bf) == 2 * elems && kv_layout_page_bytes(&f8) == elems,
+               "bytes bf16 %zu, e4m3 %zu for %zu elements", kv_layout_page_bytes(&bf),
+               kv_layout_page_bytes(&f8), elems);
 
     /* Walk [page][layer][kv][slot][head] in order: each head vector must start exactly
-     * head_dim after the previous one, so the offsets tile the store with no gap or overlap,
-     * and the e4m3 layout must give the same element offsets. */
-    int n_pages = 3, ok = 1, same = 1;
+     * head_dim after the previous one, so kernels/kv_offset.h's offsets tile the store with no
+     * gap or overlap (the same element offsets serve bf16 and e4m3 stores). */
+    int n_pages = 3, ok = 1;
     size_t expect = 0;
     for (int pg = 0; pg < n_pages; pg++)
         for (int l = 0; l < bf.n_layer; l++)
             for (int kv = 0; kv < 2; kv++)
                 for (int s = 0; s < bf.page_tokens; s++)
                     for (int h = 0; h < bf.n_kv_head; h++) {
-                        size_t off = kv_layout_offset(&bf, pg, l, kv, s, h);
-                        ok &= off == expect;
-                        same &= off == kv_layout_offset(&f8, pg, l, kv, s, h);
+                        ok &= layout_offset(&bf, pg, l, kv, s, h) == expect;
                         expect += (size_t)bf.head_dim;
                     }
     TEST_CHECK("kv_layout.offsets_tile_store", ok && expect == (size_t)n_pages * elems,
                "%zu elements over %d pages", expect, n_pages);
-    TEST_CHECK("kv_layout.offsets_width_independent", same, "e4m3 offsets equal bf16 offsets");
-    size_t v_off = kv_layout_offset(&bf, 1, 2, 1, 3, 1);
+    size_t v_off = layout_offset(&bf, 1, 2, 1, 3, 1);
     size_t by_hand = elems + (((2u * 2u + 1u) * 16u + 3u) * 2u + 1u) * 8u;
     TEST_CHECK("kv_layout.offset_example", v_off == by_hand, "offset %zu, by hand %zu", v_off,
                by_hand);
+
+    /* Through a page table, as the attention kernels read it: seq 1's logical page 1 is
+     * physical page 2, its page 0 unmapped, and positions past the table's reach are -1. */
+    int32_t tables[2 * 3] = {1, -1, -1, -1, 2, -1};
+    k_kv_view v = {.page_tokens = 16,
+                   .n_layer = 5,
+                   .n_kv_head = 2,
+                   .head_dim = 8,
+                   .elem_bytes = 2,
+                   .tables = tables,
+                   .max_pages = 3};
+    long long mapped = kv_view_offset(&v, 1, 16 + 3, 2, 1, 1);
+    int view_ok =
+        mapped == (long long)layout_offset(&bf, 2, 2, 1, 3, 1) &&
+        kv_view_offset(&v, 1, 3, 0, 0, 0) == -1 && kv_view_offset(&v, 0, 48, 0, 0, 0) == -1 &&
+        kv_view_offset(&v, 0, -1, 0, 0, 0) == -1 &&
+        kv_view_offset(&v, 0, 15, 4, 1, 1) == (long long)layout_offset(&bf, 1, 4, 1, 15, 1);
+    TEST_CHECK("kv_layout.view_offset", view_ok,
+               "mapped %lld; unmapped, past the reach and negative positions give -1", mapped);
 }
 
 static kv_layout mk(int page, int elem_bytes) {
@@ -257,6 +278,31 @@ static void test_could_ever_fit(void) {
              kv_pool_could_ever_fit(p, 80, 1000) == 1 && /* short: 5 local pages in all */
              kv_pool_could_ever_fit(p, 81, 1000) == 0 && kv_pool_could_ever_fit(p, 10, 0) == 0;
     TEST_CHECK("kv_pool.could_ever_fit", ok, "window bound, global bound, short request");
+    int w[6] = {
+        kv_pool_pages_worst(p, KV_GLOBAL, 1600, 32), kv_pool_pages_worst(p, KV_LOCAL, 1600, 32),
+        kv_pool_pages_worst(p, KV_LOCAL, 1600, 48),  kv_pool_pages_worst(p, KV_LOCAL, 10, 32),
+        kv_pool_pages_worst(p, KV_GLOBAL, 17, 32),   kv_pool_pages_worst(p, KV_LOCAL, 0, 32)};
+    TEST_CHECK("kv_pool.pages_worst",
+               w[0] == 100 && w[1] == 5 && w[2] == 6 && w[3] == 1 && w[4] == 2 && w[5] == 0 &&
+                   kv_pool_usable_pages(p, KV_LOCAL) == 5 &&
+                   kv_pool_usable_pages(p, KV_GLOBAL) == 100,
+               "global 1600: %d, local 1600 at C=32: %d, at C=48: %d, local 10: %d, global 17: %d, "
+               "none: %d",
+               w[0], w[1], w[2], w[3], w[4], w[5]);
+    kv_pool_shape sh = {.layout = {l, g},
+                        .n_pages = {6, 101},
+                        .window = 32,
+                        .max_seqs = 2,
+                        .max_pages_per_seq = 100};
+    kv_pool *q = kv_pool_create_shape(&sh);
+    kv_pool_shape other = sh;
+    other.n_pages[KV_GLOBAL] = 100;
+    TEST_CHECK("kv_pool.shape",
+               q && kv_pool_has_shape(q, &sh) && kv_pool_has_shape(p, &sh) &&
+                   !kv_pool_has_shape(q, &other) && !kv_pool_has_shape(NULL, &sh) &&
+                   kv_pool_layout(q, KV_LOCAL)->page_tokens == 16,
+               "a pool made from a shape has it; one page fewer does not match");
+    kv_pool_destroy(q);
     kv_layout badl = mk(16, 3);
     TEST_CHECK("kv_pool.create_rejects",
                !kv_pool_create(&badl, 4, &g, 4, 8, 1, 4) &&
