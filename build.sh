@@ -26,9 +26,9 @@ NVFLAGS="-std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -O2 -Werror 
 -Xptxas -warn-spills -Xcompiler -Wall,-Wextra"
 DEPS_ROOT=.deps/root
 DEB_PKGS="libinih-dev libinih1 libjansson-dev libjansson4"
-HOST_SRC="runtime/log.c runtime/config.c runtime/hfconfig.c runtime/loader.c runtime/kv_pool.c
-runtime/weights.c runtime/device_weights.c runtime/step_check.c runtime/backend_cpu.c runtime/backend_gpu.c runtime/engine.c runtime/tokenizer.c runtime/tokenizer_load.c runtime/tokenizer_tables.c runtime/chat.c runtime/proto.c
-runtime/sampler.c runtime/par.c runtime/answer.c runtime/sched.c runtime/serve.c graph/model_desc.c graph/schedule_find.c"
+HOST_SRC="runtime/base/log.c runtime/base/config.c runtime/model/hfconfig.c runtime/model/loader.c runtime/engine/kv_pool.c
+runtime/model/weights.c runtime/model/device_weights.c runtime/engine/step_check.c runtime/engine/backend_cpu.c runtime/engine/backend_gpu.c runtime/engine/engine.c runtime/text/tokenizer.c runtime/text/tokenizer_load.c runtime/text/tokenizer_tables.c runtime/text/chat.c runtime/proto/proto.c
+runtime/text/sampler.c runtime/text/par.c runtime/sched/answer.c runtime/sched/sched.c runtime/edge/serve.c graph/model_desc.c graph/schedule_find.c"
 REF_SRC="kernels/ref/bf16_ref.c kernels/ref/norm_ref.c kernels/ref/gemm_ref.c
 kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c kernels/ref/sample_ref.c"
 GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill test_sample"
@@ -39,18 +39,18 @@ UNIT_TESTS="test_loader test_config test_kv_pool test_sampler test_par test_chat
 # (test_loader brings its own model table)
 unit_src() {
     case $1 in
-    test_loader) echo runtime/log.c runtime/hfconfig.c runtime/loader.c graph/model_desc.c ;;
-    test_config) echo runtime/log.c runtime/config.c ;;
-    test_kv_pool) echo runtime/log.c runtime/kv_pool.c ;;
-    test_sampler) echo runtime/log.c runtime/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c ;;
-    test_par) echo runtime/log.c runtime/par.c runtime/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c ;;
-    test_chat) echo runtime/log.c $TOKENIZER_SRC runtime/chat.c ;;
-    test_answer) echo runtime/log.c $TOKENIZER_SRC runtime/chat.c runtime/proto.c runtime/answer.c ;;
+    test_loader) echo runtime/base/log.c runtime/model/hfconfig.c runtime/model/loader.c graph/model_desc.c ;;
+    test_config) echo runtime/base/log.c runtime/base/config.c ;;
+    test_kv_pool) echo runtime/base/log.c runtime/engine/kv_pool.c ;;
+    test_sampler) echo runtime/base/log.c runtime/text/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c ;;
+    test_par) echo runtime/base/log.c runtime/text/par.c runtime/text/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c ;;
+    test_chat) echo runtime/base/log.c $TOKENIZER_SRC runtime/text/chat.c ;;
+    test_answer) echo runtime/base/log.c $TOKENIZER_SRC runtime/text/chat.c runtime/proto/proto.c runtime/sched/answer.c ;;
     test_ref_fp8) echo kernels/ref/bf16_ref.c kernels/ref/attn_ref.c ;;
     esac
 }
 LINT_DIRS="runtime codegen kernels/ref graph"
-TOKENIZER_SRC="runtime/tokenizer.c runtime/tokenizer_load.c runtime/tokenizer_tables.c"
+TOKENIZER_SRC="runtime/text/tokenizer.c runtime/text/tokenizer_load.c runtime/text/tokenizer_tables.c"
 SHARED_TOKENIZER=${SHARED_TOKENIZER:-../shared/data/gemma3-tokenizer/tokenizer.json}
 
 say() { echo "build.sh: $*" >&2; }
@@ -191,11 +191,11 @@ build_all() {
             $CC $CFLAGS $INC -DG4_BACKEND_PREFIX=k_ -c "$s" -o "$o"
             DEV_OBJS="$DEV_OBJS $o"
         done
-        link_bin "$B/g4pipe" $(compile_c runtime/main.c) $HOST_OBJS $DEV_OBJS
+        link_bin "$B/g4pipe" $(compile_c runtime/edge/main.c) $HOST_OBJS $DEV_OBJS
         say "built $B/g4pipe (GPU build for sm_90a, CPU reference backend without a GPU)"
     else
         DEV_OBJS=$(compile_c kernels/no_gpu.c)
-        link_bin "$B/g4pipe" $(compile_c runtime/main.c) $HOST_OBJS $DEV_OBJS
+        link_bin "$B/g4pipe" $(compile_c runtime/edge/main.c) $HOST_OBJS $DEV_OBJS
         say "no nvcc at $CUDA_HOME/bin: built a CPU-only $B/g4pipe"
     fi
 }
@@ -212,10 +212,10 @@ build_tests() {
     in_background link_bin "$B/tests/test_trained" $(compile_c tests/e2e/test_trained.c) \
         $(compile_c tests/e2e/fixture_dump.c) $(compile_c tests/e2e/fixture_run.c) $HOST_OBJS $DEV_OBJS
     in_background link_bin "$B/tests/test_serve" $(compile_c tests/proto/test_serve.c) $HOST_OBJS $DEV_OBJS
-    $CC $CFLAGS $INC tests/proto/test_proto.c "$(obj runtime/proto.c)" "$(obj runtime/log.c)" \
+    $CC $CFLAGS $INC tests/proto/test_proto.c "$(obj runtime/proto/proto.c)" "$(obj runtime/base/log.c)" \
         $LIBS -o "$B/tests/test_proto"
     local tok_objs="" t_src
-    for t_src in $TOKENIZER_SRC runtime/log.c; do tok_objs="$tok_objs $(obj $t_src)"; done
+    for t_src in $TOKENIZER_SRC runtime/base/log.c; do tok_objs="$tok_objs $(obj $t_src)"; done
     $CC $CFLAGS $INC tests/tokenizer/test_tokenizer.c $tok_objs $LIBS -o "$B/tests/test_tokenizer"
     $CC $CFLAGS $INC tests/tokenizer/bench_tokenizer.c $tok_objs $LIBS -o "$B/tests/bench_tokenizer"
     in_background link_bin "$B/tests/bench_decode" $(compile_c tests/bench/bench_decode.c) $HOST_OBJS $DEV_OBJS
@@ -407,7 +407,7 @@ fuzz_suite() {
         local bin="$B/fuzz/fuzz_$t" work="$B/fuzz/work_$t"
         mkdir -p "$B/fuzz" "$work"
         local srcs="runtime/$t.c"; [ $t = tokenizer ] && srcs=$TOKENIZER_SRC
-        clang -g -O1 -fsanitize=fuzzer,address,undefined $INC $srcs runtime/log.c \
+        clang -g -O1 -fsanitize=fuzzer,address,undefined $INC $srcs runtime/base/log.c \
             "tests/fuzz/fuzz_$t.c" "$(static_lib libjansson.a)" -lm -o "$bin"
         if "$bin" -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$B/fuzz/" \
             "$work" "tests/fuzz/corpus_$t" > "$B/fuzz/$t.log" 2>&1; then

@@ -3,8 +3,8 @@
  * Owns: the weight map of a model (g4_weights, one g4_layer_weights per layer, with a shape
  * comment on every field), the constant layer table entry, the per-step state a backend
  * fills (g4_state), the STEP macro, and the binding of op_* calls to one backend.
- * Does not own: buffer allocation (runtime/engine.c), weight loading (runtime/weights.c) or
- * the ops themselves (kernels/).
+ * Does not own: buffer allocation (runtime/engine/engine.c), weight loading
+ * (runtime/model/weights.c) or the ops themselves (kernels/).
  *
  * The op_* calls the schedule makes are bound to a backend in graph/ops.h. */
 #ifndef G4_SCHEDULE_H

@@ -179,7 +179,7 @@ typedef struct k_softcap_args {
 } k_softcap_args;
 
 /* id[r] = the index of the largest of logits[r, 0..n_vocab) (NaN counts as -inf), the lowest
- * index among equals: the greedy token, as runtime/sampler.c picks it. */
+ * index among equals: the greedy token, as runtime/text/sampler.c picks it. */
 typedef struct k_argmax_args {
     int32_t *id;          /* [rows] */
     const bf16_t *logits; /* [rows, n_vocab] */
@@ -193,7 +193,7 @@ typedef struct k_argmax_args {
  * written in ascending id order into ids[r, 0..k[r]) with their logits in vals; entries past
  * k[r] (up to k_max) are -1 / 0. k[r] = 0 skips row r. A sampled row with top-k then needs
  * k[r] values on the host instead of its whole row, and the host sampler picks the same token
- * from them (runtime/sched.c). */
+ * from them (runtime/sched/sched.c). */
 #define K_TOPK_MAX 1024
 typedef struct k_topk_args {
     int32_t *ids;             /* [rows, k_max] */

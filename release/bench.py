@@ -3,7 +3,7 @@
 sets of --set overrides, or two binaries) alternate in paired rounds on the same card; at each
 concurrency c, c requests of PROMPT random tokens and OUTPUT tokens (ignore_eos) go in at once,
 greedy, or sampled at --temperature (with --top-k; 0: over the whole vocabulary, which the
-host draws, runtime/sched.c) with a seed per request.
+host draws, runtime/sched/sched.c) with a seed per request.
 
 Per configuration and concurrency it reports the decode step time (median and p90 of the
 gaps between a request's consecutive token lines, streamed: the c rows share every step, so a

@@ -1,7 +1,7 @@
 /* kernels/ref/sample_ref.c - CPU references of the device's greedy pick and top-k candidates.
  * argmax: a strict-greater scan in ascending id, so an equal value later never wins and ties
  * go to the lowest id; NaN reads as -inf, so a row of NaN picks id 0 (the host sampler's rule,
- * runtime/sampler.c). top-k: the same order, as a threshold on a 16-bit key found by counting,
+ * runtime/text/sampler.c). top-k: the same order, as a threshold on a 16-bit key found by counting,
  * then one pass in id order. */
 #include "kernels/ref/ref.h"
 

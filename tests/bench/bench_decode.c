@@ -14,10 +14,10 @@
  * and evenly, n_expert * (1 - (1 - top_k / n_expert)^B) (82 of 128 at B = 16 on the 26B-A4B), which
  * is what the dummy weights' router does to within sampling noise. A benchmark, not a test: it
  * prints figures only. */
-#include "runtime/config.h"
-#include "runtime/engine.h"
-#include "runtime/kv_pool.h"
-#include "runtime/log.h"
+#include "runtime/base/config.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/kv_pool.h"
+#include "runtime/base/log.h"
 
 #include <math.h>
 #include <stdio.h>

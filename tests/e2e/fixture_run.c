@@ -2,7 +2,7 @@
 #include "tests/e2e/fixture_run.h"
 
 #include "kernels/ref/ref.h"
-#include "runtime/log.h"
+#include "runtime/base/log.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -7,8 +7,8 @@
 #ifndef G4_FIXTURE_RUN_H
 #define G4_FIXTURE_RUN_H
 
-#include "runtime/config.h"
-#include "runtime/engine.h"
+#include "runtime/base/config.h"
+#include "runtime/engine/engine.h"
 
 #include <stdint.h>
 

@@ -24,10 +24,10 @@
  * - exempt positions at most 5% of a fixture's positions. docs/gates.md says 2%; random-weight
  *   logits near the softcap tie far more often than a trained model's (measured: 2.4-4.0%
  *   on these fixtures), see docs/testing.md. */
-#include "runtime/config.h"
-#include "runtime/engine.h"
-#include "runtime/kv_pool.h"
-#include "runtime/log.h"
+#include "runtime/base/config.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/kv_pool.h"
+#include "runtime/base/log.h"
 #include "tests/e2e/fixture_dump.h"
 #include "tests/e2e/fixture_run.h"
 #include "tests/harness.h"

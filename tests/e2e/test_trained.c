@@ -29,9 +29,9 @@
  * - top-1 agreement fp8 vs bf16 >= HF's e4m3-vs-bf16 agreement - 0.5 points, over >= 768
  *   positions;
  * - greedy: fp8 tokens equal HF bf16 greedy up to the 0.5-nat margin cut. */
-#include "runtime/config.h"
-#include "runtime/engine.h"
-#include "runtime/log.h"
+#include "runtime/base/config.h"
+#include "runtime/engine/engine.h"
+#include "runtime/base/log.h"
 #include "tests/e2e/fixture_dump.h"
 #include "tests/e2e/fixture_run.h"
 #include "tests/harness.h"

@@ -5,10 +5,10 @@
  * a null stream so the writers see every message the parser can make. AddressSanitizer and
  * UBSan turn a crash, leak or overflow into a finding. Seeds: tests/fuzz/corpus_proto/.
  * Build and run (60 s):
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I. runtime/proto.c runtime/log.c \
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I. runtime/proto/proto.c runtime/base/log.c \
  *       tests/fuzz/fuzz_proto.c -ljansson -lm -o /tmp/fuzz_proto
  *   /tmp/fuzz_proto -max_total_time=60 tests/fuzz/corpus_proto */
-#include "runtime/proto.h"
+#include "runtime/proto/proto.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -6,11 +6,11 @@
  * fuzzer invents. It must never crash or leak (ASan/UBSan/LeakSanitizer). Seeds are small
  * valid tokenizer.json files in tests/fuzz/corpus_tokenizer/.
  *
- * Build: clang -g -O1 -fsanitize=fuzzer,address,undefined -I. runtime/tokenizer.c
- *        runtime/log.c tests/fuzz/fuzz_tokenizer.c -ljansson -o /tmp/fuzz_tok
+ * Build: clang -g -O1 -fsanitize=fuzzer,address,undefined -I. runtime/text/tokenizer.c
+ *        runtime/base/log.c tests/fuzz/fuzz_tokenizer.c -ljansson -o /tmp/fuzz_tok
  * Run:   /tmp/fuzz_tok -max_total_time=60 -close_fd_mask=2 tests/fuzz/corpus_tokenizer
  *        (-close_fd_mask=2 silences the refusals every bad input logs to stderr) */
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * their values (defaults, assistant -> model, id echo), and the writers (each line read back
  * with jansson: fields, key order, one line per call, UTF-8 including NUL). No GPU, no
  * model: this is the protocol alone. */
-#include "runtime/proto.h"
+#include "runtime/proto/proto.h"
 #include "tests/harness.h"
 
 #include <jansson.h>

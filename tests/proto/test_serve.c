@@ -5,13 +5,13 @@
  * Gates: protocol transcripts (lines in, lines out, timing masked); the bad-input corpus in a
  * stream with good requests, which must answer byte-identically to running alone; 10,000
  * piped requests with max_queue 8; id reuse, cancel, shutdown and stats; stop strings; --text. */
-#include "runtime/config.h"
-#include "runtime/engine.h"
-#include "runtime/kv_pool.h"
-#include "runtime/log.h"
-#include "runtime/sched.h"
-#include "runtime/serve.h"
-#include "runtime/tokenizer.h"
+#include "runtime/base/config.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/kv_pool.h"
+#include "runtime/base/log.h"
+#include "runtime/sched/sched.h"
+#include "runtime/edge/serve.h"
+#include "runtime/text/tokenizer.h"
 #include "tests/harness.h"
 
 #include <fcntl.h>

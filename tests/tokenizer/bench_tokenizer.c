@@ -6,7 +6,7 @@
  * prints plain lines, and says whether load < 1.5 s and the long prompt < 1 s.
  *
  * Usage: bench_tokenizer SHARED_TOKENIZER_JSON TESTS_TOKENIZER_DIR */
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 
 Owns: the deterministic test corpus (corpus.txt, one JSON string per line) and, for each
 tokenizer, golden_<name>.txt with the ids HF `tokenizers` gives for every corpus string in
-both of runtime/tokenizer.h's modes:
+both of runtime/text/tokenizer.h's modes:
   special != 0  Tokenizer.encode(text, add_special_tokens=False).ids  (added tokens matched)
   special == 0  the same through a copy of the tokenizer whose "added_tokens" list is empty,
                 so no added token is matched and all text goes through normaliser + BPE

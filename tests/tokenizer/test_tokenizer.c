@@ -10,7 +10,7 @@
  * runs.
  *
  * Usage: test_tokenizer SHARED_TOKENIZER_JSON TESTS_TOKENIZER_DIR FIXTURES_DIR */
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 #include "tests/harness.h"
 
 #include <jansson.h>

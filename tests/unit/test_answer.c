@@ -1,12 +1,12 @@
-/* tests/unit/test_answer.c - a request's answer (runtime/answer.h) fed tokens directly: text and
- * reasoning apart, stop strings, the limits, --text's sink, and above all that running out of
+/* tests/unit/test_answer.c - a request's answer (runtime/sched/answer.h) fed tokens directly: text
+ * and reasoning apart, stop strings, the limits, --text's sink, and above all that running out of
  * memory ends the answer with an error line, never with a done line of shortened text.
  *
  * usage: test_answer TOKENIZER_JSON (the tiny fixtures' tokenizer carries Gemma 4's control
  * tokens at their ids). Out of memory is reached through answer.max_bytes, at every limit from
  * one byte up to more than the answer needs, so each append's check is crossed. */
-#include "runtime/answer.h"
-#include "runtime/chat.h"
+#include "runtime/sched/answer.h"
+#include "runtime/text/chat.h"
 #include "tests/harness.h"
 
 #include <jansson.h>

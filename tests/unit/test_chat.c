@@ -4,7 +4,7 @@
  * tokens at their ids). The template is checked against the string docs/gemma4-numerics.md
  * section 3 gives, encoded with control tokens recognised: for content without control
  * tokens the two must be the same ids. */
-#include "runtime/chat.h"
+#include "runtime/text/chat.h"
 #include "tests/harness.h"
 
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * the cross-key checks. INI files are written into a fresh mkdtemp folder and removed at the
  * end. The errors config logs to stderr are expected noise; the verdicts are the PASS/FAIL
  * lines on stdout. */
-#include "runtime/config.h"
+#include "runtime/base/config.h"
 #include "tests/harness.h"
 
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * the local footprint bound during chunked prefill and decode, and of page conservation (every
  * page back after free_seq, padding page 0 never handed out, no page mapped twice). */
 #include "kernels/kv_offset.h"
-#include "runtime/kv_pool.h"
+#include "runtime/engine/kv_pool.h"
 #include "tests/harness.h"
 
 #include <stdlib.h>

@@ -1,4 +1,5 @@
-/* tests/unit/test_loader.c - runtime/loader.h and runtime/hfconfig.h through their headers.
+/* tests/unit/test_loader.c - runtime/model/loader.h and runtime/model/hfconfig.h through their
+ * headers.
  *
  * Owns: writing tiny safetensors checkpoints and config.json files into a mkdtemp directory
  * and checking that good ones load byte-exactly and bad ones (wrong dtype or shape, missing
@@ -8,8 +9,8 @@
  * Does not own: the generated model table. It defines its own g4_models[] (one tiny model
  * shaped like tests/fixtures' tiny-moe, one decoy) so it links without build/gen/. */
 #include "graph/model_desc.h"
-#include "runtime/hfconfig.h"
-#include "runtime/loader.h"
+#include "runtime/model/hfconfig.h"
+#include "runtime/model/loader.h"
 #include "tests/harness.h"
 
 #include <jansson.h>

@@ -2,11 +2,11 @@
  *
  * Owns: par_for runs every piece exactly once whatever the thread count (more threads than
  * pieces, none, one), hands out worker ids below the count it returns, and the sampler's draws
- * and logprobs of many rows made side by side (one work buffer per worker, as runtime/sched.c
+ * and logprobs of many rows made side by side (one work buffer per worker, as runtime/sched/sched.c
  * does) equal the same draws made one after another: nothing in the sampler is shared between
  * calls. */
-#include "runtime/par.h"
-#include "runtime/sampler.h"
+#include "runtime/text/par.h"
+#include "runtime/text/sampler.h"
 #include "tests/harness.h"
 
 #include <math.h>

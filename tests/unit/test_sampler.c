@@ -6,7 +6,7 @@
  * 262,144 (printed, never judged). Logits are built from floats that bf16 holds exactly, so the
  * expected probabilities are exact too. */
 #include "kernels/ref/ref.h"
-#include "runtime/sampler.h"
+#include "runtime/text/sampler.h"
 #include "tests/harness.h"
 
 #include <math.h>
