@@ -11,18 +11,20 @@ Two jobs, run as separate processes so that the GPU holds HF's copy and the engi
       model.language_model. keys, ~4 GB shards and an index) and writes DIR/reference.json:
       per prompt, HF eager's greedy continuation through its cache (prefilled in 2,048-token
       chunks, as the long-context gates do) with each step's top-1/top-2 logits and top-k
-      logprobs; HF sdpa teacher-forced on eager's tokens (the floor); and the same two with the
-      sliding K/V stored as e4m3 (the fp8 pool's reference, docs/testing.md).
+      logprobs; HF sdpa and HF eager on cuBLASLt, each teacher-forced on eager's tokens (the
+      floors); and the same with the sliding K/V stored as e4m3 (the fp8 pool's reference,
+      docs/testing.md).
   full_step.py check --model 26b-a4b --dir DIR --binary build/g4pipe --conf conf/X.ini --pool bf16
       runs the binary on the checkpoint with the shipped configuration (kv.local set to the
       pool), sends every prompt alone (one at a time, each answered before the next) and then
       all at once, and prints one PASS/FAIL line per (prompt, alone/mixed) and a table.
 
 The rule (docs/testing.md "full"): the engine's greedy tokens equal the reference's up to the
-first step whose reference top-1/top-2 margin is under MARGIN_CUT nats or where HF sdpa's own
+first step whose reference top-1/top-2 margin is under MARGIN_CUT nats or where a floor's own
 pick differs from eager's (random weights at full depth are chaotic); over those steps the
 gap (max over the reference's top-k ids of |logprob engine - logprob reference|) is at most
-max(0.1, 2 x the floor gap of sdpa against eager on the same steps).
+max(0.1, 2 x the floor gap: the most HF sdpa or HF eager on cuBLASLt moves them on the same
+steps).
 """
 import argparse
 import json
@@ -276,7 +278,25 @@ def job_make(a):
             eg = runs[name]["eager"]
             runs[name]["sdpa"] = hf_run(model, ids, forced=[s["token"] for s in eg],
                                         force_ids=[[i for i, _ in s["top"]] for s in eg])
+        # the second floor: eager again with every matmul on cuBLASLt, i.e. HF itself under
+        # another GEMM summation order (docs/testing.md "full": sdpa alone leaves that out,
+        # and a one-token prompt's attention is the same in both)
+        model.set_attn_implementation("eager")
+        try:
+            torch.backends.cuda.preferred_blas_library("cublaslt")
+            for name, ids in prompts.items():
+                eg = runs[name]["eager"]
+                runs[name]["lt"] = hf_run(model, ids, forced=[s["token"] for s in eg],
+                                          force_ids=[[i for i, _ in s["top"]] for s in eg])
+        finally:
+            torch.backends.cuda.preferred_blas_library("cublas")
         ref["runs"][kv] = runs
+        def most(name, k):
+            return max(abs(dict(f["at"])[i] - v) for e, f in zip(runs[name]["eager"], runs[name][k])
+                       for i, v in e["top"])
+        print(f"full_step make: {a.model} {kv} floors (max over steps, sdpa / eager on cuBLASLt): " +
+              ", ".join(f"{n[3:]} {most(n, 'sdpa'):.3f}/{most(n, 'lt'):.3f}" for n in prompts),
+              file=sys.stderr)
         print(f"full_step make: {a.model} {kv} reference done at {time.time() - t0:.0f} s",
               file=sys.stderr)
     e4m3_storage(False)
@@ -329,16 +349,21 @@ class Engine:
         return rc
 
 
-def judge(ref_steps, floor_steps, ans):
+def judge(ref_steps, floors, ans):
     """(ok, steps compared, steps equal, max gap, limit, why).
+
+    floors: HF's own second opinions on the reference's steps, teacher-forced on its tokens:
+    sdpa (another attention) and, where the reference has it, eager with its matmuls on
+    cuBLASLt (another GEMM summation order, the engine's kind of difference). A step's floor
+    gap is the most any of them moves a reference top-k logprob.
 
     A step is compared while the engine's context is HF's (its tokens so far equal eager's):
     step 0 always. Over those steps the gap must stay within max(0.1, 2 x the floor). A
-    different pick fails only where HF's own two implementations could not have flipped it:
-    the reference margin is at least MARGIN_CUT and at least twice that step's floor gap
-    (sdpa moves each logprob by up to the floor gap, so the top-2 difference by twice that),
-    and sdpa picks eager's token. Past a permitted flip the contexts differ and nothing more
-    is compared."""
+    different pick fails only where HF's own implementations could not have flipped it: the
+    reference margin is at least MARGIN_CUT and at least twice that step's floor gap (a floor
+    moves each logprob by up to the floor gap, so the top-2 difference by twice that), and
+    every floor picks eager's token. Past a permitted flip the contexts differ and nothing
+    more is compared."""
     if ans["end"] is None or ans["end"].get("event") != "done":
         return False, 0, 0, float("nan"), float("nan"), f"no done line: {ans['end']}"
     compared, equal, gap, floor, why = 0, 0, 0.0, 0.0, ""
@@ -348,26 +373,28 @@ def judge(ref_steps, floor_steps, ans):
         compared += 1
         lps = ans["lps"][s]
         low = min(lps.values())
-        fl = dict((x, v) for x, v in floor_steps[s]["at"])
+        fls = [dict((x, v) for x, v in f[s]["at"]) for f in floors]
         floor_s = 0.0
         for i, lp_ref in r["top"]:
             # an id past the engine's top-20 has a logprob at most its 20th: the gap is at least
             # how far the reference's value lies above that
             g = abs(lps[i] - lp_ref) if i in lps else max(0.0, lp_ref - low)
             gap = max(gap, g)
-            floor_s = max(floor_s, abs(fl[i] - lp_ref))
+            for fl in fls:
+                floor_s = max(floor_s, abs(fl[i] - lp_ref))
         floor = max(floor, floor_s)
         if ans["tokens"][s] == r["token"]:
             equal += 1
             continue
         margin = r["top1"] - r["top2"]
-        sure = margin >= max(MARGIN_CUT, 2 * floor_s) and floor_steps[s]["token"] == r["token"]
+        sure = margin >= max(MARGIN_CUT, 2 * floor_s) and \
+            all(f[s]["token"] == r["token"] for f in floors)
         if sure:
             why = (f"step {s}: engine {ans['tokens'][s]}, HF {r['token']} (margin "
                    f"{margin:.2f}, floor gap {floor_s:.2f})")
         else:
             why = (f"step {s}: a permitted flip (margin {margin:.2f} under 2 x floor gap "
-                   f"{floor_s:.2f} or sdpa's pick differs), contexts differ past it")
+                   f"{floor_s:.2f} or a floor's pick differs), contexts differ past it")
         lim = max(0.1, 2 * floor)
         if sure:
             return False, compared, equal, gap, lim, why
@@ -399,7 +426,8 @@ def job_check(a):
         """Judges one case and prints its line at once: a run cut short by its deadline keeps
         every line it reached (and the table its rows)."""
         nonlocal fails
-        ok, cut, equal, gap, lim, why = judge(runs[name]["eager"], runs[name]["sdpa"], ans)
+        floors = [runs[name][k] for k in ("sdpa", "lt") if k in runs[name]]
+        ok, cut, equal, gap, lim, why = judge(runs[name]["eager"], floors, ans)
         gate = f"gpu:full[{a.model}/{a.pool}{a.label}/{name}/{mode}]"
         n = len(prompts[name])
         line = (f"{n} tokens, greedy {equal} of {cut} steps compared equal, "

@@ -38,10 +38,10 @@ def case(margins, shifts, engine_tokens=None, engine_shift=0.0, sdpa_tokens=None
         tok = e["token"] if engine_tokens is None else engine_tokens[s]
         ans["tokens"].append(tok)
         ans["lps"].append({i: v + engine_shift for i, v in e["top"]})
-    return ref, floor, ans
+    return ref, [floor], ans
 
 
-print("PLAN 10", flush=True)  # tests/harness.h: the gate lines below, all of them
+print("PLAN 12", flush=True)  # tests/harness.h: the gate lines below, all of them
 n = GREEDY
 ok, compared, equal, gap, lim, why = judge(*case([3.0] * n, [0.2] * n))
 check("full_judge_exact", ok and compared == n and equal == n and gap == 0,
@@ -91,5 +91,22 @@ ok, compared, equal, gap, lim, why = judge(ref, floor, ans)
 check("full_judge_unlisted_id", not ok and gap > lim,
       f"an HF id missing from the engine's list counts from the engine's lowest value: ok {ok}, "
       f"gap {gap:.3f}, limit {lim:.3f}")
+
+# a second floor (HF eager on cuBLASLt): its larger moves widen the limit, and its own flip
+# permits the engine's
+ref, floors, ans = case([3.0] * n, [0.1] * n, engine_shift=0.35)
+_, lt, _ = case([3.0] * n, [0.2] * n)
+ok1, _, _, gap1, lim1, _ = judge(ref, floors, ans)
+ok2, _, _, gap2, lim2, _ = judge(ref, floors + lt, ans)
+check("full_judge_second_floor_limit", not ok1 and ok2 and abs(lim2 - 0.4) < 1e-9,
+      f"a gap of 0.35: over sdpa's limit {lim1:.3f} alone, within {lim2:.3f} with a second floor "
+      f"of 0.2")
+ref, floors, ans = case([3.0] * n, [0.2] * n, engine_tokens=toks)
+_, lt, _ = case([3.0] * n, [0.2] * n, sdpa_tokens=sd)
+ok1, _, _, _, _, why1 = judge(ref, floors, ans)
+ok2, compared, _, _, _, why2 = judge(ref, floors + lt, ans)
+check("full_judge_second_floor_flip", not ok1 and ok2 and compared == 4 and "permitted" in why2,
+      f"a flip sdpa does not make fails ({why1}); where the second floor makes it, it is "
+      f"permitted ({why2})")
 
 sys.exit(1 if failures else 0)

@@ -18,7 +18,7 @@ for m in ${FULL_MODELS:-26b-a4b}; do
     FULL_MODELS=$m timeout ${FULL_TIMEOUT:-420} ./build.sh gpu-test full > "$OUT/full-$m.log" 2>&1
     echo "rc $?"; grep -E "^(FAIL|SKIP)|^INFO|passed" "$OUT/full-$m.log" | cut -c1-300
     grep -c "^PASS" "$OUT/full-$m.log"
-    grep "full_step make" build/full/make-$m.log | tail -3
+    grep "full_step make" build/full/make-$m.log | tail -5
     if [ -n "${FULL_DIAG:-}" ]; then  # e.g. "--only 2047,2048 --set debug.gemm=plain --label /plain"
         stamp "diag $m: $FULL_DIAG"
         timeout ${DIAG_TIMEOUT:-150} python3 tests/full/full_step.py check --model $m \
