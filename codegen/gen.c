@@ -2,8 +2,9 @@
  *
  * Owns: turning each model description into (1) <model>_shape.h, its constants prefixed by
  * the model's name, (2) schedule_<model>.c, a constant layer table plus one straight-line
- * function per layer kind and local-pool variant (local_bf16, local_fp8) of named STEP()s
- * against op_* calls, and a forward function per variant, and (3) models.c and schedules.c,
+ * function per layer kind of named STEP()s against op_* calls, one forward function, and per
+ * local-pool variant (local_bf16, local_fp8) only what differs: the pool width the forward
+ * checks and the schedule entry, and (3) models.c and schedules.c,
  * the tables of every compiled-in model and schedule.
  * Does not own: what an op computes (kernels/) or how state is allocated (runtime/).
  *
@@ -476,10 +477,12 @@ static void emit_ple_layer(FILE *f, const gen_model *m) {
 
 static const char *const variants[2] = {"local_bf16", "local_fp8"};
 
-static void emit_layer_fn(FILE *f, const gen_model *m, int kind, int variant) {
-    fprintf(f, "/* %s layer, %s */\n", kind_names[kind], variants[variant]);
-    fprintf(f, "static int G4_FN(%s_%s_%s)(g4_state *s, int il) {\n", m->lower, kind_names[kind],
-            variants[variant]);
+/* One function per layer kind, shared by both local-pool variants: the pool's element width
+ * travels in the KV view (s->kv_local.elem_bytes) and the ops read it there, so the layers'
+ * code is the same for both. */
+static void emit_layer_fn(FILE *f, const gen_model *m, int kind) {
+    fprintf(f, "/* %s layer */\n", kind_names[kind]);
+    fprintf(f, "static int G4_FN(%s_%s)(g4_state *s, int il) {\n", m->lower, kind_names[kind]);
     fprintf(f, "    const g4_layer_weights *L = &s->w->layer[il];\n");
     fprintf(f, "    const g4_layer_info *I = &%s_layers[il];\n", m->lower);
     emit_attention(f, m, kind);
@@ -535,14 +538,16 @@ static void emit_ple_prep(FILE *f, const gen_model *m) {
     step_end(f, "-1", "scale_add", "ple_combine");
 }
 
-static void emit_forward(FILE *f, const gen_model *m, int variant) {
+/* The step, for both variants: local_elem_bytes is the variant's pool width, which the engine's
+ * KV view must carry. */
+static void emit_forward(FILE *f, const gen_model *m) {
     const char *u = m->upper;
     char dm[160], nv[160];
     snprintf(dm, sizeof dm, "%s_D_MODEL", u);
     snprintf(nv, sizeof nv, "%s_N_VOCAB", u);
-    fprintf(f, "/* One step of %s with the %s local pool. */\n", m->name, variants[variant]);
-    fprintf(f, "static int G4_FN(%s_%s_forward)(g4_state *s) {\n", m->lower, variants[variant]);
-    fprintf(f, "    if (s->kv_local.elem_bytes != %d) return K_ERR_DTYPE;\n", variant ? 1 : 2);
+    fprintf(f, "/* One step of %s. */\n", m->name);
+    fprintf(f, "static int G4_FN(%s_forward)(g4_state *s, int local_elem_bytes) {\n", m->lower);
+    fprintf(f, "    if (s->kv_local.elem_bytes != local_elem_bytes) return K_ERR_DTYPE;\n");
     step_begin(f, "embed_tokens, scaled by bf16(sqrt(d_model)) (kernels/ref/norm_ref.c)", "embed",
                "embed");
     fld(f, "out", "s->x");
@@ -555,8 +560,8 @@ static void emit_forward(FILE *f, const gen_model *m, int variant) {
     step_end(f, "-1", "embed", "embed");
     if (m->d.d_ple) emit_ple_prep(f, m);
     for (int l = 0; l < m->d.n_layer; l++)
-        fprintf(f, "    LAYER(%d, G4_FN(%s_%s_%s));\n", l, m->lower,
-                kind_names[layer_kind_of(&m->d, l)], variants[variant]);
+        fprintf(f, "    LAYER(%d, G4_FN(%s_%s));\n", l, m->lower,
+                kind_names[layer_kind_of(&m->d, l)]);
     step_begin(f, "the rows that need logits (kernels/ref/norm_ref.c)", "gather_rows", "gather");
     fld(f, "out", "s->xo");
     fld(f, "in", "s->x");
@@ -591,13 +596,23 @@ static void emit_schedule(FILE *f, const gen_model *m) {
                 donor == l, donor, kv_index[donor], g4_model_d_ff(d, l));
     }
     fprintf(f, "};\n\n");
+    int used[N_KINDS] = {0};
+    for (int l = 0; l < d->n_layer; l++)
+        used[layer_kind_of(d, l)] = 1;
+    for (int k = 0; k < N_KINDS; k++)
+        if (used[k]) emit_layer_fn(f, m, k);
+    emit_forward(f, m);
     for (int v = 0; v < 2; v++) {
-        int used[N_KINDS] = {0};
-        for (int l = 0; l < d->n_layer; l++)
-            used[layer_kind_of(d, l)] = 1;
-        for (int k = 0; k < N_KINDS; k++)
-            if (used[k]) emit_layer_fn(f, m, k, v);
-        emit_forward(f, m, v);
+        fprintf(f, "/* The %s local pool. */\n", variants[v]);
+        char head[256], body[192];
+        snprintf(head, sizeof head, "static int G4_FN(%s_%s_forward)(g4_state *s) {", m->lower,
+                 variants[v]);
+        snprintf(body, sizeof body, "return G4_FN(%s_forward)(s, %d);", m->lower, v ? 1 : 2);
+        /* clang-format's rule for a short function: one line when it fits the column limit */
+        if (strlen(head) + strlen(body) + 3 <= 100)
+            fprintf(f, "%s %s }\n\n", head, body);
+        else
+            fprintf(f, "%s\n    %s\n}\n\n", head, body);
         fprintf(f, "const g4_schedule G4_FN(schedule_%s_%s) = {\n", m->lower, variants[v]);
         fprintf(f, "    .model = &g4_model_%s,\n", m->lower);
         fprintf(f, "    .variant = \"%s\",\n", variants[v]);

@@ -36,8 +36,8 @@ static const g4_layer_info gemma4_26b_a4b_layers[GEMMA4_26B_A4B_N_LAYER] = {
     {.kind = G4_LAYER_FULL, .owns_kv = 1, .kv_donor = 29, .kv_layer = 4, .d_ff = 2112},
 };
 
-/* sliding layer, local_bf16 */
-static int G4_FN(gemma4_26b_a4b_sliding_local_bf16)(g4_state *s, int il) {
+/* sliding layer */
+static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &gemma4_26b_a4b_layers[il];
     /* input_layernorm (kernels/ref/norm_ref.c) */
@@ -304,8 +304,8 @@ static int G4_FN(gemma4_26b_a4b_sliding_local_bf16)(g4_state *s, int il) {
     return 0;
 }
 
-/* full layer, local_bf16 */
-static int G4_FN(gemma4_26b_a4b_full_local_bf16)(g4_state *s, int il) {
+/* full layer */
+static int G4_FN(gemma4_26b_a4b_full)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &gemma4_26b_a4b_layers[il];
     /* input_layernorm (kernels/ref/norm_ref.c) */
@@ -561,9 +561,9 @@ static int G4_FN(gemma4_26b_a4b_full_local_bf16)(g4_state *s, int il) {
     return 0;
 }
 
-/* One step of gemma4-26b-a4b with the local_bf16 local pool. */
-static int G4_FN(gemma4_26b_a4b_local_bf16_forward)(g4_state *s) {
-    if (s->kv_local.elem_bytes != 2) return K_ERR_DTYPE;
+/* One step of gemma4-26b-a4b. */
+static int G4_FN(gemma4_26b_a4b_forward)(g4_state *s, int local_elem_bytes) {
+    if (s->kv_local.elem_bytes != local_elem_bytes) return K_ERR_DTYPE;
     /* embed_tokens, scaled by bf16(sqrt(d_model)) (kernels/ref/norm_ref.c) */
     const k_embed_args embed = {
         .out = s->x,
@@ -575,36 +575,36 @@ static int G4_FN(gemma4_26b_a4b_local_bf16_forward)(g4_state *s) {
         .scale = GEMMA4_26B_A4B_EMBED_SCALE,
     };
     STEP(-1, "embed", op_embed(&embed, s->stream));
-    LAYER(0, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(1, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(2, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(3, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(4, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(5, G4_FN(gemma4_26b_a4b_full_local_bf16));
-    LAYER(6, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(7, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(8, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(9, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(10, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(11, G4_FN(gemma4_26b_a4b_full_local_bf16));
-    LAYER(12, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(13, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(14, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(15, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(16, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(17, G4_FN(gemma4_26b_a4b_full_local_bf16));
-    LAYER(18, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(19, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(20, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(21, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(22, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(23, G4_FN(gemma4_26b_a4b_full_local_bf16));
-    LAYER(24, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(25, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(26, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(27, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(28, G4_FN(gemma4_26b_a4b_sliding_local_bf16));
-    LAYER(29, G4_FN(gemma4_26b_a4b_full_local_bf16));
+    LAYER(0, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(1, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(2, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(3, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(4, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(5, G4_FN(gemma4_26b_a4b_full));
+    LAYER(6, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(7, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(8, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(9, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(10, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(11, G4_FN(gemma4_26b_a4b_full));
+    LAYER(12, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(13, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(14, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(15, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(16, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(17, G4_FN(gemma4_26b_a4b_full));
+    LAYER(18, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(19, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(20, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(21, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(22, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(23, G4_FN(gemma4_26b_a4b_full));
+    LAYER(24, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(25, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(26, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(27, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(28, G4_FN(gemma4_26b_a4b_sliding));
+    LAYER(29, G4_FN(gemma4_26b_a4b_full));
     /* the rows that need logits (kernels/ref/norm_ref.c) */
     const k_gather_rows_args gather = {
         .out = s->xo,
@@ -643,6 +643,11 @@ static int G4_FN(gemma4_26b_a4b_local_bf16_forward)(g4_state *s) {
     };
     STEP(-1, "softcap", op_softcap(&softcap, s->stream));
     return 0;
+}
+
+/* The local_bf16 local pool. */
+static int G4_FN(gemma4_26b_a4b_local_bf16_forward)(g4_state *s) {
+    return G4_FN(gemma4_26b_a4b_forward)(s, 2);
 }
 
 const g4_schedule G4_FN(schedule_gemma4_26b_a4b_local_bf16) = {
@@ -653,613 +658,9 @@ const g4_schedule G4_FN(schedule_gemma4_26b_a4b_local_bf16) = {
     .forward = G4_FN(gemma4_26b_a4b_local_bf16_forward),
 };
 
-/* sliding layer, local_fp8 */
-static int G4_FN(gemma4_26b_a4b_sliding_local_fp8)(g4_state *s, int il) {
-    const g4_layer_weights *L = &s->w->layer[il];
-    const g4_layer_info *I = &gemma4_26b_a4b_layers[il];
-    /* input_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args input_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->input_norm,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "input_norm", op_rmsnorm(&input_norm, s->stream));
-    /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args q_proj = {
-        .y = s->q,
-        .x = s->xn,
-        .w = L->q,
-        .m = s->rows,
-        .n = GEMMA4_26B_A4B_N_HEAD * GEMMA4_26B_A4B_HEAD_DIM_LOCAL,
-        .k = GEMMA4_26B_A4B_D_MODEL,
-        .plan = L->plan_q,
-    };
-    STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
-    /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args k_proj = {
-        .y = s->k,
-        .x = s->xn,
-        .w = L->k,
-        .m = s->rows,
-        .n = GEMMA4_26B_A4B_N_KV_HEAD_LOCAL * GEMMA4_26B_A4B_HEAD_DIM_LOCAL,
-        .k = GEMMA4_26B_A4B_D_MODEL,
-        .plan = L->plan_k,
-    };
-    STEP(il, "k_proj", op_gemm(&k_proj, s->stream));
-    /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args v_proj = {
-        .y = s->v,
-        .x = s->xn,
-        .w = L->v,
-        .m = s->rows,
-        .n = GEMMA4_26B_A4B_N_KV_HEAD_LOCAL * GEMMA4_26B_A4B_HEAD_DIM_LOCAL,
-        .k = GEMMA4_26B_A4B_D_MODEL,
-        .plan = L->plan_v,
-    };
-    STEP(il, "v_proj", op_gemm(&v_proj, s->stream));
-    /* q_norm, k_norm, v_norm, RoPE, KV write (kernels/ref/attn_ref.c) */
-    const k_attn_prep_args attn_prep = {
-        .q = s->q,
-        .k_raw = s->k,
-        .v_raw = s->v,
-        .k_norm = L->k_norm,
-        .q_norm = L->q_norm,
-        .pos = s->pos,
-        .seq = s->seq,
-        .kv = s->kv_local,
-        .rows = s->rows,
-        .n_head = GEMMA4_26B_A4B_N_HEAD,
-        .kv_layer = I->kv_layer,
-        .write_kv = 1,
-        .n_rot = GEMMA4_26B_A4B_N_ROT_LOCAL,
-        .rope_base = GEMMA4_26B_A4B_ROPE_BASE_LOCAL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "attn_prep", op_attn_prep(&attn_prep, s->stream));
-    /* attention over the window i-W < j <= i (kernels/ref/attn_ref.c) */
-    const k_attention_args attention = {
-        .out = s->attn,
-        .q = s->q,
-        .pos = s->pos,
-        .seq = s->seq,
-        .kv = s->kv_local,
-        .rows = s->rows,
-        .n_head = GEMMA4_26B_A4B_N_HEAD,
-        .kv_layer = I->kv_layer,
-        .max_pos = s->max_pos,
-        .splits_per_block = s->attn_splits_per_block,
-        .window = GEMMA4_26B_A4B_WINDOW,
-    };
-    STEP(il, "attention", op_attention(&attention, s->stream));
-    /* self_attn.o_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args o_proj = {
-        .y = s->t,
-        .x = s->attn,
-        .w = L->o,
-        .m = s->rows,
-        .n = GEMMA4_26B_A4B_D_MODEL,
-        .k = GEMMA4_26B_A4B_N_HEAD * GEMMA4_26B_A4B_HEAD_DIM_LOCAL,
-        .plan = L->plan_o,
-    };
-    STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
-    /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args post_attn_norm = {
-        .out = s->x,
-        .in = s->t,
-        .w = L->post_attn_norm,
-        .residual = s->x,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
-    /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args pre_ff_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->pre_ff_norm,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
-    /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
-    const k_gemm_args gate_proj = {
-        .y = s->gu,
-        .x = s->xn,
-        .w = L->gate,
-        .m = s->rows,
-        .n = I->d_ff,
-        .k = GEMMA4_26B_A4B_D_MODEL,
-        .ldy = 2 * I->d_ff,
-        .plan = L->plan_gate,
-    };
-    STEP(il, "gate_proj", op_gemm(&gate_proj, s->stream));
-    /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
-    const k_gemm_args up_proj = {
-        .y = s->gu + I->d_ff,
-        .x = s->xn,
-        .w = L->up,
-        .m = s->rows,
-        .n = I->d_ff,
-        .k = GEMMA4_26B_A4B_D_MODEL,
-        .ldy = 2 * I->d_ff,
-        .plan = L->plan_up,
-    };
-    STEP(il, "up_proj", op_gemm(&up_proj, s->stream));
-    /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
-    const k_gelu_mul_args geglu = {
-        .out = s->act,
-        .a = s->gu,
-        .b = s->gu + I->d_ff,
-        .rows = s->rows,
-        .width = I->d_ff,
-        .lda = 2 * I->d_ff,
-        .ldb = 2 * I->d_ff,
-    };
-    STEP(il, "geglu", op_gelu_mul(&geglu, s->stream));
-    /* mlp.down_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args down_proj = {
-        .y = s->t,
-        .x = s->act,
-        .w = L->down,
-        .m = s->rows,
-        .n = GEMMA4_26B_A4B_D_MODEL,
-        .k = I->d_ff,
-        .plan = L->plan_down,
-    };
-    STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
-    /* post_feedforward_layernorm_1 on the dense branch (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args post_ff_norm_1 = {
-        .out = s->m1,
-        .in = s->t,
-        .w = L->post_ff_norm_1,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "post_ff_norm_1", op_rmsnorm(&post_ff_norm_1, s->stream));
-    /* router.norm, weightless, on the residual r (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args router_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "router_norm", op_rmsnorm(&router_norm, s->stream));
-    /* router.scale, then d_model^-0.5 (kernels/ref/norm_ref.c) */
-    const k_mul_vec_scale_args router_scale = {
-        .out = s->xn,
-        .a = s->xn,
-        .v = L->router_scale,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .scale = GEMMA4_26B_A4B_INV_SQRT_D_MODEL,
-    };
-    STEP(il, "router_scale", op_mul_vec_scale(&router_scale, s->stream));
-    /* router.proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args router_proj = {
-        .y = s->router_logits,
-        .x = s->xn,
-        .w = L->router,
-        .m = s->rows,
-        .n = GEMMA4_26B_A4B_N_EXPERT,
-        .k = GEMMA4_26B_A4B_D_MODEL,
-        .plan = L->plan_router,
-    };
-    STEP(il, "router_proj", op_gemm(&router_proj, s->stream));
-    /* softmax, top-k, renormalise, per_expert_scale (kernels/ref/moe_ref.c) */
-    const k_moe_route_args moe_route = {
-        .idx = s->moe_idx,
-        .weight = s->moe_w,
-        .logits = s->router_logits,
-        .per_expert_scale = L->per_expert_scale,
-        .rows = s->rows,
-        .n_expert = GEMMA4_26B_A4B_N_EXPERT,
-        .top_k = GEMMA4_26B_A4B_TOP_K,
-    };
-    STEP(il, "moe_route", op_moe_route(&moe_route, s->stream));
-    /* pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args pre_ff_norm_2 = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->pre_ff_norm_2,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "pre_ff_norm_2", op_rmsnorm(&pre_ff_norm_2, s->stream));
-    /* the routed experts (kernels/ref/moe_ref.c) */
-    const k_moe_experts_args experts = {
-        .out = s->t,
-        .x = s->xn,
-        .gate_up = L->experts_gate_up,
-        .down = L->experts_down,
-        .idx = s->moe_idx,
-        .weight = s->moe_w,
-        .rows = s->rows,
-        .d_model = GEMMA4_26B_A4B_D_MODEL,
-        .d_expert = GEMMA4_26B_A4B_D_EXPERT,
-        .n_expert = GEMMA4_26B_A4B_N_EXPERT,
-        .top_k = GEMMA4_26B_A4B_TOP_K,
-    };
-    STEP(il, "experts", op_moe_experts(&experts, s->stream));
-    /* post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args post_ff_norm_2 = {
-        .out = s->t,
-        .in = s->t,
-        .w = L->post_ff_norm_2,
-        .residual = s->m1,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "post_ff_norm_2", op_rmsnorm(&post_ff_norm_2, s->stream));
-    /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args post_ff_norm = {
-        .out = s->x,
-        .in = s->t,
-        .w = L->post_ff_norm,
-        .residual = s->x,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "post_ff_norm", op_rmsnorm(&post_ff_norm, s->stream));
-    /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
-    const k_scale_add_args layer_scalar = {
-        .out = s->x,
-        .a = s->x,
-        .n = (size_t)s->rows * GEMMA4_26B_A4B_D_MODEL,
-        .scale = L->layer_scalar,
-    };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
-    return 0;
-}
-
-/* full layer, local_fp8 */
-static int G4_FN(gemma4_26b_a4b_full_local_fp8)(g4_state *s, int il) {
-    const g4_layer_weights *L = &s->w->layer[il];
-    const g4_layer_info *I = &gemma4_26b_a4b_layers[il];
-    /* input_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args input_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->input_norm,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "input_norm", op_rmsnorm(&input_norm, s->stream));
-    /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args q_proj = {
-        .y = s->q,
-        .x = s->xn,
-        .w = L->q,
-        .m = s->rows,
-        .n = GEMMA4_26B_A4B_N_HEAD * GEMMA4_26B_A4B_HEAD_DIM_GLOBAL,
-        .k = GEMMA4_26B_A4B_D_MODEL,
-        .plan = L->plan_q,
-    };
-    STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
-    /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args k_proj = {
-        .y = s->k,
-        .x = s->xn,
-        .w = L->k,
-        .m = s->rows,
-        .n = GEMMA4_26B_A4B_N_KV_HEAD_GLOBAL * GEMMA4_26B_A4B_HEAD_DIM_GLOBAL,
-        .k = GEMMA4_26B_A4B_D_MODEL,
-        .plan = L->plan_k,
-    };
-    STEP(il, "k_proj", op_gemm(&k_proj, s->stream));
-    /* q_norm, k_norm, v_norm, RoPE, KV write (kernels/ref/attn_ref.c) */
-    const k_attn_prep_args attn_prep = {
-        .q = s->q,
-        .k_raw = s->k,
-        .v_raw = s->k /* k_eq_v: V from the raw K */,
-        .k_norm = L->k_norm,
-        .q_norm = L->q_norm,
-        .pos = s->pos,
-        .seq = s->seq,
-        .kv = s->kv_global,
-        .rows = s->rows,
-        .n_head = GEMMA4_26B_A4B_N_HEAD,
-        .kv_layer = I->kv_layer,
-        .write_kv = 1,
-        .n_rot = GEMMA4_26B_A4B_N_ROT_GLOBAL,
-        .rope_base = GEMMA4_26B_A4B_ROPE_BASE_GLOBAL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "attn_prep", op_attn_prep(&attn_prep, s->stream));
-    /* attention over the whole context (kernels/ref/attn_ref.c) */
-    const k_attention_args attention = {
-        .out = s->attn,
-        .q = s->q,
-        .pos = s->pos,
-        .seq = s->seq,
-        .kv = s->kv_global,
-        .rows = s->rows,
-        .n_head = GEMMA4_26B_A4B_N_HEAD,
-        .kv_layer = I->kv_layer,
-        .max_pos = s->max_pos,
-        .splits_per_block = s->attn_splits_per_block,
-        .window = 0 /* full attention */,
-    };
-    STEP(il, "attention", op_attention(&attention, s->stream));
-    /* self_attn.o_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args o_proj = {
-        .y = s->t,
-        .x = s->attn,
-        .w = L->o,
-        .m = s->rows,
-        .n = GEMMA4_26B_A4B_D_MODEL,
-        .k = GEMMA4_26B_A4B_N_HEAD * GEMMA4_26B_A4B_HEAD_DIM_GLOBAL,
-        .plan = L->plan_o,
-    };
-    STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
-    /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args post_attn_norm = {
-        .out = s->x,
-        .in = s->t,
-        .w = L->post_attn_norm,
-        .residual = s->x,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
-    /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args pre_ff_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->pre_ff_norm,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
-    /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
-    const k_gemm_args gate_proj = {
-        .y = s->gu,
-        .x = s->xn,
-        .w = L->gate,
-        .m = s->rows,
-        .n = I->d_ff,
-        .k = GEMMA4_26B_A4B_D_MODEL,
-        .ldy = 2 * I->d_ff,
-        .plan = L->plan_gate,
-    };
-    STEP(il, "gate_proj", op_gemm(&gate_proj, s->stream));
-    /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
-    const k_gemm_args up_proj = {
-        .y = s->gu + I->d_ff,
-        .x = s->xn,
-        .w = L->up,
-        .m = s->rows,
-        .n = I->d_ff,
-        .k = GEMMA4_26B_A4B_D_MODEL,
-        .ldy = 2 * I->d_ff,
-        .plan = L->plan_up,
-    };
-    STEP(il, "up_proj", op_gemm(&up_proj, s->stream));
-    /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
-    const k_gelu_mul_args geglu = {
-        .out = s->act,
-        .a = s->gu,
-        .b = s->gu + I->d_ff,
-        .rows = s->rows,
-        .width = I->d_ff,
-        .lda = 2 * I->d_ff,
-        .ldb = 2 * I->d_ff,
-    };
-    STEP(il, "geglu", op_gelu_mul(&geglu, s->stream));
-    /* mlp.down_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args down_proj = {
-        .y = s->t,
-        .x = s->act,
-        .w = L->down,
-        .m = s->rows,
-        .n = GEMMA4_26B_A4B_D_MODEL,
-        .k = I->d_ff,
-        .plan = L->plan_down,
-    };
-    STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
-    /* post_feedforward_layernorm_1 on the dense branch (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args post_ff_norm_1 = {
-        .out = s->m1,
-        .in = s->t,
-        .w = L->post_ff_norm_1,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "post_ff_norm_1", op_rmsnorm(&post_ff_norm_1, s->stream));
-    /* router.norm, weightless, on the residual r (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args router_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "router_norm", op_rmsnorm(&router_norm, s->stream));
-    /* router.scale, then d_model^-0.5 (kernels/ref/norm_ref.c) */
-    const k_mul_vec_scale_args router_scale = {
-        .out = s->xn,
-        .a = s->xn,
-        .v = L->router_scale,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .scale = GEMMA4_26B_A4B_INV_SQRT_D_MODEL,
-    };
-    STEP(il, "router_scale", op_mul_vec_scale(&router_scale, s->stream));
-    /* router.proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args router_proj = {
-        .y = s->router_logits,
-        .x = s->xn,
-        .w = L->router,
-        .m = s->rows,
-        .n = GEMMA4_26B_A4B_N_EXPERT,
-        .k = GEMMA4_26B_A4B_D_MODEL,
-        .plan = L->plan_router,
-    };
-    STEP(il, "router_proj", op_gemm(&router_proj, s->stream));
-    /* softmax, top-k, renormalise, per_expert_scale (kernels/ref/moe_ref.c) */
-    const k_moe_route_args moe_route = {
-        .idx = s->moe_idx,
-        .weight = s->moe_w,
-        .logits = s->router_logits,
-        .per_expert_scale = L->per_expert_scale,
-        .rows = s->rows,
-        .n_expert = GEMMA4_26B_A4B_N_EXPERT,
-        .top_k = GEMMA4_26B_A4B_TOP_K,
-    };
-    STEP(il, "moe_route", op_moe_route(&moe_route, s->stream));
-    /* pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args pre_ff_norm_2 = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->pre_ff_norm_2,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "pre_ff_norm_2", op_rmsnorm(&pre_ff_norm_2, s->stream));
-    /* the routed experts (kernels/ref/moe_ref.c) */
-    const k_moe_experts_args experts = {
-        .out = s->t,
-        .x = s->xn,
-        .gate_up = L->experts_gate_up,
-        .down = L->experts_down,
-        .idx = s->moe_idx,
-        .weight = s->moe_w,
-        .rows = s->rows,
-        .d_model = GEMMA4_26B_A4B_D_MODEL,
-        .d_expert = GEMMA4_26B_A4B_D_EXPERT,
-        .n_expert = GEMMA4_26B_A4B_N_EXPERT,
-        .top_k = GEMMA4_26B_A4B_TOP_K,
-    };
-    STEP(il, "experts", op_moe_experts(&experts, s->stream));
-    /* post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args post_ff_norm_2 = {
-        .out = s->t,
-        .in = s->t,
-        .w = L->post_ff_norm_2,
-        .residual = s->m1,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "post_ff_norm_2", op_rmsnorm(&post_ff_norm_2, s->stream));
-    /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args post_ff_norm = {
-        .out = s->x,
-        .in = s->t,
-        .w = L->post_ff_norm,
-        .residual = s->x,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(il, "post_ff_norm", op_rmsnorm(&post_ff_norm, s->stream));
-    /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
-    const k_scale_add_args layer_scalar = {
-        .out = s->x,
-        .a = s->x,
-        .n = (size_t)s->rows * GEMMA4_26B_A4B_D_MODEL,
-        .scale = L->layer_scalar,
-    };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
-    return 0;
-}
-
-/* One step of gemma4-26b-a4b with the local_fp8 local pool. */
+/* The local_fp8 local pool. */
 static int G4_FN(gemma4_26b_a4b_local_fp8_forward)(g4_state *s) {
-    if (s->kv_local.elem_bytes != 1) return K_ERR_DTYPE;
-    /* embed_tokens, scaled by bf16(sqrt(d_model)) (kernels/ref/norm_ref.c) */
-    const k_embed_args embed = {
-        .out = s->x,
-        .table = s->w->embed,
-        .ids = s->ids,
-        .rows = s->rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .n_vocab = GEMMA4_26B_A4B_N_VOCAB,
-        .scale = GEMMA4_26B_A4B_EMBED_SCALE,
-    };
-    STEP(-1, "embed", op_embed(&embed, s->stream));
-    LAYER(0, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(1, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(2, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(3, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(4, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(5, G4_FN(gemma4_26b_a4b_full_local_fp8));
-    LAYER(6, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(7, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(8, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(9, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(10, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(11, G4_FN(gemma4_26b_a4b_full_local_fp8));
-    LAYER(12, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(13, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(14, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(15, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(16, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(17, G4_FN(gemma4_26b_a4b_full_local_fp8));
-    LAYER(18, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(19, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(20, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(21, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(22, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(23, G4_FN(gemma4_26b_a4b_full_local_fp8));
-    LAYER(24, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(25, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(26, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(27, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(28, G4_FN(gemma4_26b_a4b_sliding_local_fp8));
-    LAYER(29, G4_FN(gemma4_26b_a4b_full_local_fp8));
-    /* the rows that need logits (kernels/ref/norm_ref.c) */
-    const k_gather_rows_args gather = {
-        .out = s->xo,
-        .in = s->x,
-        .src = s->out_src,
-        .rows = s->out_rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-    };
-    STEP(-1, "gather", op_gather_rows(&gather, s->stream));
-    /* norm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args final_norm = {
-        .out = s->xo,
-        .in = s->xo,
-        .w = s->w->final_norm,
-        .rows = s->out_rows,
-        .width = GEMMA4_26B_A4B_D_MODEL,
-        .eps = GEMMA4_26B_A4B_EPS,
-    };
-    STEP(-1, "final_norm", op_rmsnorm(&final_norm, s->stream));
-    /* the tied LM head, embed_tokens (kernels/ref/gemm_ref.c) */
-    const k_gemm_args lm_head = {
-        .y = s->logits,
-        .x = s->xo,
-        .w = s->w->embed,
-        .m = s->out_rows,
-        .n = GEMMA4_26B_A4B_N_VOCAB,
-        .k = GEMMA4_26B_A4B_D_MODEL,
-        .plan = s->w->plan_head,
-    };
-    STEP(-1, "lm_head", op_gemm(&lm_head, s->stream));
-    /* final_logit_softcapping (kernels/ref/norm_ref.c) */
-    const k_softcap_args softcap = {
-        .x = s->logits,
-        .n = (size_t)s->out_rows * GEMMA4_26B_A4B_N_VOCAB,
-        .cap = GEMMA4_26B_A4B_SOFTCAP,
-    };
-    STEP(-1, "softcap", op_softcap(&softcap, s->stream));
-    return 0;
+    return G4_FN(gemma4_26b_a4b_forward)(s, 1);
 }
 
 const g4_schedule G4_FN(schedule_gemma4_26b_a4b_local_fp8) = {

@@ -12,8 +12,8 @@ static const g4_layer_info tiny_dense_layers[TINY_DENSE_N_LAYER] = {
     {.kind = G4_LAYER_FULL, .owns_kv = 1, .kv_donor = 5, .kv_layer = 1, .d_ff = 128},
 };
 
-/* sliding layer, local_bf16 */
-static int G4_FN(tiny_dense_sliding_local_bf16)(g4_state *s, int il) {
+/* sliding layer */
+static int G4_FN(tiny_dense_sliding)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &tiny_dense_layers[il];
     /* input_layernorm (kernels/ref/norm_ref.c) */
@@ -193,8 +193,8 @@ static int G4_FN(tiny_dense_sliding_local_bf16)(g4_state *s, int il) {
     return 0;
 }
 
-/* full layer, local_bf16 */
-static int G4_FN(tiny_dense_full_local_bf16)(g4_state *s, int il) {
+/* full layer */
+static int G4_FN(tiny_dense_full)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &tiny_dense_layers[il];
     /* input_layernorm (kernels/ref/norm_ref.c) */
@@ -363,9 +363,9 @@ static int G4_FN(tiny_dense_full_local_bf16)(g4_state *s, int il) {
     return 0;
 }
 
-/* One step of tiny-dense with the local_bf16 local pool. */
-static int G4_FN(tiny_dense_local_bf16_forward)(g4_state *s) {
-    if (s->kv_local.elem_bytes != 2) return K_ERR_DTYPE;
+/* One step of tiny-dense. */
+static int G4_FN(tiny_dense_forward)(g4_state *s, int local_elem_bytes) {
+    if (s->kv_local.elem_bytes != local_elem_bytes) return K_ERR_DTYPE;
     /* embed_tokens, scaled by bf16(sqrt(d_model)) (kernels/ref/norm_ref.c) */
     const k_embed_args embed = {
         .out = s->x,
@@ -377,12 +377,12 @@ static int G4_FN(tiny_dense_local_bf16_forward)(g4_state *s) {
         .scale = TINY_DENSE_EMBED_SCALE,
     };
     STEP(-1, "embed", op_embed(&embed, s->stream));
-    LAYER(0, G4_FN(tiny_dense_sliding_local_bf16));
-    LAYER(1, G4_FN(tiny_dense_sliding_local_bf16));
-    LAYER(2, G4_FN(tiny_dense_full_local_bf16));
-    LAYER(3, G4_FN(tiny_dense_sliding_local_bf16));
-    LAYER(4, G4_FN(tiny_dense_sliding_local_bf16));
-    LAYER(5, G4_FN(tiny_dense_full_local_bf16));
+    LAYER(0, G4_FN(tiny_dense_sliding));
+    LAYER(1, G4_FN(tiny_dense_sliding));
+    LAYER(2, G4_FN(tiny_dense_full));
+    LAYER(3, G4_FN(tiny_dense_sliding));
+    LAYER(4, G4_FN(tiny_dense_sliding));
+    LAYER(5, G4_FN(tiny_dense_full));
     /* the rows that need logits (kernels/ref/norm_ref.c) */
     const k_gather_rows_args gather = {
         .out = s->xo,
@@ -421,6 +421,11 @@ static int G4_FN(tiny_dense_local_bf16_forward)(g4_state *s) {
     };
     STEP(-1, "softcap", op_softcap(&softcap, s->stream));
     return 0;
+}
+
+/* The local_bf16 local pool. */
+static int G4_FN(tiny_dense_local_bf16_forward)(g4_state *s) {
+    return G4_FN(tiny_dense_forward)(s, 2);
 }
 
 const g4_schedule G4_FN(schedule_tiny_dense_local_bf16) = {
@@ -431,415 +436,9 @@ const g4_schedule G4_FN(schedule_tiny_dense_local_bf16) = {
     .forward = G4_FN(tiny_dense_local_bf16_forward),
 };
 
-/* sliding layer, local_fp8 */
-static int G4_FN(tiny_dense_sliding_local_fp8)(g4_state *s, int il) {
-    const g4_layer_weights *L = &s->w->layer[il];
-    const g4_layer_info *I = &tiny_dense_layers[il];
-    /* input_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args input_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->input_norm,
-        .rows = s->rows,
-        .width = TINY_DENSE_D_MODEL,
-        .eps = TINY_DENSE_EPS,
-    };
-    STEP(il, "input_norm", op_rmsnorm(&input_norm, s->stream));
-    /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args q_proj = {
-        .y = s->q,
-        .x = s->xn,
-        .w = L->q,
-        .m = s->rows,
-        .n = TINY_DENSE_N_HEAD * TINY_DENSE_HEAD_DIM_LOCAL,
-        .k = TINY_DENSE_D_MODEL,
-        .plan = L->plan_q,
-    };
-    STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
-    /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args k_proj = {
-        .y = s->k,
-        .x = s->xn,
-        .w = L->k,
-        .m = s->rows,
-        .n = TINY_DENSE_N_KV_HEAD_LOCAL * TINY_DENSE_HEAD_DIM_LOCAL,
-        .k = TINY_DENSE_D_MODEL,
-        .plan = L->plan_k,
-    };
-    STEP(il, "k_proj", op_gemm(&k_proj, s->stream));
-    /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args v_proj = {
-        .y = s->v,
-        .x = s->xn,
-        .w = L->v,
-        .m = s->rows,
-        .n = TINY_DENSE_N_KV_HEAD_LOCAL * TINY_DENSE_HEAD_DIM_LOCAL,
-        .k = TINY_DENSE_D_MODEL,
-        .plan = L->plan_v,
-    };
-    STEP(il, "v_proj", op_gemm(&v_proj, s->stream));
-    /* q_norm, k_norm, v_norm, RoPE, KV write (kernels/ref/attn_ref.c) */
-    const k_attn_prep_args attn_prep = {
-        .q = s->q,
-        .k_raw = s->k,
-        .v_raw = s->v,
-        .k_norm = L->k_norm,
-        .q_norm = L->q_norm,
-        .pos = s->pos,
-        .seq = s->seq,
-        .kv = s->kv_local,
-        .rows = s->rows,
-        .n_head = TINY_DENSE_N_HEAD,
-        .kv_layer = I->kv_layer,
-        .write_kv = 1,
-        .n_rot = TINY_DENSE_N_ROT_LOCAL,
-        .rope_base = TINY_DENSE_ROPE_BASE_LOCAL,
-        .eps = TINY_DENSE_EPS,
-    };
-    STEP(il, "attn_prep", op_attn_prep(&attn_prep, s->stream));
-    /* attention over the window i-W < j <= i (kernels/ref/attn_ref.c) */
-    const k_attention_args attention = {
-        .out = s->attn,
-        .q = s->q,
-        .pos = s->pos,
-        .seq = s->seq,
-        .kv = s->kv_local,
-        .rows = s->rows,
-        .n_head = TINY_DENSE_N_HEAD,
-        .kv_layer = I->kv_layer,
-        .max_pos = s->max_pos,
-        .splits_per_block = s->attn_splits_per_block,
-        .window = TINY_DENSE_WINDOW,
-    };
-    STEP(il, "attention", op_attention(&attention, s->stream));
-    /* self_attn.o_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args o_proj = {
-        .y = s->t,
-        .x = s->attn,
-        .w = L->o,
-        .m = s->rows,
-        .n = TINY_DENSE_D_MODEL,
-        .k = TINY_DENSE_N_HEAD * TINY_DENSE_HEAD_DIM_LOCAL,
-        .plan = L->plan_o,
-    };
-    STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
-    /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args post_attn_norm = {
-        .out = s->x,
-        .in = s->t,
-        .w = L->post_attn_norm,
-        .residual = s->x,
-        .rows = s->rows,
-        .width = TINY_DENSE_D_MODEL,
-        .eps = TINY_DENSE_EPS,
-    };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
-    /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args pre_ff_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->pre_ff_norm,
-        .rows = s->rows,
-        .width = TINY_DENSE_D_MODEL,
-        .eps = TINY_DENSE_EPS,
-    };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
-    /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
-    const k_gemm_args gate_proj = {
-        .y = s->gu,
-        .x = s->xn,
-        .w = L->gate,
-        .m = s->rows,
-        .n = I->d_ff,
-        .k = TINY_DENSE_D_MODEL,
-        .ldy = 2 * I->d_ff,
-        .plan = L->plan_gate,
-    };
-    STEP(il, "gate_proj", op_gemm(&gate_proj, s->stream));
-    /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
-    const k_gemm_args up_proj = {
-        .y = s->gu + I->d_ff,
-        .x = s->xn,
-        .w = L->up,
-        .m = s->rows,
-        .n = I->d_ff,
-        .k = TINY_DENSE_D_MODEL,
-        .ldy = 2 * I->d_ff,
-        .plan = L->plan_up,
-    };
-    STEP(il, "up_proj", op_gemm(&up_proj, s->stream));
-    /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
-    const k_gelu_mul_args geglu = {
-        .out = s->act,
-        .a = s->gu,
-        .b = s->gu + I->d_ff,
-        .rows = s->rows,
-        .width = I->d_ff,
-        .lda = 2 * I->d_ff,
-        .ldb = 2 * I->d_ff,
-    };
-    STEP(il, "geglu", op_gelu_mul(&geglu, s->stream));
-    /* mlp.down_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args down_proj = {
-        .y = s->t,
-        .x = s->act,
-        .w = L->down,
-        .m = s->rows,
-        .n = TINY_DENSE_D_MODEL,
-        .k = I->d_ff,
-        .plan = L->plan_down,
-    };
-    STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
-    /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args post_ff_norm = {
-        .out = s->x,
-        .in = s->t,
-        .w = L->post_ff_norm,
-        .residual = s->x,
-        .rows = s->rows,
-        .width = TINY_DENSE_D_MODEL,
-        .eps = TINY_DENSE_EPS,
-    };
-    STEP(il, "post_ff_norm", op_rmsnorm(&post_ff_norm, s->stream));
-    /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
-    const k_scale_add_args layer_scalar = {
-        .out = s->x,
-        .a = s->x,
-        .n = (size_t)s->rows * TINY_DENSE_D_MODEL,
-        .scale = L->layer_scalar,
-    };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
-    return 0;
-}
-
-/* full layer, local_fp8 */
-static int G4_FN(tiny_dense_full_local_fp8)(g4_state *s, int il) {
-    const g4_layer_weights *L = &s->w->layer[il];
-    const g4_layer_info *I = &tiny_dense_layers[il];
-    /* input_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args input_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->input_norm,
-        .rows = s->rows,
-        .width = TINY_DENSE_D_MODEL,
-        .eps = TINY_DENSE_EPS,
-    };
-    STEP(il, "input_norm", op_rmsnorm(&input_norm, s->stream));
-    /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args q_proj = {
-        .y = s->q,
-        .x = s->xn,
-        .w = L->q,
-        .m = s->rows,
-        .n = TINY_DENSE_N_HEAD * TINY_DENSE_HEAD_DIM_GLOBAL,
-        .k = TINY_DENSE_D_MODEL,
-        .plan = L->plan_q,
-    };
-    STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
-    /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args k_proj = {
-        .y = s->k,
-        .x = s->xn,
-        .w = L->k,
-        .m = s->rows,
-        .n = TINY_DENSE_N_KV_HEAD_GLOBAL * TINY_DENSE_HEAD_DIM_GLOBAL,
-        .k = TINY_DENSE_D_MODEL,
-        .plan = L->plan_k,
-    };
-    STEP(il, "k_proj", op_gemm(&k_proj, s->stream));
-    /* q_norm, k_norm, v_norm, RoPE, KV write (kernels/ref/attn_ref.c) */
-    const k_attn_prep_args attn_prep = {
-        .q = s->q,
-        .k_raw = s->k,
-        .v_raw = s->k /* k_eq_v: V from the raw K */,
-        .k_norm = L->k_norm,
-        .q_norm = L->q_norm,
-        .pos = s->pos,
-        .seq = s->seq,
-        .kv = s->kv_global,
-        .rows = s->rows,
-        .n_head = TINY_DENSE_N_HEAD,
-        .kv_layer = I->kv_layer,
-        .write_kv = 1,
-        .n_rot = TINY_DENSE_N_ROT_GLOBAL,
-        .rope_base = TINY_DENSE_ROPE_BASE_GLOBAL,
-        .eps = TINY_DENSE_EPS,
-    };
-    STEP(il, "attn_prep", op_attn_prep(&attn_prep, s->stream));
-    /* attention over the whole context (kernels/ref/attn_ref.c) */
-    const k_attention_args attention = {
-        .out = s->attn,
-        .q = s->q,
-        .pos = s->pos,
-        .seq = s->seq,
-        .kv = s->kv_global,
-        .rows = s->rows,
-        .n_head = TINY_DENSE_N_HEAD,
-        .kv_layer = I->kv_layer,
-        .max_pos = s->max_pos,
-        .splits_per_block = s->attn_splits_per_block,
-        .window = 0 /* full attention */,
-    };
-    STEP(il, "attention", op_attention(&attention, s->stream));
-    /* self_attn.o_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args o_proj = {
-        .y = s->t,
-        .x = s->attn,
-        .w = L->o,
-        .m = s->rows,
-        .n = TINY_DENSE_D_MODEL,
-        .k = TINY_DENSE_N_HEAD * TINY_DENSE_HEAD_DIM_GLOBAL,
-        .plan = L->plan_o,
-    };
-    STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
-    /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args post_attn_norm = {
-        .out = s->x,
-        .in = s->t,
-        .w = L->post_attn_norm,
-        .residual = s->x,
-        .rows = s->rows,
-        .width = TINY_DENSE_D_MODEL,
-        .eps = TINY_DENSE_EPS,
-    };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
-    /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args pre_ff_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->pre_ff_norm,
-        .rows = s->rows,
-        .width = TINY_DENSE_D_MODEL,
-        .eps = TINY_DENSE_EPS,
-    };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
-    /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
-    const k_gemm_args gate_proj = {
-        .y = s->gu,
-        .x = s->xn,
-        .w = L->gate,
-        .m = s->rows,
-        .n = I->d_ff,
-        .k = TINY_DENSE_D_MODEL,
-        .ldy = 2 * I->d_ff,
-        .plan = L->plan_gate,
-    };
-    STEP(il, "gate_proj", op_gemm(&gate_proj, s->stream));
-    /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
-    const k_gemm_args up_proj = {
-        .y = s->gu + I->d_ff,
-        .x = s->xn,
-        .w = L->up,
-        .m = s->rows,
-        .n = I->d_ff,
-        .k = TINY_DENSE_D_MODEL,
-        .ldy = 2 * I->d_ff,
-        .plan = L->plan_up,
-    };
-    STEP(il, "up_proj", op_gemm(&up_proj, s->stream));
-    /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
-    const k_gelu_mul_args geglu = {
-        .out = s->act,
-        .a = s->gu,
-        .b = s->gu + I->d_ff,
-        .rows = s->rows,
-        .width = I->d_ff,
-        .lda = 2 * I->d_ff,
-        .ldb = 2 * I->d_ff,
-    };
-    STEP(il, "geglu", op_gelu_mul(&geglu, s->stream));
-    /* mlp.down_proj (kernels/ref/gemm_ref.c) */
-    const k_gemm_args down_proj = {
-        .y = s->t,
-        .x = s->act,
-        .w = L->down,
-        .m = s->rows,
-        .n = TINY_DENSE_D_MODEL,
-        .k = I->d_ff,
-        .plan = L->plan_down,
-    };
-    STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
-    /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args post_ff_norm = {
-        .out = s->x,
-        .in = s->t,
-        .w = L->post_ff_norm,
-        .residual = s->x,
-        .rows = s->rows,
-        .width = TINY_DENSE_D_MODEL,
-        .eps = TINY_DENSE_EPS,
-    };
-    STEP(il, "post_ff_norm", op_rmsnorm(&post_ff_norm, s->stream));
-    /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
-    const k_scale_add_args layer_scalar = {
-        .out = s->x,
-        .a = s->x,
-        .n = (size_t)s->rows * TINY_DENSE_D_MODEL,
-        .scale = L->layer_scalar,
-    };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
-    return 0;
-}
-
-/* One step of tiny-dense with the local_fp8 local pool. */
+/* The local_fp8 local pool. */
 static int G4_FN(tiny_dense_local_fp8_forward)(g4_state *s) {
-    if (s->kv_local.elem_bytes != 1) return K_ERR_DTYPE;
-    /* embed_tokens, scaled by bf16(sqrt(d_model)) (kernels/ref/norm_ref.c) */
-    const k_embed_args embed = {
-        .out = s->x,
-        .table = s->w->embed,
-        .ids = s->ids,
-        .rows = s->rows,
-        .width = TINY_DENSE_D_MODEL,
-        .n_vocab = TINY_DENSE_N_VOCAB,
-        .scale = TINY_DENSE_EMBED_SCALE,
-    };
-    STEP(-1, "embed", op_embed(&embed, s->stream));
-    LAYER(0, G4_FN(tiny_dense_sliding_local_fp8));
-    LAYER(1, G4_FN(tiny_dense_sliding_local_fp8));
-    LAYER(2, G4_FN(tiny_dense_full_local_fp8));
-    LAYER(3, G4_FN(tiny_dense_sliding_local_fp8));
-    LAYER(4, G4_FN(tiny_dense_sliding_local_fp8));
-    LAYER(5, G4_FN(tiny_dense_full_local_fp8));
-    /* the rows that need logits (kernels/ref/norm_ref.c) */
-    const k_gather_rows_args gather = {
-        .out = s->xo,
-        .in = s->x,
-        .src = s->out_src,
-        .rows = s->out_rows,
-        .width = TINY_DENSE_D_MODEL,
-    };
-    STEP(-1, "gather", op_gather_rows(&gather, s->stream));
-    /* norm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args final_norm = {
-        .out = s->xo,
-        .in = s->xo,
-        .w = s->w->final_norm,
-        .rows = s->out_rows,
-        .width = TINY_DENSE_D_MODEL,
-        .eps = TINY_DENSE_EPS,
-    };
-    STEP(-1, "final_norm", op_rmsnorm(&final_norm, s->stream));
-    /* the tied LM head, embed_tokens (kernels/ref/gemm_ref.c) */
-    const k_gemm_args lm_head = {
-        .y = s->logits,
-        .x = s->xo,
-        .w = s->w->embed,
-        .m = s->out_rows,
-        .n = TINY_DENSE_N_VOCAB,
-        .k = TINY_DENSE_D_MODEL,
-        .plan = s->w->plan_head,
-    };
-    STEP(-1, "lm_head", op_gemm(&lm_head, s->stream));
-    /* final_logit_softcapping (kernels/ref/norm_ref.c) */
-    const k_softcap_args softcap = {
-        .x = s->logits,
-        .n = (size_t)s->out_rows * TINY_DENSE_N_VOCAB,
-        .cap = TINY_DENSE_SOFTCAP,
-    };
-    STEP(-1, "softcap", op_softcap(&softcap, s->stream));
-    return 0;
+    return G4_FN(tiny_dense_forward)(s, 1);
 }
 
 const g4_schedule G4_FN(schedule_tiny_dense_local_fp8) = {
