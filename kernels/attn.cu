@@ -17,6 +17,7 @@
  * a row whose window touches one (loud rather than silently wrong). The engine never passes
  * unmapped positions. Likewise a position outside [0, max_pages * page_tokens). */
 #include "kernels/common.cuh"
+#include "kernels/bf16.cuh"
 #include "kernels/kv_offset.h"
 
 #include <cuda_fp16.h>
@@ -26,29 +27,6 @@
 
 #define PREP_MAX_THREADS 256 /* head_dim / 2 threads: 128 (hd 256) or 256 (hd 512) */
 #define BF16_NAN 0x7fc0u
-
-/* ---- bf16 helpers: bit-identical to kernels/ref/bf16_ref.c ---- */
-
-static __device__ __forceinline__ float bf_to_f(uint16_t v) {
-    return __uint_as_float((uint32_t)v << 16);
-}
-
-static __device__ __forceinline__ uint16_t f_to_bf(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static __device__ __forceinline__ float bf(float f) { return bf_to_f(f_to_bf(f)); }
-
-/* e4m3 of f as kernels/ref/bf16_ref.c's ref_f32_to_e4m3: round to nearest even, saturating
- * at +-448 (infinities too), NaN to 0x7f with f's sign. */
-static __device__ __forceinline__ uint8_t f_to_e4m3(float f) {
-    uint8_t sign = (__float_as_uint(f) >> 24) & 0x80u;
-    if (isnan(f)) return (uint8_t)(sign | 0x7fu);
-    return (uint8_t)__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
-}
 
 /* Sum over the block, the same value in every thread; red holds one float per warp. */
 static __device__ __forceinline__ float block_sum(float v, float *red) {
@@ -94,29 +72,33 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
         if (!which) w = a.k_norm;
         rotate = which == 0;
     }
-    float xa = bf_to_f(src[j]), xb = bf_to_f(src[j + half]);
+    float xa = k_bf16_to_f32(src[j]), xb = k_bf16_to_f32(src[j + half]);
     float ss = block_sum(__fadd_rn(__fmul_rn(xa, xa), __fmul_rn(xb, xb)), red);
     float inv = powf(ss / (float)D + a.eps, -0.5f);
-    /* y = bf(x * inv * w), left to right as the reference; __fmul_rn keeps each product
+    /* y = k_round_bf16(x * inv * w), left to right as the reference; __fmul_rn keeps each product
      * rounded on its own (no FMA contraction anywhere below). */
-    float ya = w ? bf(__fmul_rn(__fmul_rn(xa, inv), bf_to_f(w[j]))) : bf(__fmul_rn(xa, inv));
-    float yb = w ? bf(__fmul_rn(__fmul_rn(xb, inv), bf_to_f(w[j + half]))) : bf(__fmul_rn(xb, inv));
+    float ya = w ? k_round_bf16(__fmul_rn(__fmul_rn(xa, inv), k_bf16_to_f32(w[j])))
+                 : k_round_bf16(__fmul_rn(xa, inv));
+    float yb = w ? k_round_bf16(__fmul_rn(__fmul_rn(xb, inv), k_bf16_to_f32(w[j + half])))
+                 : k_round_bf16(__fmul_rn(xb, inv));
     if (rotate && j < a.n_rot) {
         float inv_freq = 1.0f / powf(a.rope_base, (float)(2 * j) / (float)D);
         float angle = __fmul_rn(inv_freq, (float)a.pos[r]);
-        float c = bf(cosf(angle)), s = bf(sinf(angle));
-        float na = bf(__fadd_rn(bf(__fmul_rn(ya, c)), bf(__fmul_rn(-yb, s))));
-        float nb = bf(__fadd_rn(bf(__fmul_rn(yb, c)), bf(__fmul_rn(ya, s))));
+        float c = k_round_bf16(cosf(angle)), s = k_round_bf16(sinf(angle));
+        float na = k_round_bf16(
+            __fadd_rn(k_round_bf16(__fmul_rn(ya, c)), k_round_bf16(__fmul_rn(-yb, s))));
+        float nb =
+            k_round_bf16(__fadd_rn(k_round_bf16(__fmul_rn(yb, c)), k_round_bf16(__fmul_rn(ya, s))));
         ya = na;
         yb = nb;
     }
     if (FP8 && dst8) {
-        dst8[j] = f_to_e4m3(ya);
-        dst8[j + half] = f_to_e4m3(yb);
+        dst8[j] = k_f32_to_e4m3(ya);
+        dst8[j + half] = k_f32_to_e4m3(yb);
         return;
     }
-    dst[j] = f_to_bf(ya);
-    dst[j + half] = f_to_bf(yb);
+    dst[j] = k_f32_to_bf16(ya);
+    dst[j + half] = k_f32_to_bf16(yb);
 }
 
 /* ---- attention ---- */
@@ -132,23 +114,22 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
  * many rows pays a block's fixed costs once per several tiles, with each tile's loads issued
  * before the previous tile's arithmetic ends, and one of few rows keeps a block per split.
  *
- * The reference (HF eager) rounds each weight after normalising, p = bf(exp(s - max) / sum), so
- * the max and the sum over all keys must be known before P.V. Two passes keep that rounding:
- *   stats  per split, the scores' max m_s and sum l_s of exp(s - m_s) (online over tiles);
+ * The reference (HF eager) rounds each weight after normalising, p = k_round_bf16(exp(s - max) /
+ * sum), so the max and the sum over all keys must be known before P.V. Two passes keep that
+ * rounding: stats  per split, the scores' max m_s and sum l_s of exp(s - m_s) (online over tiles);
  *   pv     every block first merges all splits' (m_s, l_s) in split order into the row's (m, l),
  *          the same values in every block; then takes its scores (windowed layers: those the
- *          stats pass kept in scratch; global layers: recomputed), p = bf(exp(s - m) / l), and
- *          sums p * v into its split's partial;
- *   combine out = bf(sum of the partials in split order).
- * Windowed layers read K once (W x 4 bytes of kept scores per head and row instead); global
- * layers, whose rows may hold the whole context, read K twice rather than keep a scratch sized
- * by it (1.5x the KV bytes of one pass). The rounding matches the reference, so the
- * engine tracks HF eager as the first version did (an fp32 p, FlashAttention-style, drifted past
- * the tiny fixtures' HF gap limit).
- * Inside a block: scores - each warp takes four keys at a time, 8 lanes to a key, each lane
- * D/8 dims in 8-dim chunks (quad_score), rounded to bf16 as the reference's q.k; P.V - thread t
- * owns D/128 consecutive dims of every head, V rows read coalesced, except the kept-score pass of
- * head dim 256 and groups up to ATTN_WARP_PV_MAX_G, which splits keys across warps (pv_warp_keys).
+ *          stats pass kept in scratch; global layers: recomputed), p = k_round_bf16(exp(s - m) /
+ * l), and sums p * v into its split's partial; combine out = k_round_bf16(sum of the partials in
+ * split order). Windowed layers read K once (W x 4 bytes of kept scores per head and row instead);
+ * global layers, whose rows may hold the whole context, read K twice rather than keep a scratch
+ * sized by it (1.5x the KV bytes of one pass). The rounding matches the reference, so the engine
+ * tracks HF eager as the first version did (an fp32 p, FlashAttention-style, drifted past the tiny
+ * fixtures' HF gap limit). Inside a block: scores - each warp takes four keys at a time, 8 lanes to
+ * a key, each lane D/8 dims in 8-dim chunks (quad_score), rounded to bf16 as the reference's q.k;
+ * P.V - thread t owns D/128 consecutive dims of every head, V rows read coalesced, except the
+ * kept-score pass of head dim 256 and groups up to ATTN_WARP_PV_MAX_G, which splits keys across
+ * warps (pv_warp_keys).
  *
  * e4m3 KV (the fp8 local pool): the same kernels with the loads converting e4m3 pairs to fp32
  * in registers (cvt e4m3x2 -> f16x2 is exact, then f16 -> f32); arithmetic is unchanged.
@@ -342,7 +323,7 @@ tile_scores_butterfly(const k_attention_args &a, int seq, int kvh, int t0, int n
 #pragma unroll
                 for (int m = 16; m > 0; m >>= 1)
                     sum += __shfl_xor_sync(0xffffffffu, sum, m);
-                if (lane == 0) ps[g * ATTN_TILE + kk] = bf(sum);
+                if (lane == 0) ps[g * ATTN_TILE + kk] = k_round_bf16(sum);
             }
             if (lane == 0) voff[kk] = kv_view_offset(&a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
         }
@@ -451,7 +432,7 @@ quad_score(const k_attention_args &a, int seq, int kvh, int t0, int nk, int b0,
         }
 #pragma unroll
         for (int g = 0; g < G; g++)
-            ps[g * ATTN_TILE + kk] = bf(sum[u][g]);
+            ps[g * ATTN_TILE + kk] = k_round_bf16(sum[u][g]);
         voff[kk] = kv_view_offset(&a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
     }
 }
@@ -603,7 +584,7 @@ static __device__ __forceinline__ void load_queries(const k_attention_args &a, i
                                                     float *qs, int tid) {
     for (int e = tid; e < G * D; e += ATTN_THREADS) {
         const int g = e / D, d = e % D;
-        qs[e] = bf_to_f(a.q[((size_t)r * a.n_head + (size_t)kvh * G + g) * D + d]);
+        qs[e] = k_bf16_to_f32(a.q[((size_t)r * a.n_head + (size_t)kvh * G + g) * D + d]);
     }
 }
 
@@ -706,12 +687,13 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
         const bool split_done = t1 >= k_end || (t1 - sp.j0) % sp.per_split == 0;
         int *split_bad = &bad[split - s_first];
         if constexpr (WARP_PV) {
-            /* p = bf(exp(s - m) / l) as the reference rounds it, from the prefetched kept
+            /* p = k_round_bf16(exp(s - m) / l) as the reference rounds it, from the prefetched kept
              * scores (m_run, l_run were set before the barrier above) */
 #pragma unroll
             for (int k = 0; k < KP; k++) {
                 const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
-                if (e < G * ATTN_TILE && kk < nk) ps[e] = bf(expf(kp[k] - m_run[g]) / l_run[g]);
+                if (e < G * ATTN_TILE && kk < nk)
+                    ps[e] = k_round_bf16(expf(kp[k] - m_run[g]) / l_run[g]);
             }
             __syncthreads();
             pv_warp_keys<G, FP8>(a, seq, kvh, t0, nk, ps, vb, acc);
@@ -751,10 +733,10 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
         if (!PV) {
             tile_stats<G>(ps, nk, m_run, l_run, warp, lane);
         } else {
-            /* p = bf(exp(s - m) / l) as the reference rounds it, then P.V */
+            /* p = k_round_bf16(exp(s - m) / l) as the reference rounds it, then P.V */
             for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
                 int g = e / ATTN_TILE, kk = e % ATTN_TILE;
-                if (kk < nk) ps[e] = bf(expf(ps[e] - m_run[g]) / l_run[g]);
+                if (kk < nk) ps[e] = k_round_bf16(expf(ps[e] - m_run[g]) / l_run[g]);
             }
             __syncthreads();
 #pragma unroll 4
@@ -796,8 +778,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
     }
 }
 
-/* One block per (query head, row): out = bf(sum of the row's partials in split order); NaN
- * for a row without keys, past the grid, or with an unmapped key (a NaN sum in any split). */
+/* One block per (query head, row): out = k_round_bf16(sum of the row's partials in split order);
+ * NaN for a row without keys, past the grid, or with an unmapped key (a NaN sum in any split). */
 template <int D>
 static __global__ void __launch_bounds__(ATTN_THREADS)
     attn_combine_kernel(k_attention_args a, int row0, int max_split, const float *part,
@@ -823,7 +805,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     }
 #pragma unroll
     for (int t = 0; t < DPT; t++)
-        out[t] = nan ? (bf16_t)BF16_NAN : f_to_bf(o[t]);
+        out[t] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(o[t]);
 }
 
 /* ---- windowed layers of head dim 256: tiles through shared memory ----
@@ -974,11 +956,12 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
          * barrier, so no thread waits on them ahead of this tile's work */
         const long long off_next = offset_of(ti + 2, tid);
         cp_async_wait_one(); /* this thread's copies of tile ti have landed */
-        if (PV) {            /* p = bf(exp(s - m) / l) as the reference rounds it */
+        if (PV) {            /* p = k_round_bf16(exp(s - m) / l) as the reference rounds it */
 #pragma unroll
             for (int k = 0; k < KP; k++) {
                 const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
-                if (e < G * ATTN_TILE && kk < nk) ps[e] = bf(expf(kp[k] - m_run[g]) / l_run[g]);
+                if (e < G * ATTN_TILE && kk < nk)
+                    ps[e] = k_round_bf16(expf(kp[k] - m_run[g]) / l_run[g]);
             }
         }
         __syncthreads(); /* every thread's copies of tile ti, and p */
@@ -1015,7 +998,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
                     } else {
 #pragma unroll
                         for (int g = 0; g < G; g++)
-                            ps[g * ATTN_TILE + kk] = bf(sum[g]);
+                            ps[g * ATTN_TILE + kk] = k_round_bf16(sum[g]);
                     }
                 }
             }

@@ -22,6 +22,7 @@
  * independent of its batch mates (docs/gates.md, batch invariance): no item's arithmetic depends
  * on which other items exist, how they were grouped or in which order they were bucketed. */
 #include "kernels/common.cuh"
+#include "kernels/bf16.cuh"
 
 #include <math.h>
 
@@ -40,21 +41,10 @@
 
 #define FULL_MASK 0xffffffffu
 
-/* bf16 <-> fp32 bit for bit as kernels/ref/bf16_ref.c (round to nearest even, NaN kept quiet),
- * so both sides round identically. */
-static __device__ __forceinline__ float bf2f(bf16_t v) {
-    return __uint_as_float((uint32_t)v << 16);
-}
-
-static __device__ __forceinline__ bf16_t f2bf(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (bf16_t)(u >> 16);
-}
-
-static __device__ __forceinline__ float round_bf(float f) { return bf2f(f2bf(f)); }
-
+/* Not kernels/bf16.cuh's k_gelu_tanh: written as one expression, nvcc may fuse x + c x^3
+ * into a multiply-add, which rounds once where ref_gelu_tanh rounds twice, so an expert's
+ * activation can differ from its twin's by an ulp. Kept as measured until a GPU run re-records
+ * the GPU pinned recording with k_gelu_tanh (docs/perf-notes.md, next calls). */
 static __device__ __forceinline__ float gelu_tanh(float x) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
@@ -82,7 +72,7 @@ __global__ static void __launch_bounds__(ROUTE_THREADS) moe_route_kernel(k_moe_r
 
     float mx = -INFINITY;
     for (int e = lane; e < n; e += 32) {
-        p[e] = bf2f(lg[e]);
+        p[e] = k_bf16_to_f32(lg[e]);
         taken[e] = 0;
         mx = fmaxf(mx, p[e]);
     }
@@ -133,7 +123,7 @@ __global__ static void __launch_bounds__(ROUTE_THREADS) moe_route_kernel(k_moe_r
             wsum += chosen[k];
         float *w = a.weight + (size_t)r * (size_t)a.top_k;
         for (int k = 0; k < a.top_k; k++)
-            w[k] = chosen[k] / wsum * bf2f(a.per_expert_scale[idx[k]]);
+            w[k] = chosen[k] / wsum * k_bf16_to_f32(a.per_expert_scale[idx[k]]);
     }
 }
 
@@ -251,8 +241,8 @@ __global__ static void __launch_bounds__(EXPERT_THREADS)
 #pragma unroll
                 for (int r = 0; r < EXPERT_ROWS; r++)
                     if (r < cnt)
-                        h[(size_t)items[r] * (size_t)de + (size_t)o] =
-                            f2bf(round_bf(gelu_tanh(round_bf(g[r]))) * round_bf(u[r]));
+                        h[(size_t)items[r] * (size_t)de + (size_t)o] = k_f32_to_bf16(
+                            k_round_bf16(gelu_tanh(k_round_bf16(g[r]))) * k_round_bf16(u[r]));
         }
     }
 }
@@ -283,7 +273,7 @@ __global__ static void __launch_bounds__(EXPERT_THREADS)
             if (lane == 0)
 #pragma unroll
                 for (int r = 0; r < EXPERT_ROWS; r++)
-                    if (r < cnt) ys[(size_t)items[r] * (size_t)dm + (size_t)t] = round_bf(s[r]);
+                    if (r < cnt) ys[(size_t)items[r] * (size_t)dm + (size_t)t] = k_round_bf16(s[r]);
         }
     }
 }
@@ -396,8 +386,9 @@ __global__ static void __launch_bounds__(MMA_THREADS, 5)
             for (int j = 0; j < 4; j++) {
                 const int item = j < 2 ? ilo : ihi, o = o0 + 8 * t + 2 * q + (j & 1);
                 if (item >= 0 && o < de)
-                    h[(size_t)item * (size_t)de + (size_t)o] = f2bf(
-                        round_bf(gelu_tanh(round_bf(acc[t][j]))) * round_bf(acc[MMA_NT + t][j]));
+                    h[(size_t)item * (size_t)de + (size_t)o] =
+                        k_f32_to_bf16(k_round_bf16(gelu_tanh(k_round_bf16(acc[t][j]))) *
+                                      k_round_bf16(acc[MMA_NT + t][j]));
             }
     }
 }
@@ -434,7 +425,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
             for (int j = 0; j < 4; j++) {
                 const int item = j < 2 ? ilo : ihi, o = t0 + 8 * t + 2 * q + (j & 1);
                 if (item >= 0 && o < dm)
-                    ys[(size_t)item * (size_t)dm + (size_t)o] = round_bf(acc[t][j]);
+                    ys[(size_t)item * (size_t)dm + (size_t)o] = k_round_bf16(acc[t][j]);
             }
     }
 }
@@ -456,7 +447,7 @@ __global__ static void __launch_bounds__(COMBINE_THREADS)
             }
             acc = __fadd_rn(acc, __fmul_rn(ys[item * (size_t)dm + (size_t)t], a.weight[item]));
         }
-        a.out[(size_t)r * (size_t)dm + (size_t)t] = f2bf(acc);
+        a.out[(size_t)r * (size_t)dm + (size_t)t] = k_f32_to_bf16(acc);
     }
 }
 

@@ -15,6 +15,7 @@
  * These ops are bandwidth-trivial next to the projections, so the kernels stay scalar:
  * 2-byte loads, no alignment precondition beyond the bf16 element's own. */
 #include "kernels/common.cuh"
+#include "kernels/bf16.cuh"
 
 #include <cuda_bf16.h>
 
@@ -29,25 +30,6 @@
  * of 256) several times over, capped so huge n does not need a huge grid. */
 #define EW_THREADS 256
 #define EW_MAX_BLOCKS 4096
-
-static __device__ __forceinline__ float bf2f(bf16_t v) {
-    return __uint_as_float((unsigned)v << 16);
-}
-
-static __device__ __forceinline__ bf16_t f2bf(float f) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
-
-/* fp32 rounded through bf16: the twin's BF(x). */
-static __device__ __forceinline__ float rbf(float f) { return bf2f(f2bf(f)); }
-
-/* gelu_pytorch_tanh, evaluated in the same order as ref_gelu_tanh (C's left-to-right). */
-static __device__ __forceinline__ float gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    float u = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
-    u = __fmul_rn(k, __fadd_rn(x, u));
-    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(u)));
-}
 
 /* Grid-stride launch size for n elements (n > 0). */
 static unsigned ew_blocks(size_t n) {
@@ -69,7 +51,7 @@ static __global__ __launch_bounds__(ROW_THREADS) void embed_kernel(k_embed_args 
     }
     const bf16_t *src = a.table + (size_t)id * (size_t)a.width;
     for (int j = threadIdx.x; j < a.width; j += ROW_THREADS)
-        dst[j] = f2bf(__fmul_rn(bf2f(src[j]), a.scale));
+        dst[j] = k_f32_to_bf16(__fmul_rn(k_bf16_to_f32(src[j]), a.scale));
 }
 
 /* Sum of v over the block, the same value returned to every thread. Every thread adds the
@@ -95,18 +77,18 @@ static __global__ __launch_bounds__(RMS_THREADS) void rmsnorm_kernel(k_rmsnorm_a
     const bf16_t *in = a.in + o;
     float ss = 0.0f;
     for (int j = threadIdx.x; j < a.width; j += RMS_THREADS) {
-        float x = bf2f(in[j]);
+        float x = k_bf16_to_f32(in[j]);
         ss = __fadd_rn(ss, __fmul_rn(x, x));
     }
     ss = block_sum(ss);
     /* HF: pow(mean + eps, -0.5) in fp32, not rsqrt (the twin does the same) */
     float inv = powf(__fadd_rn(__fdiv_rn(ss, (float)a.width), a.eps), -0.5f);
     for (int j = threadIdx.x; j < a.width; j += RMS_THREADS) {
-        float y = __fmul_rn(bf2f(in[j]), inv);
-        if (a.w) y = __fmul_rn(y, bf2f(a.w[j]));
-        y = rbf(y);
-        if (a.residual) y = __fadd_rn(bf2f(a.residual[o + j]), y);
-        a.out[o + j] = f2bf(y);
+        float y = __fmul_rn(k_bf16_to_f32(in[j]), inv);
+        if (a.w) y = __fmul_rn(y, k_bf16_to_f32(a.w[j]));
+        y = k_round_bf16(y);
+        if (a.residual) y = __fadd_rn(k_bf16_to_f32(a.residual[o + j]), y);
+        a.out[o + j] = k_f32_to_bf16(y);
     }
 }
 
@@ -115,18 +97,18 @@ static __global__ __launch_bounds__(EW_THREADS) void gelu_mul_kernel(k_gelu_mul_
     for (size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x; i < n;
          i += (size_t)gridDim.x * EW_THREADS) {
         size_t r = i / (size_t)a.width, j = i % (size_t)a.width;
-        float g = rbf(gelu_tanh(bf2f(a.a[r * (size_t)a.lda + j])));
-        if (a.b) g = __fmul_rn(g, bf2f(a.b[r * (size_t)a.ldb + j]));
-        a.out[i] = f2bf(g);
+        float g = k_round_bf16(k_gelu_tanh(k_bf16_to_f32(a.a[r * (size_t)a.lda + j])));
+        if (a.b) g = __fmul_rn(g, k_bf16_to_f32(a.b[r * (size_t)a.ldb + j]));
+        a.out[i] = k_f32_to_bf16(g);
     }
 }
 
 static __global__ __launch_bounds__(EW_THREADS) void scale_add_kernel(k_scale_add_args a) {
     for (size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x; i < a.n;
          i += (size_t)gridDim.x * EW_THREADS) {
-        float v = bf2f(a.a[i]);
-        if (a.b) v = rbf(__fadd_rn(v, bf2f(a.b[i])));
-        a.out[i] = f2bf(__fmul_rn(v, a.scale));
+        float v = k_bf16_to_f32(a.a[i]);
+        if (a.b) v = k_round_bf16(__fadd_rn(v, k_bf16_to_f32(a.b[i])));
+        a.out[i] = k_f32_to_bf16(__fmul_rn(v, a.scale));
     }
 }
 
@@ -135,8 +117,8 @@ static __global__ __launch_bounds__(EW_THREADS) void mul_vec_scale_kernel(k_mul_
     for (size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x; i < n;
          i += (size_t)gridDim.x * EW_THREADS) {
         size_t j = i % (size_t)a.width;
-        float p = rbf(__fmul_rn(bf2f(a.a[i]), bf2f(a.v[j])));
-        a.out[i] = f2bf(__fmul_rn(p, a.scale));
+        float p = k_round_bf16(__fmul_rn(k_bf16_to_f32(a.a[i]), k_bf16_to_f32(a.v[j])));
+        a.out[i] = k_f32_to_bf16(__fmul_rn(p, a.scale));
     }
 }
 
@@ -159,8 +141,8 @@ static __global__ __launch_bounds__(ROW_THREADS) void gather_rows_kernel(k_gathe
 static __global__ __launch_bounds__(EW_THREADS) void softcap_kernel(k_softcap_args a) {
     for (size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x; i < a.n;
          i += (size_t)gridDim.x * EW_THREADS) {
-        float t = rbf(tanhf(rbf(__fdiv_rn(bf2f(a.x[i]), a.cap))));
-        a.x[i] = f2bf(__fmul_rn(t, a.cap));
+        float t = k_round_bf16(tanhf(k_round_bf16(__fdiv_rn(k_bf16_to_f32(a.x[i]), a.cap))));
+        a.x[i] = k_f32_to_bf16(__fmul_rn(t, a.cap));
     }
 }
 
