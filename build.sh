@@ -34,21 +34,27 @@ kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c kernels/ref/
 GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill test_sample"
 CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/fill.cu kernels/norm.cu kernels/attn.cu
 kernels/moe.cu kernels/sample.cu"
-UNIT_TESTS="test_loader test_config test_kv_pool test_sampler test_par test_chat test_answer test_ref_fp8"
-# what each unit test links: the module under test through its header, no generated code
-# (test_loader brings its own model table)
-unit_src() {
-    case $1 in
-    test_loader) echo runtime/base/log.c runtime/model/hfconfig.c runtime/model/loader.c graph/model_desc.c ;;
-    test_config) echo runtime/base/log.c runtime/base/config.c ;;
-    test_kv_pool) echo runtime/base/log.c runtime/engine/kv_pool.c ;;
-    test_sampler) echo runtime/base/log.c runtime/text/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c ;;
-    test_par) echo runtime/base/log.c runtime/text/par.c runtime/text/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c ;;
-    test_chat) echo runtime/base/log.c $TOKENIZER_SRC runtime/text/chat.c ;;
-    test_answer) echo runtime/base/log.c $TOKENIZER_SRC runtime/text/chat.c runtime/proto/proto.c runtime/sched/answer.c ;;
-    test_ref_fp8) echo kernels/ref/bf16_ref.c kernels/ref/attn_ref.c ;;
-    esac
+# The unit tests, one line each: name | what it links besides tests/unit/<name>.c (the module
+# under test through its header, no generated code; test_loader brings its own model table) |
+# its arguments. Registering a unit test is adding its line here; build, run, the musl build
+# and the suite all read this table.
+UNIT_TABLE='
+test_loader  | runtime/base/log.c runtime/model/hfconfig.c runtime/model/loader.c graph/model_desc.c |
+test_config  | runtime/base/log.c runtime/base/config.c |
+test_kv_pool | runtime/base/log.c runtime/engine/kv_pool.c |
+test_sampler | runtime/base/log.c runtime/text/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c |
+test_par     | runtime/base/log.c runtime/text/par.c runtime/text/sampler.c kernels/ref/sample_ref.c kernels/ref/bf16_ref.c |
+test_chat    | runtime/base/log.c $TOKENIZER_SRC runtime/text/chat.c | tests/fixtures/tiny-moe/tokenizer.json
+test_answer  | runtime/base/log.c $TOKENIZER_SRC runtime/text/chat.c runtime/proto/proto.c runtime/sched/answer.c | tests/fixtures/tiny-moe/tokenizer.json
+test_ref_fp8 | kernels/ref/bf16_ref.c kernels/ref/attn_ref.c |
+'
+unit_column() { # unit_column TEST N: field N (2 sources, 3 arguments) of TEST's line
+    echo "$UNIT_TABLE" | awk -F'|' -v t="$1" -v n="$2" '{ gsub(/^ +| +$/, "", $1) } $1 == t { print $n }' |
+        sed "s|\$TOKENIZER_SRC|$TOKENIZER_SRC|g"
 }
+UNIT_TESTS=$(echo "$UNIT_TABLE" | awk -F'|' 'NF > 1 { gsub(/ /, "", $1); print $1 }' | tr '\n' ' ')
+unit_src() { unit_column "$1" 2; }
+unit_args() { unit_column "$1" 3; }
 LINT_DIRS="runtime codegen kernels/ref graph"
 TOKENIZER_SRC="runtime/text/tokenizer.c runtime/text/tokenizer_load.c runtime/text/tokenizer_tables.c"
 SHARED_TOKENIZER=${SHARED_TOKENIZER:-../shared/data/gemma3-tokenizer/tokenizer.json}
@@ -395,9 +401,6 @@ musl_suite() {
     "$m/test_serve" tests/fixtures tests/proto 2>/dev/null | sed "$mark" || true
 }
 
-unit_args() {
-    case $1 in test_chat | test_answer) echo tests/fixtures/tiny-moe/tokenizer.json ;; esac
-}
 
 # libFuzzer targets: bounded in ./build.sh test, longer with ./build.sh fuzz [SECONDS].
 fuzz_suite() {
