@@ -697,24 +697,12 @@ int proto_write_token(FILE *f, const char *id_json, int index, int32_t token, co
     return proto_emit(f, id_json, o);
 }
 
-static json_t *proto_json_ids(const int32_t *ids, int n) {
-    json_t *a = json_array();
-    for (int i = 0; a && i < n; i++) {
-        if (json_array_append_new(a, json_integer(ids[i])) != 0) {
-            json_decref(a);
-            return NULL;
-        }
-    }
-    return a;
-}
-
 int proto_write_done(FILE *f, const char *id_json, const proto_done *d) {
     json_t *o = json_object(), *usage = json_object(), *timing = json_object();
     int bad = proto_set(o, "event", json_string("done"));
     if (d->text) bad |= proto_set(o, "text", proto_json_text(d->text, d->text_len));
     if (d->reasoning)
         bad |= proto_set(o, "reasoning", proto_json_text(d->reasoning, d->reasoning_len));
-    if (d->tokens) bad |= proto_set(o, "tokens", proto_json_ids(d->tokens, d->n_tokens));
     bad |= proto_set(o, "finish_reason",
                      proto_json_text(d->finish_reason ? d->finish_reason : "stop",
                                      d->finish_reason ? strlen(d->finish_reason) : 4));

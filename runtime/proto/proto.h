@@ -1,4 +1,4 @@
-/* runtime/proto/proto.h - the JSON Lines protocol of design/PROTOCOL.md: request lines in, answer
+/* runtime/proto/proto.h - the JSON Lines protocol of docs/protocol.md: request lines in, answer
  * lines out.
  *
  * Owns: parsing and validating one stdin line into a request or a control command (every
@@ -90,8 +90,6 @@ typedef struct proto_done {
     const char *finish_reason; /* "stop", "length", "context", "cancelled" */
     int prompt_tokens, completion_tokens;
     double queue_ms, ttft_ms, decode_ms_per_token;
-    const int32_t *tokens; /* stream: false and tokens wanted: all ids, else NULL */
-    int n_tokens;
 } proto_done;
 
 int proto_write_done(FILE *f, const char *id_json, const proto_done *d);
