@@ -201,9 +201,13 @@ static void handle_line(server *sv, const char *line, size_t len, long line_no) 
             proto_write_error(sv->out, req.cancel_id_json, PROTO_BAD_REQUEST,
                               "cancel: no request with this id is in flight");
         break;
-    case PROTO_SHUTDOWN:
+    case PROTO_SHUTDOWN: /* a drain: what was read finishes, as at the end of input */
+        sv->shutdown = 1;
+        break;
+    case PROTO_ABORT: /* everything in flight ends now */
         sv->shutdown = 1;
         sched_cancel_queued(sv->s);
+        sched_cancel_running(sv->s);
         break;
     case PROTO_REQUEST:
         handle_request(sv, &req, t);

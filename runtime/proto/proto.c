@@ -449,6 +449,8 @@ static int proto_read_cmd(const json_t *root, proto_request *r, proto_error *err
         r->kind = PROTO_STATS;
     } else if (strlen(c) == n && strcmp(c, "shutdown") == 0) {
         r->kind = PROTO_SHUTDOWN;
+    } else if (strlen(c) == n && strcmp(c, "abort") == 0) {
+        r->kind = PROTO_ABORT;
     } else if (strlen(c) == n && strcmp(c, "cancel") == 0) {
         if (!json_object_get(root, "id") || !r->id_json)
             return proto_fail(err, PROTO_BAD_REQUEST, "cancel needs an id (the request to end)");
@@ -459,7 +461,7 @@ static int proto_read_cmd(const json_t *root, proto_request *r, proto_error *err
         char q[PROTO_QUOTE_MAX + 4];
         proto_quote(q, sizeof q, c, n);
         return proto_fail(err, PROTO_BAD_REQUEST,
-                          "unknown cmd \"%s\" (expected stats, cancel or shutdown)", q);
+                          "unknown cmd \"%s\" (expected stats, cancel, shutdown or abort)", q);
     }
     return 0;
 }
@@ -477,10 +479,22 @@ static char *proto_id_json(const json_t *root, int *bad) {
     return json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
 }
 
+/* The id of a line without one: the string "line-N" (N its line number), a form a client's id
+ * may not take (proto_reserved_id), so the two can never be the same request. */
 static char *proto_line_id(long line_no) {
-    char buf[32];
-    (void)snprintf(buf, sizeof buf, "%ld", line_no);
+    char buf[48];
+    (void)snprintf(buf, sizeof buf, "\"line-%ld\"", line_no);
     return proto_strdup(buf);
+}
+
+/* 1 when a client's id is a string of the reserved form line-<digits>. */
+static int proto_reserved_id(const json_t *id) {
+    if (!json_is_string(id)) return 0;
+    const char *s = json_string_value(id);
+    if (strncmp(s, "line-", 5) != 0 || !s[5]) return 0;
+    for (const char *p = s + 5; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
 }
 
 /* A duplicate key: name it, and still find the line's id by parsing again without the
@@ -554,6 +568,10 @@ static int proto_parse_json(const char *line, size_t len, char **id_json, proto_
         (void)proto_fail_value(err, "id", "a string or a number", json_object_get(root, "id"));
     } else if (json_object_get(root, "id") && !*id_json) {
         (void)proto_fail(err, PROTO_INTERNAL, "out of memory");
+    } else if (!json_object_get(root, "cmd") && proto_reserved_id(json_object_get(root, "id"))) {
+        /* a cancel may name "line-N"; a request may not take it */
+        (void)proto_fail(err, PROTO_BAD_REQUEST,
+                         "id: the form \"line-<number>\" is reserved for lines without an id");
     } else {
         req->id_json = *id_json; /* borrowed until success, so the cmd reader can copy it */
         rc = json_object_get(root, "cmd") ? proto_read_cmd(root, req, err)

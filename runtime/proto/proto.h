@@ -17,7 +17,9 @@
 #define PROTO_MAX_LINE (8u << 20) /* 8 MiB: longer lines are too_long */
 #define PROTO_MAX_LOGPROBS 20
 
-enum proto_kind { PROTO_REQUEST, PROTO_STATS, PROTO_CANCEL, PROTO_SHUTDOWN };
+/* shutdown: read no more, let every request finish (drain); abort: read no more, end every
+ * request "cancelled" at once. */
+enum proto_kind { PROTO_REQUEST, PROTO_STATS, PROTO_CANCEL, PROTO_SHUTDOWN, PROTO_ABORT };
 
 enum proto_code { PROTO_OK = 0, PROTO_BAD_JSON, PROTO_BAD_REQUEST, PROTO_TOO_LONG, PROTO_INTERNAL };
 
@@ -52,15 +54,16 @@ typedef struct proto_request {
 typedef struct proto_error {
     enum proto_code code;
     char message[512];
-    char *id_json; /* the line's id as compact JSON when readable, else its line number */
+    char *id_json; /* the line's id as compact JSON when readable, else "line-N" */
 } proto_error;
 
 /* Parses one line (len bytes, no newline) read as line number line_no (1-based). Returns 0
  * and fills *req (free with proto_request_free), or -1 and fills *err (free its id_json with
- * proto_error_free). On error, err->id_json is the line's id when one could be read, else the
- * line number, so every bad line still gets an answer that names it. Empty and whitespace-only
- * lines are bad_request ("empty line"); a line over PROTO_MAX_LINE is too_long (the reader
- * passes such lines truncated with len > PROTO_MAX_LINE). */
+ * proto_error_free). A line without an id is given "line-N" (N = line_no), a string a
+ * request's own id may not take; on error, err->id_json is the line's id when one could be
+ * read, else that "line-N", so every bad line still gets an answer that names it. Empty and
+ * whitespace-only lines are bad_request ("empty line"); a line over PROTO_MAX_LINE is too_long (the
+ * reader passes such lines truncated with len > PROTO_MAX_LINE). */
 int proto_parse_line(const char *line, size_t len, long line_no, proto_request *req,
                      proto_error *err);
 void proto_request_free(proto_request *req);

@@ -15,14 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LINE_NO 7 /* the line number every case is parsed as: the id when the line has none */
+#define LINE_NO 7            /* the line number every case is parsed as */
+#define LINE_ID "\"line-7\"" /* the id of a line that has none */
 
 typedef struct bad_case {
     const char *line;
     size_t len; /* 0: strlen(line) */
     enum proto_code code;
     const char *needle; /* must appear in the message */
-    const char *id;     /* the answer's id; NULL: the line number */
+    const char *id;     /* the answer's id; NULL: "line-N" */
 } bad_case;
 
 #define S17                                                                                        \
@@ -154,7 +155,7 @@ static const bad_case bad_cases[] = {
     {"{\"cmd\":\"stats\",\"bogus\":1}", 0, PROTO_BAD_REQUEST, "unknown field \"bogus\"", NULL},
     {"{\"cmd\":5}", 0, PROTO_BAD_REQUEST, "cmd must be a string", NULL},
     {"{\"cmd\":\"cancel\",\"id\":[1]}", 0, PROTO_BAD_REQUEST, "id must be", NULL},
-    /* id of a wrong type: the answer falls back to the line number */
+    /* id of a wrong type: the answer falls back to "line-N" */
     {"{\"id\":{},\"prompt\":\"x\"}", 0, PROTO_BAD_REQUEST,
      "id must be a string or a number (got an object)", NULL},
     {"{\"id\":[],\"prompt\":\"x\"}", 0, PROTO_BAD_REQUEST, "(got an array)", NULL},
@@ -177,7 +178,7 @@ static int check_bad(int i, const bad_case *c) {
     proto_error err;
     size_t len = c->len ? c->len : strlen(c->line);
     char expect_id[64];
-    (void)snprintf(expect_id, sizeof expect_id, "%s", c->id ? c->id : "7");
+    (void)snprintf(expect_id, sizeof expect_id, "%s", c->id ? c->id : LINE_ID);
     int rc = proto_parse_line(c->line, len, LINE_NO, &req, &err);
     int ok = rc == -1 && err.code == c->code && strstr(err.message, c->needle) && err.id_json &&
              strcmp(err.id_json, expect_id) == 0 && req.prompt == NULL && req.id_json == NULL;
@@ -195,14 +196,14 @@ static int check_bad(int i, const bad_case *c) {
     return ok;
 }
 
-/* A too-long line arrives truncated with its true length: too_long, line number as id. */
+/* A too-long line arrives truncated with its true length: too_long, "line-N" as id. */
 static int check_too_long(void) {
     const char *cut = "{\"id\":\"x\",\"prompt\":\"aaaa";
     proto_request req;
     proto_error err;
     int rc = proto_parse_line(cut, (size_t)PROTO_MAX_LINE + 1, LINE_NO, &req, &err);
     int ok = rc == -1 && err.code == PROTO_TOO_LONG && strstr(err.message, "8 MiB") &&
-             strcmp(err.id_json, "7") == 0;
+             strcmp(err.id_json, LINE_ID) == 0;
     if (!ok) test_fail("proto_bad_input_corpus", "too_long case: rc %d code %d", rc, err.code);
     if (rc == 0)
         proto_request_free(&req);
@@ -236,7 +237,7 @@ static int parse_ok(const char *line, proto_request *req) {
 static int check_defaults(void) {
     proto_request r;
     if (!parse_ok("{\"prompt\":\"hi\"}", &r)) return 0;
-    int ok = r.kind == PROTO_REQUEST && strcmp(r.id_json, "7") == 0 &&
+    int ok = r.kind == PROTO_REQUEST && strcmp(r.id_json, LINE_ID) == 0 &&
              strcmp(r.prompt, "hi") == 0 && !r.messages && !r.tokens && r.max_tokens == 256 &&
              r.temperature == 0 && r.top_k == 0 && r.top_p == 1 && r.min_p == 0 && r.seed == 0 &&
              !r.thinking && r.n_stop == 0 && !r.stop && !r.ignore_eos && r.stream == 1 &&
@@ -283,8 +284,8 @@ static int check_tokens_and_ids(void) {
         {"{\"id\":\"12\",\"prompt\":\"x\"}", "\"12\""},
         {"{\"id\":\"\xc3\xa9\xf0\x9f\x98\x80\",\"prompt\":\"x\"}", "\"\xc3\xa9\xf0\x9f\x98\x80\""},
         {"{\"id\":\"a\\\"b\",\"prompt\":\"x\"}", "\"a\\\"b\""},
-        {"  {\"prompt\":\"x\"}\r", "7"},
-        {"{\"prompt\":\"x\",\"thinking\":false}", "7"},
+        {"  {\"prompt\":\"x\"}\r", LINE_ID},
+        {"{\"prompt\":\"x\",\"thinking\":false}", LINE_ID},
     };
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         if (!parse_ok(lines[i][0], &r)) {
@@ -305,7 +306,7 @@ static int check_cmds(void) {
     proto_request r;
     int ok = 1;
     if (parse_ok("{\"cmd\":\"stats\"}", &r)) {
-        ok &= r.kind == PROTO_STATS && strcmp(r.id_json, "7") == 0;
+        ok &= r.kind == PROTO_STATS && strcmp(r.id_json, LINE_ID) == 0;
         proto_request_free(&r);
     } else
         ok = 0;
@@ -316,6 +317,11 @@ static int check_cmds(void) {
         ok = 0;
     if (parse_ok("{\"id\":5,\"cmd\":\"shutdown\"}", &r)) {
         ok &= r.kind == PROTO_SHUTDOWN && strcmp(r.id_json, "5") == 0;
+        proto_request_free(&r);
+    } else
+        ok = 0;
+    if (parse_ok("{\"cmd\":\"abort\"}", &r)) {
+        ok &= r.kind == PROTO_ABORT;
         proto_request_free(&r);
     } else
         ok = 0;
@@ -349,6 +355,51 @@ static void test_good_lines(void) {
                "defaults %s, all fields %s, tokens and id echo %s, cmds %s, 8 MiB line %s",
                d ? "ok" : "WRONG", a ? "ok" : "WRONG", t ? "ok" : "WRONG", c ? "ok" : "WRONG",
                m ? "ok" : "WRONG");
+}
+
+/* The id of a line without one is "line-N", a string form a request may not take itself;
+ * a cancel may name it. */
+static void test_ids(void) {
+    proto_request r;
+    proto_error err;
+    int own = 0, reserved = 0, cancel = 0, lookalike = 0;
+    if (proto_parse_line("{\"tokens\":[2]}", 14, 3, &r, &err) == 0) {
+        own = strcmp(r.id_json, "\"line-3\"") == 0;
+        proto_request_free(&r);
+    } else
+        proto_error_free(&err);
+    const char *taken = "{\"id\":\"line-3\",\"tokens\":[2]}";
+    if (proto_parse_line(taken, strlen(taken), 9, &r, &err) == 0) {
+        proto_request_free(&r);
+    } else {
+        reserved = err.code == PROTO_BAD_REQUEST && strstr(err.message, "reserved") &&
+                   strcmp(err.id_json, "\"line-3\"") == 0;
+        proto_error_free(&err);
+    }
+    const char *cl = "{\"cmd\":\"cancel\",\"id\":\"line-3\"}";
+    if (proto_parse_line(cl, strlen(cl), 9, &r, &err) == 0) {
+        cancel = r.kind == PROTO_CANCEL && strcmp(r.cancel_id_json, "\"line-3\"") == 0;
+        proto_request_free(&r);
+    } else
+        proto_error_free(&err);
+    /* only the exact form is reserved: "line-", "line-3a" and "Line-3" stay a client's */
+    static const char *const free_ids[] = {"{\"id\":\"line-\",\"tokens\":[2]}",
+                                           "{\"id\":\"line-3a\",\"tokens\":[2]}",
+                                           "{\"id\":\"Line-3\",\"tokens\":[2]}"};
+    lookalike = 1;
+    for (size_t i = 0; i < sizeof free_ids / sizeof *free_ids; i++) {
+        if (proto_parse_line(free_ids[i], strlen(free_ids[i]), 9, &r, &err) == 0)
+            proto_request_free(&r);
+        else {
+            lookalike = 0;
+            proto_error_free(&err);
+        }
+    }
+    TEST_CHECK("proto_default_ids", own && reserved && cancel && lookalike,
+               "no id: \"line-N\" %s; a request's \"line-3\" refused %s; cancel of \"line-3\" %s; "
+               "look-alike ids accepted %s",
+               own ? "ok" : "WRONG", reserved ? "ok" : "WRONG", cancel ? "ok" : "WRONG",
+               lookalike ? "ok" : "WRONG");
 }
 
 /* ---- writers ------------------------------------------------------------------------------ */
@@ -548,6 +599,7 @@ static void test_writers(void) {
 int main(void) {
     test_bad_corpus();
     test_good_lines();
+    test_ids();
     test_writers();
     return harness_exit();
 }

@@ -133,7 +133,7 @@ static void gate_transcripts(ctx *c, const char *dir) {
 }
 
 /* The id a bad line's error must echo: its id when it is an object with a string or integer
- * id, else its line number. */
+ * id, else "line-N" (N its line number). */
 static void expected_id(const char *line, int line_no, char *out, size_t n) {
     json_t *j = json_loads(line, JSON_DECODE_ANY, NULL);
     json_t *id = json_is_object(j) ? json_object_get(j, "id") : NULL;
@@ -142,7 +142,7 @@ static void expected_id(const char *line, int line_no, char *out, size_t n) {
         snprintf(out, n, "%s", s ? s : "");
         free(s);
     } else {
-        snprintf(out, n, "%d", line_no);
+        snprintf(out, n, "\"line-%d\"", line_no);
     }
     json_decref(j);
 }
@@ -264,6 +264,47 @@ static void gate_control(ctx *c) {
                "cancelled %d, z ended at shutdown %d, nothing read after shutdown %d",
                ok_stats, ok_reuse, ok_x, ok_nope, ok_y, ok_z, ok_after);
     free(out);
+}
+
+/* The issue's collision: an explicit integer id 2 and, on line 2, a request without an id
+ * ("line-2") are two requests, each answered once. Then shutdown drains (a request still
+ * queued behind a one-slot batch finishes) and abort cancels (running and queued end
+ * "cancelled"); neither reads the line after it. */
+static void gate_ids_and_ends(ctx *c) {
+    const char *ids = "{\"id\":2,\"tokens\":[2,3],\"max_tokens\":5}\n"
+                      "{\"tokens\":[2,3],\"max_tokens\":1}\n";
+    char *out = serve_text_of(c, &c->cfg, ids, strlen(ids), 0);
+    int two = out && count_str(out, "{\"id\":2,\"event\":\"done\"") == 1 &&
+              count_str(out, "{\"id\":\"line-2\",\"event\":\"done\"") == 1 &&
+              !strstr(out, "\"event\":\"error\"");
+    TEST_CHECK("proto_default_id_apart", two,
+               "id 2 and the id-less line 2 (\"line-2\") each end with one done line, no error");
+    free(out);
+    g4_config one = c->cfg;
+    one.serve.max_batch = 1; /* q2 waits in the queue while q1 runs */
+    static const char *const ends[2] = {"shutdown", "abort"};
+    int ok[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        char in[512];
+        snprintf(in, sizeof in,
+                 "{\"id\":\"q1\",\"tokens\":[2,9],\"max_tokens\":6}\n"
+                 "{\"id\":\"q2\",\"tokens\":[2,10],\"max_tokens\":6}\n"
+                 "{\"cmd\":\"%s\"}\n{\"id\":\"q3\",\"tokens\":[2,11],\"max_tokens\":2}\n",
+                 ends[k]);
+        out = serve_text_of(c, &one, in, strlen(in), 0);
+        const char *want =
+            k == 0 ? "\"finish_reason\":\"length\"" : "\"finish_reason\":\"cancelled\"";
+        ok[k] = out && count_str(out, want) == 2 &&
+                count_str(out, "{\"id\":\"q1\",\"event\":\"done\"") == 1 &&
+                count_str(out, "{\"id\":\"q2\",\"event\":\"done\"") == 1 && !strstr(out, "\"q3\"");
+        free(out);
+    }
+    TEST_CHECK("proto_shutdown_drains", ok[0],
+               "shutdown: the running and the queued request both finish (length), nothing read "
+               "after it");
+    TEST_CHECK(
+        "proto_abort_cancels", ok[1],
+        "abort: the running and the queued request both end cancelled, nothing read after it");
 }
 
 /* A stop string taken from the middle of a solo answer: the answer ends just before it and
@@ -679,6 +720,7 @@ int main(int argc, char **argv) {
     gate_transcripts(&c, argv[2]);
     gate_bad_stream(&c, argv[2]);
     gate_control(&c);
+    gate_ids_and_ends(&c);
     gate_stop_string(&c);
     gate_text(&c);
     gate_many(&c);
