@@ -325,6 +325,12 @@ harness_self_test() {
     case "$out" in *"FAIL bash: exited with status 3 after 1 PASS lines"*)
         echo "PASS harness_fails_a_nonzero_exit: a program that exits 3 without a FAIL line is failed" ;;
     *) echo "FAIL harness_fails_a_nonzero_exit: no FAIL line for exit 3: $out" ;; esac
+    local tmp; tmp=$(mktemp -d)
+    out=$( (B=$tmp; { echo "PASS a: one"; exit 1; echo "PASS b: never"; } | summarize) 2>&1 || true)
+    rm -rf "$tmp"
+    case "$out" in *"FAIL suite: stopped before its end"*"1 passed, 1 failed, 0 skipped"*)
+        echo "PASS harness_fails_a_suite_cut_short: a suite whose steps stop before the end is failed" ;;
+    *) echo "FAIL harness_fails_a_suite_cut_short: no FAIL line for a suite cut short: $out" ;; esac
 }
 
 golden() {
@@ -409,7 +415,7 @@ fuzz_suite() {
         if ! command -v clang >/dev/null; then echo "SKIP fuzz_$t: skipped: no clang"; continue; fi
         local bin="$B/fuzz/fuzz_$t" work="$B/fuzz/work_$t"
         mkdir -p "$B/fuzz" "$work"
-        local srcs="runtime/$t.c"; [ $t = tokenizer ] && srcs=$TOKENIZER_SRC
+        local srcs=runtime/proto/proto.c; [ $t = tokenizer ] && srcs=$TOKENIZER_SRC
         clang -g -O1 -fsanitize=fuzzer,address,undefined $INC $srcs runtime/base/log.c \
             "tests/fuzz/fuzz_$t.c" "$(static_lib libjansson.a)" -lm -o "$bin"
         if "$bin" -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$B/fuzz/" \
@@ -530,10 +536,18 @@ dummy_weights() {
     fi
 }
 
+# The last line a suite's producer prints: summarize fails a suite whose producer stopped before
+# it (under set -e a failed command that is not a gate ends the producer, and every gate after
+# it would vanish without a FAIL).
+SUITE_END="INFO suite: every step ran"
 summarize() { # reads gate lines on stdin, prints them, ends with the count line
     local log="$B/test.log"
     tee "$log"
     local p f s
+    if ! grep -qx "$SUITE_END" "$log"; then
+        echo "FAIL suite: stopped before its end (a step failed outside any gate: the last lines above say which)" |
+            tee -a "$log"
+    fi
     p=$(grep -c '^PASS ' "$log" || true); f=$(grep -c '^FAIL ' "$log" || true); s=$(grep -c '^SKIP ' "$log" || true)
     echo "$p passed, $f failed, $s skipped"
     [ "$f" = 0 ]
@@ -567,13 +581,14 @@ suite_test() {
         cli_refusals
         musl_suite
         gpu_gates
+        echo "$SUITE_END"
     } | summarize
 }
 
 suite_gpu() {
     build_all
     build_tests
-    gpu_gates "$@" | summarize
+    { gpu_gates "$@"; echo "$SUITE_END"; } | summarize
 }
 
 case "${1:-build}" in
@@ -581,7 +596,7 @@ build) ensure_deps; build_all ;;
 tests) ensure_deps; build_all; build_tests ;; # the test programs, nothing run
 test) ensure_deps; suite_test ;;
 gpu-test) shift; suite_gpu "$@" ;;
-fuzz) ensure_deps; build_all; shift; fuzz_suite "${1:-600}" | summarize ;;
+fuzz) ensure_deps; build_all; shift; { fuzz_suite "${1:-600}"; echo "$SUITE_END"; } | summarize ;;
 bench)
     # figures, not pass/fail: the tokenizer, and decode on the GPU at the real geometry
     ensure_deps; build_all; build_tests
@@ -593,7 +608,7 @@ bench)
         done; done
     else say "no GPU: decode figures need one"; fi ;;
 format) hand_sources | xargs clang-format -i --style=file; say "formatted" ;;
-lint) ensure_deps; generate; lint | summarize ;;
+lint) ensure_deps; generate; { lint; echo "$SUITE_END"; } | summarize ;;
 deps) fill_deps ;;
 debug)
     B=build/debug; INC="-I. -I$B/gen"; [ -d "$DEPS_ROOT/usr/include" ] && INC="$INC -I$DEPS_ROOT/usr/include"
