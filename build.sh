@@ -409,15 +409,30 @@ musl_suite() {
 
 
 # libFuzzer targets: bounded in ./build.sh test, longer with ./build.sh fuzz [SECONDS].
+# One per parser of untrusted bytes: the request line, tokenizer.json, the safetensors header
+# and shard index, config.json and its match, the INI file and --set, the chat template's input.
+FUZZ_TARGETS="proto tokenizer safetensors hfconfig ini chat"
+fuzz_src() { # what tests/fuzz/fuzz_<target>.c links besides runtime/base/log.c
+    case $1 in
+    proto) echo runtime/proto/proto.c ;;
+    tokenizer) echo $TOKENIZER_SRC ;;
+    safetensors) echo runtime/model/loader.c ;;
+    hfconfig) echo runtime/model/hfconfig.c graph/model_desc.c "$B/gen/models.c" ;;
+    ini) echo runtime/base/config.c ;;
+    chat) echo $TOKENIZER_SRC runtime/text/chat.c ;;
+    esac
+}
 fuzz_suite() {
     local secs=$1 t
-    for t in proto tokenizer; do
+    for t in $FUZZ_TARGETS; do
         if ! command -v clang >/dev/null; then echo "SKIP fuzz_$t: skipped: no clang"; continue; fi
         local bin="$B/fuzz/fuzz_$t" work="$B/fuzz/work_$t"
         mkdir -p "$B/fuzz" "$work"
-        local srcs=runtime/proto/proto.c; [ $t = tokenizer ] && srcs=$TOKENIZER_SRC
-        clang -g -O1 -fsanitize=fuzzer,address,undefined $INC $srcs runtime/base/log.c \
-            "tests/fuzz/fuzz_$t.c" "$(static_lib libjansson.a)" -lm -o "$bin"
+        if ! clang -g -O1 -fsanitize=fuzzer,address,undefined $INC $(fuzz_src $t) runtime/base/log.c \
+            "tests/fuzz/fuzz_$t.c" "$(static_lib libjansson.a)" "$(static_lib libinih.a)" -lm \
+            -o "$bin" > "$B/fuzz/$t.build.log" 2>&1; then
+            echo "FAIL fuzz_$t: the target did not build, see $B/fuzz/$t.build.log"; continue
+        fi
         if "$bin" -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$B/fuzz/" \
             "$work" "tests/fuzz/corpus_$t" > "$B/fuzz/$t.log" 2>&1; then
             echo "PASS fuzz_$t: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$B/fuzz/$t.log" | grep -o '[0-9]*$') inputs in ${secs} s, no crash, no leak"
@@ -574,6 +589,8 @@ suite_test() {
         BUILD_DIR="$B" run_test python3 tests/release/test_bench_driver.py
         BUILD_DIR="$B" run_test python3 tests/proto/test_batching.py
         BUILD_DIR="$B" run_test python3 tests/proto/test_process_edges.py
+        BUILD_DIR="$B" run_test python3 tests/proto/test_startup_faults.py
+        BUILD_DIR="$B" run_test python3 tests/proto/test_soak.py  # 10,000 requests, ~5 min
         BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend cpu
         run_test python3 tests/full/test_judge.py
         fuzz_suite "${FUZZ_SECONDS:-20}"

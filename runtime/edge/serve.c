@@ -303,6 +303,12 @@ int serve_run(engine *e, const tokenizer *tk, const g4_config *cfg, int in_fd, F
     fflush(out);
     if (lr.read_errno) rc = 1;
     if (serve_signals && rc == 0) rc = 128 + (int)serve_signal;
+    if (!sched_running(sv.s) && !sched_pages_all_free(sv.s)) {
+        /* every request has ended, so every page must be back: anything else is a bug in the
+         * accounting, which a long run would turn into a budget that shrinks until it stalls */
+        log_msg(LOG_ERROR, "serve", "KV pages still held after every request ended");
+        rc = 1;
+    }
     sched_destroy(sv.s);
     free(lr.buf);
     return rc;

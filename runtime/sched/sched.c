@@ -209,6 +209,14 @@ int sched_could_ever_fit(const sched *s, int n_tokens) {
 
 const kv_pool *sched_kv_pool(const sched *s) { return s->pool; }
 
+int sched_pages_all_free(const sched *s) {
+    for (int f = 0; f < 2; f++)
+        if (kv_pool_free_pages(s->pool, (enum kv_family)f) !=
+            kv_pool_usable_pages(s->pool, (enum kv_family)f))
+            return 0;
+    return 1;
+}
+
 int sched_queued(const sched *s) { return s->n_queued; }
 int sched_running(const sched *s) { return s->n_running; }
 

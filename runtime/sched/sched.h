@@ -55,6 +55,9 @@ void sched_cancel_running(sched *s);
  * serve.prefill_chunk). */
 int sched_could_ever_fit(const sched *s, int n_tokens);
 
+/* 1 when every usable page of both KV families is free (nothing holds KV). */
+int sched_pages_all_free(const sched *s);
+
 /* The KV pool the scheduler owns (for its stats and the tests' page accounting). */
 const kv_pool *sched_kv_pool(const sched *s);
 
