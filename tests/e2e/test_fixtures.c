@@ -174,6 +174,19 @@ static void gate_cpu_vs_hf(engine *e, const char *fx, const fx_dump *eager, cons
     char gate[96];
     snprintf(gate, sizeof gate, "%s%s[%s]", gate_prefix,
              backend_choice == G4_BACKEND_CPU ? "cpu_vs_hf" : "engine_vs_hf", fx);
+    if (e4m3kv_reference && exempt_frac > EXEMPT_LIMIT && c.mismatches <= c.floor_mismatches &&
+        c.gap <= tol) {
+        /* the reference itself is too tied for an argmax rule to mean much (a property of the
+         * e4m3 dump of a random fixture, not of the engine); the fp8 pool's accuracy is judged
+         * on the trained fixtures (test_trained) */
+        test_skip(gate,
+                  "the HF e4m3 dump has %d of %d positions tie-exempt (%.1f%%, over the %.0f%% an "
+                  "argmax gate needs); for the record: gap %.4f (limit %.4f), argmax mismatches %d "
+                  "(HF eager vs sdpa: %d); the fp8 accuracy gates are test_trained's",
+                  c.exempt, c.positions, 100 * exempt_frac, 100 * EXEMPT_LIMIT, c.gap, tol,
+                  c.mismatches, c.floor_mismatches);
+        return;
+    }
     TEST_CHECK(gate,
                c.mismatches <= c.floor_mismatches && c.gap <= tol && exempt_frac <= EXEMPT_LIMIT,
                "gap %.4f (limit %.4f), floor gap %.4f, argmax mismatches %d (HF eager vs sdpa: "

@@ -43,8 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     snprintf(ix, sizeof ix, "%s/model.safetensors.index.json", fuzz_dir());
     (void)unlink(st);
     (void)unlink(ix);
-    if (fuzz_write(index ? "model.safetensors.index.json" : "model.safetensors", data + 1,
-                   size - 1, index ? ix : st, sizeof st) != 0)
+    if (fuzz_write(index ? "model.safetensors.index.json" : "model.safetensors", data + 1, size - 1,
+                   index ? ix : st, sizeof st) != 0)
         return 0;
     loader *ld = NULL;
     if (loader_open(fuzz_dir(), &ld) == 0) {
