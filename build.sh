@@ -308,6 +308,16 @@ sanitized_suite() {
     else
         echo "FAIL sanitized_demo: exit $rc, $n of 6 done, $(grep -c '"event":"error"' "$out") of 3 errors; reports: $(grep -m1 -E 'Sanitizer|runtime error' "$err")"
     fi
+    # the protocol, scheduler and fixture suites under the sanitizers (gate names prefixed
+    # asan:): a report aborts the program or makes it exit non-zero, which run_test fails
+    local d=build/debug/tests mark='s/^\(PASS\|FAIL\|SKIP\) /\1 asan:/'
+    (
+        export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+        B=build/debug # run_test's logs beside the sanitized programs, not over the plain runs'
+        run_test "$d/test_proto"
+        run_test "$d/test_fixtures" tests/fixtures
+        run_test "$d/test_serve" tests/fixtures tests/proto
+    ) | sed "$mark"
 }
 
 # run_test's own rules, on programs made to break them: each must turn into a FAIL line.
@@ -630,9 +640,9 @@ lint) ensure_deps; generate; { lint; echo "$SUITE_END"; } | summarize ;;
 deps) fill_deps ;;
 debug)
     B=build/debug; INC="-I. -I$B/gen"; [ -d "$DEPS_ROOT/usr/include" ] && INC="$INC -I$DEPS_ROOT/usr/include"
-    CFLAGS="$CFLAGS -O0 -fsanitize=address,undefined -fno-omit-frame-pointer"; HAVE_NVCC=0
+    CFLAGS="$CFLAGS -O1 -fsanitize=address,undefined -fno-omit-frame-pointer"; HAVE_NVCC=0
     LINK_EXTRA="-fsanitize=address,undefined"  # link_bin and the test links take no CFLAGS
-    build_all; say "debug build in $B" ;;
+    build_all; build_tests; say "debug build in $B (the binary and the test programs)" ;;
 release)
     ensure_deps; build_all
     mkdir -p release/out

@@ -609,7 +609,7 @@ static void gate_batch_invariance(engine *e, engine *mixed_e, const char *name, 
         failed |= !alone[q] || !mixed[q];
     }
     static const int chunks[] = {5, 3, 1};
-    char which[8] = "";
+    char which[48] = ""; /* "1,2,3" at most; room for any int the compiler assumes */
     for (int c = 0; c < 3 && !failed; c++) {
         if (!bi_composition_wanted(c)) continue;
         snprintf(which + strlen(which), sizeof which - strlen(which), "%s%d", *which ? "," : "",
