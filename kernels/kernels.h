@@ -244,7 +244,8 @@ int k_mul_vec_scale(const k_mul_vec_scale_args *a, g4_stream st);
 int k_gather_rows(const k_gather_rows_args *a, g4_stream st);
 int k_softcap(const k_softcap_args *a, g4_stream st);
 
-/* kernels/attn.cu: the per-family prep and the paged attention (head dims 256 and 512) */
+/* kernels/attn_prep.cu, attn.cu, attn_window.cu: the per-family prep and the paged attention (head
+ * dims 256 and 512) */
 int k_attn_prep(const k_attn_prep_args *a, g4_stream st);
 int k_attention(const k_attention_args *a, g4_stream st);
 

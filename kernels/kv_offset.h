@@ -1,7 +1,7 @@
 /* kernels/kv_offset.h - where a token's K or V head vector sits in a family's backing store:
- * the one formula that the CUDA attention (attn.cu), its CPU reference (ref/attn_ref.c) and
- * the page bookkeeping (runtime/engine/kv_pool.c) all use, so a change of layout cannot reach one
- * of them and not the others.
+ * the one formula that the CUDA attention (attn.cu, attn_prep.cu, attn_window.cu), its CPU
+ * reference (ref/attn_ref.c) and the page bookkeeping (runtime/engine/kv_pool.c) all use, so a
+ * change of layout cannot reach one of them and not the others.
  *
  * Layout, page-major: [page][layer][kv (0 = K, 1 = V)][slot][head][dim], offsets in elements
  * (the same for bf16 and e4m3 stores; multiply by the element width for bytes). */

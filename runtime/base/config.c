@@ -282,7 +282,7 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return cfg_int(v, 1, 1000000, &c->serve.max_queue, why, n);
     case CFG_SERVE_CUDA_GRAPHS:
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.cuda_graphs, why, n);
-    case CFG_SERVE_ATTN_SPLITS_PER_BLOCK: /* kernels/attn.cu's ATTN_MAX_SPB */
+    case CFG_SERVE_ATTN_SPLITS_PER_BLOCK: /* kernels/attn_common.cuh's ATTN_MAX_SPB */
         return cfg_int(v, 0, 16, &c->serve.attn_splits_per_block, why, n);
     case CFG_SERVE_SAMPLE_THREADS:
         return cfg_int(v, 0, 256, &c->serve.sample_threads, why, n);

@@ -1,6 +1,6 @@
 /* tests/gpu/test_attn.c - GPU gate: the attention prep and the paged attention core
- * (kernels/attn.cu) against their CPU twins ref_attn_prep and ref_attention, on fresh random
- * inputs over a paged KV store with shuffled page tables.
+ * (kernels/attn_prep.cu, attn.cu, attn_window.cu) against their CPU twins ref_attn_prep and
+ * ref_attention, on fresh random inputs over a paged KV store with shuffled page tables.
  *
  * The store has two layers (the ops use layer 1; layer 0 stays NaN, so a wrong layer stride
  * shows), page_tokens 16, and three sequences: A with a decode row at position 3000, B with

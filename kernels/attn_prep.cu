@@ -1,0 +1,116 @@
+/* kernels/attn_prep.cu - the per-family prep of attention (kernels/attn.cu has the core): q/k
+ * head norms, the weightless v norm, rotate-half RoPE and the write of K/V into the pages, the
+ * function of its CPU twin in kernels/ref/attn_ref.c with the same rounding points.
+ *
+ *   k_attn_prep: one block per (row, head), head_dim/2 threads; thread j owns the RoPE pair
+ *     (j, j + head_dim/2), so the in-place q update needs no shared copy of the head. With a
+ *     one-byte layout (the fp8 local pool) K and V are stored as e4m3 of the bf16 value the
+ *     bf16 pool would hold: round to nearest even, saturating at +-448 (docs/gates.md "fp8
+ *     layout"), q stays bf16. A row whose page is unmapped is not written (the engine never
+ *     passes one). */
+#include "kernels/attn_common.cuh"
+
+#define PREP_MAX_THREADS 256 /* head_dim / 2 threads: 128 (hd 256) or 256 (hd 512) */
+
+/* Sum over the block, the same value in every thread; red holds one float per warp. */
+static __device__ __forceinline__ float block_sum(float v, float *red) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, m);
+    int warp = threadIdx.x >> 5, n_warp = blockDim.x >> 5;
+    if ((threadIdx.x & 31) == 0) red[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int w = 0; w < n_warp; w++)
+        s += red[w];
+    return s;
+}
+
+/* ---- prep ---- */
+
+/* blockIdx.x = row; blockIdx.y < n_head: query head (q_norm, RoPE, in place); then n_kv_head
+ * K heads (k_norm, RoPE, into the pages) and n_kv_head V heads (weightless norm, into the
+ * pages). Thread j handles elements j and j + D/2. */
+template <int D, bool FP8>
+static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_args a) {
+    constexpr int half = D / 2;
+    __shared__ float red[PREP_MAX_THREADS / 32];
+    const int r = blockIdx.x, y = blockIdx.y, j = threadIdx.x;
+    const int n_kv = a.kv.n_kv_head;
+    const bf16_t *src;
+    bf16_t *dst;
+    uint8_t *dst8 = NULL; /* the e4m3 store's K or V head */
+    const bf16_t *w = NULL;
+    bool rotate = true;
+    if (y < a.n_head) {
+        dst = a.q + ((size_t)r * a.n_head + y) * D;
+        src = dst;
+        w = a.q_norm;
+    } else {
+        int h = (y - a.n_head) % n_kv, which = (y - a.n_head) / n_kv; /* 0 = K, 1 = V */
+        long long off = kv_view_offset(&a.kv, a.seq[r], a.pos[r], a.kv_layer, which, h);
+        if (off < 0) return; /* unmapped: the reference's K_ERR_SHAPE; block-uniform */
+        dst = (bf16_t *)a.kv.base + off;
+        if (FP8) dst8 = (uint8_t *)a.kv.base + off;
+        src = (which ? a.v_raw : a.k_raw) + ((size_t)r * n_kv + h) * D;
+        if (!which) w = a.k_norm;
+        rotate = which == 0;
+    }
+    float xa = k_bf16_to_f32(src[j]), xb = k_bf16_to_f32(src[j + half]);
+    float ss = block_sum(__fadd_rn(__fmul_rn(xa, xa), __fmul_rn(xb, xb)), red);
+    float inv = powf(ss / (float)D + a.eps, -0.5f);
+    /* y = k_round_bf16(x * inv * w), left to right as the reference; __fmul_rn keeps each product
+     * rounded on its own (no FMA contraction anywhere below). */
+    float ya = w ? k_round_bf16(__fmul_rn(__fmul_rn(xa, inv), k_bf16_to_f32(w[j])))
+                 : k_round_bf16(__fmul_rn(xa, inv));
+    float yb = w ? k_round_bf16(__fmul_rn(__fmul_rn(xb, inv), k_bf16_to_f32(w[j + half])))
+                 : k_round_bf16(__fmul_rn(xb, inv));
+    if (rotate && j < a.n_rot) {
+        float inv_freq = 1.0f / powf(a.rope_base, (float)(2 * j) / (float)D);
+        float angle = __fmul_rn(inv_freq, (float)a.pos[r]);
+        float c = k_round_bf16(cosf(angle)), s = k_round_bf16(sinf(angle));
+        float na = k_round_bf16(
+            __fadd_rn(k_round_bf16(__fmul_rn(ya, c)), k_round_bf16(__fmul_rn(-yb, s))));
+        float nb =
+            k_round_bf16(__fadd_rn(k_round_bf16(__fmul_rn(yb, c)), k_round_bf16(__fmul_rn(ya, s))));
+        ya = na;
+        yb = nb;
+    }
+    if (FP8 && dst8) {
+        dst8[j] = k_f32_to_e4m3(ya);
+        dst8[j + half] = k_f32_to_e4m3(yb);
+        return;
+    }
+    dst[j] = k_f32_to_bf16(ya);
+    dst[j + half] = k_f32_to_bf16(yb);
+}
+
+extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
+    int rc = kv_dtype_check(&a->kv);
+    if (rc) return rc;
+    int d = a->kv.head_dim;
+    if ((d != 256 && d != 512) || a->rows < 0 || a->n_head <= 0 || a->kv.n_kv_head <= 0 ||
+        a->n_rot < 0 || a->n_rot > d / 2 || !a->q || !a->pos)
+        return K_ERR_SHAPE;
+    if (a->write_kv && (!kv_shape_ok(&a->kv, a->kv_layer) || !a->k_raw || !a->v_raw || !a->seq))
+        return K_ERR_SHAPE;
+    if (a->rows == 0) return K_OK;
+    int heads = a->n_head + (a->write_kv ? 2 * a->kv.n_kv_head : 0);
+    if (heads > 65535) return K_ERR_SHAPE;
+    dim3 grid((unsigned)a->rows, (unsigned)heads);
+    cudaStream_t s = (cudaStream_t)st;
+    bool fp8 = a->write_kv && a->kv.elem_bytes == 1;
+    if (d == 256 && fp8)
+        attn_prep_kernel<256, true><<<grid, 128, 0, s>>>(*a);
+    else if (d == 256)
+        attn_prep_kernel<256, false><<<grid, 128, 0, s>>>(*a);
+    else if (fp8)
+        attn_prep_kernel<512, true><<<grid, 256, 0, s>>>(*a);
+    else
+        attn_prep_kernel<512, false><<<grid, 256, 0, s>>>(*a);
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
+}
+
+/* The window kernels' shared memory exceeds the default 48 KB: raised once per instantiation,
+ * before its first launch (plain launches at load precede any graph capture). */
