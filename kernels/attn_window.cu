@@ -255,9 +255,8 @@ int attn_window_passes(const k_attention_args *a, dim3 grid, int max_split, int 
     int rc = win_smem_allow<G, FP8, false>();
     if (rc == K_OK) rc = win_smem_allow<G, FP8, true>();
     if (rc != K_OK) return rc;
-    attn_window_kernel<G, FP8, false>
-        <<<grid, ATTN_THREADS, win_smem_bytes<G, FP8, false>(), s>>>(*a, row0, max_split, spb, part,
-                                                                     ml, keep);
+    attn_window_kernel<G, FP8, false><<<grid, ATTN_THREADS, win_smem_bytes<G, FP8, false>(), s>>>(
+        *a, row0, max_split, spb, part, ml, keep);
     CUDA_CHECK(cudaGetLastError());
     attn_window_kernel<G, FP8, true><<<grid, ATTN_THREADS, win_smem_bytes<G, FP8, true>(), s>>>(
         *a, row0, max_split, spb, part, ml, keep);
@@ -286,4 +285,3 @@ extern "C" int k_attention_setup(void) {
     if (rc == K_OK) rc = win_smem_allow<4, true, true>();
     return rc;
 }
-

@@ -201,7 +201,8 @@ static void gate_cpu_vs_hf(engine *e, const char *fx, const fx_dump *eager, cons
  * geometry fixtures HF eager and sdpa themselves pick different tokens at some steps (their
  * random routers and 262,144-id heads turn rounding into other winners), so there the engine
  * may differ from eager at as many non-exempt steps as sdpa does, the rule engine_vs_hf uses
- * for argmax (docs/testing.md). */
+ * for argmax (docs/testing.md); the fp8 pool against HF's own e4m3 run at 2 steps more
+ * (docs/gates.md: e4m3 storage on both sides, each side's rounding amplified on its own). */
 static void gate_greedy(engine *e, const char *fx, const fx_dump *eager, const fx_dump *sdpa) {
     int compared = 0, differ = 0, cut = 0, mismatches = 0, floor_mismatches = 0, floors = 0;
     char first[160] = "";
@@ -254,11 +255,14 @@ static void gate_greedy(engine *e, const char *fx, const fx_dump *eager, const f
             gate, !differ && compared > 0,
             "%d greedy steps equal over %d prompts, %d continuations cut at a tie-exempt step",
             compared, eager->n_cases, cut);
-    else
-        TEST_CHECK(gate, !differ && compared > 0 && mismatches <= floor_mismatches,
+    else {
+        const int slack = e4m3kv_reference ? 2 : 0;
+        TEST_CHECK(gate, !differ && compared > 0 && mismatches <= floor_mismatches + slack,
                    "%d non-exempt greedy steps over %d prompts (fed HF's tokens): engine differs "
-                   "from HF eager at %d, HF sdpa at %d (the floor)%s",
-                   compared, eager->n_cases, mismatches, floor_mismatches, first);
+                   "from HF eager at %d, HF sdpa at %d (the floor; limit %d)%s",
+                   compared, eager->n_cases, mismatches, floor_mismatches, floor_mismatches + slack,
+                   first);
+    }
 }
 
 /* Window crossing: the W-1, W, W+1 and 4W prompts, prefilled whole and in chunks of 3 up to
