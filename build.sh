@@ -456,7 +456,7 @@ fuzz_suite() {
 # device; gpu-test names restrict the run to those programs (e.g. ./build.sh gpu-test test_attn).
 gpu_gates() {
     if [ $HAVE_NVCC = 0 ]; then
-        for t in $GPU_TESTS engine_vs_hf trained dummy_weights pinned_composition geometry full; do echo "SKIP gpu:$t: skipped: no GPU (CPU-only build, no nvcc)"; done
+        for t in $GPU_TESTS engine_vs_hf trained dummy_weights pinned_composition reliability geometry full; do echo "SKIP gpu:$t: skipped: no GPU (CPU-only build, no nvcc)"; done
         return
     fi
     local t want=" $* "
@@ -465,7 +465,7 @@ gpu_gates() {
     done
     if [ "$want" = "  " ] || [ "${want#* engine_vs_hf }" != "$want" ]; then
         run_test "$B/tests/test_fixtures" tests/fixtures gpu
-        G4_FIXTURE_GATES=batch_invariance,distribution run_test "$B/tests/test_fixtures" \
+        G4_FIXTURE_GATES=batch_invariance,distribution,e4m3kv run_test "$B/tests/test_fixtures" \
             tests/fixtures gpu-fp8
     fi
     # the sharp gates on the trained fixtures, both pools (tests/e2e/test_trained.c)
@@ -478,6 +478,17 @@ gpu_gates() {
             BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend gpu
         else
             echo "SKIP gpu:pinned_composition: skipped: no GPU"
+        fi
+    fi
+    # the start-up faults on the GPU backend, and the soak at the 26B-A4B's real geometry
+    if [ "$want" = "  " ] || [ "${want#* reliability }" != "$want" ]; then
+        if nvidia-smi -L >/dev/null 2>&1; then
+            BUILD_DIR="$B" run_test python3 tests/proto/test_startup_faults.py
+            BUILD_DIR="$B" SOAK_CONF=conf/gemma4-26b-a4b.ini SOAK_VOCAB=262144 \
+                SOAK_SET="model.weights=dummy serve.max_context=4096 serve.max_batch=16" \
+                run_test python3 tests/proto/test_soak.py
+        else
+            echo "SKIP gpu:reliability: skipped: no GPU"
         fi
     fi
     if [ "$want" = "  " ] || [ "${want#* geometry }" != "$want" ]; then geometry_gates; fi
