@@ -48,7 +48,9 @@ WORDS = ("def return import class self value list dict print for while if else t
 def make_lines(rng):
     """(lines, ids): the request and control lines, and the ids of request lines in order."""
     lines, ids, live = [], [], []
-    for i in range(N):
+    i = 0
+    while len(ids) < N:  # N request lines; the cancels come on top
+        i += 1
         rid = f"s{i}"
         kind = rng.random()
         if kind < 0.06:  # invalid lines of several kinds, each with its own id
