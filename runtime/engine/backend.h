@@ -16,8 +16,26 @@
 #include "runtime/model/loader.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 typedef struct backend backend;
+
+/* The blocks a backend has handed out, for its destroy to free. */
+typedef struct backend_buffers {
+    void **p;
+    int n, cap;
+} backend_buffers;
+
+/* Room for one more block in b: 0, or -1 when out of host memory (b unchanged). */
+static inline int backend_buffers_room(backend_buffers *b) {
+    if (b->n < b->cap) return 0;
+    int cap = b->cap ? 2 * b->cap : 32;
+    void **grown = realloc(b->p, (size_t)cap * sizeof *grown);
+    if (!grown) return -1;
+    b->p = grown;
+    b->cap = cap;
+    return 0;
+}
 
 /* What a backend sizes itself for at open (the largest step). */
 typedef struct backend_sizes {

@@ -14,10 +14,9 @@
 #include <string.h>
 
 struct backend {
-    char device[256]; /* why the CPU runs (no GPU, or debug.backend = cpu) */
-    void **buffers;   /* every alloc, freed by destroy */
-    int n_buffers, cap_buffers;
-    int32_t *spare_ids; /* [max_out_rows] argmax target when only the flags are wanted */
+    char device[256];        /* why the CPU runs (no GPU, or debug.backend = cpu) */
+    backend_buffers buffers; /* every alloc, freed by destroy */
+    int32_t *spare_ids;      /* [max_out_rows] argmax target when only the flags are wanted */
     int n_vocab;
 };
 
@@ -40,22 +39,16 @@ static backend *cpu_create(const g4_config *cfg, const char *device) {
 
 static void cpu_destroy(backend *bk) {
     if (!bk) return;
-    for (int i = 0; i < bk->n_buffers; i++)
-        free(bk->buffers[i]);
-    free(bk->buffers);
+    for (int i = 0; i < bk->buffers.n; i++)
+        free(bk->buffers.p[i]);
+    free(bk->buffers.p);
     free(bk);
 }
 
 static void *cpu_alloc(backend *bk, size_t bytes) {
-    if (bk->n_buffers == bk->cap_buffers) {
-        int cap = bk->cap_buffers ? 2 * bk->cap_buffers : 32;
-        void **grown = realloc(bk->buffers, (size_t)cap * sizeof *grown);
-        if (!grown) return NULL;
-        bk->buffers = grown;
-        bk->cap_buffers = cap;
-    }
+    if (backend_buffers_room(&bk->buffers) != 0) return NULL;
     void *p = calloc(1, bytes ? bytes : 1);
-    if (p) bk->buffers[bk->n_buffers++] = p;
+    if (p) bk->buffers.p[bk->buffers.n++] = p;
     return p;
 }
 

@@ -17,8 +17,7 @@
 struct backend {
     const g4_config *cfg;
     char device[256];
-    void **buffers; /* every alloc (device memory), freed by destroy */
-    int n_buffers, cap_buffers;
+    backend_buffers buffers; /* every alloc (device memory), freed by destroy */
     device_weights *dw;
     backend_sizes z;
     int32_t *d_meta;      /* ids, pos, seq [max_rows each], out_src [max_out_rows] */
@@ -74,9 +73,9 @@ static void gpu_destroy(backend *bk) {
     k_host_free_pinned(bk->h_argmax);
     k_host_free_pinned(bk->h_tables[0]);
     k_host_free_pinned(bk->h_tables[1]);
-    for (int i = 0; i < bk->n_buffers; i++)
-        k_device_free(bk->buffers[i]);
-    free(bk->buffers);
+    for (int i = 0; i < bk->buffers.n; i++)
+        k_device_free(bk->buffers.p[i]);
+    free(bk->buffers.p);
     free(bk->changed);
     free(bk->spare_ids);
     device_weights_free(bk->dw);
@@ -84,15 +83,9 @@ static void gpu_destroy(backend *bk) {
 }
 
 static void *gpu_alloc(backend *bk, size_t bytes) {
-    if (bk->n_buffers == bk->cap_buffers) {
-        int cap = bk->cap_buffers ? 2 * bk->cap_buffers : 32;
-        void **grown = realloc(bk->buffers, (size_t)cap * sizeof *grown);
-        if (!grown) return NULL;
-        bk->buffers = grown;
-        bk->cap_buffers = cap;
-    }
+    if (backend_buffers_room(&bk->buffers) != 0) return NULL;
     void *p = k_device_alloc(bytes ? bytes : 1);
-    if (p) bk->buffers[bk->n_buffers++] = p;
+    if (p) bk->buffers.p[bk->buffers.n++] = p;
     return p;
 }
 
