@@ -40,6 +40,7 @@ enum cfg_key_id {
     CFG_SERVE_MAX_BATCH,
     CFG_SERVE_MAX_CONTEXT,
     CFG_SERVE_PREFILL_CHUNK,
+    CFG_SERVE_STEP_TOKENS,
     CFG_SERVE_MAX_QUEUE,
     CFG_SERVE_CUDA_GRAPHS,
     CFG_SERVE_ATTN_SPLITS_PER_BLOCK,
@@ -68,6 +69,7 @@ static const struct cfg_key {
     {"serve", "max_batch", CFG_SERVE_MAX_BATCH},
     {"serve", "max_context", CFG_SERVE_MAX_CONTEXT},
     {"serve", "prefill_chunk", CFG_SERVE_PREFILL_CHUNK},
+    {"serve", "step_tokens", CFG_SERVE_STEP_TOKENS},
     {"serve", "max_queue", CFG_SERVE_MAX_QUEUE},
     {"serve", "cuda_graphs", CFG_SERVE_CUDA_GRAPHS},
     {"serve", "attn_splits_per_block", CFG_SERVE_ATTN_SPLITS_PER_BLOCK},
@@ -278,6 +280,8 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return cfg_int(v, 16, 1048576, &c->serve.max_context, why, n);
     case CFG_SERVE_PREFILL_CHUNK:
         return cfg_int(v, 1, 65536, &c->serve.prefill_chunk, why, n);
+    case CFG_SERVE_STEP_TOKENS: /* 0: prefill_chunk + max_batch, checked in config_finish */
+        return cfg_int(v, 0, 65536 + 1024, &c->serve.step_tokens, why, n);
     case CFG_SERVE_MAX_QUEUE:
         return cfg_int(v, 1, 1000000, &c->serve.max_queue, why, n);
     case CFG_SERVE_CUDA_GRAPHS:
@@ -521,6 +525,16 @@ int config_finish(g4_config *c) {
     if (c->serve.prefill_chunk > c->serve.max_context) {
         cfg_fail("serve.prefill_chunk = %d exceeds serve.max_context = %d", c->serve.prefill_chunk,
                  c->serve.max_context);
+        return -1;
+    }
+    /* a step holds every running request's decode row and at least one prompt token */
+    if (c->serve.step_tokens != 0 &&
+        (c->serve.step_tokens <= c->serve.max_batch ||
+         c->serve.step_tokens > c->serve.prefill_chunk + c->serve.max_batch)) {
+        cfg_fail("serve.step_tokens = %d must be 0 (prefill_chunk + max_batch) or in %d..%d "
+                 "(more than serve.max_batch = %d, at most prefill_chunk + max_batch)",
+                 c->serve.step_tokens, c->serve.max_batch + 1,
+                 c->serve.prefill_chunk + c->serve.max_batch, c->serve.max_batch);
         return -1;
     }
     if (c->model.tokenizer[0] == '\0' && c->model.path[0] != '\0') {

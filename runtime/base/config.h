@@ -37,9 +37,12 @@ typedef struct g4_config {
         double budget_gb;       /* KV budget in GB (1e9 bytes); 0 = auto (the default) */
     } kv;
     struct {
-        int max_batch;             /* 1..1024, default 16 */
-        int max_context;           /* tokens, 16..1048576, default 32768 */
-        int prefill_chunk;         /* tokens, 1..65536, default 2048 */
+        int max_batch;     /* 1..1024, default 16 */
+        int max_context;   /* tokens, 16..1048576, default 32768 */
+        int prefill_chunk; /* tokens, 1..65536, default 2048 */
+        /* rows a step may carry, decode rows first, the rest prompt tokens (at most
+         * prefill_chunk): 0 (default) = prefill_chunk + max_batch, else max_batch+1..that */
+        int step_tokens;
         int max_queue;             /* 1..1000000, default 256 */
         int cuda_graphs;           /* 0/1, default 1: replay decode-only steps from CUDA graphs */
         int attn_splits_per_block; /* 0..16, default 0 (the launcher's choice): speed only */

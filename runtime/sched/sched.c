@@ -218,6 +218,7 @@ int sched_pages_all_free(const sched *s) {
 }
 
 int sched_queued(const sched *s) { return s->n_queued; }
+long sched_last_step_rows(const sched *s) { return s->last_rows; }
 int sched_running(const sched *s) { return s->n_running; }
 
 /* ---- ending requests ------------------------------------------------------------------ */
@@ -384,7 +385,16 @@ static int add_rows(sched *s, sreq *r, int begin, int end, int *rows) {
 int sched_step(sched *s) {
     admit(s);
     if (s->n_running == 0) return 0;
+    /* serve.step_tokens: every decode row rides in every step, prompt tokens fill the rest, at
+     * most prefill_chunk of them (a row's bits do not depend on how its prompt is sliced) */
     int rows = 0, n_out = 0, n_in = 0, budget = s->cfg.serve.prefill_chunk;
+    if (s->cfg.serve.step_tokens > 0) {
+        int decoding = 0;
+        for (int i = 0; i < s->n_running; i++)
+            decoding += s->running[i]->n_written >= s->running[i]->n_prompt;
+        if (s->cfg.serve.step_tokens - decoding < budget)
+            budget = s->cfg.serve.step_tokens - decoding;
+    }
     for (int i = 0; i < s->n_running; i++) {
         sreq *r = s->running[i];
         int begin = r->n_written, end;

@@ -61,6 +61,9 @@ int sched_pages_all_free(const sched *s);
 /* The KV pool the scheduler owns (for its stats and the tests' page accounting). */
 const kv_pool *sched_kv_pool(const sched *s);
 
+/* Rows in the last step (the stats line's last_step_rows). */
+long sched_last_step_rows(const sched *s);
+
 /* Requests waiting to start, and running. */
 int sched_queued(const sched *s);
 int sched_running(const sched *s);

@@ -293,6 +293,26 @@ static void test_finish(void) {
     TEST_CHECK("config.finish_chunk_vs_context",
                rc == -1 && has(config_last_error(), "serve.max_context"), "rc=%d error='%s'", rc,
                config_last_error());
+
+    /* serve.step_tokens: 0 or more than max_batch (16), at most prefill_chunk + max_batch */
+    int st_ok = 1;
+    static const struct {
+        const char *value;
+        int accepted;
+    } steps[] = {{"0", 1}, {"17", 1}, {"2064", 1}, {"16", 0}, {"2065", 0}};
+    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+        config_defaults(&c);
+        (void)config_set(&c, "model.path=/m");
+        char set[64];
+        (void)snprintf(set, sizeof set, "serve.step_tokens=%s", steps[i].value);
+        int set_rc = config_set(&c, set);
+        rc = set_rc == 0 ? config_finish(&c) : -1;
+        st_ok &=
+            steps[i].accepted ? rc == 0 : rc == -1 && has(config_last_error(), "serve.step_tokens");
+    }
+    TEST_CHECK("config.step_tokens_range", st_ok,
+               "0, 17 and 2064 accepted at max_batch 16 and prefill_chunk 2048; 16 and 2065 "
+               "refused naming the key");
 }
 
 int main(void) {
