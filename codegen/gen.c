@@ -244,8 +244,61 @@ static void emit_models(FILE *f, const gen_model *ms, int n) {
 
 /* ---- schedule_<model>.c ---- */
 
+/* Consecutive row ops of a layer (rmsnorm, mul_vec_scale, scale_add over s->rows) become one
+ * op_row_ops step: one kernel instead of one per op, the same bits (kernels/kernels.h,
+ * k_row_ops_args). Each op still gets its own argument struct; its STEP() waits here until the
+ * next step that is not a row op, or the end of the layer, closes the group. Off outside the
+ * layer functions, whose row ops run over other row counts. */
+static struct {
+    int on, n, groups; /* groups: so far in this layer function, for the struct's name */
+    const char *layer;
+    char op[K_ROW_OPS_MAX][32];
+    char var[K_ROW_OPS_MAX][64];
+} row_group;
+
+static int is_row_op(const char *op) {
+    return !strcmp(op, "rmsnorm") || !strcmp(op, "mul_vec_scale") || !strcmp(op, "scale_add");
+}
+
+static void row_group_flush(FILE *f) {
+    int n = row_group.n;
+    row_group.n = 0;
+    if (n == 0) return;
+    if (n == 1) {
+        fprintf(f, "    STEP(%s, \"%s\", op_%s(&%s, s->stream));\n", row_group.layer,
+                row_group.var[0], row_group.op[0], row_group.var[0]);
+        return;
+    }
+    char var[32], step[K_ROW_OPS_MAX * 66] = "", list[K_ROW_OPS_MAX * 70] = "";
+    snprintf(var, sizeof var, "row_ops_%d", ++row_group.groups);
+    for (int i = 0; i < n; i++) {
+        const char *plus = i ? "+" : "", *comma = i ? ", " : "";
+        size_t ls = strlen(step), ll = strlen(list);
+        snprintf(step + ls, sizeof step - ls, "%s%s", plus, row_group.var[i]);
+        snprintf(list + ll, sizeof list - ll, "%s%s_op", comma, row_group.var[i]);
+        char kind[40];
+        snprintf(kind, sizeof kind, "%s", row_group.op[i]);
+        for (char *c = kind; *c; c++)
+            *c = (char)toupper((unsigned char)*c);
+        fprintf(f, "    const k_row_op %s_op = {\n", row_group.var[i]);
+        fprintf(f, "        .kind = K_ROW_%s,\n", kind);
+        fprintf(f, "        .u.%s = %s,\n", row_group.op[i], row_group.var[i]);
+        fprintf(f, "    };\n");
+    }
+    fprintf(
+        f, "    /* the %d row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */\n",
+        n);
+    fprintf(f, "    const k_row_ops_args %s = {\n", var);
+    fprintf(f, "        .rows = s->rows,\n");
+    fprintf(f, "        .n_ops = %d,\n", n);
+    fprintf(f, "        .op = {%s},\n", list);
+    fprintf(f, "    };\n");
+    fprintf(f, "    STEP(%s, \"%s\", op_row_ops(&%s, s->stream));\n", row_group.layer, step, var);
+}
+
 /* One named step is a local argument struct, one field per line, then its STEP() line. */
 static void step_begin(FILE *f, const char *comment, const char *op, const char *var) {
+    if (!is_row_op(op)) row_group_flush(f);
     fprintf(f, "    /* %s */\n", comment);
     fprintf(f, "    const k_%s_args %s = {\n", op, var);
 }
@@ -262,6 +315,14 @@ __attribute__((format(printf, 3, 4))) static void fld(FILE *f, const char *name,
 
 static void step_end(FILE *f, const char *layer, const char *op, const char *var) {
     fprintf(f, "    };\n");
+    if (row_group.on && is_row_op(op)) {
+        if (row_group.n == K_ROW_OPS_MAX) row_group_flush(f);
+        row_group.layer = layer;
+        snprintf(row_group.op[row_group.n], sizeof row_group.op[0], "%s", op);
+        snprintf(row_group.var[row_group.n], sizeof row_group.var[0], "%s", var);
+        row_group.n++;
+        return;
+    }
     fprintf(f, "    STEP(%s, \"%s\", op_%s(&%s, s->stream));\n", layer, var, op, var);
 }
 
@@ -485,6 +546,8 @@ static void emit_layer_fn(FILE *f, const gen_model *m, int kind) {
     fprintf(f, "static int G4_FN(%s_%s)(g4_state *s, int il) {\n", m->lower, kind_names[kind]);
     fprintf(f, "    const g4_layer_weights *L = &s->w->layer[il];\n");
     fprintf(f, "    const g4_layer_info *I = &%s_layers[il];\n", m->lower);
+    row_group.on = 1;
+    row_group.groups = 0;
     emit_attention(f, m, kind);
     emit_ffn(f, m);
     if (m->d.d_ple) emit_ple_layer(f, m);
@@ -495,6 +558,8 @@ static void emit_layer_fn(FILE *f, const gen_model *m, int kind) {
     fld(f, "n", "(size_t)s->rows * %s_D_MODEL", m->upper);
     fld(f, "scale", "L->layer_scalar");
     step_end(f, "il", "scale_add", "layer_scalar");
+    row_group_flush(f);
+    row_group.on = 0;
     fprintf(f, "    return 0;\n}\n\n");
 }
 

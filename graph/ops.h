@@ -18,7 +18,8 @@
  *   op_moe_route      softmax, top-k, renormalise, per-expert scale      MoE router
  *   op_moe_experts    routed experts, weighted fp32 sum                  MoE experts
  *   op_gather_rows    the rows that need logits
- *   op_softcap        x = bf(bf(tanh(bf(x / c))) * c)                    final logits */
+ *   op_softcap        x = bf(bf(tanh(bf(x / c))) * c)                    final logits
+ *   op_row_ops        consecutive rmsnorm/mul_vec_scale/scale_add ops    one kernel, same bits */
 #ifndef G4_OPS_H
 #define G4_OPS_H
 
@@ -44,6 +45,7 @@
 #define op_moe_experts(a, st) G4_FN(moe_experts)(a, st)
 #define op_gather_rows(a, st) G4_FN(gather_rows)(a, st)
 #define op_softcap(a, st) G4_FN(softcap)(a, st)
+#define op_row_ops(a, st) G4_FN(row_ops)(a, st)
 #endif
 
 #endif

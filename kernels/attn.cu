@@ -62,6 +62,7 @@ template <int D, int G, bool FP8, bool PV, bool KEEP>
 static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
     attn_split_kernel(k_attention_args a, int row0, int max_split, int spb, float *part, float2 *ml,
                       float *keep) {
+    K_GRID_DEPENDENCY();
     constexpr int DPT = D / ATTN_THREADS; /* dims per thread in P.V: 2 or 4 */
     /* the kept-score P.V pass of small groups splits the keys across warps (pv_warp_keys) */
     constexpr bool WARP_PV = KEEP && PV && D == 256 && G <= ATTN_WARP_PV_MAX_G;
@@ -234,6 +235,7 @@ template <int D>
 static __global__ void __launch_bounds__(ATTN_THREADS)
     attn_combine_kernel(k_attention_args a, int row0, int max_split, const float *part,
                         const float2 *ml) {
+    K_GRID_DEPENDENCY();
     constexpr int DPT = D / ATTN_THREADS;
     const int h = blockIdx.x, rl = blockIdx.y, r = row0 + rl, tid = threadIdx.x;
     const int i = a.pos[r];
@@ -272,11 +274,11 @@ static int launch_passes(const k_attention_args *a, dim3 grid, int max_split, in
     size_t pv_smem = smem;
     if constexpr (KEEP && D == 256 && G <= ATTN_WARP_PV_MAX_G)
         pv_smem = (size_t)ATTN_WARPS * G * D * sizeof(float);
-    attn_split_kernel<D, G, FP8, false, KEEP>
-        <<<grid, ATTN_THREADS, smem, s>>>(*a, row0, max_split, spb, part, ml, keep);
+    CUDA_CHECK(k_launch(attn_split_kernel<D, G, FP8, false, KEEP>, grid, ATTN_THREADS, smem, s, *a,
+                        row0, max_split, spb, part, ml, keep));
     CUDA_CHECK(cudaGetLastError());
-    attn_split_kernel<D, G, FP8, true, KEEP>
-        <<<grid, ATTN_THREADS, pv_smem, s>>>(*a, row0, max_split, spb, part, ml, keep);
+    CUDA_CHECK(k_launch(attn_split_kernel<D, G, FP8, true, KEEP>, grid, ATTN_THREADS, pv_smem, s,
+                        *a, row0, max_split, spb, part, ml, keep));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -324,8 +326,8 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
     else
         rc = launch_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL, row0, s);
     if (rc != K_OK) return rc;
-    attn_combine_kernel<D><<<dim3((unsigned)a->n_head, (unsigned)nr), ATTN_THREADS, 0, s>>>(
-        *a, row0, max_split, part, ml);
+    CUDA_CHECK(k_launch(attn_combine_kernel<D>, dim3((unsigned)a->n_head, (unsigned)nr),
+                        ATTN_THREADS, 0, s, *a, row0, max_split, part, ml));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

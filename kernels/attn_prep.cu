@@ -33,6 +33,7 @@ static __device__ __forceinline__ float block_sum(float v, float *red) {
  * pages). Thread j handles elements j and j + D/2. */
 template <int D, bool FP8>
 static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_args a) {
+    K_GRID_DEPENDENCY();
     constexpr int half = D / 2;
     __shared__ float red[PREP_MAX_THREADS / 32];
     const int r = blockIdx.x, y = blockIdx.y, j = threadIdx.x;
@@ -101,13 +102,13 @@ extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
     cudaStream_t s = (cudaStream_t)st;
     bool fp8 = a->write_kv && a->kv.elem_bytes == 1;
     if (d == 256 && fp8)
-        attn_prep_kernel<256, true><<<grid, 128, 0, s>>>(*a);
+        CUDA_CHECK(k_launch(attn_prep_kernel<256, true>, grid, 128, 0, s, *a));
     else if (d == 256)
-        attn_prep_kernel<256, false><<<grid, 128, 0, s>>>(*a);
+        CUDA_CHECK(k_launch(attn_prep_kernel<256, false>, grid, 128, 0, s, *a));
     else if (fp8)
-        attn_prep_kernel<512, true><<<grid, 256, 0, s>>>(*a);
+        CUDA_CHECK(k_launch(attn_prep_kernel<512, true>, grid, 256, 0, s, *a));
     else
-        attn_prep_kernel<512, false><<<grid, 256, 0, s>>>(*a);
+        CUDA_CHECK(k_launch(attn_prep_kernel<512, false>, grid, 256, 0, s, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

@@ -47,6 +47,7 @@ template <int G, bool FP8, bool PV>
 static __global__ void __launch_bounds__(ATTN_THREADS)
     attn_window_kernel(k_attention_args a, int row0, int max_split, int spb, float *part,
                        float2 *ml, float *keep) {
+    K_GRID_DEPENDENCY();
     constexpr int D = 256;
     constexpr int EB = FP8 ? 1 : 2;           /* bytes per element */
     constexpr int ROW = D * EB;               /* bytes per key row */
@@ -255,11 +256,13 @@ int attn_window_passes(const k_attention_args *a, dim3 grid, int max_split, int 
     int rc = win_smem_allow<G, FP8, false>();
     if (rc == K_OK) rc = win_smem_allow<G, FP8, true>();
     if (rc != K_OK) return rc;
-    attn_window_kernel<G, FP8, false><<<grid, ATTN_THREADS, win_smem_bytes<G, FP8, false>(), s>>>(
-        *a, row0, max_split, spb, part, ml, keep);
+    CUDA_CHECK(k_launch(attn_window_kernel<G, FP8, false>, grid, ATTN_THREADS,
+                        win_smem_bytes<G, FP8, false>(), s, *a, row0, max_split, spb, part, ml,
+                        keep));
     CUDA_CHECK(cudaGetLastError());
-    attn_window_kernel<G, FP8, true><<<grid, ATTN_THREADS, win_smem_bytes<G, FP8, true>(), s>>>(
-        *a, row0, max_split, spb, part, ml, keep);
+    CUDA_CHECK(k_launch(attn_window_kernel<G, FP8, true>, grid, ATTN_THREADS,
+                        win_smem_bytes<G, FP8, true>(), s, *a, row0, max_split, spb, part, ml,
+                        keep));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

@@ -10,6 +10,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <utility>
 
 /* Prints one line for a failed call; status is the API's error text. */
 static inline void k_report(const char *api, const char *status, const char *stmt, const char *func,
@@ -46,5 +47,38 @@ static inline void k_report(const char *api, const char *status, const char *stm
  * graph capture: warm up once at the largest step. */
 enum k_scratch_kind { K_SCRATCH_MOE, K_SCRATCH_ATTN, K_SCRATCH_SAMPLE, K_SCRATCH_KINDS };
 int k_scratch(enum k_scratch_kind kind, size_t bytes, cudaStream_t st, void **out);
+
+/* Programmatic dependent launch (k_set_pdl; docs/perf-notes.md, "Launch gaps"). Every kernel
+ * of kernels/ is launched through k_launch and opens with K_GRID_DEPENDENCY: it waits until the
+ * grid before it in the stream has finished and its writes are visible (griddepcontrol.wait,
+ * before any load or store, so neither a read-after-write nor a write-after-read can cross the
+ * boundary), then lets the next grid be launched. The next grid's blocks are then already
+ * resident when this one ends, instead of being launched after it; no block of this grid can be
+ * kept waiting by them, because the release only takes effect once every block of this grid
+ * has started. A kernel launched without the attribute (PDL off, or from another library) sees
+ * both instructions as no-ops. The bits are the same either way. */
+extern int k_pdl_enabled;
+
+#define K_GRID_DEPENDENCY()                                                                        \
+    do {                                                                                           \
+        asm volatile("griddepcontrol.wait;" ::: "memory");                                         \
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");                            \
+    } while (0)
+
+template <typename... Params, typename... Args>
+static inline cudaError_t k_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                   cudaStream_t st, Args &&...args) {
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = k_pdl_enabled;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
 
 #endif

@@ -4,6 +4,10 @@
 
 #include <cuda_profiler_api.h>
 
+int k_pdl_enabled = 1;
+
+extern "C" void k_set_pdl(int on) { k_pdl_enabled = on ? 1 : 0; }
+
 extern "C" int k_device_init(char *desc, size_t desc_len) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {

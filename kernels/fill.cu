@@ -18,6 +18,7 @@ static __device__ float fill_u(uint64_t seed, uint64_t i) {
 }
 
 static __global__ __launch_bounds__(FILL_THREADS) void fill_uniform_kernel(k_fill_args a) {
+    K_GRID_DEPENDENCY();
     __nv_bfloat16 *out = (__nv_bfloat16 *)a.out;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n;
          i += (size_t)gridDim.x * blockDim.x)
@@ -31,7 +32,8 @@ extern "C" int k_fill_uniform(const k_fill_args *a, g4_stream st) {
     if (a->n == 0) return K_OK;
     size_t blocks = (a->n + FILL_THREADS - 1) / FILL_THREADS;
     if (blocks > FILL_MAX_BLOCKS) blocks = FILL_MAX_BLOCKS;
-    fill_uniform_kernel<<<(unsigned)blocks, FILL_THREADS, 0, (cudaStream_t)st>>>(*a);
+    CUDA_CHECK(
+        k_launch(fill_uniform_kernel, (unsigned)blocks, FILL_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

@@ -142,6 +142,7 @@ static int choose_algo(k_gemm_plan *p, size_t *need) {
 
 static __global__ void __launch_bounds__(PLAIN_THREADS)
     gemm_plain_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int n, int k, int ldy) {
+    K_GRID_DEPENDENCY();
     /* rows on grid.x (up to 2^31 - 1), output blocks on grid.y (65,535 x 128 outputs) */
     const int j = blockIdx.y * PLAIN_THREADS + threadIdx.x, r = blockIdx.x;
     if (j >= n) return;
@@ -264,8 +265,9 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
     if (p->plain) {
         if ((a->n + PLAIN_THREADS - 1) / PLAIN_THREADS > 65535) return K_ERR_SHAPE;
         dim3 grid((unsigned)a->m, (unsigned)((a->n + PLAIN_THREADS - 1) / PLAIN_THREADS));
-        gemm_plain_kernel<<<grid, PLAIN_THREADS, 0, (cudaStream_t)st>>>(
-            (bf16_t *)a->y, (const bf16_t *)a->x, (const bf16_t *)a->w, a->n, a->k, ldy);
+        CUDA_CHECK(k_launch(gemm_plain_kernel, grid, PLAIN_THREADS, 0, (cudaStream_t)st,
+                            (bf16_t *)a->y, (const bf16_t *)a->x, (const bf16_t *)a->w, a->n, a->k,
+                            ldy));
         CUDA_CHECK(cudaGetLastError());
         return K_OK;
     }

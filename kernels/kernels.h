@@ -141,6 +141,26 @@ typedef struct k_mul_vec_scale_args {
     float scale;
 } k_mul_vec_scale_args;
 
+/* A few row ops of one layer run by one kernel (kernels/norm.cu), in order, each computing
+ * exactly what it computes alone: the same elements per thread, the same reduction order and
+ * rounding points, so the bits are those of the separate launches. An op may read what an
+ * earlier op of the group wrote (a barrier separates them). Every op covers the same rows:
+ * scale_add's n must be rows times its row width. */
+enum k_row_kind { K_ROW_RMSNORM = 1, K_ROW_MUL_VEC_SCALE, K_ROW_SCALE_ADD };
+#define K_ROW_OPS_MAX 4
+typedef struct k_row_op {
+    int kind; /* enum k_row_kind */
+    union {
+        k_rmsnorm_args rmsnorm;
+        k_mul_vec_scale_args mul_vec_scale;
+        k_scale_add_args scale_add;
+    } u;
+} k_row_op;
+typedef struct k_row_ops_args {
+    int rows, n_ops; /* n_ops 1..K_ROW_OPS_MAX; each op's own rows field must equal rows */
+    k_row_op op[K_ROW_OPS_MAX];
+} k_row_ops_args;
+
 /* The MoE router after its logits: p = softmax_fp32(logits[r]) over n_expert, the top_k
  * largest (ties to the lower id), renormalised, times per_expert_scale. */
 typedef struct k_moe_route_args {
@@ -230,6 +250,10 @@ void k_gemm_plan_destroy(k_gemm_plan *plan);
 /* on: plans made from now on run a plain CUDA-core kernel instead of cuBLASLt (debug.gemm =
  * plain; for compute-sanitizer runs). One kernel for every m, so still batch-invariant. */
 void k_gemm_plain(int on);
+/* on (the default): the kernels of kernels/ launch with programmatic dependent launch, each
+ * grid released to start while the one before it finishes (serve.pdl; speed only, the same
+ * bits). Process-wide; kernels/common.cuh, k_launch. */
+void k_set_pdl(int on);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 
 /* kernels/fill.cu: seeded random fill */
@@ -243,6 +267,7 @@ int k_scale_add(const k_scale_add_args *a, g4_stream st);
 int k_mul_vec_scale(const k_mul_vec_scale_args *a, g4_stream st);
 int k_gather_rows(const k_gather_rows_args *a, g4_stream st);
 int k_softcap(const k_softcap_args *a, g4_stream st);
+int k_row_ops(const k_row_ops_args *a, g4_stream st);
 
 /* kernels/attn_prep.cu, attn.cu, attn_window.cu: the per-family prep and the paged attention (head
  * dims 256 and 512) */

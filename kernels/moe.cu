@@ -64,6 +64,7 @@ static __device__ __forceinline__ float warp_sum(float v) {
  * experts and the sum of the chosen p are taken by lane 0 in the reference's order, so p and w
  * match the CPU twin bit for bit whenever the exponentials do. */
 __global__ static void __launch_bounds__(ROUTE_THREADS) moe_route_kernel(k_moe_route_args a) {
+    K_GRID_DEPENDENCY();
     __shared__ float p[ROUTE_MAX_EXPERT];
     __shared__ unsigned char taken[ROUTE_MAX_EXPERT];
     __shared__ float chosen[ROUTE_MAX_TOP_K];
@@ -138,6 +139,7 @@ __global__ static void __launch_bounds__(ROUTE_THREADS) moe_route_kernel(k_moe_r
 __global__ static void __launch_bounds__(BUCKET_THREADS)
     moe_bucket_kernel(const int32_t *idx, int n_items, int n_expert, int32_t *list, int32_t *active,
                       int32_t *n_active) {
+    K_GRID_DEPENDENCY();
     __shared__ int count[EXPERTS_MAX_EXPERT];
     for (int e = threadIdx.x; e < n_expert; e += blockDim.x)
         count[e] = 0;
@@ -217,6 +219,7 @@ static __device__ __forceinline__ void dot_rows(const bf16_t *wrow, const bf16_t
 __global__ static void __launch_bounds__(EXPERT_THREADS)
     moe_up_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                   const int32_t *n_active, bf16_t *h) {
+    K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
     const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
               n = active[3 * blockIdx.y + 2];
@@ -251,6 +254,7 @@ __global__ static void __launch_bounds__(EXPERT_THREADS)
 __global__ static void __launch_bounds__(EXPERT_THREADS)
     moe_down_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                     const int32_t *n_active, const bf16_t *h, float *ys) {
+    K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
     const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
               n = active[3 * blockIdx.y + 2];
@@ -357,6 +361,7 @@ static __device__ __forceinline__ void mma_rows(const bf16_t *lo, const bf16_t *
 __global__ static void __launch_bounds__(MMA_THREADS, 5)
     moe_up_mma_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h) {
+    K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
     const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
               n = active[3 * blockIdx.y + 2];
@@ -398,6 +403,7 @@ __global__ static void __launch_bounds__(MMA_THREADS, 5)
 __global__ static void __launch_bounds__(MMA_THREADS)
     moe_down_mma_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                         const int32_t *n_active, const bf16_t *h, float *ys) {
+    K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
     const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
               n = active[3 * blockIdx.y + 2];
@@ -430,25 +436,38 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     }
 }
 
-/* One block per row: out[r, t] = bf(sum_k ys[r*top_k + k, t] * w[r, k]) in rank order. The
- * product and the sum are rounded separately (__fmul_rn, __fadd_rn), as the C reference does:
- * y_k * w_k is not exact in fp32, so an FMA would round differently. */
+/* out[r, t] = bf(sum_k ys[r*top_k + k, t] * w[r, k]) in rank order. Grid: (rows, d_model tiles
+ * of COMBINE_THREADS), one output per thread. The row's ids and weights go to shared memory
+ * first, then every thread issues its top_k loads before the first add, so a block waits on one
+ * load's latency rather than top_k in a chain (docs/perf-notes.md, "Experts"). The product and
+ * the sum are rounded separately (__fmul_rn, __fadd_rn), as the C reference does: y_k * w_k is
+ * not exact in fp32, so an FMA would round differently. */
 __global__ static void __launch_bounds__(COMBINE_THREADS)
     moe_combine_kernel(k_moe_experts_args a, const float *ys) {
-    const int r = blockIdx.x, dm = a.d_model;
-    for (int t = threadIdx.x; t < dm; t += blockDim.x) {
-        float acc = 0.0f;
-        for (int k = 0; k < a.top_k; k++) {
-            size_t item = (size_t)r * (size_t)a.top_k + (size_t)k;
-            int e = a.idx[item];
-            if (e < 0 || e >= a.n_expert) {
-                acc = NAN; /* a bad id was never computed: make it visible */
-                continue;
-            }
-            acc = __fadd_rn(acc, __fmul_rn(ys[item * (size_t)dm + (size_t)t], a.weight[item]));
-        }
-        a.out[(size_t)r * (size_t)dm + (size_t)t] = k_f32_to_bf16(acc);
+    K_GRID_DEPENDENCY();
+    __shared__ int bad;
+    __shared__ float wk[ROUTE_MAX_TOP_K];
+    const int r = blockIdx.x, dm = a.d_model, t = blockIdx.y * COMBINE_THREADS + threadIdx.x;
+    const size_t item0 = (size_t)r * (size_t)a.top_k;
+    if (threadIdx.x == 0) bad = 0;
+    __syncthreads();
+    if (threadIdx.x < a.top_k) {
+        int e = a.idx[item0 + threadIdx.x];
+        if (e < 0 || e >= a.n_expert) atomicOr(&bad, 1);
+        wk[threadIdx.x] = a.weight[item0 + threadIdx.x];
     }
+    __syncthreads();
+    if (t >= dm) return;
+    float y[ROUTE_MAX_TOP_K];
+#pragma unroll
+    for (int k = 0; k < ROUTE_MAX_TOP_K; k++)
+        if (k < a.top_k) y[k] = ys[(item0 + (size_t)k) * (size_t)dm + (size_t)t];
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < ROUTE_MAX_TOP_K; k++)
+        if (k < a.top_k) acc = __fadd_rn(acc, __fmul_rn(y[k], wk[k]));
+    /* a bad id was never computed: make it visible */
+    a.out[(size_t)r * (size_t)dm + (size_t)t] = k_f32_to_bf16(bad ? NAN : acc);
 }
 
 /* ---- launchers ---- */
@@ -459,7 +478,7 @@ extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
         return K_ERR_SHAPE;
     if (a->rows == 0) return K_OK;
     if (!a->idx || !a->weight || !a->logits || !a->per_expert_scale) return K_ERR_SHAPE;
-    moe_route_kernel<<<a->rows, ROUTE_THREADS, 0, (cudaStream_t)st>>>(*a);
+    CUDA_CHECK(k_launch(moe_route_kernel, a->rows, ROUTE_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -479,7 +498,7 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
      * d_model, d_expert are multiples of 8 */
     if (a->rows < 0 || a->d_model <= 0 || a->d_expert <= 0 || a->d_model % 8 != 0 ||
         a->d_expert % 8 != 0 || a->n_expert <= 0 || a->n_expert > EXPERTS_MAX_EXPERT ||
-        a->top_k <= 0)
+        a->top_k <= 0 || a->top_k > ROUTE_MAX_TOP_K)
         return K_ERR_SHAPE;
     if (a->rows == 0) return K_OK;
     if (!a->out || !a->x || !a->gate_up || !a->down || !a->idx || !a->weight ||
@@ -505,25 +524,31 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
     /* one grid row per possible active expert; the rows past *n_active return at once */
     unsigned slots = (unsigned)(items < (size_t)a->n_expert ? items : (size_t)a->n_expert);
 
-    moe_bucket_kernel<<<1, BUCKET_THREADS, 0, s>>>(a->idx, (int)items, a->n_expert, list, active,
-                                                   n_active);
+    CUDA_CHECK(k_launch(moe_bucket_kernel, 1, BUCKET_THREADS, 0, s, a->idx, (int)items, a->n_expert,
+                        list, active, n_active));
     CUDA_CHECK(cudaGetLastError());
     if (a->d_model % 32 == 0 && a->d_expert % 32 == 0) { /* the tensor-core path */
         dim3 up((unsigned)((a->d_expert + MMA_OUTS - 1) / MMA_OUTS), slots);
-        moe_up_mma_kernel<<<up, MMA_THREADS, 0, s>>>(*a, list, active, n_active, h);
+        CUDA_CHECK(
+            k_launch(moe_up_mma_kernel, up, MMA_THREADS, 0, s, *a, list, active, n_active, h));
         CUDA_CHECK(cudaGetLastError());
         dim3 down((unsigned)((a->d_model + MMA_OUTS - 1) / MMA_OUTS), slots);
-        moe_down_mma_kernel<<<down, MMA_THREADS, 0, s>>>(*a, list, active, n_active, h, ys);
+        CUDA_CHECK(k_launch(moe_down_mma_kernel, down, MMA_THREADS, 0, s, *a, list, active,
+                            n_active, h, ys));
         CUDA_CHECK(cudaGetLastError());
     } else {
         dim3 up((unsigned)((a->d_expert + UP_OUTS - 1) / UP_OUTS), slots);
-        moe_up_kernel<<<up, EXPERT_THREADS, 0, s>>>(*a, list, active, n_active, h);
+        CUDA_CHECK(
+            k_launch(moe_up_kernel, up, EXPERT_THREADS, 0, s, *a, list, active, n_active, h));
         CUDA_CHECK(cudaGetLastError());
         dim3 down((unsigned)((a->d_model + DOWN_OUTS - 1) / DOWN_OUTS), slots);
-        moe_down_kernel<<<down, EXPERT_THREADS, 0, s>>>(*a, list, active, n_active, h, ys);
+        CUDA_CHECK(k_launch(moe_down_kernel, down, EXPERT_THREADS, 0, s, *a, list, active, n_active,
+                            h, ys));
         CUDA_CHECK(cudaGetLastError());
     }
-    moe_combine_kernel<<<a->rows, COMBINE_THREADS, 0, s>>>(*a, ys);
+    dim3 combine((unsigned)a->rows,
+                 (unsigned)((a->d_model + COMBINE_THREADS - 1) / COMBINE_THREADS));
+    CUDA_CHECK(k_launch(moe_combine_kernel, combine, COMBINE_THREADS, 0, s, *a, ys));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

@@ -12,8 +12,11 @@
  * instead of the twin's left-to-right loop). NaN inputs give a NaN whose payload may differ
  * from the twin's (the hardware conversion returns the canonical NaN).
  *
- * These ops are bandwidth-trivial next to the projections, so the kernels stay scalar:
- * 2-byte loads, no alignment precondition beyond the bf16 element's own. */
+ * These ops move few bytes; what they cost is latency (docs/perf-notes.md, "Row ops"), so a
+ * norm holds its row in registers with every load in flight at once, and consecutive row ops
+ * of a layer run as one kernel (k_row_ops). Loads stay 2-byte, the elements a thread visits
+ * and their order those of the strided loop: no alignment precondition beyond the bf16
+ * element's own, and the same bits whichever path runs. */
 #include "kernels/common.cuh"
 #include "kernels/bf16.cuh"
 
@@ -41,6 +44,7 @@ static unsigned ew_blocks(size_t n) {
  * twin returns K_ERR_SHAPE there, but ids live on the device and the launcher cannot see
  * them; the engine validates ids before the step, so this only keeps a bug in bounds. */
 static __global__ __launch_bounds__(ROW_THREADS) void embed_kernel(k_embed_args a) {
+    K_GRID_DEPENDENCY();
     int r = blockIdx.x;
     int id = a.ids[r];
     bf16_t *dst = a.out + (size_t)r * (size_t)a.width;
@@ -69,20 +73,73 @@ static __device__ float block_sum(float v) {
     return s;
 }
 
+/* RMSNorm's scale: HF's pow(mean + eps, -0.5) in fp32, not rsqrt (the twin does the same). */
+static __device__ __forceinline__ float rms_inv(float ss, int width, float eps) {
+    return powf(__fadd_rn(__fdiv_rn(ss, (float)width), eps), -0.5f);
+}
+
+/* One RMSNorm output: bf(res + bf(x * inv * w)), the weight and the residual optional. */
+static __device__ __forceinline__ bf16_t rms_out(float x, float inv, bool has_w, float w,
+                                                 bool has_res, float res) {
+    float y = __fmul_rn(x, inv);
+    if (has_w) y = __fmul_rn(y, w);
+    y = k_round_bf16(y);
+    if (has_res) y = __fadd_rn(res, y);
+    return k_f32_to_bf16(y);
+}
+
+/* One mul_vec_scale output: bf(bf(a * v) * scale). */
+static __device__ __forceinline__ bf16_t mul_vec_scale_of(float a, float v, float scale) {
+    return k_f32_to_bf16(__fmul_rn(k_round_bf16(__fmul_rn(a, v)), scale));
+}
+
+/* One scale_add output: bf(bf(a + b) * scale), or bf(a * scale) without b. */
+static __device__ __forceinline__ bf16_t scale_add_of(float a, bool has_b, float b, float scale) {
+    if (has_b) a = k_round_bf16(__fadd_rn(a, b));
+    return k_f32_to_bf16(__fmul_rn(a, scale));
+}
+
+/* The row of in, w and residual a thread holds in registers: elements threadIdx.x + i *
+ * RMS_THREADS for i < RMS_HELD, so rows up to RMS_THREADS * RMS_HELD = 6,144 wide (every d_model
+ * and head dim of Gemma 4) are loaded with all their loads in flight at once, before the first
+ * add; a wider row takes the strided loop. Both paths visit the elements in the same order. */
+#define RMS_HELD 24
+
 /* out may alias in or residual: the whole row's sum of squares is reduced (with a barrier)
  * before any store, and in the second pass element j is read and written by the same thread,
- * so no element is overwritten before it is read. Hence no __restrict__ here. */
-static __global__ __launch_bounds__(RMS_THREADS) void rmsnorm_kernel(k_rmsnorm_args a) {
-    size_t o = (size_t)blockIdx.x * (size_t)a.width;
+ * so no element is overwritten before it is read. Hence no __restrict__ here. The held path
+ * exists because the strided loop waited on one load's latency per element a thread visits
+ * (docs/perf-notes.md, "Row ops"); its arithmetic is the loop's, so the bits are the same. */
+static __device__ __forceinline__ void rmsnorm_row(const k_rmsnorm_args &a, int r) {
+    size_t o = (size_t)r * (size_t)a.width;
     const bf16_t *in = a.in + o;
     float ss = 0.0f;
+    if (a.width <= RMS_THREADS * RMS_HELD) {
+        float x[RMS_HELD], w[RMS_HELD], res[RMS_HELD];
+#pragma unroll
+        for (int i = 0; i < RMS_HELD; i++) {
+            int j = threadIdx.x + i * RMS_THREADS;
+            bool in_row = j < a.width;
+            x[i] = in_row ? k_bf16_to_f32(in[j]) : 0.0f;
+            w[i] = in_row && a.w ? k_bf16_to_f32(a.w[j]) : 0.0f;
+            res[i] = in_row && a.residual ? k_bf16_to_f32(a.residual[o + j]) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < RMS_HELD; i++)
+            if (threadIdx.x + i * RMS_THREADS < a.width) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
+        float inv = rms_inv(block_sum(ss), a.width, a.eps);
+#pragma unroll
+        for (int i = 0; i < RMS_HELD; i++) {
+            int j = threadIdx.x + i * RMS_THREADS;
+            if (j < a.width) a.out[o + j] = rms_out(x[i], inv, a.w, w[i], a.residual, res[i]);
+        }
+        return;
+    }
     for (int j = threadIdx.x; j < a.width; j += RMS_THREADS) {
         float x = k_bf16_to_f32(in[j]);
         ss = __fadd_rn(ss, __fmul_rn(x, x));
     }
-    ss = block_sum(ss);
-    /* HF: pow(mean + eps, -0.5) in fp32, not rsqrt (the twin does the same) */
-    float inv = powf(__fadd_rn(__fdiv_rn(ss, (float)a.width), a.eps), -0.5f);
+    float inv = rms_inv(block_sum(ss), a.width, a.eps);
     for (int j = threadIdx.x; j < a.width; j += RMS_THREADS) {
         float y = __fmul_rn(k_bf16_to_f32(in[j]), inv);
         if (a.w) y = __fmul_rn(y, k_bf16_to_f32(a.w[j]));
@@ -92,7 +149,95 @@ static __global__ __launch_bounds__(RMS_THREADS) void rmsnorm_kernel(k_rmsnorm_a
     }
 }
 
+static __global__ __launch_bounds__(RMS_THREADS) void rmsnorm_kernel(k_rmsnorm_args a) {
+    K_GRID_DEPENDENCY();
+    rmsnorm_row(a, blockIdx.x);
+}
+
+/* Row r of mul_vec_scale_kernel's function, element for element the same expression. A row
+ * up to the held width has all its loads issued before the first multiply (a block walking the
+ * row in a chain of dependent loads was most of a fused group's time, docs/perf-notes.md). */
+static __device__ __forceinline__ void mul_vec_scale_row(const k_mul_vec_scale_args &a, int r) {
+    const size_t o = (size_t)r * (size_t)a.width;
+    if (a.width <= RMS_THREADS * RMS_HELD) {
+        float x[RMS_HELD], v[RMS_HELD];
+#pragma unroll
+        for (int i = 0; i < RMS_HELD; i++) {
+            int j = threadIdx.x + i * RMS_THREADS;
+            x[i] = j < a.width ? k_bf16_to_f32(a.a[o + j]) : 0.0f;
+            v[i] = j < a.width ? k_bf16_to_f32(a.v[j]) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < RMS_HELD; i++) {
+            int j = threadIdx.x + i * RMS_THREADS;
+            if (j < a.width) a.out[o + j] = mul_vec_scale_of(x[i], v[i], a.scale);
+        }
+        return;
+    }
+    for (int j = threadIdx.x; j < a.width; j += RMS_THREADS)
+        a.out[o + j] = mul_vec_scale_of(k_bf16_to_f32(a.a[o + j]), k_bf16_to_f32(a.v[j]), a.scale);
+}
+
+/* Row r (of width elements) of scale_add_kernel's function, the same expression, held as
+ * above. */
+static __device__ __forceinline__ void scale_add_row(const k_scale_add_args &a, size_t width,
+                                                     int r) {
+    const size_t o = (size_t)r * width;
+    if (width <= (size_t)(RMS_THREADS * RMS_HELD)) {
+        float x[RMS_HELD], y[RMS_HELD];
+#pragma unroll
+        for (int i = 0; i < RMS_HELD; i++) {
+            size_t j = threadIdx.x + (size_t)i * RMS_THREADS;
+            x[i] = j < width ? k_bf16_to_f32(a.a[o + j]) : 0.0f;
+            y[i] = j < width && a.b ? k_bf16_to_f32(a.b[o + j]) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < RMS_HELD; i++) {
+            size_t j = threadIdx.x + (size_t)i * RMS_THREADS;
+            if (j < width) a.out[o + j] = scale_add_of(x[i], a.b, y[i], a.scale);
+        }
+        return;
+    }
+    for (size_t i = o + threadIdx.x; i < o + width; i += RMS_THREADS) {
+        float v = k_bf16_to_f32(a.a[i]);
+        if (a.b) v = k_round_bf16(__fadd_rn(v, k_bf16_to_f32(a.b[i])));
+        a.out[i] = k_f32_to_bf16(__fmul_rn(v, a.scale));
+    }
+}
+
+/* The fused kernel calls each op through one of these, compiled once each: inlined four times
+ * over, the held rows of every op kind would compete for the same registers and spill. The
+ * arguments go by value, so no kernel parameter needs a local copy. */
+static __device__ __noinline__ void rmsnorm_row_call(k_rmsnorm_args a, int r) { rmsnorm_row(a, r); }
+static __device__ __noinline__ void mul_vec_scale_row_call(k_mul_vec_scale_args a, int r) {
+    mul_vec_scale_row(a, r);
+}
+static __device__ __noinline__ void scale_add_row_call(k_scale_add_args a, size_t width, int r) {
+    scale_add_row(a, width, r);
+}
+
+/* One block per row runs the ops in order. The barrier between two ops makes the row an op
+ * wrote visible to every thread of the next (which may read any element of it, as a norm does)
+ * and keeps block_sum's partials of one norm from being overwritten by the next norm's. */
+static __global__ __launch_bounds__(RMS_THREADS) void row_ops_kernel(k_row_ops_args a) {
+    K_GRID_DEPENDENCY();
+    const int r = blockIdx.x;
+#pragma unroll
+    for (int i = 0; i < K_ROW_OPS_MAX; i++) {
+        if (i >= a.n_ops) break;
+        if (i) __syncthreads();
+        const k_row_op &op = a.op[i];
+        if (op.kind == K_ROW_RMSNORM)
+            rmsnorm_row_call(op.u.rmsnorm, r);
+        else if (op.kind == K_ROW_MUL_VEC_SCALE)
+            mul_vec_scale_row_call(op.u.mul_vec_scale, r);
+        else
+            scale_add_row_call(op.u.scale_add, op.u.scale_add.n / (size_t)a.rows, r);
+    }
+}
+
 static __global__ __launch_bounds__(EW_THREADS) void gelu_mul_kernel(k_gelu_mul_args a) {
+    K_GRID_DEPENDENCY();
     size_t n = (size_t)a.rows * (size_t)a.width;
     for (size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x; i < n;
          i += (size_t)gridDim.x * EW_THREADS) {
@@ -104,27 +249,27 @@ static __global__ __launch_bounds__(EW_THREADS) void gelu_mul_kernel(k_gelu_mul_
 }
 
 static __global__ __launch_bounds__(EW_THREADS) void scale_add_kernel(k_scale_add_args a) {
+    K_GRID_DEPENDENCY();
     for (size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x; i < a.n;
-         i += (size_t)gridDim.x * EW_THREADS) {
-        float v = k_bf16_to_f32(a.a[i]);
-        if (a.b) v = k_round_bf16(__fadd_rn(v, k_bf16_to_f32(a.b[i])));
-        a.out[i] = k_f32_to_bf16(__fmul_rn(v, a.scale));
-    }
+         i += (size_t)gridDim.x * EW_THREADS)
+        a.out[i] =
+            scale_add_of(k_bf16_to_f32(a.a[i]), a.b, a.b ? k_bf16_to_f32(a.b[i]) : 0.0f, a.scale);
 }
 
 static __global__ __launch_bounds__(EW_THREADS) void mul_vec_scale_kernel(k_mul_vec_scale_args a) {
+    K_GRID_DEPENDENCY();
     size_t n = (size_t)a.rows * (size_t)a.width;
     for (size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x; i < n;
          i += (size_t)gridDim.x * EW_THREADS) {
         size_t j = i % (size_t)a.width;
-        float p = k_round_bf16(__fmul_rn(k_bf16_to_f32(a.a[i]), k_bf16_to_f32(a.v[j])));
-        a.out[i] = k_f32_to_bf16(__fmul_rn(p, a.scale));
+        a.out[i] = mul_vec_scale_of(k_bf16_to_f32(a.a[i]), k_bf16_to_f32(a.v[j]), a.scale);
     }
 }
 
 /* A negative src writes zeros (a bug kept in bounds); the upper bound of src is the
  * caller's to keep, the struct does not carry in's row count. */
 static __global__ __launch_bounds__(ROW_THREADS) void gather_rows_kernel(k_gather_rows_args a) {
+    K_GRID_DEPENDENCY();
     int r = blockIdx.x;
     int s = a.src[r];
     bf16_t *dst = a.out + (size_t)r * (size_t)a.width;
@@ -139,6 +284,7 @@ static __global__ __launch_bounds__(ROW_THREADS) void gather_rows_kernel(k_gathe
 }
 
 static __global__ __launch_bounds__(EW_THREADS) void softcap_kernel(k_softcap_args a) {
+    K_GRID_DEPENDENCY();
     for (size_t i = (size_t)blockIdx.x * EW_THREADS + threadIdx.x; i < a.n;
          i += (size_t)gridDim.x * EW_THREADS) {
         float t = k_round_bf16(tanhf(k_round_bf16(__fdiv_rn(k_bf16_to_f32(a.x[i]), a.cap))));
@@ -152,7 +298,7 @@ extern "C" int k_embed(const k_embed_args *a, g4_stream st) {
     if (a->rows < 0 || a->width <= 0 || a->n_vocab <= 0) return K_ERR_SHAPE;
     if (a->rows == 0) return K_OK;
     if (!a->out || !a->table || !a->ids) return K_ERR_SHAPE;
-    embed_kernel<<<(unsigned)a->rows, ROW_THREADS, 0, (cudaStream_t)st>>>(*a);
+    CUDA_CHECK(k_launch(embed_kernel, (unsigned)a->rows, ROW_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -161,7 +307,7 @@ extern "C" int k_rmsnorm(const k_rmsnorm_args *a, g4_stream st) {
     if (a->rows < 0 || a->width <= 0) return K_ERR_SHAPE;
     if (a->rows == 0) return K_OK;
     if (!a->out || !a->in) return K_ERR_SHAPE;
-    rmsnorm_kernel<<<(unsigned)a->rows, RMS_THREADS, 0, (cudaStream_t)st>>>(*a);
+    CUDA_CHECK(k_launch(rmsnorm_kernel, (unsigned)a->rows, RMS_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -175,7 +321,7 @@ extern "C" int k_gelu_mul(const k_gelu_mul_args *a, g4_stream st) {
     if (a->rows == 0) return K_OK;
     if (!a->out || !a->a) return K_ERR_SHAPE;
     size_t n = (size_t)a->rows * (size_t)a->width;
-    gelu_mul_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)st>>>(*a);
+    CUDA_CHECK(k_launch(gelu_mul_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -184,7 +330,7 @@ extern "C" int k_gelu_mul(const k_gelu_mul_args *a, g4_stream st) {
 extern "C" int k_scale_add(const k_scale_add_args *a, g4_stream st) {
     if (a->n == 0) return K_OK;
     if (!a->out || !a->a) return K_ERR_SHAPE;
-    scale_add_kernel<<<ew_blocks(a->n), EW_THREADS, 0, (cudaStream_t)st>>>(*a);
+    CUDA_CHECK(k_launch(scale_add_kernel, ew_blocks(a->n), EW_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -195,7 +341,7 @@ extern "C" int k_mul_vec_scale(const k_mul_vec_scale_args *a, g4_stream st) {
     if (a->rows == 0) return K_OK;
     if (!a->out || !a->a || !a->v) return K_ERR_SHAPE;
     size_t n = (size_t)a->rows * (size_t)a->width;
-    mul_vec_scale_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)st>>>(*a);
+    CUDA_CHECK(k_launch(mul_vec_scale_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -205,7 +351,8 @@ extern "C" int k_gather_rows(const k_gather_rows_args *a, g4_stream st) {
     if (a->rows < 0 || a->width <= 0) return K_ERR_SHAPE;
     if (a->rows == 0) return K_OK;
     if (!a->out || !a->in || !a->src) return K_ERR_SHAPE;
-    gather_rows_kernel<<<(unsigned)a->rows, ROW_THREADS, 0, (cudaStream_t)st>>>(*a);
+    CUDA_CHECK(
+        k_launch(gather_rows_kernel, (unsigned)a->rows, ROW_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -213,7 +360,36 @@ extern "C" int k_gather_rows(const k_gather_rows_args *a, g4_stream st) {
 extern "C" int k_softcap(const k_softcap_args *a, g4_stream st) {
     if (a->n == 0) return K_OK;
     if (!a->x) return K_ERR_SHAPE;
-    softcap_kernel<<<ew_blocks(a->n), EW_THREADS, 0, (cudaStream_t)st>>>(*a);
+    CUDA_CHECK(k_launch(softcap_kernel, ew_blocks(a->n), EW_THREADS, 0, (cudaStream_t)st, *a));
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
+}
+
+/* The preconditions of each op's own launcher, and the one row count (ref_row_ops checks the
+ * same). */
+extern "C" int k_row_ops(const k_row_ops_args *a, g4_stream st) {
+    if (a->rows < 0 || a->n_ops < 1 || a->n_ops > K_ROW_OPS_MAX) return K_ERR_SHAPE;
+    for (int i = 0; i < a->n_ops; i++) {
+        const k_row_op *op = &a->op[i];
+        if (op->kind == K_ROW_RMSNORM) {
+            const k_rmsnorm_args *n = &op->u.rmsnorm;
+            if (n->rows != a->rows || n->width <= 0) return K_ERR_SHAPE;
+            if (a->rows && (!n->out || !n->in)) return K_ERR_SHAPE;
+        } else if (op->kind == K_ROW_MUL_VEC_SCALE) {
+            const k_mul_vec_scale_args *m = &op->u.mul_vec_scale;
+            if (m->rows != a->rows || m->width <= 0) return K_ERR_SHAPE;
+            if (a->rows && (!m->out || !m->a || !m->v)) return K_ERR_SHAPE;
+        } else if (op->kind == K_ROW_SCALE_ADD) {
+            const k_scale_add_args *sa = &op->u.scale_add;
+            if (a->rows == 0 ? sa->n != 0 : sa->n % (size_t)a->rows != 0 || sa->n == 0)
+                return K_ERR_SHAPE;
+            if (a->rows && (!sa->out || !sa->a)) return K_ERR_SHAPE;
+        } else {
+            return K_ERR_SHAPE;
+        }
+    }
+    if (a->rows == 0) return K_OK;
+    CUDA_CHECK(k_launch(row_ops_kernel, (unsigned)a->rows, RMS_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

@@ -22,6 +22,7 @@ static __device__ __forceinline__ bool beats(float v, int id, float bv, int bid)
 }
 
 __global__ static void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(k_argmax_args a) {
+    K_GRID_DEPENDENCY();
     __shared__ float sv[ARGMAX_THREADS / 32];
     __shared__ int si[ARGMAX_THREADS / 32];
     __shared__ int any_bad;
@@ -69,7 +70,7 @@ extern "C" int k_argmax(const k_argmax_args *a, g4_stream st) {
     if (a->rows < 0 || a->n_vocab <= 0) return K_ERR_SHAPE;
     if (a->rows == 0) return K_OK;
     if (!a->id || !a->logits) return K_ERR_SHAPE;
-    argmax_kernel<<<(unsigned)a->rows, ARGMAX_THREADS, 0, (cudaStream_t)st>>>(*a);
+    CUDA_CHECK(k_launch(argmax_kernel, (unsigned)a->rows, ARGMAX_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -127,6 +128,7 @@ static __device__ void topk_pick_bin(const int *hist, int k, int *bin, int *abov
 }
 
 __global__ static void __launch_bounds__(TOPK_THREADS) topk_kernel(k_topk_args a) {
+    K_GRID_DEPENDENCY();
     __shared__ int hist[256];
     __shared__ int warp_sums[32];
     __shared__ int s_bin, s_above;
@@ -195,7 +197,7 @@ extern "C" int k_topk(const k_topk_args *a, g4_stream st) {
         return K_ERR_SHAPE;
     if (a->rows == 0) return K_OK;
     if (!a->ids || !a->vals || !a->logits || !a->k) return K_ERR_SHAPE;
-    topk_kernel<<<(unsigned)a->rows, TOPK_THREADS, 0, (cudaStream_t)st>>>(*a);
+    CUDA_CHECK(k_launch(topk_kernel, (unsigned)a->rows, TOPK_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

@@ -78,6 +78,31 @@ int ref_mul_vec_scale(const k_mul_vec_scale_args *a, g4_stream st) {
     return K_OK;
 }
 
+/* Each op in turn over all rows: the rows are independent, so this is what the GPU's
+ * row-at-a-time kernel computes. */
+int ref_row_ops(const k_row_ops_args *a, g4_stream st) {
+    if (a->rows < 0 || a->n_ops < 1 || a->n_ops > K_ROW_OPS_MAX) return K_ERR_SHAPE;
+    for (int i = 0; i < a->n_ops; i++) {
+        const k_row_op *op = &a->op[i];
+        int ok = op->kind == K_ROW_RMSNORM         ? op->u.rmsnorm.rows == a->rows
+                 : op->kind == K_ROW_MUL_VEC_SCALE ? op->u.mul_vec_scale.rows == a->rows
+                 : op->kind == K_ROW_SCALE_ADD
+                     ? (a->rows == 0
+                            ? op->u.scale_add.n == 0
+                            : op->u.scale_add.n != 0 && op->u.scale_add.n % (size_t)a->rows == 0)
+                     : 0;
+        if (!ok) return K_ERR_SHAPE;
+    }
+    for (int i = 0; i < a->n_ops; i++) {
+        const k_row_op *op = &a->op[i];
+        int rc = op->kind == K_ROW_RMSNORM         ? ref_rmsnorm(&op->u.rmsnorm, st)
+                 : op->kind == K_ROW_MUL_VEC_SCALE ? ref_mul_vec_scale(&op->u.mul_vec_scale, st)
+                                                   : ref_scale_add(&op->u.scale_add, st);
+        if (rc != K_OK) return rc;
+    }
+    return K_OK;
+}
+
 int ref_gather_rows(const k_gather_rows_args *a, g4_stream st) {
     (void)st;
     for (int r = 0; r < a->rows; r++) {

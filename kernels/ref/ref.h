@@ -38,6 +38,7 @@ int ref_moe_route(const k_moe_route_args *a, g4_stream st);
 int ref_moe_experts(const k_moe_experts_args *a, g4_stream st);
 int ref_gather_rows(const k_gather_rows_args *a, g4_stream st);
 int ref_softcap(const k_softcap_args *a, g4_stream st);
+int ref_row_ops(const k_row_ops_args *a, g4_stream st);
 int ref_fill_uniform(const k_fill_args *a, g4_stream st);
 int ref_argmax(const k_argmax_args *a, g4_stream st);
 int ref_topk(const k_topk_args *a, g4_stream st);

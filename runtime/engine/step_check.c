@@ -11,6 +11,10 @@
  * KV writes of attn_prep are checked through the attention that reads them). */
 static const bf16_t *written(const g4_state *s, const g4_model_desc *m, int layer, const char *step,
                              size_t *width) {
+    /* a row_ops step ("a+b+c") is checked by what its last op wrote: the earlier ops' outputs
+     * feed it, so a non-finite value among them shows there or at a later step */
+    const char *last = strrchr(step, '+');
+    if (last) step = last + 1;
     int full = layer >= 0 && m->layer_kind[layer] == G4_LAYER_FULL;
     size_t hd = (size_t)(full ? m->head_dim_global : m->head_dim_local);
     size_t kv = hd * (size_t)(full ? m->n_kv_head_global : m->n_kv_head_local);

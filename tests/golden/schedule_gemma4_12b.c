@@ -156,7 +156,6 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .width = GEMMA4_12B_D_MODEL,
         .eps = GEMMA4_12B_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -166,7 +165,21 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .width = GEMMA4_12B_D_MODEL,
         .eps = GEMMA4_12B_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -223,7 +236,6 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .width = GEMMA4_12B_D_MODEL,
         .eps = GEMMA4_12B_EPS,
     };
-    STEP(il, "post_ff_norm", op_rmsnorm(&post_ff_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -231,7 +243,21 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEMMA4_12B_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op post_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_ff_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_ff_norm_op, layer_scalar_op},
+    };
+    STEP(il, "post_ff_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -326,7 +352,6 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .width = GEMMA4_12B_D_MODEL,
         .eps = GEMMA4_12B_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -336,7 +361,21 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .width = GEMMA4_12B_D_MODEL,
         .eps = GEMMA4_12B_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -393,7 +432,6 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .width = GEMMA4_12B_D_MODEL,
         .eps = GEMMA4_12B_EPS,
     };
-    STEP(il, "post_ff_norm", op_rmsnorm(&post_ff_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -401,7 +439,21 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEMMA4_12B_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op post_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_ff_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_ff_norm_op, layer_scalar_op},
+    };
+    STEP(il, "post_ff_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 

@@ -143,7 +143,6 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .width = GEMMA4_E2B_D_MODEL,
         .eps = GEMMA4_E2B_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -153,7 +152,21 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .width = GEMMA4_E2B_D_MODEL,
         .eps = GEMMA4_E2B_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -254,7 +267,6 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .width = GEMMA4_E2B_D_MODEL,
         .eps = GEMMA4_E2B_EPS,
     };
-    STEP(il, "ple_post_norm", op_rmsnorm(&ple_post_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -262,7 +274,21 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEMMA4_E2B_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op ple_post_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = ple_post_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {ple_post_norm_op, layer_scalar_op},
+    };
+    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -343,7 +369,6 @@ static int G4_FN(gemma4_e2b_sliding_shared)(g4_state *s, int il) {
         .width = GEMMA4_E2B_D_MODEL,
         .eps = GEMMA4_E2B_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -353,7 +378,21 @@ static int G4_FN(gemma4_e2b_sliding_shared)(g4_state *s, int il) {
         .width = GEMMA4_E2B_D_MODEL,
         .eps = GEMMA4_E2B_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -454,7 +493,6 @@ static int G4_FN(gemma4_e2b_sliding_shared)(g4_state *s, int il) {
         .width = GEMMA4_E2B_D_MODEL,
         .eps = GEMMA4_E2B_EPS,
     };
-    STEP(il, "ple_post_norm", op_rmsnorm(&ple_post_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -462,7 +500,21 @@ static int G4_FN(gemma4_e2b_sliding_shared)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEMMA4_E2B_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op ple_post_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = ple_post_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {ple_post_norm_op, layer_scalar_op},
+    };
+    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -568,7 +620,6 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .width = GEMMA4_E2B_D_MODEL,
         .eps = GEMMA4_E2B_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -578,7 +629,21 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .width = GEMMA4_E2B_D_MODEL,
         .eps = GEMMA4_E2B_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -679,7 +744,6 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .width = GEMMA4_E2B_D_MODEL,
         .eps = GEMMA4_E2B_EPS,
     };
-    STEP(il, "ple_post_norm", op_rmsnorm(&ple_post_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -687,7 +751,21 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEMMA4_E2B_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op ple_post_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = ple_post_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {ple_post_norm_op, layer_scalar_op},
+    };
+    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -768,7 +846,6 @@ static int G4_FN(gemma4_e2b_full_shared)(g4_state *s, int il) {
         .width = GEMMA4_E2B_D_MODEL,
         .eps = GEMMA4_E2B_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -778,7 +855,21 @@ static int G4_FN(gemma4_e2b_full_shared)(g4_state *s, int il) {
         .width = GEMMA4_E2B_D_MODEL,
         .eps = GEMMA4_E2B_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -879,7 +970,6 @@ static int G4_FN(gemma4_e2b_full_shared)(g4_state *s, int il) {
         .width = GEMMA4_E2B_D_MODEL,
         .eps = GEMMA4_E2B_EPS,
     };
-    STEP(il, "ple_post_norm", op_rmsnorm(&ple_post_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -887,7 +977,21 @@ static int G4_FN(gemma4_e2b_full_shared)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEMMA4_E2B_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op ple_post_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = ple_post_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {ple_post_norm_op, layer_scalar_op},
+    };
+    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 

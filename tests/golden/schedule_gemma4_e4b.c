@@ -150,7 +150,6 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .width = GEMMA4_E4B_D_MODEL,
         .eps = GEMMA4_E4B_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -160,7 +159,21 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .width = GEMMA4_E4B_D_MODEL,
         .eps = GEMMA4_E4B_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -261,7 +274,6 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .width = GEMMA4_E4B_D_MODEL,
         .eps = GEMMA4_E4B_EPS,
     };
-    STEP(il, "ple_post_norm", op_rmsnorm(&ple_post_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -269,7 +281,21 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEMMA4_E4B_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op ple_post_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = ple_post_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {ple_post_norm_op, layer_scalar_op},
+    };
+    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -350,7 +376,6 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .width = GEMMA4_E4B_D_MODEL,
         .eps = GEMMA4_E4B_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -360,7 +385,21 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .width = GEMMA4_E4B_D_MODEL,
         .eps = GEMMA4_E4B_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -461,7 +500,6 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .width = GEMMA4_E4B_D_MODEL,
         .eps = GEMMA4_E4B_EPS,
     };
-    STEP(il, "ple_post_norm", op_rmsnorm(&ple_post_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -469,7 +507,21 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEMMA4_E4B_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op ple_post_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = ple_post_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {ple_post_norm_op, layer_scalar_op},
+    };
+    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -575,7 +627,6 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .width = GEMMA4_E4B_D_MODEL,
         .eps = GEMMA4_E4B_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -585,7 +636,21 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .width = GEMMA4_E4B_D_MODEL,
         .eps = GEMMA4_E4B_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -686,7 +751,6 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .width = GEMMA4_E4B_D_MODEL,
         .eps = GEMMA4_E4B_EPS,
     };
-    STEP(il, "ple_post_norm", op_rmsnorm(&ple_post_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -694,7 +758,21 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEMMA4_E4B_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op ple_post_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = ple_post_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {ple_post_norm_op, layer_scalar_op},
+    };
+    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -775,7 +853,6 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .width = GEMMA4_E4B_D_MODEL,
         .eps = GEMMA4_E4B_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -785,7 +862,21 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .width = GEMMA4_E4B_D_MODEL,
         .eps = GEMMA4_E4B_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -886,7 +977,6 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .width = GEMMA4_E4B_D_MODEL,
         .eps = GEMMA4_E4B_EPS,
     };
-    STEP(il, "ple_post_norm", op_rmsnorm(&ple_post_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -894,7 +984,21 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEMMA4_E4B_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op ple_post_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = ple_post_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {ple_post_norm_op, layer_scalar_op},
+    };
+    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 

@@ -114,7 +114,6 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -124,7 +123,21 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -180,7 +193,6 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    STEP(il, "post_ff_norm_1", op_rmsnorm(&post_ff_norm_1, s->stream));
     /* router.norm, weightless, on the residual r (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args router_norm = {
         .out = s->xn,
@@ -189,7 +201,6 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    STEP(il, "router_norm", op_rmsnorm(&router_norm, s->stream));
     /* router.scale, then d_model^-0.5 (kernels/ref/norm_ref.c) */
     const k_mul_vec_scale_args router_scale = {
         .out = s->xn,
@@ -199,7 +210,25 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .scale = GEOMETRY_26B_A4B_INV_SQRT_D_MODEL,
     };
-    STEP(il, "router_scale", op_mul_vec_scale(&router_scale, s->stream));
+    const k_row_op post_ff_norm_1_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_ff_norm_1,
+    };
+    const k_row_op router_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = router_norm,
+    };
+    const k_row_op router_scale_op = {
+        .kind = K_ROW_MUL_VEC_SCALE,
+        .u.mul_vec_scale = router_scale,
+    };
+    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 3,
+        .op = {post_ff_norm_1_op, router_norm_op, router_scale_op},
+    };
+    STEP(il, "post_ff_norm_1+router_norm+router_scale", op_row_ops(&row_ops_2, s->stream));
     /* router.proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args router_proj = {
         .y = s->router_logits,
@@ -257,7 +286,6 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    STEP(il, "post_ff_norm_2", op_rmsnorm(&post_ff_norm_2, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args post_ff_norm = {
         .out = s->x,
@@ -268,7 +296,6 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    STEP(il, "post_ff_norm", op_rmsnorm(&post_ff_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -276,7 +303,25 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEOMETRY_26B_A4B_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op post_ff_norm_2_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_ff_norm_2,
+    };
+    const k_row_op post_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_ff_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_3 = {
+        .rows = s->rows,
+        .n_ops = 3,
+        .op = {post_ff_norm_2_op, post_ff_norm_op, layer_scalar_op},
+    };
+    STEP(il, "post_ff_norm_2+post_ff_norm+layer_scalar", op_row_ops(&row_ops_3, s->stream));
     return 0;
 }
 
@@ -371,7 +416,6 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -381,7 +425,21 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -437,7 +495,6 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    STEP(il, "post_ff_norm_1", op_rmsnorm(&post_ff_norm_1, s->stream));
     /* router.norm, weightless, on the residual r (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args router_norm = {
         .out = s->xn,
@@ -446,7 +503,6 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    STEP(il, "router_norm", op_rmsnorm(&router_norm, s->stream));
     /* router.scale, then d_model^-0.5 (kernels/ref/norm_ref.c) */
     const k_mul_vec_scale_args router_scale = {
         .out = s->xn,
@@ -456,7 +512,25 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .scale = GEOMETRY_26B_A4B_INV_SQRT_D_MODEL,
     };
-    STEP(il, "router_scale", op_mul_vec_scale(&router_scale, s->stream));
+    const k_row_op post_ff_norm_1_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_ff_norm_1,
+    };
+    const k_row_op router_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = router_norm,
+    };
+    const k_row_op router_scale_op = {
+        .kind = K_ROW_MUL_VEC_SCALE,
+        .u.mul_vec_scale = router_scale,
+    };
+    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 3,
+        .op = {post_ff_norm_1_op, router_norm_op, router_scale_op},
+    };
+    STEP(il, "post_ff_norm_1+router_norm+router_scale", op_row_ops(&row_ops_2, s->stream));
     /* router.proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args router_proj = {
         .y = s->router_logits,
@@ -514,7 +588,6 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    STEP(il, "post_ff_norm_2", op_rmsnorm(&post_ff_norm_2, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args post_ff_norm = {
         .out = s->x,
@@ -525,7 +598,6 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    STEP(il, "post_ff_norm", op_rmsnorm(&post_ff_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -533,7 +605,25 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEOMETRY_26B_A4B_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op post_ff_norm_2_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_ff_norm_2,
+    };
+    const k_row_op post_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_ff_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_3 = {
+        .rows = s->rows,
+        .n_ops = 3,
+        .op = {post_ff_norm_2_op, post_ff_norm_op, layer_scalar_op},
+    };
+    STEP(il, "post_ff_norm_2+post_ff_norm+layer_scalar", op_row_ops(&row_ops_3, s->stream));
     return 0;
 }
 

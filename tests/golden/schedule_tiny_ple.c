@@ -114,7 +114,6 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .width = TINY_PLE_D_MODEL,
         .eps = TINY_PLE_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -124,7 +123,21 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .width = TINY_PLE_D_MODEL,
         .eps = TINY_PLE_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -225,7 +238,6 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .width = TINY_PLE_D_MODEL,
         .eps = TINY_PLE_EPS,
     };
-    STEP(il, "ple_post_norm", op_rmsnorm(&ple_post_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -233,7 +245,21 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .n = (size_t)s->rows * TINY_PLE_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op ple_post_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = ple_post_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {ple_post_norm_op, layer_scalar_op},
+    };
+    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -314,7 +340,6 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .width = TINY_PLE_D_MODEL,
         .eps = TINY_PLE_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -324,7 +349,21 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .width = TINY_PLE_D_MODEL,
         .eps = TINY_PLE_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -425,7 +464,6 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .width = TINY_PLE_D_MODEL,
         .eps = TINY_PLE_EPS,
     };
-    STEP(il, "ple_post_norm", op_rmsnorm(&ple_post_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -433,7 +471,21 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .n = (size_t)s->rows * TINY_PLE_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op ple_post_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = ple_post_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {ple_post_norm_op, layer_scalar_op},
+    };
+    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -539,7 +591,6 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .width = TINY_PLE_D_MODEL,
         .eps = TINY_PLE_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -549,7 +600,21 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .width = TINY_PLE_D_MODEL,
         .eps = TINY_PLE_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -650,7 +715,6 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .width = TINY_PLE_D_MODEL,
         .eps = TINY_PLE_EPS,
     };
-    STEP(il, "ple_post_norm", op_rmsnorm(&ple_post_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -658,7 +722,21 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .n = (size_t)s->rows * TINY_PLE_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op ple_post_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = ple_post_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {ple_post_norm_op, layer_scalar_op},
+    };
+    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -739,7 +817,6 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .width = TINY_PLE_D_MODEL,
         .eps = TINY_PLE_EPS,
     };
-    STEP(il, "post_attn_norm", op_rmsnorm(&post_attn_norm, s->stream));
     /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args pre_ff_norm = {
         .out = s->xn,
@@ -749,7 +826,21 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .width = TINY_PLE_D_MODEL,
         .eps = TINY_PLE_EPS,
     };
-    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -850,7 +941,6 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .width = TINY_PLE_D_MODEL,
         .eps = TINY_PLE_EPS,
     };
-    STEP(il, "ple_post_norm", op_rmsnorm(&ple_post_norm, s->stream));
     /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
     const k_scale_add_args layer_scalar = {
         .out = s->x,
@@ -858,7 +948,21 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .n = (size_t)s->rows * TINY_PLE_D_MODEL,
         .scale = L->layer_scalar,
     };
-    STEP(il, "layer_scalar", op_scale_add(&layer_scalar, s->stream));
+    const k_row_op ple_post_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = ple_post_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {ple_post_norm_op, layer_scalar_op},
+    };
+    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 

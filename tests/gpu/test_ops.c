@@ -463,6 +463,124 @@ static void run_softcap(size_t n, float cap, uint64_t seed) {
 
 /* ---- preconditions ---- */
 
+/* ---- row_ops ---- */
+
+/* The three groups a layer's schedule fuses (codegen/gen.c, row_group), on buffers named as
+ * in g4_state: x the residual, t a branch output, xn the normed input, m1 the dense branch. */
+enum { RG_ATTN_RESIDUAL, RG_ROUTER, RG_LAYER_END, RG_KINDS };
+static const char *const rg_names[RG_KINDS] = {"post_attn_norm+pre_ff_norm",
+                                               "post_ff_norm_1+router_norm+router_scale",
+                                               "post_ff_norm_2+post_ff_norm+layer_scalar"};
+
+static int rg_ops(int kind, bf16_t **b, const bf16_t *w1, const bf16_t *w2, int rows, int width,
+                  k_row_op *op) {
+    bf16_t *x = b[0], *t = b[1], *xn = b[2], *m1 = b[3];
+    size_t n = (size_t)rows * (size_t)width;
+    k_rmsnorm_args nm = {.rows = rows, .width = width, .eps = EPS};
+    if (kind == RG_ATTN_RESIDUAL) {
+        op[0] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
+        op[0].u.rmsnorm.out = x, op[0].u.rmsnorm.in = t, op[0].u.rmsnorm.w = w1;
+        op[0].u.rmsnorm.residual = x;
+        op[1] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
+        op[1].u.rmsnorm.out = xn, op[1].u.rmsnorm.in = x, op[1].u.rmsnorm.w = w2;
+        return 2;
+    }
+    if (kind == RG_ROUTER) {
+        op[0] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
+        op[0].u.rmsnorm.out = m1, op[0].u.rmsnorm.in = t, op[0].u.rmsnorm.w = w1;
+        op[1] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
+        op[1].u.rmsnorm.out = xn, op[1].u.rmsnorm.in = x;
+        k_mul_vec_scale_args mv = {
+            .out = xn, .a = xn, .v = w2, .rows = rows, .width = width, .scale = 0.0188445f};
+        op[2] = (k_row_op){.kind = K_ROW_MUL_VEC_SCALE, .u.mul_vec_scale = mv};
+        return 3;
+    }
+    op[0] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
+    op[0].u.rmsnorm.out = t, op[0].u.rmsnorm.in = t, op[0].u.rmsnorm.w = w1;
+    op[0].u.rmsnorm.residual = m1;
+    op[1] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
+    op[1].u.rmsnorm.out = x, op[1].u.rmsnorm.in = t, op[1].u.rmsnorm.w = w2;
+    op[1].u.rmsnorm.residual = x;
+    k_scale_add_args sa = {.out = x, .a = x, .n = n, .scale = ref_round_bf16(0.37f)};
+    op[2] = (k_row_op){.kind = K_ROW_SCALE_ADD, .u.scale_add = sa};
+    return 3;
+}
+
+/* Rule: bit-identical to the same ops launched one by one (k_rmsnorm, k_mul_vec_scale,
+ * k_scale_add), every buffer the group touches, since each op runs the separate kernel's
+ * arithmetic element for element; and row 0 alone gives row 0's bits (batch invariance). The
+ * separate launches are themselves gated against the twins above. */
+static void run_row_ops(int kind, int rows, int width, uint64_t seed) {
+    char gate[160];
+    snprintf(gate, sizeof gate, "op_vs_ops[row_ops %s w=%d rows=%d]", rg_names[kind], width, rows);
+    rng_state = seed;
+    size_t n = (size_t)rows * (size_t)width;
+    bf16_t *init[4], *got[4], *want[4], *w1 = hbuf((size_t)width), *w2 = hbuf((size_t)width);
+    for (int b = 0; b < 4; b++) {
+        init[b] = hbuf(n), got[b] = hbuf(n), want[b] = hbuf(n);
+        fill(init[b], n, b == 0 ? 4.0f : 1.0f);
+    }
+    fill(w1, (size_t)width, 1.0f);
+    fill(w2, (size_t)width, 1.0f);
+    int rc = 0;
+    bf16_t *fused[4], *sep[4];
+    void *dw1 = dcopy(w1, (size_t)width * 2, &rc), *dw2 = dcopy(w2, (size_t)width * 2, &rc);
+    for (int b = 0; b < 4; b++) {
+        fused[b] = dcopy(init[b], n * 2, &rc);
+        sep[b] = dcopy(init[b], n * 2, &rc);
+    }
+    k_row_ops_args fa = {.rows = rows}, sa = {.rows = rows};
+    fa.n_ops = rg_ops(kind, fused, dw1, dw2, rows, width, fa.op);
+    sa.n_ops = rg_ops(kind, sep, dw1, dw2, rows, width, sa.op);
+    if (rc == 0) rc |= k_row_ops(&fa, NULL);
+    for (int i = 0; rc == 0 && i < sa.n_ops; i++) {
+        const k_row_op *op = &sa.op[i];
+        rc |= op->kind == K_ROW_RMSNORM         ? k_rmsnorm(&op->u.rmsnorm, NULL)
+              : op->kind == K_ROW_MUL_VEC_SCALE ? k_mul_vec_scale(&op->u.mul_vec_scale, NULL)
+                                                : k_scale_add(&op->u.scale_add, NULL);
+    }
+    rc |= k_sync();
+    size_t differ = 0;
+    for (int b = 0; b < 4 && rc == 0; b++) {
+        rc |= k_copy_to_host(got[b], fused[b], n * 2);
+        rc |= k_copy_to_host(want[b], sep[b], n * 2);
+        for (size_t i = 0; i < n; i++)
+            differ += got[b][i] != want[b][i];
+    }
+    /* row 0 alone, from the initial row 0 */
+    size_t alone_differ = 0;
+    if (rows > 1 && rc == 0) {
+        for (int b = 0; b < 4; b++)
+            rc |= k_copy_to_device(fused[b], init[b], (size_t)width * 2);
+        k_row_ops_args one = {.rows = 1};
+        one.n_ops = rg_ops(kind, fused, dw1, dw2, 1, width, one.op);
+        rc |= k_row_ops(&one, NULL);
+        rc |= k_sync();
+        bf16_t *row = hbuf((size_t)width);
+        for (int b = 0; b < 4 && rc == 0; b++) {
+            rc |= k_copy_to_host(row, fused[b], (size_t)width * 2);
+            for (int j = 0; j < width; j++)
+                alone_differ += row[j] != want[b][j];
+        }
+        free(row);
+    }
+    TEST_CHECK(gate, rc == 0 && differ == 0 && alone_differ == 0,
+               "rc %d, %zu of %zu elements differ from the separate launches, row 0 alone: %zu "
+               "differ",
+               rc, differ, 4 * n, alone_differ);
+    for (int b = 0; b < 4; b++) {
+        k_device_free(fused[b]);
+        k_device_free(sep[b]);
+        free(init[b]);
+        free(got[b]);
+        free(want[b]);
+    }
+    k_device_free(dw1);
+    k_device_free(dw2);
+    free(w1);
+    free(w2);
+}
+
 static void run_preconditions(void) {
     bf16_t dummy = 0;
     int32_t id = 0;
@@ -502,7 +620,19 @@ static void run_preconditions(void) {
     bad += k_mul_vec_scale(&mv, NULL) != K_ERR_SHAPE; /* NULL v */
     k_gather_rows_args gr = {.out = &dummy, .in = &dummy, .src = &id, .rows = -2, .width = 4};
     bad += k_gather_rows(&gr, NULL) != K_ERR_SHAPE;
-    TEST_CHECK("op_preconditions", bad == 0, "%d of 13 precondition answers wrong", bad);
+    k_row_ops_args ro = {.rows = 2, .n_ops = 0};
+    bad += k_row_ops(&ro, NULL) != K_ERR_SHAPE; /* no ops */
+    ro.n_ops = 1;
+    ro.op[0] = (k_row_op){.kind = K_ROW_RMSNORM,
+                          .u.rmsnorm = {.out = &dummy, .in = &dummy, .rows = 1, .width = 4}};
+    bad += k_row_ops(&ro, NULL) != K_ERR_SHAPE; /* an op's rows differ from the group's */
+    ro.op[0] =
+        (k_row_op){.kind = K_ROW_SCALE_ADD, .u.scale_add = {.out = &dummy, .a = &dummy, .n = 5}};
+    bad += k_row_ops(&ro, NULL) != K_ERR_SHAPE; /* n not a whole number of rows */
+    ro.op[0].kind = 0;
+    bad += k_row_ops(&ro, NULL) != K_ERR_SHAPE;   /* no such kind */
+    bad += ref_row_ops(&ro, NULL) != K_ERR_SHAPE; /* the twin answers the same */
+    TEST_CHECK("op_preconditions", bad == 0, "%d of 18 precondition answers wrong", bad);
 }
 
 int main(void) {
@@ -514,7 +644,8 @@ int main(void) {
     printf("# device: %s\n", desc);
     run_preconditions();
 
-    static const int widths[] = {16, 64, 256, 512, 2816, 5376};
+    /* 6144 is the widest row rmsnorm holds in registers, 6145 and 8192 take its strided loop */
+    static const int widths[] = {16, 33, 64, 256, 512, 2816, 5376, 6144, 6145, 8192};
     static const int row_counts[] = {1, 3, 17};
     const size_t nw = sizeof widths / sizeof widths[0], nr = sizeof row_counts / sizeof *row_counts;
     uint64_t seed = 1000;
@@ -554,5 +685,13 @@ int main(void) {
     run_scale_add((size_t)262144 * 5 + 3, 1, 0, 0.70710678f, seed++);
     run_softcap((size_t)262144 * 5 + 3, 30.0f, seed++);
     run_gelu_mul(257, 5376, GM_PACKED, seed++);
+
+    /* row_ops: each group a layer fuses, at the hidden sizes, ragged and past the held width */
+    static const int rg_widths[] = {2816, 5376, 33, 8192};
+    static const int rg_rows[] = {1, 3, 17};
+    for (int kind = 0; kind < RG_KINDS; kind++)
+        for (size_t i = 0; i < sizeof rg_widths / sizeof *rg_widths; i++)
+            for (size_t k = 0; k < sizeof rg_rows / sizeof *rg_rows; k++)
+                run_row_ops(kind, rg_rows[k], rg_widths[i], seed++);
     return harness_exit();
 }

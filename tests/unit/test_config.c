@@ -69,7 +69,7 @@ static void test_defaults(void) {
              c.model.weights == G4_WEIGHTS_FILE && c.kv.local == G4_KV_LOCAL_BF16 &&
              c.kv.page_tokens == 16 && c.kv.budget_gb == 0.0 && c.serve.max_batch == 16 &&
              c.serve.max_context == 32768 && c.serve.prefill_chunk == 2048 &&
-             c.serve.max_queue == 256 && c.serve.attn_splits_per_block == 0 &&
+             c.serve.max_queue == 256 && c.serve.attn_splits_per_block == 0 && c.serve.pdl == 1 &&
              c.serve.sample_threads == 0 && c.log.level == LOG_INFO && c.debug.sync == 0 &&
              c.debug.gemm_plain == 0;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
@@ -110,6 +110,7 @@ static void test_full_ini(void) {
                                              "prefill_chunk = 1024\n"
                                              "max_queue = 1000000\n"
                                              "attn_splits_per_block = 4\n"
+                                             "pdl = 0\n"
                                              "sample_threads = 3\n"
                                              "[log]\n"
                                              "level = debug\n"
@@ -126,8 +127,9 @@ static void test_full_ini(void) {
              c.kv.local == G4_KV_LOCAL_FP8 && c.kv.page_tokens == 32 && c.kv.budget_gb == 12.5 &&
              c.serve.max_batch == 8 && c.serve.max_context == 65536 &&
              c.serve.prefill_chunk == 1024 && c.serve.max_queue == 1000000 &&
-             c.serve.attn_splits_per_block == 4 && c.serve.sample_threads == 3 &&
-             c.log.level == LOG_DEBUG && c.debug.sync == 1 && c.debug.gemm_plain == 1;
+             c.serve.attn_splits_per_block == 4 && c.serve.pdl == 0 &&
+             c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG && c.debug.sync == 1 &&
+             c.debug.gemm_plain == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
                c.model.path, c.kv.page_tokens, c.kv.budget_gb, rc ? config_last_error() : "");
 
@@ -182,6 +184,7 @@ static void test_load_errors(void) {
                       "cublaslt");
     expect_load_error("config.bad_splits_per_block", "[serve]\nattn_splits_per_block = 17\n",
                       ":2:", "serve.attn_splits_per_block", "out of range 0..16");
+    expect_load_error("config.bad_pdl", "[serve]\npdl = yes\n", ":2:", "serve.pdl", NULL);
     expect_load_error("config.bad_int_overflow", "[serve]\nmax_queue = 99999999999999999999\n",
                       ":2:", "serve.max_queue", "out of range 1..1000000");
     expect_load_error("config.bad_int_range", "[serve]\nmax_context = 8\n",
