@@ -5,7 +5,8 @@
  * B sequences are prefilled with N random tokens each, then S decode steps of B rows are timed
  * (wall clock around each whole step, which ends in the greedy tokens' copy to the host, so it
  * includes the launch gaps). One more step records a CUDA event after every named step and
- * sums the intervals per step name (see profile); the last prefill chunk is profiled the same
+ * sums the intervals per step name (see profile), with the bytes each decode step must read and
+ * the rate that gives (step_bytes); the last prefill chunk is profiled the same
  * way, printed after the decode figures. The profiled decode step is also the one a profiler
  * started with collection off records (ncu --profile-from-start off). The floor counts the bytes a
  * step must read: every non-expert weight once, the experts B rows route to per layer, the LM head,
@@ -49,7 +50,37 @@ typedef struct profile {
     k_event *ev[MAX_EVENTS + 1]; /* ev[0] before the step */
     int ev_step[MAX_EVENTS + 1]; /* the name index each event closes */
     int n_ev;
+    /* decode profile only (m non-NULL): what each named step must read, for its GB/s */
+    const g4_model_desc *m;
+    int rows, ctx, local_elem; /* ctx: the keys a row attends over; local_elem: its pool's bytes */
+    double distinct;           /* experts the rows route to per layer (as the floor counts) */
+    double bytes[MAX_STEP_NAMES];
 } profile;
+
+/* Bytes one named step of layer `layer` must read from HBM in a decode step of p->rows rows:
+ * its weights (bf16; the routed experts' as the floor counts them), attention its rows' K and
+ * V (window-capped on sliding layers), the LM head its table. Row ops and the rest move only
+ * activations, a few KB, counted as 0: their time is latency, not bytes. */
+static double step_bytes(const profile *p, int layer, const char *step) {
+    const g4_model_desc *m = p->m;
+    if (!strcmp(step, "lm_head")) return 2.0 * m->n_vocab * m->d_model;
+    if (layer < 0) return 0;
+    int full = m->layer_kind[layer] == G4_LAYER_FULL;
+    double hd = full ? m->head_dim_global : m->head_dim_local, dm = m->d_model;
+    double kv = (full ? m->n_kv_head_global : m->n_kv_head_local) * hd;
+    if (!strcmp(step, "q_proj") || !strcmp(step, "o_proj")) return 2.0 * m->n_head * hd * dm;
+    if (!strcmp(step, "k_proj") || !strcmp(step, "v_proj")) return 2.0 * kv * dm;
+    if (!strcmp(step, "gate_proj") || !strcmp(step, "up_proj") || !strcmp(step, "down_proj"))
+        return 2.0 * g4_model_d_ff(m, layer) * dm;
+    if (!strcmp(step, "router_proj")) return 2.0 * m->n_expert * dm;
+    if (!strcmp(step, "experts")) return p->distinct * 3.0 * m->d_expert * dm * 2.0;
+    if (!strcmp(step, "ple_gate") || !strcmp(step, "ple_proj")) return 2.0 * m->d_ple * dm;
+    if (!strcmp(step, "attention")) {
+        int keys = full || p->ctx < m->window ? p->ctx : m->window;
+        return (double)keys * kv * 2.0 * (full ? 2 : p->local_elem) * p->rows;
+    }
+    return 0;
+}
 
 static int name_index(profile *p, const char *step) {
     int i = 0;
@@ -63,6 +94,7 @@ static int profile_hook(g4_state *s, int layer, const char *step) {
     profile *p = s->hook_ctx;
     if (layer >= 0) p->layer_calls++;
     int i = name_index(p, step);
+    if (p->m && i < MAX_STEP_NAMES) p->bytes[i] += step_bytes(p, layer, step);
     if (p->gpu) {
         if (p->n_ev >= MAX_EVENTS || i >= MAX_STEP_NAMES) return 0;
         p->ev_step[++p->n_ev] = i;
@@ -96,10 +128,16 @@ static void profile_print(const profile *p, const char *what) {
            p->gpu ? "CUDA events after every named step, no synchronisation inside the step"
                   : "wall clock after every named step",
            total);
-    printf("%-16s %10s %8s %8s\n", "step", "ms", "share", "calls");
-    for (int i = 0; i < p->n; i++)
-        printf("%-16s %10.3f %7.1f%% %8ld\n", p->names[i], p->ms[i], 100 * p->ms[i] / total,
+    printf("%-42s %10s %8s %8s %10s %8s\n", "step", "ms", "share", "calls", "GB", "GB/s");
+    for (int i = 0; i < p->n; i++) {
+        printf("%-42s %10.3f %7.1f%% %8ld", p->names[i], p->ms[i], 100 * p->ms[i] / total,
                p->calls[i]);
+        if (p->m && p->bytes[i] > 0)
+            printf(" %10.4f %8.0f", p->bytes[i] / 1e9, p->bytes[i] / 1e6 / p->ms[i]);
+        else
+            printf(" %10s %8s", "-", "-");
+        printf("\n");
+    }
 }
 
 /* Bytes of every non-expert weight a decode step reads; *experts_all gets the bytes of all
@@ -176,6 +214,12 @@ int main(int argc, char **argv) {
     srand(1);
     static profile prof, pre; /* the last decode step; the last prefill chunk */
     prof.gpu = pre.gpu = engine_on_gpu(e);
+    prof.m = m;
+    prof.rows = batch;
+    prof.ctx = prompt + steps + 1; /* the profiled step is the last, at position prompt + steps */
+    prof.local_elem = strcmp(engine_variant(e), "local_fp8") == 0 ? 1 : 2;
+    prof.distinct =
+        m->n_expert ? m->n_expert * (1.0 - pow(1.0 - (double)m->top_k / m->n_expert, batch)) : 0;
     for (int k = 0; prof.gpu && k <= MAX_EVENTS; k++)
         if (k_event_create(&prof.ev[k]) != 0 || k_event_create(&pre.ev[k]) != 0) return 1;
     /* prefill every sequence in chunks; the last chunk of the last sequence is profiled */
@@ -238,8 +282,7 @@ int main(int argc, char **argv) {
     }
     qsort(t, (size_t)steps, sizeof *t, cmp_double);
     double experts_all, wb = weight_bytes(m, &experts_all);
-    double distinct =
-        m->n_expert ? m->n_expert * (1.0 - pow(1.0 - (double)m->top_k / m->n_expert, batch)) : 0;
+    double distinct = prof.distinct;
     double routed = m->n_expert ? experts_all * distinct / m->n_expert : 0;
     double floor_bytes = wb + routed + kv_bytes(m, prompt, batch);
     double floor_ms = floor_bytes / (bw * 1e6);
