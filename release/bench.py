@@ -16,12 +16,19 @@ difference between A and B smaller than the spread of either configuration's per
 is reported as flat. Results: JSON, a markdown table and a PNG plot under --out, named by git
 commit, card and time; one progress line per measurement on stderr.
 
+With --load RATES it is the load benchmark instead (release/load.py): requests arriving as a
+seeded Poisson process at each rate, prompt and output lengths drawn from --prompt-dist and
+--output-dist, reporting TTFT, time per output token, inter-token gaps and end-to-end latency
+(p50, p99) and throughput per rate and configuration, as vLLM's serving benchmark does.
+
 Only the standard library: the GPU box cannot install packages. Timing is reported, never
 asserted (docs/benchmarks.md).
 
   release/bench.py -c conf/gemma4-26b-a4b.ini --a-label bf16 --a-set kv.local=bf16 \\
       --b-label fp8 --b-set kv.local=fp8                     # dummy weights at c = 1, 4, 16
   release/bench.py -c conf/gemma4-31b.ini --b-bin ../prev/build/g4pipe --b-label prev
+  release/bench.py -c conf/gemma4-26b-a4b.ini --load 0.5,1,2,4 --requests 64 \\
+      --a-label chunk2048 --b-label budget256 --b-set serve.step_tokens=256
 """
 import argparse
 import configparser
@@ -36,6 +43,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import load  # noqa: E402  (release/load.py)
 import plot_png  # noqa: E402  (release/plot_png.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -418,7 +426,34 @@ def parse_args(argv):
     p.add_argument("--max-seconds", type=float, default=0,
                    help="start no round that would end past this many seconds (0: no limit); "
                         "the report covers the rounds done")
+    p.add_argument("--load", default="",
+                   help="the load benchmark: request rates (req/s, comma-separated) instead of "
+                        "--concurrency")
+    p.add_argument("--requests", type=int, default=32, help="--load: requests a rate")
+    p.add_argument("--prompt-dist", default="128:8192",
+                   help="--load: prompt tokens lo:hi, drawn log-uniform")
+    p.add_argument("--output-dist", default="64:512",
+                   help="--load: output tokens lo:hi, drawn uniform")
+    p.add_argument("--rate-timeout", type=float, default=1800,
+                   help="--load: seconds one rate's run may take before the bench gives up")
     a = p.parse_args(argv)
+    a.rates = []
+    if a.load:
+        try:
+            a.rates = [float(x) for x in a.load.split(",") if x]
+        except ValueError:
+            fail(f"--load takes rates separated by commas, not {a.load!r}")
+        if not a.rates or min(a.rates) <= 0:
+            fail("--load needs at least one rate > 0")
+        if a.requests < 1:
+            fail("--requests must be >= 1")
+        try:
+            a.prompt_lo_hi = load.parse_dist(a.prompt_dist, "--prompt-dist")
+            a.output_lo_hi = load.parse_dist(a.output_dist, "--output-dist")
+        except ValueError as e:
+            fail(str(e))
+        if a.prompt_lo_hi[0] < 2:
+            fail("--prompt-dist: prompts need at least 2 tokens")
     try:
         a.concurrency = [int(x) for x in a.concurrency.split(",") if x]
     except ValueError:
@@ -441,10 +476,13 @@ def main(argv):
     if not args.checkpoint:
         common.append("model.weights=dummy")
     conf = read_ini(args.conf)
-    if conf.getint("serve", "max_batch", fallback=16) < max(args.concurrency):
+    if not args.rates and conf.getint("serve", "max_batch", fallback=16) < max(args.concurrency):
         common.append(f"serve.max_batch={max(args.concurrency)}")
-    if conf.getint("serve", "max_context", fallback=32768) < args.prompt + args.output:
-        fail(f"serve.max_context of {args.conf} is under --prompt + --output")
+    longest = (args.prompt_lo_hi[1] + args.output_lo_hi[1]) if args.rates else \
+        args.prompt + args.output
+    if conf.getint("serve", "max_context", fallback=32768) < longest:
+        fail(f"serve.max_context of {args.conf} is under the longest prompt plus output "
+             f"({longest} tokens)")
     cfgs = []
     for x in "ab":
         sets = common + getattr(args, f"{x}_set")
@@ -460,6 +498,8 @@ def main(argv):
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     card = card_name()
     base = os.path.join(args.out, f"{git_commit()}-{card.replace(' ', '_')}-{stamp}")
+    if args.rates:
+        return load_main(args, cfgs, d, base, card, stamp)
     rng = random.Random(args.seed)
     sampling = ({"temperature": args.temperature, "top_k": args.top_k}
                 if args.temperature > 0 else None)
@@ -511,6 +551,66 @@ def main(argv):
                        [(c["label"].upper(), [s["decode_step_ms_median"] for s in c["summary"]])
                         for c in cfgs],
                        [s["floor_ms"] for s in cfgs[0]["summary"]])
+    sys.stdout.write(md)
+    log(f"wrote {base}.json, .md and .png")
+    return 0
+
+
+def load_main(args, cfgs, d, base, card, stamp):
+    """--load: every configuration through every rate's schedule (the same for both), rounds in
+    ABBA order; the records of all rounds pooled per configuration and rate."""
+    plans = {r: load.schedule(args.seed, r, args.requests, args.prompt_lo_hi, args.output_lo_hi,
+                              d["n_vocab"]) for r in args.rates}
+    records = {(c["label"], r): [] for c in cfgs for r in args.rates}
+    walls = {k: 0.0 for k in records}
+    total, n = 2 * args.rounds * len(args.rates), 0
+    for rnd in range(args.rounds):
+        for cfg in (cfgs if rnd % 2 == 0 else cfgs[::-1]):
+            logs = os.path.join(args.logs, os.path.basename(base)) if args.logs else base
+            srv = load.LoadServer(cfg["bin"], args.conf, cfg["sets"],
+                                  f"{logs}.{cfg['label']}.r{rnd}.log")
+            try:
+                warm = load.schedule(args.seed, 1.0, 1, (4, 4), (2, 2), d["n_vocab"])
+                load.run_rate(srv, [dict(warm[0], at=0.0)], f"warm{rnd}", args.rate_timeout)
+                for rate in args.rates:
+                    recs, wall = load.run_rate(srv, plans[rate], f"r{rnd}q{rate:g}",
+                                               args.rate_timeout)
+                    records[(cfg["label"], rate)] += recs
+                    walls[(cfg["label"], rate)] += wall
+                    n += 1
+                    s = load.summarize_rate(rate, recs, wall)
+                    log(f"[{n}/{total}] round {rnd + 1} {cfg['label']} rate {rate:g}/s: "
+                        f"{s['completed']}/{s['requests']} done, TTFT p50 "
+                        f"{load.fmt(s['ttft_ms']['p50'])} ms, TPOT p50 "
+                        f"{load.fmt(s['tpot_ms']['p50'], 2)} ms, {wall:.1f} s")
+            except RuntimeError as e:
+                srv.close()
+                fail(str(e))
+            srv.close()
+    for cfg in cfgs:
+        cfg["load"] = [load.summarize_rate(r, records[(cfg["label"], r)],
+                                           walls[(cfg["label"], r)]) for r in args.rates]
+    result = {"model": d["name"], "card": card, "commit": git_commit(), "time": stamp,
+              "mode": "load", "rates": args.rates, "requests": args.requests,
+              "rounds": args.rounds, "seed": args.seed, "prompt_dist": list(args.prompt_lo_hi),
+              "output_dist": list(args.output_lo_hi),
+              "weights": "checkpoint" if args.checkpoint else "dummy",
+              "schedule": {f"{r:g}": [{"at": q["at"], "prompt": q["prompt"],
+                                       "output": q["output"]} for q in plans[r]]
+                           for r in args.rates},
+              "configs": cfgs,
+              "records": {f"{k[0]}@{k[1]:g}": [load.request_figures(q) for q in recs]
+                          for k, recs in records.items()}}
+    with open(base + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+    md = load.markdown(result)
+    with open(base + ".md", "w") as f:
+        f.write(md)
+    plot_png.bar_chart(base + ".png", f"TPOT P50 MS {d['name'].upper()}",
+                       [f"R{r:g}" for r in args.rates],
+                       [(c["label"].upper(), [s["tpot_ms"]["p50"] or 0.0 for s in c["load"]])
+                        for c in cfgs],
+                       [None] * len(args.rates))
     sys.stdout.write(md)
     log(f"wrote {base}.json, .md and .png")
     return 0

@@ -127,8 +127,62 @@ def main():
           f"{sizes['gemma4-26b-a4b']:.2f} B (26B-A4B); 2W tokens cost more than twice W "
           f"({two_w / 1e12:.3f} TFLOP more: the global layers' keys keep growing)")
 
+    # the load benchmark (--load): two rates, both configurations, the same seeded schedule
+    out_l = tempfile.mkdtemp(prefix="g4load")
+    lcmd = cmd[:cmd.index("--concurrency")] + ["--load", "4,16", "--requests", "6",
+                                               "--prompt-dist", "8:48", "--output-dist", "2:6",
+                                               "--rounds", "2", "--out", out_l]
+    p = subprocess.run(lcmd, capture_output=True, text=True, timeout=600)
+    js = [f for f in os.listdir(out_l) if f.endswith(".json")]
+    rl = json.load(open(os.path.join(out_l, js[0]))) if p.returncode == 0 and len(js) == 1 else {}
+    summ = [s for c in rl.get("configs", []) for s in c.get("load", [])]
+    figures_ok = all(s["requests"] == 12 and s["completed"] + sum(s["errors"].values()) == 12
+                     and s["ttft_ms"]["p50"] > 0 and s["ttft_ms"]["p99"] >= s["ttft_ms"]["p50"]
+                     and s["tpot_ms"]["p50"] > 0 and s["output_tokens_per_s"] > 0
+                     and s["e2e_ms"]["p99"] >= s["ttft_ms"]["p99"] for s in summ)
+    recs = rl.get("records", {})
+    # every completed request got exactly the output it asked for (ignore_eos), on both sides
+    lengths_ok = bool(recs) and all(q["error"] is None and q["tokens"] == q["output"]
+                                    for v in recs.values() for q in v)
+    progress = p.stderr.count(" rate ")
+    check("release_load_runs", rl.get("mode") == "load" and len(summ) == 4 and figures_ok and
+          lengths_ok and progress >= 8,
+          f"exit {p.returncode}, {len(summ)} summaries (2 configs x 2 rates, 2 rounds of 6 "
+          f"requests pooled), figures positive and ordered: {figures_ok}, every request its "
+          f"asked length: {lengths_ok}, {progress} progress lines")
+    md = open(os.path.join(out_l, js[0][:-5] + ".md")).read() if rl else ""
+    ok, why = png_ok(os.path.join(out_l, js[0][:-5] + ".png")) if rl else (False, "no run")
+    check("release_load_report", md == p.stdout and len([l for l in md.splitlines()
+                                                          if l.startswith("| chunk")]) == 4 and ok,
+          f"4 config x rate rows, the same text on stdout, PNG: {why}")
+
+    # the schedule: seeded (the same twice, another seed another), Poisson gaps of mean
+    # 1/rate, log-uniform prompts (median sqrt(lo * hi)), uniform outputs; fixed seeds, so
+    # these figures are the same on every run
+    a1 = bench.load.schedule(7, 2.0, 4000, (128, 8192), (64, 512), 262144)
+    a2 = bench.load.schedule(7, 2.0, 4000, (128, 8192), (64, 512), 262144)
+    b1 = bench.load.schedule(8, 2.0, 4000, (128, 8192), (64, 512), 262144)
+    gaps = [a1[0]["at"]] + [y["at"] - x["at"] for x, y in zip(a1, a1[1:])]
+    mean_gap = sum(gaps) / len(gaps)
+    cv = (sum((g - mean_gap) ** 2 for g in gaps) / len(gaps)) ** 0.5 / mean_gap
+    med_prompt = sorted(q["prompt"] for q in a1)[len(a1) // 2]
+    mean_out = sum(q["output"] for q in a1) / len(a1)
+    bounds = all(128 <= q["prompt"] <= 8192 and 64 <= q["output"] <= 512 and
+                 len(q["tokens"]) == q["prompt"] for q in a1)
+    check("release_load_schedule", a1 == a2 and a1 != b1 and abs(mean_gap - 0.5) < 0.025 and
+          abs(cv - 1) < 0.05 and abs(med_prompt / 1024 - 1) < 0.1 and abs(mean_out - 288) < 8
+          and bounds,
+          f"same seed same schedule: {a1 == a2}, another seed differs: {a1 != b1}; mean gap "
+          f"{mean_gap:.4f} s (1/rate 0.5), its coefficient of variation {cv:.3f} (exponential: 1), "
+          f"median prompt {med_prompt} (sqrt(128 x 8192) = 1024), mean output {mean_out:.1f} "
+          f"(288), all in bounds: {bounds}")
+
     refusals = []
-    for extra, want in ((["--concurrency", "0"], "at least one number"),
+    for extra, want in ((["--load", "0"], "at least one rate"),
+                        (["--load", "1", "--prompt-dist", "5"], "lo:hi"),
+                        (["--load", "1", "--prompt-dist", "1:4"], "at least 2 tokens"),
+                        (["--load", "1", "--prompt-dist", "8:4000"], "serve.max_context"),
+                        (["--concurrency", "0"], "at least one number"),
                         (["--a-bin", "/nonexistent"], "not an executable"),
                         (["--b-label", "A"], "different labels"),
                         (["--temperature", "-1"], "cannot be negative")):
@@ -138,8 +192,9 @@ def main():
                            capture_output=True, text=True, timeout=60)
         refusals.append(q.returncode == 2 and want in q.stderr)
     check("release_driver_refuses", all(refusals),
-          f"--concurrency 0, a missing binary, equal labels, a negative temperature: exit 2 "
-          f"with the cause: {refusals}")
+          f"--load 0, a prompt distribution without ':', one under 2 tokens, one past "
+          f"serve.max_context, --concurrency 0, a missing binary, equal labels, a negative "
+          f"temperature: exit 2 with the cause: {refusals}")
 
 
 if __name__ == "__main__":
