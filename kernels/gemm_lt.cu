@@ -12,6 +12,8 @@
  * Y^T (n x m) = op(W^T) X^T with op = transpose: A = w (k x n, ld k), B = x (k x m, ld k),
  * C = D = y (n x m, ld ldy). */
 #include "kernels/common.cuh"
+#include "kernels/bf16.cuh"
+#include "kernels/mma.cuh"
 
 #include <stdlib.h>
 
@@ -27,12 +29,14 @@ struct k_gemm_plan {
     size_t ws_cap;  /* the workspace the heuristic was offered */
     size_t ws_need; /* the most its algorithm asks for, at 1, heur_m and max_m rows */
     int plain;      /* k_gemm_plain: the CUDA-core kernel below, no cuBLASLt */
+    int mma;        /* k_gemm_mma: the tensor-core kernel below, no cuBLASLt */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a;
     cublasLtMatmulAlgo_t algo;
 };
 
 static bool plain_plans; /* k_gemm_plain: plans made from now on are plain */
+static bool mma_plans;   /* k_gemm_mma: plans made from now on run gemm_mma_kernel */
 static cublasLtHandle_t lt_handle;
 static void *lt_workspace;
 static size_t lt_workspace_bytes;
@@ -159,6 +163,60 @@ static __global__ void __launch_bounds__(PLAIN_THREADS)
 
 extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
 
+/* ---- the tensor-core kernel (debug.gemm = mma; issue 21, step 3, on trial) ----
+ *
+ * Rows on the M side of the mma (16 a tile, padding past m), weights on N: block x owns
+ * outputs 8x .. 8x + 7 (one n8 tile, lane g's weight row), its 4 warps each a fixed quarter of k
+ * (32-k blocks nb*w/4 .. nb*(w+1)/4), and loops over the rows in tiles of 16 (grid.y tiles at a
+ * time). A tile's four fp32 partials are added in warp order, 0 + 1 + 2 + 3, then rounded once to
+ * bf16. The split of k depends on k alone and every row of a tile is independent in the mma
+ * (kernels/mma.cuh), so an output's arithmetic is the same at every m and in every batch: batch
+ * invariance by construction, for decode rows and prefill chunks alike. At one row the 4 warps of
+ * ~n/8 blocks keep 4 KB of weight loads each in flight (mma_rows' groups), where cuBLASLt's m = 16
+ * plans ran the 26B-A4B's projections at ~1 TB/s (docs/perf-notes.md, twelfth session). Needs
+ * k % 32 == 0 (the plan falls back to the plain kernel otherwise) and 16-byte aligned x and w
+ * (checked at each call). */
+#define MMA_GEMM_WARPS 4
+#define MMA_GEMM_THREADS (32 * MMA_GEMM_WARPS)
+#define MMA_GEMM_ROW_BLOCKS 16 /* grid.y: row tiles walked at once; bits do not depend on it */
+
+static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
+    gemm_mma_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
+    K_GRID_DEPENDENCY();
+    __shared__ float part[MMA_GEMM_WARPS][32][4];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+    const int o0 = blockIdx.x * 8, nb = k / 32;
+    const int kb0 = nb * warp / MMA_GEMM_WARPS, kb1 = nb * (warp + 1) / MMA_GEMM_WARPS;
+    const size_t off = (size_t)kb0 * 32;
+    const bf16_t *wrow[1] = {o0 + g < n ? w + (size_t)(o0 + g) * (size_t)k + off : NULL};
+    for (int r0 = blockIdx.y * 16; r0 < m; r0 += gridDim.y * 16) {
+        const int rlo = r0 + g, rhi = r0 + g + 8;
+        const bf16_t *lo = rlo < m ? x + (size_t)rlo * (size_t)k + off : NULL;
+        const bf16_t *hi = rhi < m ? x + (size_t)rhi * (size_t)k + off : NULL;
+        float acc[1][4];
+        mma_rows<1>(lo, hi, wrow, (kb1 - kb0) * 32, acc);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            part[warp][lane][j] = acc[0][j];
+        __syncthreads();
+        if (warp == 0) {
+            /* d[0], d[1]: row g, outputs 2q and 2q + 1 of the tile; d[2], d[3]: row g + 8 */
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float s = part[0][lane][j];
+#pragma unroll
+                for (int v = 1; v < MMA_GEMM_WARPS; v++)
+                    s = __fadd_rn(s, part[v][lane][j]);
+                const int r = j < 2 ? rlo : rhi, o = o0 + 2 * q + (j & 1);
+                if (r < m && o < n) y[(size_t)r * (size_t)ldy + (size_t)o] = k_f32_to_bf16(s);
+            }
+        }
+        __syncthreads(); /* part is reused by the next tile */
+    }
+}
+
+extern "C" void k_gemm_mma(int on) { mma_plans = on != 0; }
+
 /* ---- launchers ---- */
 
 /* Which m the heuristic is asked at, measured on the H200 (tests/bench/bench_gemm.c; figures in
@@ -212,7 +270,13 @@ static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, s
     p->n = n;
     p->k = k;
     p->ws_cap = ws_cap;
-    if (plain_plans) { /* no cuBLASLt object at all, not even its handle and workspace */
+    if (mma_plans && k % 32 == 0) { /* no cuBLASLt object; other k take the plain kernel */
+        p->mma = 1;
+        *out = p;
+        return K_OK;
+    }
+    if (plain_plans ||
+        mma_plans) { /* no cuBLASLt object at all, not even its handle and workspace */
         if ((n + PLAIN_THREADS - 1) / PLAIN_THREADS > 65535) { /* the kernel's grid.y */
             free(p);
             return K_ERR_SHAPE;
@@ -262,6 +326,18 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
     /* no rows: nothing to do, as ref_gemm (a prefill chunk that is not a prompt's last asks the
      * LM head for no logits) */
     if (a->m == 0) return K_OK;
+    if (p->mma) {
+        /* 16-byte loads: x, w rows start on 16 bytes when the bases do (k % 32 == 0) */
+        if (((uintptr_t)a->x | (uintptr_t)a->w) & 15) return K_ERR_SHAPE;
+        int tiles = (a->m + 15) / 16;
+        dim3 grid((unsigned)((a->n + 7) / 8),
+                  (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
+        CUDA_CHECK(k_launch(gemm_mma_kernel, grid, MMA_GEMM_THREADS, 0, (cudaStream_t)st,
+                            (bf16_t *)a->y, (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n,
+                            a->k, ldy));
+        CUDA_CHECK(cudaGetLastError());
+        return K_OK;
+    }
     if (p->plain) {
         if ((a->n + PLAIN_THREADS - 1) / PLAIN_THREADS > 65535) return K_ERR_SHAPE;
         dim3 grid((unsigned)a->m, (unsigned)((a->n + PLAIN_THREADS - 1) / PLAIN_THREADS));

@@ -250,6 +250,10 @@ void k_gemm_plan_destroy(k_gemm_plan *plan);
 /* on: plans made from now on run a plain CUDA-core kernel instead of cuBLASLt (debug.gemm =
  * plain; for compute-sanitizer runs). One kernel for every m, so still batch-invariant. */
 void k_gemm_plain(int on);
+/* on: plans made from now on run the project's tensor-core kernel (debug.gemm = mma, on trial:
+ * issue 21 step 3), weights with k % 32 != 0 the plain kernel. One kernel for every m, so
+ * batch-invariant; its bits differ from cuBLASLt's. */
+void k_gemm_mma(int on);
 /* on (the default): the kernels of kernels/ launch with programmatic dependent launch, each
  * grid released to start while the one before it finishes (serve.pdl; speed only, the same
  * bits). Process-wide; kernels/common.cuh, k_launch. */

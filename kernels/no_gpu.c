@@ -56,6 +56,7 @@ size_t k_gemm_plan_workspace(const k_gemm_plan *plan) {
 void k_gemm_plan_destroy(k_gemm_plan *plan) { (void)plan; }
 
 void k_gemm_plain(int on) { (void)on; }
+void k_gemm_mma(int on) { (void)on; }
 void k_set_pdl(int on) { (void)on; }
 
 int k_gemm(const k_gemm_args *a, g4_stream st) {

@@ -101,13 +101,18 @@ static int gpu_bind_weights(backend *bk, loader *ld, const g4_model_desc *m, uin
                             const backend_sizes *z, g4_weights *w) {
     /* debug.gemm: the switch is process-wide, so it is on only while this engine's plans are
      * made */
-    if (bk->cfg->debug.gemm_plain) {
+    if (bk->cfg->debug.gemm == 1) {
         log_msg(LOG_INFO, "engine", "debug.gemm = plain: projections on the CUDA-core kernel");
         k_gemm_plain(1);
+    }
+    if (bk->cfg->debug.gemm == 2) {
+        log_msg(LOG_INFO, "engine", "debug.gemm = mma: projections on the tensor-core kernel");
+        k_gemm_mma(1);
     }
     int rc = device_weights_bind(ld, m, seed, w, &bk->dw) != 0 ||
              device_weights_plans(bk->dw, m, w, z->max_rows, z->max_out_rows) != 0;
     k_gemm_plain(0);
+    k_gemm_mma(0);
     return rc ? -1 : 0;
 }
 

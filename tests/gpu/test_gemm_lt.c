@@ -1,5 +1,6 @@
-/* tests/gpu/test_gemm_lt.c - GPU gate: the cuBLASLt projection (kernels/gemm_lt.cu) against
- * its CPU twin ref_gemm on fresh random inputs, at the shapes of real Gemma 4 projections and
+/* tests/gpu/test_gemm_lt.c - GPU gate: the projections of kernels/gemm_lt.cu (cuBLASLt, and
+ * the plain and mma kernels of debug.gemm) against their CPU twin ref_gemm on fresh random
+ * inputs, at the shapes of real Gemma 4 projections and
  * at ragged ones, output poisoned first; and batch invariance of a row's result.
  *
  * Pass rule (docs/gates.md, op vs reference): ||out - ref|| / ||ref|| <= 1e-2 for bf16
@@ -272,6 +273,7 @@ int main(void) {
         test_skip("gemm_lt_max_m", "no GPU (%s)", desc);
         test_skip("gemm_plain_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_lt_batch_invariant", "no GPU (%s)", desc);
+        test_skip("gemm_mma_vs_ref", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -304,5 +306,20 @@ int main(void) {
     run_ldy("gemm_plain_vs_ref", 778);
     run_invariant("plain q", 4096, 2816, 666);
     k_gemm_plain(0);
+    /* debug.gemm = mma: the same checks on the tensor-core kernel (the ragged k = 264 shape
+     * takes the plain kernel), and batch invariance at every 26B-A4B projection shape, the
+     * rows of one step of 2,047 against the same rows as the first of steps of 1, 511 and
+     * 1,025: the k split and the instruction sequence do not depend on m */
+    k_gemm_mma(1);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        run_shape("gemm_mma_vs_ref", shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
+                  5432 + i);
+    run_ldy("gemm_mma_vs_ref", 779);
+    for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "mma %s", proj[i].name);
+        run_invariant(name, proj[i].n, proj[i].k, 888 + i);
+    }
+    k_gemm_mma(0);
     return harness_exit();
 }

@@ -71,7 +71,7 @@ static void test_defaults(void) {
              c.serve.max_context == 32768 && c.serve.prefill_chunk == 2048 &&
              c.serve.max_queue == 256 && c.serve.attn_splits_per_block == 0 && c.serve.pdl == 1 &&
              c.serve.sample_threads == 0 && c.log.level == LOG_INFO && c.debug.sync == 0 &&
-             c.debug.gemm_plain == 0;
+             c.debug.gemm == 0;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
                c.serve.max_context);
 }
@@ -129,7 +129,7 @@ static void test_full_ini(void) {
              c.serve.prefill_chunk == 1024 && c.serve.max_queue == 1000000 &&
              c.serve.attn_splits_per_block == 4 && c.serve.pdl == 0 &&
              c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG && c.debug.sync == 1 &&
-             c.debug.gemm_plain == 1;
+             c.debug.gemm == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
                c.model.path, c.kv.page_tokens, c.kv.budget_gb, rc ? config_last_error() : "");
 
@@ -181,7 +181,7 @@ static void test_load_errors(void) {
     expect_load_error("config.bad_int_junk", "[serve]\nmax_batch = 16x\n", ":2:", "serve.max_batch",
                       "not an integer");
     expect_load_error("config.bad_debug_gemm", "[debug]\ngemm = fast\n", ":2:", "debug.gemm",
-                      "cublaslt");
+                      "cublaslt, plain, mma");
     expect_load_error("config.bad_splits_per_block", "[serve]\nattn_splits_per_block = 17\n",
                       ":2:", "serve.attn_splits_per_block", "out of range 0..16");
     expect_load_error("config.bad_pdl", "[serve]\npdl = yes\n", ":2:", "serve.pdl", NULL);
