@@ -200,7 +200,7 @@ build_all() {
         link_bin "$B/g4pipe" $(compile_c runtime/edge/main.c) $HOST_OBJS $DEV_OBJS
         say "built $B/g4pipe (GPU build for sm_90a, CPU reference backend without a GPU)"
     else
-        DEV_OBJS=$(compile_c kernels/no_gpu.c)
+        DEV_OBJS="$(compile_c kernels/no_gpu.c) $(compile_c graph/schedules_none.c)"
         link_bin "$B/g4pipe" $(compile_c runtime/edge/main.c) $HOST_OBJS $DEV_OBJS
         say "no nvcc at $CUDA_HOME/bin: built a CPU-only $B/g4pipe"
     fi
@@ -389,7 +389,7 @@ musl_suite() {
         cp "$( [ -f "/usr/include/$h" ] && echo /usr/include/$h || echo "$DEPS_ROOT/usr/include/$h")" "$minc/"
     done
     local flags="$CFLAGS -I. -I$B/gen -I$minc" objs="" ok=1
-    for s in $HOST_SRC $REF_SRC kernels/no_gpu.c tests/musl/fortify_shim.c; do
+    for s in $HOST_SRC $REF_SRC kernels/no_gpu.c graph/schedules_none.c tests/musl/fortify_shim.c; do
         musl-gcc $flags -c "$s" -o "$m/$(basename "$s").o" || ok=0; objs="$objs $m/$(basename "$s").o"
     done
     for s in "$B"/gen/*.c; do

@@ -1,7 +1,7 @@
 /* kernels/no_gpu.c - the GPU side of a build made without nvcc: every launcher refuses, so
  * the engine falls back to the CPU reference backend with one clear log line, and the binary
- * still links. Never linked into a GPU build. */
-#include "graph/schedule.h"
+ * still links (with graph/schedules_none.c for the schedule table). Never linked into a GPU
+ * build. */
 #include "kernels/kernels.h"
 
 #include <stdio.h>
@@ -160,7 +160,3 @@ int k_workspace_reserve(size_t moe_bytes, size_t attn_bytes) {
     (void)moe_bytes, (void)attn_bytes;
     return K_ERR_DEVICE;
 }
-
-/* no GPU schedules in this build */
-const g4_schedule *const k_schedules[] = {NULL};
-const int k_n_schedules = 0;
