@@ -165,53 +165,70 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
 
 /* ---- the tensor-core kernel (debug.gemm = mma; issue 21, step 3, on trial) ----
  *
- * Rows on the M side of the mma (16 a tile, padding past m), weights on N: block x owns
- * outputs 8x .. 8x + 7 (one n8 tile, lane g's weight row), its 4 warps each a fixed quarter of k
- * (32-k blocks nb*w/4 .. nb*(w+1)/4), and loops over the rows in tiles of 16 (grid.y tiles at a
- * time). A tile's four fp32 partials are added in warp order, 0 + 1 + 2 + 3, then rounded once to
- * bf16. The split of k depends on k alone and every row of a tile is independent in the mma
- * (kernels/mma.cuh), so an output's arithmetic is the same at every m and in every batch: batch
- * invariance by construction, for decode rows and prefill chunks alike. At one row the 4 warps of
- * ~n/8 blocks keep 4 KB of weight loads each in flight (mma_rows' groups), where cuBLASLt's m = 16
- * plans ran the 26B-A4B's projections at ~1 TB/s (docs/perf-notes.md, twelfth session). Needs
- * k % 32 == 0 (the plan falls back to the plain kernel otherwise) and 16-byte aligned x and w
- * (checked at each call). */
+ * Rows on the M side of the mma (tiles of 16, padding past m), weights on N. A block's 4 warps
+ * each take a fixed quarter of k (32-k blocks nb*w/4 .. nb*(w+1)/4) for the block's whole
+ * output tile, MT row tiles x NB weight tiles of 8 (mma_tiles); the four fp32 partials of an
+ * output are added in warp order, ((0 + 1) + 2) + 3, then rounded once to bf16. The split of k
+ * depends on k alone, and every (row tile, weight tile) pair runs mma_rows' instruction
+ * sequence whatever MT and NB are (kernels/mma.cuh), so an output's arithmetic is the same at
+ * every m and in every batch: batch invariance by construction, for decode rows and prefill
+ * chunks alike, and the launcher may pick the tile shape by m. Decode (m <= 32) takes MT = NB =
+ * 1: ~n/8 blocks whose warps keep 4 KB of weight loads each in flight, where cuBLASLt's m = 16
+ * plans ran the 26B-A4B's projections at ~1 TB/s (docs/perf-notes.md, twelfth session).
+ * Larger m take 64 x 32 tiles, so x and w are read from L2 n/32 and m/64 times rather than n/8
+ * and m/16 times. Needs k % 32 == 0 (the plan falls back to the plain kernel otherwise) and
+ * 16-byte aligned x and w (checked at each call). */
 #define MMA_GEMM_WARPS 4
 #define MMA_GEMM_THREADS (32 * MMA_GEMM_WARPS)
-#define MMA_GEMM_ROW_BLOCKS 16 /* grid.y: row tiles walked at once; bits do not depend on it */
+#define MMA_GEMM_ROW_BLOCKS 16 /* grid.y of the decode form: bits do not depend on it */
+#define MMA_GEMM_DECODE_M 32   /* the most rows the decode form (MT = NB = 1) takes */
 
+template <int MT, int NB, int U>
 static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
     gemm_mma_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
     K_GRID_DEPENDENCY();
-    __shared__ float part[MMA_GEMM_WARPS][32][4];
+    constexpr int VALS = MT * NB * 4; /* a lane's accumulators */
+    __shared__ float part[MMA_GEMM_WARPS][VALS][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
-    const int o0 = blockIdx.x * 8, nb = k / 32;
+    const int o0 = blockIdx.x * (8 * NB), nb = k / 32;
     const int kb0 = nb * warp / MMA_GEMM_WARPS, kb1 = nb * (warp + 1) / MMA_GEMM_WARPS;
     const size_t off = (size_t)kb0 * 32;
-    const bf16_t *wrow[1] = {o0 + g < n ? w + (size_t)(o0 + g) * (size_t)k + off : NULL};
-    for (int r0 = blockIdx.y * 16; r0 < m; r0 += gridDim.y * 16) {
-        const int rlo = r0 + g, rhi = r0 + g + 8;
-        const bf16_t *lo = rlo < m ? x + (size_t)rlo * (size_t)k + off : NULL;
-        const bf16_t *hi = rhi < m ? x + (size_t)rhi * (size_t)k + off : NULL;
-        float acc[1][4];
-        mma_rows<1>(lo, hi, wrow, (kb1 - kb0) * 32, acc);
+    const bf16_t *wrow[NB];
 #pragma unroll
-        for (int j = 0; j < 4; j++)
-            part[warp][lane][j] = acc[0][j];
-        __syncthreads();
-        if (warp == 0) {
-            /* d[0], d[1]: row g, outputs 2q and 2q + 1 of the tile; d[2], d[3]: row g + 8 */
+    for (int t = 0; t < NB; t++) {
+        const int o = o0 + 8 * t + g;
+        wrow[t] = o < n ? w + (size_t)o * (size_t)k + off : NULL;
+    }
+    for (int r0 = blockIdx.y * 16 * MT; r0 < m; r0 += gridDim.y * 16 * MT) {
+        const bf16_t *lo[MT], *hi[MT];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                float s = part[0][lane][j];
-#pragma unroll
-                for (int v = 1; v < MMA_GEMM_WARPS; v++)
-                    s = __fadd_rn(s, part[v][lane][j]);
-                const int r = j < 2 ? rlo : rhi, o = o0 + 2 * q + (j & 1);
-                if (r < m && o < n) y[(size_t)r * (size_t)ldy + (size_t)o] = k_f32_to_bf16(s);
-            }
+        for (int i = 0; i < MT; i++) {
+            const int rlo = r0 + 16 * i + g, rhi = rlo + 8;
+            lo[i] = rlo < m ? x + (size_t)rlo * (size_t)k + off : NULL;
+            hi[i] = rhi < m ? x + (size_t)rhi * (size_t)k + off : NULL;
         }
-        __syncthreads(); /* part is reused by the next tile */
+        float acc[MT][NB][4];
+        mma_tiles<MT, NB, U>(lo, hi, wrow, (kb1 - kb0) * 32, acc);
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int t = 0; t < NB; t++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    part[warp][(i * NB + t) * 4 + j][lane] = acc[i][t][j];
+        __syncthreads();
+        /* value e = (i * NB + t) * 4 + j of lane (g, q): d[0], d[1] are row g of tile i,
+         * outputs 2q and 2q + 1 of weight tile t; d[2], d[3] row g + 8 */
+        for (int e = warp; e < VALS; e += MMA_GEMM_WARPS) {
+            float s = part[0][e][lane];
+#pragma unroll
+            for (int v = 1; v < MMA_GEMM_WARPS; v++)
+                s = __fadd_rn(s, part[v][e][lane]);
+            const int i = e / (NB * 4), t = e / 4 % NB, j = e % 4;
+            const int r = r0 + 16 * i + g + (j < 2 ? 0 : 8), o = o0 + 8 * t + 2 * q + (j & 1);
+            if (r < m && o < n) y[(size_t)r * (size_t)ldy + (size_t)o] = k_f32_to_bf16(s);
+        }
+        __syncthreads(); /* part is reused by the next row tile */
     }
 }
 
@@ -329,12 +346,20 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
     if (p->mma) {
         /* 16-byte loads: x, w rows start on 16 bytes when the bases do (k % 32 == 0) */
         if (((uintptr_t)a->x | (uintptr_t)a->w) & 15) return K_ERR_SHAPE;
-        int tiles = (a->m + 15) / 16;
-        dim3 grid((unsigned)((a->n + 7) / 8),
-                  (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
-        CUDA_CHECK(k_launch(gemm_mma_kernel, grid, MMA_GEMM_THREADS, 0, (cudaStream_t)st,
-                            (bf16_t *)a->y, (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n,
-                            a->k, ldy));
+        if (a->m <= MMA_GEMM_DECODE_M) {
+            int tiles = (a->m + 15) / 16;
+            dim3 grid((unsigned)((a->n + 7) / 8),
+                      (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
+            CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
+                                (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
+                                (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
+        } else {
+            int tiles = (a->m + 63) / 64;
+            dim3 grid((unsigned)((a->n + 31) / 32), (unsigned)(tiles < 65535 ? tiles : 65535));
+            CUDA_CHECK(k_launch(gemm_mma_kernel<4, 4, 2>, grid, MMA_GEMM_THREADS, 0,
+                                (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
+                                (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
+        }
         CUDA_CHECK(cudaGetLastError());
         return K_OK;
     }

@@ -71,4 +71,54 @@ static __device__ __forceinline__ void mma_rows(const bf16_t *lo, const bf16_t *
     }
 }
 
+/* acc[i][t] += rows of m tile i (lo[i]: the lane's row, hi[i]: row + 8; NULL: padding) . w[t]
+ * over k: mma_rows for MT row tiles at once, each weight fragment loaded once for all of them
+ * (the large-m form of the projections). Every (i, t) pair gets exactly mma_rows' instruction
+ * sequence, operands and k order, so its sums are the same bits as mma_rows<NB> on that tile
+ * alone: which form ran never shows in an output. Loads go in groups of U 32-k blocks as
+ * there. */
+template <int MT, int NB, int U>
+static __device__ __forceinline__ void
+mma_tiles(const bf16_t *const (&lo)[MT], const bf16_t *const (&hi)[MT],
+          const bf16_t *const (&w)[NB], int k, float (&acc)[MT][NB][4]) {
+    const int q = threadIdx.x & 3;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                acc[i][t][j] = 0.0f;
+    for (int g0 = 0; g0 < k; g0 += 32 * U) {
+        uint4 a[U][MT], a8[U][MT], b[U][NB];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int o = g0 + 32 * u + 8 * q;
+            const bool in = g0 + 32 * u < k; /* warp-uniform */
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                a[u][i] = in && lo[i] ? __ldg((const uint4 *)(lo[i] + o)) : zero;
+                a8[u][i] = in && hi[i] ? __ldg((const uint4 *)(hi[i] + o)) : zero;
+            }
+#pragma unroll
+            for (int t = 0; t < NB; t++)
+                b[u][t] = in && w[t] ? __ldg((const uint4 *)(w[t] + o)) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (g0 + 32 * u >= k) break; /* warp-uniform */
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int t = 0; t < NB; t++) {
+                    mma_16816(acc[i][t], a[u][i].x, a8[u][i].x, a[u][i].y, a8[u][i].y, b[u][t].x,
+                              b[u][t].y);
+                    mma_16816(acc[i][t], a[u][i].z, a8[u][i].z, a[u][i].w, a8[u][i].w, b[u][t].z,
+                              b[u][t].w);
+                }
+        }
+    }
+}
+
 #endif

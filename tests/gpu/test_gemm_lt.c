@@ -314,6 +314,11 @@ int main(void) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape("gemm_mma_vs_ref", shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
                   5432 + i);
+    /* past 32 rows the 64 x 32 tile form: a partial row tile (130 = 2 x 64 + 2) against the
+     * twin, and row 0 of it alone (the decode form) bit for bit; n = 1004 leaves the last
+     * weight tile half empty and k = 288 splits into quarters of 2 and 3 blocks */
+    run_shape("gemm_mma_vs_ref", 130, 4096, 2816, 2064, 5500);
+    run_shape("gemm_mma_vs_ref", 77, 1004, 288, 2064, 5501);
     run_ldy("gemm_mma_vs_ref", 779);
     for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++) {
         char name[32];
