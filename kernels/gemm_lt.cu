@@ -37,6 +37,7 @@ struct k_gemm_plan {
 
 static bool plain_plans; /* k_gemm_plain: plans made from now on are plain */
 static bool mma_plans;   /* k_gemm_mma: plans made from now on run gemm_mma_kernel */
+static bool auto_plans;  /* k_gemm_auto: small weights gemm_mma_kernel, the rest cuBLASLt */
 static cublasLtHandle_t lt_handle;
 static void *lt_workspace;
 static size_t lt_workspace_bytes;
@@ -163,7 +164,7 @@ static __global__ void __launch_bounds__(PLAIN_THREADS)
 
 extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
 
-/* ---- the tensor-core kernel (debug.gemm = mma; issue 21, step 3, on trial) ----
+/* ---- the tensor-core kernel (debug.gemm = mma, and auto's small weights) ----
  *
  * Rows on the M side of the mma (tiles of 16, padding past m), weights on N. A block's 4 warps
  * each take a fixed quarter of k (32-k blocks nb*w/4 .. nb*(w+1)/4) for the block's whole
@@ -234,6 +235,8 @@ static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
 
 extern "C" void k_gemm_mma(int on) { mma_plans = on != 0; }
 
+extern "C" void k_gemm_auto(int on) { auto_plans = on != 0; }
+
 /* ---- launchers ---- */
 
 /* Which m the heuristic is asked at, measured on the H200 (tests/bench/bench_gemm.c; figures in
@@ -276,6 +279,10 @@ extern "C" size_t k_gemm_plan_workspace(const k_gemm_plan *p) { return p ? p->ws
 
 extern "C" int k_gemm_plan_heur_m(const k_gemm_plan *p) { return p ? p->heur_m : 0; }
 
+extern "C" const char *k_gemm_plan_kernel(const k_gemm_plan *p) {
+    return !p ? NULL : p->mma ? "mma" : p->plain ? "plain" : "cublaslt";
+}
+
 static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, size_t ws_cap) {
     *out = NULL;
     if (max_m <= 0 || heur_m <= 0 || heur_m > max_m || n <= 0 || k <= 0 || k % 8 != 0)
@@ -287,7 +294,14 @@ static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, s
     p->n = n;
     p->k = k;
     p->ws_cap = ws_cap;
-    if (mma_plans && k % 32 == 0) { /* no cuBLASLt object; other k take the plain kernel */
+    /* debug.gemm = auto takes the tensor-core kernel where it measured faster than cuBLASLt:
+     * every 26B-A4B projection but the LM head, the 31B's k and v; the larger weights (the
+     * 31B's q, o and MLP, the LM heads) run at 3.0-3.6 TB/s at one row and near the matrix rate
+     * at prefill on cuBLASLt, which gemm_mma_kernel does not reach (docs/perf-notes.md,
+     * thirteenth session) */
+    const bool small = (long long)n * k <= K_GEMM_AUTO_MMA_MAX;
+    if ((mma_plans || (auto_plans && small)) && k % 32 == 0) {
+        /* no cuBLASLt object; under debug.gemm = mma other k take the plain kernel */
         p->mma = 1;
         *out = p;
         return K_OK;

@@ -246,6 +246,8 @@ int k_gemm_plan_create_at(k_gemm_plan **out, int max_m, int heur_m, int n, int k
  * 32 MB, or up to 1 GB for a plan only a larger workspace lets run at max_m). */
 int k_gemm_plan_heur_m(const k_gemm_plan *plan);
 size_t k_gemm_plan_workspace(const k_gemm_plan *plan);
+/* Which kernel a plan runs: "cublaslt", "plain" or "mma" (NULL: no plan). */
+const char *k_gemm_plan_kernel(const k_gemm_plan *plan);
 void k_gemm_plan_destroy(k_gemm_plan *plan);
 /* on: plans made from now on run a plain CUDA-core kernel instead of cuBLASLt (debug.gemm =
  * plain; for compute-sanitizer runs). One kernel for every m, so still batch-invariant. */
@@ -254,6 +256,13 @@ void k_gemm_plain(int on);
  * issue 21 step 3), weights with k % 32 != 0 the plain kernel. One kernel for every m, so
  * batch-invariant; its bits differ from cuBLASLt's. */
 void k_gemm_mma(int on);
+/* on: plans made from now on take the tensor-core kernel for weights of at most
+ * K_GEMM_AUTO_MMA_MAX elements with k % 32 == 0 and cuBLASLt for the rest (debug.gemm = auto,
+ * the default): at those sizes the tensor-core kernel was the faster one at decode and at
+ * prefill, above them cuBLASLt (kernels/gemm_lt.cu, docs/perf-notes.md). The choice depends on
+ * the weight's shape alone, so every m of a weight runs one kernel: batch-invariant. */
+#define K_GEMM_AUTO_MMA_MAX (32ll << 20)
+void k_gemm_auto(int on);
 /* on (the default): the kernels of kernels/ launch with programmatic dependent launch, each
  * grid released to start while the one before it finishes (serve.pdl; speed only, the same
  * bits). Process-wide; kernels/common.cuh, k_launch. */

@@ -57,6 +57,11 @@ void k_gemm_plan_destroy(k_gemm_plan *plan) { (void)plan; }
 
 void k_gemm_plain(int on) { (void)on; }
 void k_gemm_mma(int on) { (void)on; }
+void k_gemm_auto(int on) { (void)on; }
+const char *k_gemm_plan_kernel(const k_gemm_plan *plan) {
+    (void)plan;
+    return NULL;
+}
 void k_set_pdl(int on) { (void)on; }
 
 int k_gemm(const k_gemm_args *a, g4_stream st) {

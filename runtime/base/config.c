@@ -95,7 +95,7 @@ static const char *const cfg_kv_local_names[] = {"bf16", "fp8"};
 static const char *const cfg_level_names[] = {"error", "warn", "info", "debug"};
 static const char *const cfg_sync_names[] = {"0", "1"};
 static const char *const cfg_backend_names[] = {"auto", "cpu", "gpu"};
-static const char *const cfg_gemm_names[] = {"cublaslt", "plain", "mma"};
+static const char *const cfg_gemm_names[] = {"cublaslt", "plain", "mma", "auto"};
 
 static char cfg_error[1024];
 
@@ -127,7 +127,7 @@ void config_defaults(g4_config *c) {
     c->log.level = LOG_INFO;
     c->debug.sync = 0;
     c->debug.backend = G4_BACKEND_AUTO;
-    c->debug.gemm = 0;
+    c->debug.gemm = 3;
 }
 
 /* ---- the key table ---- */
@@ -308,7 +308,7 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         c->debug.backend = (enum g4_backend)x;
         return 0;
     case CFG_DEBUG_GEMM:
-        return cfg_choice(v, cfg_gemm_names, 3, &c->debug.gemm, why, n);
+        return cfg_choice(v, cfg_gemm_names, 4, &c->debug.gemm, why, n);
     case CFG_DEBUG_CHECK_FINITE:
         return cfg_choice(v, cfg_sync_names, 2, &c->debug.check_finite, why, n);
     case CFG_DEBUG_FAIL_STEP:

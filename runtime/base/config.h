@@ -56,7 +56,7 @@ typedef struct g4_config {
     struct {
         int sync;                /* 0 or 1, default 0 */
         enum g4_backend backend; /* auto, cpu or gpu; default auto */
-        int gemm;                /* debug.gemm: 0 cublaslt (default), 1 plain, 2 mma (on trial) */
+        int gemm;                /* debug.gemm: 0 cublaslt, 1 plain, 2 mma, 3 auto (default) */
         int check_finite;        /* 0 or 1, default 0: fail a step whose op writes NaN/inf */
         long fail_step;          /* 0 (off) or N: engine step N fails mid-forward (tests) */
     } debug;

@@ -109,10 +109,12 @@ static int gpu_bind_weights(backend *bk, loader *ld, const g4_model_desc *m, uin
         log_msg(LOG_INFO, "engine", "debug.gemm = mma: projections on the tensor-core kernel");
         k_gemm_mma(1);
     }
+    if (bk->cfg->debug.gemm == 3) k_gemm_auto(1); /* the default: said at the ready line */
     int rc = device_weights_bind(ld, m, seed, w, &bk->dw) != 0 ||
              device_weights_plans(bk->dw, m, w, z->max_rows, z->max_out_rows) != 0;
     k_gemm_plain(0);
     k_gemm_mma(0);
+    k_gemm_auto(0);
     return rc ? -1 : 0;
 }
 

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # tests/gpu/box_full.sh - one device call: build, the full step for FULL_MODELS (default
 # 26b-a4b) and a FULL_DIAG check run, then the op and tiny-fixture gates named in GATES (default a short set), each
-# bounded. Logs under $OUT (tarred), the gate lines and the table on stdout.
+# bounded. PINNED_RECORD=1 first writes a new GPU pinned recording under $OUT/pinned. Logs under $OUT (tarred), the gate lines and the table on stdout.
 set -u
 OUT=${OUT:-/tmp/g4pipe-out}; mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 t0=$(date +%s); stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
 df -h / /dev/shm | tail -2; free -g | head -2
-stamp build; ./build.sh tests > "$OUT/build.log" 2>&1; echo "build rc $?"; tail -1 "$OUT/build.log"
+if [ "${SKIP_BUILD:-0}" != 1 ]; then  # SKIP_BUILD=1: a script before this one built the tree
+    stamp build; ./build.sh tests > "$OUT/build.log" 2>&1; echo "build rc $?"; tail -1 "$OUT/build.log"
+fi
+if [ "${PINNED_RECORD:-0}" = 1 ]; then  # a commit that moves GPU bits re-records, and says why
+    stamp "pinned: record the GPU recording into \$OUT/pinned"
+    BUILD_DIR=build timeout 120 python3 tests/proto/test_pinned.py --backend gpu --record "$OUT/pinned" \
+        > "$OUT/pinned-record.log" 2>&1; echo "record rc $?"; tail -3 "$OUT/pinned-record.log" | cut -c1-300
+    echo "against the committed recording (differs when the bits moved):"
+    BUILD_DIR=build timeout 120 python3 tests/proto/test_pinned.py --backend gpu 2>&1 | tail -1 | cut -c1-400
+fi
 if [ -n "${GATES_FIRST:-}" ]; then  # short gates that must not wait on the full step's time
     stamp "gates first: $GATES_FIRST"
     timeout ${GATES_FIRST_TIMEOUT:-150} ./build.sh gpu-test $GATES_FIRST > "$OUT/gates-first.log" 2>&1

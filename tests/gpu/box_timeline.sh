@@ -9,8 +9,9 @@
 #   prev:  the same bench cases for the tree in .prev/src.tgz (git archive of the baseline),
 #          built beside this one, the two trees' steps alternating case by case on one card
 #   gates: ./build.sh gpu-test $TIMELINE_GATES after the build, before any timing
-#   BENCH_VARIANTS="label:key=value ...": extra bench runs of this tree with one override each
+#   BENCH_VARIANTS="label:key=value ...": extra bench runs of each tree with one override each
 #   NCU_SET=key=value: the ncu runs with that override (a variant's kernels, not the default's)
+#   NCU_TREE=.prev/src: profile the baseline tree instead
 set -u
 DEADLINE=${DEADLINE:-560}
 . tests/gpu/box_common.sh
@@ -43,18 +44,20 @@ bench() { # tree tag case [set]
 stamp bench
 for mb in ${TIMELINE_CASES:-gemma4-26b-a4b:1 gemma4-26b-a4b:16 gemma4-31b:1}; do
     for tr in $trees; do bench "$tr" "$(tag_of "$tr")" "$mb"; done
-    for v in ${BENCH_VARIANTS:-}; do bench . "${v%%:*}" "$mb" "${v#*:}"; done
+    for v in ${BENCH_VARIANTS:-}; do
+        for tr in $trees; do bench "$tr" "$(tag_of "$tr")-${v%%:*}" "$mb" "${v#*:}"; done
+    done
 done
 for mb in ${NCU_CASES:-gemma4-26b-a4b:1 gemma4-26b-a4b:16}; do
     [ "$(left)" -lt 100 ] && { stamp "no time left for ncu $mb"; continue; }
     m=${mb%:*} b=${mb#*:} ncu_set=()
     [ -n "${NCU_SET:-}" ] && ncu_set=(--set "$NCU_SET")
     stamp "ncu $m batch $b (one step, ungraphed) ${NCU_SET:-}"
-    timeout $(($(left) - 40)) ncu --clock-control none --profile-from-start off \
+    (cd "${NCU_TREE:-.}" && timeout $(($(left) - 40)) ncu --clock-control none --profile-from-start off \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
         --csv --print-units base build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
         --set serve.max_context=4096 --set serve.cuda_graphs=0 "${ncu_set[@]}" --batch "$b" --prompt 1024 \
-        --steps 2 > "$OUT/ncu_${m}_b$b.csv" 2> "$OUT/ncu_${m}_b$b.err"
+        --steps 2) > "$OUT/ncu_${m}_b$b.csv" 2> "$OUT/ncu_${m}_b$b.err"
     echo "ncu rc $?"
     python3 tests/gpu/timeline_table.py "$OUT/ncu_${m}_b$b.csv" > "$OUT/timeline_${m}_b$b.md" 2>&1
     head -32 "$OUT/timeline_${m}_b$b.md"

@@ -274,6 +274,8 @@ int main(void) {
         test_skip("gemm_plain_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_lt_batch_invariant", "no GPU (%s)", desc);
         test_skip("gemm_mma_vs_ref", "no GPU (%s)", desc);
+        test_skip("gemm_auto_kernel", "no GPU (%s)", desc);
+        test_skip("gemm_auto_vs_ref", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -316,7 +318,7 @@ int main(void) {
                   5432 + i);
     /* past 32 rows the 64 x 32 tile form: a partial row tile (130 = 2 x 64 + 2) against the
      * twin, and row 0 of it alone (the decode form) bit for bit; n = 1004 leaves the last
-     * weight tile half empty and k = 288 splits into quarters of 2 and 3 blocks */
+     * weight tile half empty and k = 288 cuts into parts of 1 and 2 blocks */
     run_shape("gemm_mma_vs_ref", 130, 4096, 2816, 2064, 5500);
     run_shape("gemm_mma_vs_ref", 77, 1004, 288, 2064, 5501);
     run_ldy("gemm_mma_vs_ref", 779);
@@ -326,5 +328,32 @@ int main(void) {
         run_invariant(name, proj[i].n, proj[i].k, 888 + i);
     }
     k_gemm_mma(0);
+    /* debug.gemm = auto (the default): the kernel follows the weight's shape, never m */
+    k_gemm_auto(1);
+    static const struct {
+        const char *name, *want;
+        int n, k;
+    } pick[] = {{"26B-A4B q", "mma", 4096, 2816},
+                {"26B-A4B o_global", "mma", 2816, 8192},
+                {"31B k", "mma", 4096, 5376},
+                {"31B q", "cublaslt", 8192, 5376},
+                {"31B gate_up", "cublaslt", 2 * 21504, 5376},
+                {"26B-A4B lm_head", "cublaslt", 262144, 2816},
+                {"ragged k", "cublaslt", 1000, 264}};
+    for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++) {
+        char gate[96];
+        snprintf(gate, sizeof gate, "gemm_auto_kernel[%s n%d k%d]", pick[i].name, pick[i].n,
+                 pick[i].k);
+        k_gemm_plan *plan = NULL;
+        int rc = k_gemm_plan_create(&plan, 2064, pick[i].n, pick[i].k);
+        const char *got = k_gemm_plan_kernel(plan);
+        TEST_CHECK(gate, rc == 0 && got && strcmp(got, pick[i].want) == 0,
+                   "rc %d, runs on %s, want %s", rc, got ? got : "(no plan)", pick[i].want);
+        k_gemm_plan_destroy(plan);
+    }
+    run_shape("gemm_auto_vs_ref", 16, 4096, 2816, 64, 6001);
+    run_shape("gemm_auto_vs_ref", 5, 1000, 264, 64, 6002);
+    run_invariant("auto q", 4096, 2816, 6003);
+    k_gemm_auto(0);
     return harness_exit();
 }

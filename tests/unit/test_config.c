@@ -71,7 +71,7 @@ static void test_defaults(void) {
              c.serve.max_context == 32768 && c.serve.prefill_chunk == 2048 &&
              c.serve.max_queue == 256 && c.serve.attn_splits_per_block == 0 && c.serve.pdl == 1 &&
              c.serve.sample_threads == 0 && c.log.level == LOG_INFO && c.debug.sync == 0 &&
-             c.debug.gemm == 0;
+             c.debug.gemm == 3;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
                c.serve.max_context);
 }
@@ -228,10 +228,12 @@ static void test_set(void) {
     config_defaults(&c);
     int rc = config_set(&c, "kv.local=fp8") | config_set(&c, " serve.max_batch = 4 ") |
              config_set(&c, "kv.budget_gb=auto") | config_set(&c, "log.level=warn") |
-             config_set(&c, "model.path=/m/x=y");
+             config_set(&c, "model.path=/m/x=y") | config_set(&c, "debug.gemm=mma");
+    int mma = c.debug.gemm == 2;
+    rc |= config_set(&c, "debug.gemm=auto");
     int ok = rc == 0 && c.kv.local == G4_KV_LOCAL_FP8 && c.serve.max_batch == 4 &&
              c.kv.budget_gb == 0.0 && c.log.level == LOG_WARN &&
-             strcmp(c.model.path, "/m/x=y") == 0;
+             strcmp(c.model.path, "/m/x=y") == 0 && mma && c.debug.gemm == 3;
     TEST_CHECK("config.set_overrides", ok, "rc=%d max_batch=%d path='%s'", rc, c.serve.max_batch,
                c.model.path);
 
