@@ -11,8 +11,8 @@ Two jobs, run as separate processes so that the GPU holds HF's copy and the engi
       model.language_model. keys, ~4 GB shards and an index) and writes DIR/reference.json:
       per prompt, HF eager's greedy continuation through its cache (prefilled in 2,048-token
       chunks, as the long-context gates do) with each step's top-1/top-2 logits and top-k
-      logprobs; HF sdpa and HF eager at batch 2, each teacher-forced on eager's tokens (the
-      floors); and the same with the sliding K/V stored as e4m3 (the fp8 pool's reference,
+      logprobs; HF sdpa, HF eager at batch 2 and HF eager with every linear layer summed in two
+      fp32 halves of k, each teacher-forced on eager's tokens (the floors); and the same with the sliding K/V stored as e4m3 (the fp8 pool's reference,
       docs/testing.md).
   full_step.py check --model 26b-a4b --dir DIR --binary build/g4pipe --conf conf/X.ini --pool bf16
       runs the binary on the checkpoint with the shipped configuration (kv.local set to the
@@ -23,8 +23,8 @@ The rule (docs/testing.md "full"): the engine's greedy tokens equal the referenc
 first step whose reference top-1/top-2 margin is under MARGIN_CUT nats or where a floor's own
 pick differs from eager's (random weights at full depth are chaotic); over those steps the
 gap (max over the reference's top-k ids of |logprob engine - logprob reference|) is at most
-max(0.1, 2 x the floor gap: the most HF sdpa or HF eager at batch 2 moves them on the same
-steps).
+max(0.1, 2 x the floor gap: the most HF sdpa, HF eager at batch 2 or HF eager with split-K
+linears moves them on the same steps).
 """
 import argparse
 import json
@@ -213,6 +213,33 @@ def hf_run(model, ids, forced=None, force_ids=None, batch=1):
     return steps
 
 
+def splitk_linears(on):
+    """HF with every nn.Linear (attention and dense MLP projections, router, LM head; the
+    experts are grouped_mm and stay as they are) summed in fp32 as two halves of k, the halves
+    added, rounded once to bf16: a GEMM of the same precision in another summation order, the
+    difference between any two GEMM kernels, which is the engine's kind of difference from HF.
+    A one-token prompt's attention is the same under eager and sdpa and HF's cuBLAS kernels
+    did not change at batch 2 (docs/testing.md "full"), so without this floor such a prompt's
+    limit saw no GEMM order at all."""
+    import torch
+    if not hasattr(splitk_linears, "orig"):
+        splitk_linears.orig = torch.nn.Linear.forward
+    if not on:
+        torch.nn.Linear.forward = splitk_linears.orig
+        return
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 products and sums, not TF32
+
+    def forward(self, x):
+        w = self.weight
+        h = w.shape[1] // 2
+        y = torch.matmul(x[..., :h].float(), w[:, :h].float().t())
+        y = y + torch.matmul(x[..., h:].float(), w[:, h:].float().t())
+        if self.bias is not None:
+            y = y + self.bias.float()
+        return y.to(x.dtype)
+    torch.nn.Linear.forward = forward
+
+
 def e4m3_storage(on):
     """HF with the sliding layers' K and V stored as e4m3 at scale 1.0 (clamp to +-448, round to
     nearest even, back to bf16), as the fp8 local pool stores them; global layers stay bf16."""
@@ -291,12 +318,21 @@ def job_make(a):
             runs[name]["batch2"] = hf_run(model, ids, forced=[s["token"] for s in eg],
                                           force_ids=[[i for i, _ in s["top"]] for s in eg],
                                           batch=2)
+        # the third floor: eager with split-K linears (another GEMM summation order)
+        splitk_linears(True)
+        for name, ids in prompts.items():
+            eg = runs[name]["eager"]
+            runs[name]["splitk"] = hf_run(model, ids, forced=[s["token"] for s in eg],
+                                          force_ids=[[i for i, _ in s["top"]] for s in eg])
+        splitk_linears(False)
         ref["runs"][kv] = runs
         def most(name, k):
             return max(abs(dict(f["at"])[i] - v) for e, f in zip(runs[name]["eager"], runs[name][k])
                        for i, v in e["top"])
-        print(f"full_step make: {a.model} {kv} floors (max over steps, sdpa / eager at batch 2): " +
-              ", ".join(f"{n[3:]} {most(n, 'sdpa'):.3f}/{most(n, 'batch2'):.3f}" for n in prompts),
+        print(f"full_step make: {a.model} {kv} floors (max over steps, sdpa / eager at batch 2 / "
+              f"split-K linears): " +
+              ", ".join(f"{n[3:]} {most(n, 'sdpa'):.3f}/{most(n, 'batch2'):.3f}/"
+                        f"{most(n, 'splitk'):.3f}" for n in prompts),
               file=sys.stderr)
         print(f"full_step make: {a.model} {kv} reference done at {time.time() - t0:.0f} s",
               file=sys.stderr)
@@ -354,8 +390,9 @@ def judge(ref_steps, floors, ans):
     """(ok, steps compared, steps equal, max gap, limit, why).
 
     floors: HF's own second opinions on the reference's steps, teacher-forced on its tokens:
-    sdpa (another attention) and, where the reference has it, eager at batch 2 (other GEMM
-    kernels, the engine's kind of difference). A step's floor
+    sdpa (another attention) and, where the reference has them, eager at batch 2 (other GEMM
+    kernels) and eager with split-K linears (another GEMM summation order, the engine's kind of
+    difference). A step's floor
     gap is the most any of them moves a reference top-k logprob.
 
     A step is compared while the engine's context is HF's (its tokens so far equal eager's):
@@ -427,7 +464,7 @@ def job_check(a):
         """Judges one case and prints its line at once: a run cut short by its deadline keeps
         every line it reached (and the table its rows)."""
         nonlocal fails
-        floors = [runs[name][k] for k in ("sdpa", "batch2") if k in runs[name]]
+        floors = [runs[name][k] for k in ("sdpa", "batch2", "splitk") if k in runs[name]]
         ok, cut, equal, gap, lim, why = judge(runs[name]["eager"], floors, ans)
         gate = f"gpu:full[{a.model}/{a.pool}{a.label}/{name}/{mode}]"
         n = len(prompts[name])
