@@ -296,9 +296,50 @@ static void row_group_flush(FILE *f) {
     fprintf(f, "    STEP(%s, \"%s\", op_row_ops(&%s, s->stream));\n", row_group.layer, step, var);
 }
 
+/* Consecutive projections of a layer that read the same x with the same k (q, k and v; gate
+ * and up) become one op_gemm_group step: each member computed as alone, in one launch where
+ * the backend can (kernels/kernels.h, k_gemm_group_args). Grouped like the row ops above, and
+ * only inside the layer functions. */
+static struct {
+    int n, groups;
+    const char *layer;
+    char var[K_GEMM_GROUP_MAX][64];
+    char x[96], k[160];
+} gemm_group;
+
+static void gemm_group_flush(FILE *f) {
+    int n = gemm_group.n;
+    gemm_group.n = 0;
+    if (n == 0) return;
+    if (n == 1) {
+        fprintf(f, "    STEP(%s, \"%s\", op_gemm(&%s, s->stream));\n", gemm_group.layer,
+                gemm_group.var[0], gemm_group.var[0]);
+        return;
+    }
+    char var[32], step[K_GEMM_GROUP_MAX * 66] = "", list[K_GEMM_GROUP_MAX * 66] = "";
+    snprintf(var, sizeof var, "gemm_group_%d", ++gemm_group.groups);
+    for (int i = 0; i < n; i++) {
+        const char *plus = i ? "+" : "", *comma = i ? ", " : "";
+        size_t ls = strlen(step), ll = strlen(list);
+        snprintf(step + ls, sizeof step - ls, "%s%s", plus, gemm_group.var[i]);
+        snprintf(list + ll, sizeof list - ll, "%s%s", comma, gemm_group.var[i]);
+    }
+    fprintf(
+        f,
+        "    /* the %d projections above of one input, each as alone (kernels/ref/gemm_ref.c) */\n",
+        n);
+    fprintf(f, "    const k_gemm_group_args %s = {\n", var);
+    fprintf(f, "        .n_gemms = %d,\n", n);
+    fprintf(f, "        .g = {%s},\n", list);
+    fprintf(f, "    };\n");
+    fprintf(f, "    STEP(%s, \"%s\", op_gemm_group(&%s, s->stream));\n", gemm_group.layer, step,
+            var);
+}
+
 /* One named step is a local argument struct, one field per line, then its STEP() line. */
 static void step_begin(FILE *f, const char *comment, const char *op, const char *var) {
     if (!is_row_op(op)) row_group_flush(f);
+    if (strcmp(op, "gemm") != 0) gemm_group_flush(f);
     fprintf(f, "    /* %s */\n", comment);
     fprintf(f, "    const k_%s_args %s = {\n", op, var);
 }
@@ -343,6 +384,9 @@ static void rmsnorm_step(FILE *f, const gen_model *m, const char *layer, const c
 static void gemm_step(FILE *f, const char *layer, const char *var, const char *comment,
                       const char *y, const char *x, const char *w, const char *rows, const char *n,
                       const char *k, const char *ldy, const char *plan) {
+    if (gemm_group.n && (strcmp(gemm_group.x, x) != 0 || strcmp(gemm_group.k, k) != 0 ||
+                         gemm_group.n == K_GEMM_GROUP_MAX))
+        gemm_group_flush(f);
     step_begin(f, comment, "gemm", var);
     fld(f, "y", "%s", y);
     fld(f, "x", "%s", x);
@@ -352,6 +396,15 @@ static void gemm_step(FILE *f, const char *layer, const char *var, const char *c
     fld(f, "k", "%s", k);
     if (ldy) fld(f, "ldy", "%s", ldy);
     fld(f, "plan", "%s", plan);
+    if (row_group.on) { /* inside a layer function: the group's STEP comes at its flush */
+        fprintf(f, "    };\n");
+        gemm_group.layer = layer;
+        snprintf(gemm_group.var[gemm_group.n], sizeof gemm_group.var[0], "%s", var);
+        snprintf(gemm_group.x, sizeof gemm_group.x, "%s", x);
+        snprintf(gemm_group.k, sizeof gemm_group.k, "%s", k);
+        gemm_group.n++;
+        return;
+    }
     step_end(f, layer, "gemm", var);
 }
 
@@ -548,6 +601,7 @@ static void emit_layer_fn(FILE *f, const gen_model *m, int kind) {
     fprintf(f, "    const g4_layer_info *I = &%s_layers[il];\n", m->lower);
     row_group.on = 1;
     row_group.groups = 0;
+    gemm_group.groups = 0;
     emit_attention(f, m, kind);
     emit_ffn(f, m);
     if (m->d.d_ple) emit_ple_layer(f, m);
@@ -558,6 +612,7 @@ static void emit_layer_fn(FILE *f, const gen_model *m, int kind) {
     fld(f, "n", "(size_t)s->rows * %s_D_MODEL", m->upper);
     fld(f, "scale", "L->layer_scalar");
     step_end(f, "il", "scale_add", "layer_scalar");
+    gemm_group_flush(f);
     row_group_flush(f);
     row_group.on = 0;
     fprintf(f, "    return 0;\n}\n\n");

@@ -19,7 +19,8 @@
  *   op_moe_experts    routed experts, weighted fp32 sum                  MoE experts
  *   op_gather_rows    the rows that need logits
  *   op_softcap        x = bf(bf(tanh(bf(x / c))) * c)                    final logits
- *   op_row_ops        consecutive rmsnorm/mul_vec_scale/scale_add ops    one kernel, same bits */
+ *   op_row_ops        consecutive rmsnorm/mul_vec_scale/scale_add ops    one kernel, same bits
+ *   op_gemm_group     consecutive projections of one input (q|k|v, gate|up)  each as alone */
 #ifndef G4_OPS_H
 #define G4_OPS_H
 
@@ -46,6 +47,7 @@
 #define op_gather_rows(a, st) G4_FN(gather_rows)(a, st)
 #define op_softcap(a, st) G4_FN(softcap)(a, st)
 #define op_row_ops(a, st) G4_FN(row_ops)(a, st)
+#define op_gemm_group(a, st) G4_FN(gemm_group)(a, st)
 #endif
 
 #endif

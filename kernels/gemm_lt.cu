@@ -184,14 +184,14 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
 #define MMA_GEMM_ROW_BLOCKS 16 /* grid.y of the decode form: bits do not depend on it */
 #define MMA_GEMM_DECODE_M 32   /* the most rows the decode form (MT = NB = 1) takes */
 
+/* Block bx's outputs of one projection: the body of both kernels below. */
 template <int MT, int NB, int U>
-static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
-    gemm_mma_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
-    K_GRID_DEPENDENCY();
+static __device__ __forceinline__ void
+gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
     constexpr int VALS = MT * NB * 4; /* a lane's accumulators */
     __shared__ float part[MMA_GEMM_WARPS][VALS][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
-    const int o0 = blockIdx.x * (8 * NB), nb = k / 32;
+    const int o0 = bx * (8 * NB), nb = k / 32;
     const int kb0 = nb * warp / MMA_GEMM_WARPS, kb1 = nb * (warp + 1) / MMA_GEMM_WARPS;
     const size_t off = (size_t)kb0 * 32;
     const bf16_t *wrow[NB];
@@ -232,6 +232,44 @@ static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
         __syncthreads(); /* part is reused by the next row tile */
     }
 }
+
+template <int MT, int NB, int U>
+static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
+    gemm_mma_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
+    K_GRID_DEPENDENCY();
+    gemm_mma_block<MT, NB, U>(blockIdx.x, y, x, w, m, n, k, ldy);
+}
+
+/* The members of a k_gemm_group in one grid: member i owns blocks first[i] .. first[i + 1] - 1
+ * along x, each block exactly the block it is in the member's own launch (the same tile and
+ * mma sequence), so the bits are the separate calls'. One launch instead of up to three, and
+ * the small weights' blocks fill the card together (docs/perf-notes.md). */
+typedef struct mma_group_table {
+    int n_members;
+    int first[K_GEMM_GROUP_MAX + 1];
+    const bf16_t *w[K_GEMM_GROUP_MAX];
+    bf16_t *y[K_GEMM_GROUP_MAX];
+    int n[K_GEMM_GROUP_MAX], ldy[K_GEMM_GROUP_MAX];
+} mma_group_table;
+
+template <int MT, int NB, int U>
+static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
+    gemm_mma_group_kernel(mma_group_table t, const bf16_t *x, int m, int k) {
+    K_GRID_DEPENDENCY();
+    /* the member by compares, and each member's fields read at constant offsets (an index into
+     * the parameters would copy them to local memory) */
+    const int b = blockIdx.x;
+    if (t.n_members > 2 && b >= t.first[2])
+        gemm_mma_block<MT, NB, U>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k, t.ldy[2]);
+    else if (t.n_members > 1 && b >= t.first[1])
+        gemm_mma_block<MT, NB, U>(b - t.first[1], t.y[1], x, t.w[1], m, t.n[1], k, t.ldy[1]);
+    else
+        gemm_mma_block<MT, NB, U>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0]);
+}
+
+static bool fuse_groups; /* k_gemm_fuse */
+
+extern "C" void k_gemm_fuse(int on) { fuse_groups = on != 0; }
 
 extern "C" void k_gemm_mma(int on) { mma_plans = on != 0; }
 
@@ -403,6 +441,51 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
     cublasLtMatrixLayoutDestroy(b);
     cublasLtMatrixLayoutDestroy(c);
     CUBLAS_CHECK(s);
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
+}
+
+/* One launch when every member runs the tensor-core kernel, the step is a decode step (m <= 32)
+ * and fusing is on: the grid is the members' grids side by side along x, the row tiles along y
+ * as in k_gemm. Otherwise each member through k_gemm, in order: a prefill chunk's launches are
+ * long enough that one more costs little (and the tile form, inlined once per member, spills).
+ * Either way each output is computed as in its own call. */
+extern "C" int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
+    if (k_gemm_group_check(a) != K_OK) return K_ERR_SHAPE;
+    bool one = fuse_groups && a->n_gemms > 1 && a->g[0].m <= MMA_GEMM_DECODE_M;
+    for (int i = 0; i < a->n_gemms && one; i++) {
+        const k_gemm_args *g = &a->g[i];
+        const k_gemm_plan *p = (const k_gemm_plan *)g->plan;
+        int ldy = g->ldy ? g->ldy : g->n;
+        if (!p || g->m < 0 || g->m > p->max_m || g->n != p->n || g->k != p->k || ldy < g->n)
+            return K_ERR_SHAPE;
+        one = p->mma && !(((uintptr_t)g->x | (uintptr_t)g->w) & 15);
+    }
+    if (!one) {
+        for (int i = 0; i < a->n_gemms; i++) {
+            int rc = k_gemm(&a->g[i], st);
+            if (rc != K_OK) return rc;
+        }
+        return K_OK;
+    }
+    const int m = a->g[0].m, k = a->g[0].k;
+    if (m == 0) return K_OK;
+    mma_group_table t = {};
+    t.n_members = a->n_gemms;
+    for (int i = 0; i < a->n_gemms; i++) {
+        const k_gemm_args *g = &a->g[i];
+        t.w[i] = (const bf16_t *)g->w;
+        t.y[i] = (bf16_t *)g->y;
+        t.n[i] = g->n;
+        t.ldy[i] = g->ldy ? g->ldy : g->n;
+        t.first[i + 1] = t.first[i] + (g->n + 7) / 8;
+    }
+    const bf16_t *x = (const bf16_t *)a->g[0].x;
+    int tiles = (m + 15) / 16;
+    dim3 grid((unsigned)t.first[a->n_gemms],
+              (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
+    CUDA_CHECK(k_launch(gemm_mma_group_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0, (cudaStream_t)st,
+                        t, x, m, k));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

@@ -75,6 +75,26 @@ typedef struct k_gemm_args {
     void *plan;
 } k_gemm_args;
 
+/* A few projections of one input run as one op (kernels/gemm_lt.cu): q, k and v of a layer,
+ * or its gate and up. Each member computes exactly what it computes alone, so the bits are
+ * those of separate calls; every member has the same x, m and k (and its own w, y, n, ldy,
+ * plan). On the GPU the members run in one launch where every plan takes the tensor-core
+ * kernel and k_gemm_fuse is on, as separate calls otherwise. */
+#define K_GEMM_GROUP_MAX 3
+typedef struct k_gemm_group_args {
+    int n_gemms; /* 1..K_GEMM_GROUP_MAX */
+    k_gemm_args g[K_GEMM_GROUP_MAX];
+} k_gemm_group_args;
+
+/* The group's own preconditions, shared by both backends: K_OK or K_ERR_SHAPE. */
+static inline int k_gemm_group_check(const k_gemm_group_args *a) {
+    if (a->n_gemms < 1 || a->n_gemms > K_GEMM_GROUP_MAX) return K_ERR_SHAPE;
+    for (int i = 1; i < a->n_gemms; i++)
+        if (a->g[i].x != a->g[0].x || a->g[i].m != a->g[0].m || a->g[i].k != a->g[0].k)
+            return K_ERR_SHAPE;
+    return K_OK;
+}
+
 /* Per row r at position pos[r] of sequence seq[r]: q heads get q_norm then RoPE in place;
  * when write_kv, K = RoPE(RMS(k_raw; k_norm)) and V = RMS0(v_raw) go into the family's pages
  * at slot pos % page_tokens of logical page pos / page_tokens, layer kv_layer. RoPE is
@@ -268,6 +288,10 @@ void k_gemm_auto(int on);
  * bits). Process-wide; kernels/common.cuh, k_launch. */
 void k_set_pdl(int on);
 int k_gemm(const k_gemm_args *a, g4_stream st);
+int k_gemm_group(const k_gemm_group_args *a, g4_stream st);
+/* on: a k_gemm_group whose members all run the tensor-core kernel is one launch (serve.gemm_fuse;
+ * the same bits either way, kernels/gemm_lt.cu). Process-wide, read at each call. */
+void k_gemm_fuse(int on);
 
 /* kernels/fill.cu: seeded random fill */
 int k_fill_uniform(const k_fill_args *a, g4_stream st);

@@ -17,6 +17,14 @@ static inline float widen(bf16_t v) {
     return f;
 }
 
+/* Each member alone, in order: the group's contract is exactly that. */
+int ref_gemm_group(const k_gemm_group_args *a, g4_stream st) {
+    int rc = k_gemm_group_check(a);
+    for (int i = 0; rc == K_OK && i < a->n_gemms; i++)
+        rc = ref_gemm(&a->g[i], st);
+    return rc;
+}
+
 int ref_gemm(const k_gemm_args *a, g4_stream st) {
     (void)st;
     if (a->m < 0 || a->n <= 0 || a->k <= 0) return K_ERR_SHAPE;

@@ -39,6 +39,7 @@ int ref_moe_experts(const k_moe_experts_args *a, g4_stream st);
 int ref_gather_rows(const k_gather_rows_args *a, g4_stream st);
 int ref_softcap(const k_softcap_args *a, g4_stream st);
 int ref_row_ops(const k_row_ops_args *a, g4_stream st);
+int ref_gemm_group(const k_gemm_group_args *a, g4_stream st);
 int ref_fill_uniform(const k_fill_args *a, g4_stream st);
 int ref_argmax(const k_argmax_args *a, g4_stream st);
 int ref_topk(const k_topk_args *a, g4_stream st);

@@ -60,7 +60,8 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     /* a graph replays a fixed sequence of launches; debug.sync's per-step synchronisation
      * cannot be captured, so it turns graphs off */
     bk->graphs = cfg->serve.cuda_graphs && !cfg->debug.sync;
-    k_set_pdl(cfg->serve.pdl); /* process-wide; the bits are the same either way */
+    k_set_pdl(cfg->serve.pdl);                /* process-wide; the bits are the same either way */
+    k_gemm_fuse(cfg->serve.fuse_projections); /* likewise */
     return bk;
 }
 

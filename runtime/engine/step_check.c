@@ -11,8 +11,9 @@
  * KV writes of attn_prep are checked through the attention that reads them). */
 static const bf16_t *written(const g4_state *s, const g4_model_desc *m, int layer, const char *step,
                              size_t *width) {
-    /* a row_ops step ("a+b+c") is checked by what its last op wrote: the earlier ops' outputs
-     * feed it, so a non-finite value among them shows there or at a later step */
+    /* a fused step ("a+b+c") is checked by what its last op wrote: a row_ops group's earlier
+     * outputs feed its last op, a projection group's (q and k; gate) feed the attention or
+     * GeGLU after it, so a non-finite value among them shows there or at a later step */
     const char *last = strrchr(step, '+');
     if (last) step = last + 1;
     int full = layer >= 0 && m->layer_kind[layer] == G4_LAYER_FULL;

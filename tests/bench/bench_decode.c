@@ -63,6 +63,12 @@ typedef struct profile {
  * activations, a few KB, counted as 0: their time is latency, not bytes. */
 static double step_bytes(const profile *p, int layer, const char *step) {
     const g4_model_desc *m = p->m;
+    const char *plus = strchr(step, '+');
+    if (plus) { /* a fused step ("q_proj+k_proj+v_proj"): what its members read */
+        char first[64];
+        snprintf(first, sizeof first, "%.*s", (int)(plus - step), step);
+        return step_bytes(p, layer, first) + step_bytes(p, layer, plus + 1);
+    }
     if (!strcmp(step, "lm_head")) return 2.0 * m->n_vocab * m->d_model;
     if (layer < 0) return 0;
     int full = m->layer_kind[layer] == G4_LAYER_FULL;

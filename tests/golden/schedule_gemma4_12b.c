@@ -78,7 +78,6 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_12B_D_MODEL,
         .plan = L->plan_q,
     };
-    STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
         .y = s->k,
@@ -89,7 +88,6 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_12B_D_MODEL,
         .plan = L->plan_k,
     };
-    STEP(il, "k_proj", op_gemm(&k_proj, s->stream));
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
         .y = s->v,
@@ -100,7 +98,12 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_12B_D_MODEL,
         .plan = L->plan_v,
     };
-    STEP(il, "v_proj", op_gemm(&v_proj, s->stream));
+    /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_1 = {
+        .n_gemms = 3,
+        .g = {q_proj, k_proj, v_proj},
+    };
+    STEP(il, "q_proj+k_proj+v_proj", op_gemm_group(&gemm_group_1, s->stream));
     /* q_norm, k_norm, v_norm, RoPE, KV write (kernels/ref/attn_ref.c) */
     const k_attn_prep_args attn_prep = {
         .q = s->q,
@@ -191,7 +194,6 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
     };
-    STEP(il, "gate_proj", op_gemm(&gate_proj, s->stream));
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
         .y = s->gu + I->d_ff,
@@ -203,7 +205,12 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
     };
-    STEP(il, "up_proj", op_gemm(&up_proj, s->stream));
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_2 = {
+        .n_gemms = 2,
+        .g = {gate_proj, up_proj},
+    };
+    STEP(il, "gate_proj+up_proj", op_gemm_group(&gemm_group_2, s->stream));
     /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
     const k_gelu_mul_args geglu = {
         .out = s->act,
@@ -285,7 +292,6 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .k = GEMMA4_12B_D_MODEL,
         .plan = L->plan_q,
     };
-    STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
         .y = s->k,
@@ -296,7 +302,12 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .k = GEMMA4_12B_D_MODEL,
         .plan = L->plan_k,
     };
-    STEP(il, "k_proj", op_gemm(&k_proj, s->stream));
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_1 = {
+        .n_gemms = 2,
+        .g = {q_proj, k_proj},
+    };
+    STEP(il, "q_proj+k_proj", op_gemm_group(&gemm_group_1, s->stream));
     /* q_norm, k_norm, v_norm, RoPE, KV write (kernels/ref/attn_ref.c) */
     const k_attn_prep_args attn_prep = {
         .q = s->q,
@@ -387,7 +398,6 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
     };
-    STEP(il, "gate_proj", op_gemm(&gate_proj, s->stream));
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
         .y = s->gu + I->d_ff,
@@ -399,7 +409,12 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
     };
-    STEP(il, "up_proj", op_gemm(&up_proj, s->stream));
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_2 = {
+        .n_gemms = 2,
+        .g = {gate_proj, up_proj},
+    };
+    STEP(il, "gate_proj+up_proj", op_gemm_group(&gemm_group_2, s->stream));
     /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
     const k_gelu_mul_args geglu = {
         .out = s->act,

@@ -72,7 +72,6 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_q,
     };
-    STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
         .y = s->k,
@@ -83,7 +82,6 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_k,
     };
-    STEP(il, "k_proj", op_gemm(&k_proj, s->stream));
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
         .y = s->v,
@@ -94,7 +92,12 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_v,
     };
-    STEP(il, "v_proj", op_gemm(&v_proj, s->stream));
+    /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_1 = {
+        .n_gemms = 3,
+        .g = {q_proj, k_proj, v_proj},
+    };
+    STEP(il, "q_proj+k_proj+v_proj", op_gemm_group(&gemm_group_1, s->stream));
     /* q_norm, k_norm, v_norm, RoPE, KV write (kernels/ref/attn_ref.c) */
     const k_attn_prep_args attn_prep = {
         .q = s->q,
@@ -185,7 +188,6 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
     };
-    STEP(il, "gate_proj", op_gemm(&gate_proj, s->stream));
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
         .y = s->gu + I->d_ff,
@@ -197,7 +199,12 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
     };
-    STEP(il, "up_proj", op_gemm(&up_proj, s->stream));
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_2 = {
+        .n_gemms = 2,
+        .g = {gate_proj, up_proj},
+    };
+    STEP(il, "gate_proj+up_proj", op_gemm_group(&gemm_group_2, s->stream));
     /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
     const k_gelu_mul_args geglu = {
         .out = s->act,
@@ -411,7 +418,6 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
     };
-    STEP(il, "gate_proj", op_gemm(&gate_proj, s->stream));
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
         .y = s->gu + I->d_ff,
@@ -423,7 +429,12 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
     };
-    STEP(il, "up_proj", op_gemm(&up_proj, s->stream));
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_1 = {
+        .n_gemms = 2,
+        .g = {gate_proj, up_proj},
+    };
+    STEP(il, "gate_proj+up_proj", op_gemm_group(&gemm_group_1, s->stream));
     /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
     const k_gelu_mul_args geglu = {
         .out = s->act,
@@ -549,7 +560,6 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_q,
     };
-    STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
         .y = s->k,
@@ -560,7 +570,6 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_k,
     };
-    STEP(il, "k_proj", op_gemm(&k_proj, s->stream));
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
         .y = s->v,
@@ -571,7 +580,12 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_v,
     };
-    STEP(il, "v_proj", op_gemm(&v_proj, s->stream));
+    /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_1 = {
+        .n_gemms = 3,
+        .g = {q_proj, k_proj, v_proj},
+    };
+    STEP(il, "q_proj+k_proj+v_proj", op_gemm_group(&gemm_group_1, s->stream));
     /* q_norm, k_norm, v_norm, RoPE, KV write (kernels/ref/attn_ref.c) */
     const k_attn_prep_args attn_prep = {
         .q = s->q,
@@ -662,7 +676,6 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
     };
-    STEP(il, "gate_proj", op_gemm(&gate_proj, s->stream));
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
         .y = s->gu + I->d_ff,
@@ -674,7 +687,12 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
     };
-    STEP(il, "up_proj", op_gemm(&up_proj, s->stream));
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_2 = {
+        .n_gemms = 2,
+        .g = {gate_proj, up_proj},
+    };
+    STEP(il, "gate_proj+up_proj", op_gemm_group(&gemm_group_2, s->stream));
     /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
     const k_gelu_mul_args geglu = {
         .out = s->act,
@@ -888,7 +906,6 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
     };
-    STEP(il, "gate_proj", op_gemm(&gate_proj, s->stream));
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
         .y = s->gu + I->d_ff,
@@ -900,7 +917,12 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
     };
-    STEP(il, "up_proj", op_gemm(&up_proj, s->stream));
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_1 = {
+        .n_gemms = 2,
+        .g = {gate_proj, up_proj},
+    };
+    STEP(il, "gate_proj+up_proj", op_gemm_group(&gemm_group_1, s->stream));
     /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
     const k_gelu_mul_args geglu = {
         .out = s->act,

@@ -36,7 +36,6 @@ static int G4_FN(tiny_moe_sliding)(g4_state *s, int il) {
         .k = TINY_MOE_D_MODEL,
         .plan = L->plan_q,
     };
-    STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
         .y = s->k,
@@ -47,7 +46,6 @@ static int G4_FN(tiny_moe_sliding)(g4_state *s, int il) {
         .k = TINY_MOE_D_MODEL,
         .plan = L->plan_k,
     };
-    STEP(il, "k_proj", op_gemm(&k_proj, s->stream));
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
         .y = s->v,
@@ -58,7 +56,12 @@ static int G4_FN(tiny_moe_sliding)(g4_state *s, int il) {
         .k = TINY_MOE_D_MODEL,
         .plan = L->plan_v,
     };
-    STEP(il, "v_proj", op_gemm(&v_proj, s->stream));
+    /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_1 = {
+        .n_gemms = 3,
+        .g = {q_proj, k_proj, v_proj},
+    };
+    STEP(il, "q_proj+k_proj+v_proj", op_gemm_group(&gemm_group_1, s->stream));
     /* q_norm, k_norm, v_norm, RoPE, KV write (kernels/ref/attn_ref.c) */
     const k_attn_prep_args attn_prep = {
         .q = s->q,
@@ -149,7 +152,6 @@ static int G4_FN(tiny_moe_sliding)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
     };
-    STEP(il, "gate_proj", op_gemm(&gate_proj, s->stream));
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
         .y = s->gu + I->d_ff,
@@ -161,7 +163,12 @@ static int G4_FN(tiny_moe_sliding)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
     };
-    STEP(il, "up_proj", op_gemm(&up_proj, s->stream));
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_2 = {
+        .n_gemms = 2,
+        .g = {gate_proj, up_proj},
+    };
+    STEP(il, "gate_proj+up_proj", op_gemm_group(&gemm_group_2, s->stream));
     /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
     const k_gelu_mul_args geglu = {
         .out = s->act,
@@ -349,7 +356,6 @@ static int G4_FN(tiny_moe_full)(g4_state *s, int il) {
         .k = TINY_MOE_D_MODEL,
         .plan = L->plan_q,
     };
-    STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
         .y = s->k,
@@ -360,7 +366,12 @@ static int G4_FN(tiny_moe_full)(g4_state *s, int il) {
         .k = TINY_MOE_D_MODEL,
         .plan = L->plan_k,
     };
-    STEP(il, "k_proj", op_gemm(&k_proj, s->stream));
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_1 = {
+        .n_gemms = 2,
+        .g = {q_proj, k_proj},
+    };
+    STEP(il, "q_proj+k_proj", op_gemm_group(&gemm_group_1, s->stream));
     /* q_norm, k_norm, v_norm, RoPE, KV write (kernels/ref/attn_ref.c) */
     const k_attn_prep_args attn_prep = {
         .q = s->q,
@@ -451,7 +462,6 @@ static int G4_FN(tiny_moe_full)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
     };
-    STEP(il, "gate_proj", op_gemm(&gate_proj, s->stream));
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
         .y = s->gu + I->d_ff,
@@ -463,7 +473,12 @@ static int G4_FN(tiny_moe_full)(g4_state *s, int il) {
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
     };
-    STEP(il, "up_proj", op_gemm(&up_proj, s->stream));
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_2 = {
+        .n_gemms = 2,
+        .g = {gate_proj, up_proj},
+    };
+    STEP(il, "gate_proj+up_proj", op_gemm_group(&gemm_group_2, s->stream));
     /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
     const k_gelu_mul_args geglu = {
         .out = s->act,

@@ -266,8 +266,145 @@ static void run_ldy(const char *name, uint64_t seed) {
     k_device_free(dy);
 }
 
+/* ---- gemm groups (q|k|v, gate|up: kernels/kernels.h, k_gemm_group_args) ---- */
+
+/* The twin on the CPU (no GPU needed): a group of three equals its members' ref_gemm calls bit
+ * for bit, and a group with no members, too many, or members that differ in x, m or k is
+ * refused by both backends' check. */
+static void run_group_ref(void) {
+    enum { M = 3, K = 64, N0 = 40, N1 = 24 };
+    rng_state = 4242;
+    bf16_t x[M * K], x2[M * K], w0[N0 * K], w1[N1 * K], y0[M * N0], y1[M * 2 * N1], r0[M * N0],
+        r1[M * 2 * N1];
+    fill_uniform(x, M * K, 1.0f, 0.0f);
+    memcpy(x2, x, sizeof x);
+    fill_uniform(w0, N0 * K, 0.125f, 0.0f);
+    fill_uniform(w1, N1 * K, 0.125f, 0.0f);
+    memset(y1, 0, sizeof y1);
+    memset(r1, 0, sizeof r1);
+    /* member 1 writes the second half of rows twice its width, as up_proj does */
+    k_gemm_group_args g = {.n_gemms = 3};
+    g.g[0] = (k_gemm_args){.y = y0, .x = x, .w = w0, .m = M, .n = N0, .k = K};
+    g.g[1] = (k_gemm_args){.y = y1, .x = x, .w = w1, .m = M, .n = N1, .k = K, .ldy = 2 * N1};
+    g.g[2] = (k_gemm_args){.y = y1 + N1, .x = x, .w = w1, .m = M, .n = N1, .k = K, .ldy = 2 * N1};
+    int rc = ref_gemm_group(&g, NULL);
+    k_gemm_args c0 = g.g[0], c1 = g.g[1], c2 = g.g[2];
+    c0.y = r0, c1.y = r1, c2.y = r1 + N1;
+    rc |= ref_gemm(&c0, NULL) | ref_gemm(&c1, NULL) | ref_gemm(&c2, NULL);
+    int same = memcmp(y0, r0, sizeof y0) == 0 && memcmp(y1, r1, sizeof y1) == 0;
+    int bad = 0;
+    k_gemm_group_args e = g;
+    e.n_gemms = 0;
+    bad += ref_gemm_group(&e, NULL) != K_ERR_SHAPE;
+    e.n_gemms = K_GEMM_GROUP_MAX + 1;
+    bad += ref_gemm_group(&e, NULL) != K_ERR_SHAPE;
+    e = g;
+    e.g[2].x = x2; /* the same values elsewhere: still another input */
+    bad += ref_gemm_group(&e, NULL) != K_ERR_SHAPE;
+    e = g;
+    e.g[1].m = M - 1;
+    bad += ref_gemm_group(&e, NULL) != K_ERR_SHAPE;
+    e = g;
+    e.g[1].k = K / 2;
+    bad += k_gemm_group_check(&e) != K_ERR_SHAPE;
+    TEST_CHECK("gemm_group_ref", rc == 0 && same && bad == 0,
+               "rc %d, group %s its members' calls, %d of 5 bad groups accepted", rc,
+               same ? "equals" : "DIFFERS from", bad);
+}
+
+/* On the GPU with serve.fuse_projections on: q|k|v (26B-A4B sliding shapes) and gate|up (into
+ * the halves of rows 2 x d_ff wide) as one launch against the same plans called one by one,
+ * every output bit equal, at m = 1 and 16 (one launch) and 130 (past the decode form: separate
+ * calls); and a group with one cuBLASLt member, which runs as separate calls. */
+static void run_group(int m, int mixed, uint64_t seed) {
+    enum { K = 2816, Q = 4096, KV = 2048, FF = 2112 };
+    char gate[96];
+    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s]", m, mixed ? " mixed" : "");
+    const int ns[5] = {Q, KV, KV, FF, FF};
+    gemm_bufs b[5];
+    int rc = 0;
+    for (int i = 0; i < 5; i++)
+        rc |= gemm_bufs_make(&b[i], m, ns[i], K, seed + (uint64_t)i) != 0;
+    /* one input for all: member 0's x */
+    for (int i = 1; i < 5 && !rc; i++)
+        rc |= k_copy_to_device(b[i].dx, b[0].x, (size_t)m * K * 2);
+    bf16_t *gu = k_device_alloc((size_t)m * 2 * FF * 2),
+           *gu_sep = k_device_alloc((size_t)m * 2 * FF * 2);
+    bf16_t *sep[3] = {k_device_alloc((size_t)m * Q * 2), k_device_alloc((size_t)m * KV * 2),
+                      k_device_alloc((size_t)m * KV * 2)};
+    k_gemm_plan *plan[5] = {0};
+    k_gemm_auto(1);
+    for (int i = 0; i < 5 && !rc; i++) {
+        if (mixed && i == 1) k_gemm_auto(0); /* k on cuBLASLt: the group falls back */
+        rc |= k_gemm_plan_create(&plan[i], 2064, ns[i], K) != 0;
+        k_gemm_auto(1);
+    }
+    k_gemm_auto(0);
+    const bf16_t *x = b[0].dx;
+    k_gemm_group_args qkv = {.n_gemms = 3}, gup = {.n_gemms = 2};
+    for (int i = 0; i < 3; i++)
+        qkv.g[i] = (k_gemm_args){
+            .y = b[i].dy, .x = x, .w = b[i].dw, .m = m, .n = ns[i], .k = K, .plan = plan[i]};
+    gup.g[0] = (k_gemm_args){
+        .y = gu, .x = x, .w = b[3].dw, .m = m, .n = FF, .k = K, .ldy = 2 * FF, .plan = plan[3]};
+    gup.g[1] = (k_gemm_args){.y = gu + FF,
+                             .x = x,
+                             .w = b[4].dw,
+                             .m = m,
+                             .n = FF,
+                             .k = K,
+                             .ldy = 2 * FF,
+                             .plan = plan[4]};
+    k_gemm_fuse(1);
+    if (!rc) rc |= k_gemm_group(&qkv, NULL) | k_gemm_group(&gup, NULL);
+    k_gemm_fuse(0);
+    for (int i = 0; i < 3 && !rc; i++) {
+        k_gemm_args one = qkv.g[i];
+        one.y = sep[i];
+        rc |= k_gemm(&one, NULL);
+    }
+    for (int i = 0; i < 2 && !rc; i++) {
+        k_gemm_args one = gup.g[i];
+        one.y = gu_sep + (i ? FF : 0);
+        rc |= k_gemm(&one, NULL);
+    }
+    rc |= k_sync();
+    long differ = 0, total = 0;
+    for (int i = 0; i < 3 && !rc; i++) {
+        size_t bytes = (size_t)m * ns[i] * 2;
+        bf16_t *h = malloc(bytes);
+        rc |= k_copy_to_host(b[i].y, b[i].dy, bytes) | k_copy_to_host(h, sep[i], bytes);
+        for (size_t j = 0; j < bytes / 2; j++)
+            differ += b[i].y[j] != h[j];
+        total += (long)(bytes / 2);
+        free(h);
+    }
+    if (!rc) {
+        size_t bytes = (size_t)m * 2 * FF * 2;
+        bf16_t *h = malloc(bytes), *h2 = malloc(bytes);
+        rc |= k_copy_to_host(h, gu, bytes) | k_copy_to_host(h2, gu_sep, bytes);
+        for (size_t j = 0; j < bytes / 2; j++)
+            differ += h[j] != h2[j];
+        total += (long)(bytes / 2);
+        free(h);
+        free(h2);
+    }
+    TEST_CHECK(gate, rc == 0 && differ == 0 && total > 0,
+               "rc %d, %ld of %ld outputs differ from the members' own calls (exact rule); k on %s",
+               rc, differ, total, plan[1] ? k_gemm_plan_kernel(plan[1]) : "(no plan)");
+    for (int i = 0; i < 5; i++) {
+        k_gemm_plan_destroy(plan[i]);
+        gemm_bufs_free(&b[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        k_device_free(sep[i]);
+    k_device_free(gu);
+    k_device_free(gu_sep);
+}
+
 int main(void) {
     char desc[256];
+    run_group_ref(); /* the CPU twin: needs no GPU */
     if (k_device_init(desc, sizeof desc) != 0) {
         test_skip("gemm_lt_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_lt_max_m", "no GPU (%s)", desc);
@@ -276,6 +413,7 @@ int main(void) {
         test_skip("gemm_mma_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_auto_kernel", "no GPU (%s)", desc);
         test_skip("gemm_auto_vs_ref", "no GPU (%s)", desc);
+        test_skip("gemm_group_vs_calls", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -355,5 +493,9 @@ int main(void) {
     run_shape("gemm_auto_vs_ref", 5, 1000, 264, 64, 6002);
     run_invariant("auto q", 4096, 2816, 6003);
     k_gemm_auto(0);
+    run_group(1, 0, 7001);
+    run_group(16, 0, 7011);
+    run_group(130, 0, 7021);
+    run_group(16, 1, 7031);
     return harness_exit();
 }
