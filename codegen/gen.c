@@ -260,6 +260,17 @@ static int is_row_op(const char *op) {
     return !strcmp(op, "rmsnorm") || !strcmp(op, "mul_vec_scale") || !strcmp(op, "scale_add");
 }
 
+/* A fused step's name ("a+b+c") and its members' initializer list ("a<suffix>, b<suffix>"). */
+static void join_members(const char (*var)[64], int n, const char *suffix, char *step,
+                         size_t step_size, char *list, size_t list_size) {
+    step[0] = list[0] = 0;
+    for (int i = 0; i < n; i++) {
+        size_t ls = strlen(step), ll = strlen(list);
+        snprintf(step + ls, step_size - ls, "%s%s", i ? "+" : "", var[i]);
+        snprintf(list + ll, list_size - ll, "%s%s%s", i ? ", " : "", var[i], suffix);
+    }
+}
+
 static void row_group_flush(FILE *f) {
     int n = row_group.n;
     row_group.n = 0;
@@ -269,13 +280,10 @@ static void row_group_flush(FILE *f) {
                 row_group.var[0], row_group.op[0], row_group.var[0]);
         return;
     }
-    char var[32], step[K_ROW_OPS_MAX * 66] = "", list[K_ROW_OPS_MAX * 70] = "";
+    char var[32], step[K_ROW_OPS_MAX * 66], list[K_ROW_OPS_MAX * 70];
     snprintf(var, sizeof var, "row_ops_%d", ++row_group.groups);
+    join_members(row_group.var, n, "_op", step, sizeof step, list, sizeof list);
     for (int i = 0; i < n; i++) {
-        const char *plus = i ? "+" : "", *comma = i ? ", " : "";
-        size_t ls = strlen(step), ll = strlen(list);
-        snprintf(step + ls, sizeof step - ls, "%s%s", plus, row_group.var[i]);
-        snprintf(list + ll, sizeof list - ll, "%s%s_op", comma, row_group.var[i]);
         char kind[40];
         snprintf(kind, sizeof kind, "%s", row_group.op[i]);
         for (char *c = kind; *c; c++)
@@ -316,14 +324,9 @@ static void gemm_group_flush(FILE *f) {
                 gemm_group.var[0], gemm_group.var[0]);
         return;
     }
-    char var[32], step[K_GEMM_GROUP_MAX * 66] = "", list[K_GEMM_GROUP_MAX * 66] = "";
+    char var[32], step[K_GEMM_GROUP_MAX * 66], list[K_GEMM_GROUP_MAX * 66];
     snprintf(var, sizeof var, "gemm_group_%d", ++gemm_group.groups);
-    for (int i = 0; i < n; i++) {
-        const char *plus = i ? "+" : "", *comma = i ? ", " : "";
-        size_t ls = strlen(step), ll = strlen(list);
-        snprintf(step + ls, sizeof step - ls, "%s%s", plus, gemm_group.var[i]);
-        snprintf(list + ll, sizeof list - ll, "%s%s", comma, gemm_group.var[i]);
-    }
+    join_members(gemm_group.var, n, "", step, sizeof step, list, sizeof list);
     fprintf(
         f,
         "    /* the %d projections above of one input, each as alone (kernels/ref/gemm_ref.c) */\n",

@@ -76,7 +76,8 @@ static __device__ __forceinline__ void mma_rows(const bf16_t *lo, const bf16_t *
  * (the large-m form of the projections). Every (i, t) pair gets exactly mma_rows' instruction
  * sequence, operands and k order, so its sums are the same bits as mma_rows<NB> on that tile
  * alone: which form ran never shows in an output. Loads go in groups of U 32-k blocks as
- * there. */
+ * there. mma_rows stays its own function: written as mma_tiles<1, NB, U> the experts' kernels
+ * compile to other PTX, and theirs is what the H200 gates ran. */
 template <int MT, int NB, int U>
 static __device__ __forceinline__ void
 mma_tiles(const bf16_t *const (&lo)[MT], const bf16_t *const (&hi)[MT],
