@@ -54,6 +54,7 @@ enum cfg_key_id {
     CFG_DEBUG_GEMM,
     CFG_DEBUG_CHECK_FINITE,
     CFG_DEBUG_FAIL_STEP,
+    CFG_DEBUG_NAN_STEP,
 };
 
 static const struct cfg_key {
@@ -85,6 +86,7 @@ static const struct cfg_key {
     {"debug", "gemm", CFG_DEBUG_GEMM},
     {"debug", "check_finite", CFG_DEBUG_CHECK_FINITE},
     {"debug", "fail_step", CFG_DEBUG_FAIL_STEP},
+    {"debug", "nan_step", CFG_DEBUG_NAN_STEP},
 };
 #define CFG_N_KEYS (sizeof cfg_keys / sizeof cfg_keys[0])
 
@@ -319,6 +321,10 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
     case CFG_DEBUG_FAIL_STEP:
         if (cfg_int(v, 0, 1000000000, &x, why, n)) return -1;
         c->debug.fail_step = x;
+        return 0;
+    case CFG_DEBUG_NAN_STEP:
+        if (cfg_int(v, 0, 1000000000, &x, why, n)) return -1;
+        c->debug.nan_step = x;
         return 0;
     }
     (void)snprintf(why, n, "key has no setter (a bug in config.c)");

@@ -60,6 +60,7 @@ typedef struct g4_config {
         int gemm;                /* debug.gemm: 0 cublaslt, 1 plain, 2 mma, 3 auto (default) */
         int check_finite;        /* 0 or 1, default 0: fail a step whose op writes NaN/inf */
         long fail_step;          /* 0 (off) or N: engine step N fails mid-forward (tests) */
+        long nan_step;           /* 0 (off) or N: step N's first logits row gets a NaN (tests) */
     } debug;
 } g4_config;
 

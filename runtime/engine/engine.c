@@ -30,6 +30,7 @@ struct engine {
     step_check check; /* debug.check_finite */
     long n_steps;     /* engine_step calls, for debug.fail_step */
     int fault_armed;  /* debug.fail_step: this step fails at its first attention */
+    int nan_armed;    /* debug.nan_step: this step's first logits row gets a NaN */
     char last_error[256];
 };
 
@@ -211,6 +212,11 @@ static int pick_backend(engine *e) {
     } else {
         e->ops = &backend_cpu_ops;
     }
+    if (c->debug.nan_step > 0 && e->ops->on_gpu) {
+        log_msg(LOG_ERROR, "engine",
+                "debug.nan_step writes into host logits: it needs debug.backend = cpu");
+        return -1;
+    }
     e->bk = e->ops->create(&e->cfg, e->device);
     return e->bk ? 0 : -1;
 }
@@ -275,6 +281,12 @@ static int debug_hook(g4_state *s, int layer, const char *step) {
                 (long)e->cfg.debug.fail_step, e->n_steps);
         return K_ERR_DEVICE;
     }
+    if (e->nan_armed && strcmp(step, "lm_head") == 0 && s->out_rows > 0) {
+        e->nan_armed = 0; /* the CPU backend's logits are host memory (engine_open checks) */
+        log_msg(LOG_WARN, "engine", "debug.nan_step = %ld: step %ld's first logits row gets a NaN",
+                (long)e->cfg.debug.nan_step, e->n_steps);
+        s->logits[0] = 0x7fc0;
+    }
     if (e->cfg.debug.check_finite) {
         s->hook_ctx = &e->check;
         int rc = step_check_finite(s, layer, step);
@@ -337,7 +349,9 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
     e->n_steps++;
     e->last_error[0] = '\0';
     e->fault_armed = e->cfg.debug.fail_step > 0 && e->n_steps == e->cfg.debug.fail_step;
-    if (!hook && (e->cfg.debug.sync || e->cfg.debug.check_finite || e->fault_armed)) {
+    e->nan_armed = e->cfg.debug.nan_step > 0 && e->n_steps == e->cfg.debug.nan_step;
+    if (!hook &&
+        (e->cfg.debug.sync || e->cfg.debug.check_finite || e->fault_armed || e->nan_armed)) {
         e->check = (step_check){.model = e->model,
                                 .copy_to_host = e->ops->copy_to_host,
                                 .pos = b->pos,

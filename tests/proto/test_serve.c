@@ -488,9 +488,9 @@ static void gate_text(ctx *c) {
     free(out);
 }
 
-/* The same lines through the scheduler itself, which owns the KV pool: 1 when a step failed
- * and, once every request has ended, every usable page of both families is free again. */
-static int pages_back_after(engine *e, const g4_config *cfg, const char *in) {
+/* The same lines through the scheduler itself, which owns the KV pool: 1 when want_failed steps
+ * failed and, once every request has ended, every usable page of both families is free again. */
+static int pages_back_after(engine *e, const g4_config *cfg, const char *in, int want_failed) {
     FILE *out = tmpfile();
     sched *s = out ? sched_create(e, NULL, cfg, out) : NULL;
     int ok = s != NULL, failed = 0;
@@ -517,7 +517,7 @@ static int pages_back_after(engine *e, const g4_config *cfg, const char *in) {
     for (int step = 0; ok && step < 1000 && (sched_queued(s) || sched_running(s)); step++)
         failed += sched_step(s) < 0;
     const kv_pool *p = ok ? sched_kv_pool(s) : NULL;
-    ok = ok && failed == 1 && !sched_queued(s) && !sched_running(s) &&
+    ok = ok && failed == want_failed && !sched_queued(s) && !sched_running(s) &&
          kv_pool_free_pages(p, KV_LOCAL) == kv_pool_usable_pages(p, KV_LOCAL) &&
          kv_pool_free_pages(p, KV_GLOBAL) == kv_pool_usable_pages(p, KV_GLOBAL);
     sched_destroy(s);
@@ -592,13 +592,78 @@ static void gate_step_failure(ctx *c, const char *fixtures) {
         free(b);
     }
     engine *again = NULL; /* a fresh engine: debug.fail_step counts an engine's steps */
-    int pages_back = engine_open(&fcfg, 0, &again) == 0 && pages_back_after(again, &fcfg, in);
+    int pages_back = engine_open(&fcfg, 0, &again) == 0 && pages_back_after(again, &fcfg, in, 1);
     engine_close(again);
     TEST_CHECK("proto_step_failure", ok && pages_back,
                "step 4 failed on purpose (debug.fail_step): dec, long (mid-prefill) and late "
                "ended with one error line each naming the cause, early and later byte-equal to "
                "the run without the fault, KV pages all back: %s%s%s",
                pages_back ? "yes" : "no", why[0] ? "; " : "", why);
+    free(want);
+    free(got);
+    engine_close(clean);
+    engine_close(faulty);
+}
+
+/* debug.nan_step: engine step 3's first logits row gets a NaN (as a failed computation would
+ * leave it), with three requests decoding in that step. Checked: exactly one request ends, with
+ * one `internal` error line saying its logits were not finite, and nothing after it; every
+ * other request answers byte-equal to a run without the fault; every KV page is back. */
+static void gate_nonfinite_logits(ctx *c, const char *fixtures) {
+    const char *in = "{\"id\":\"a\",\"tokens\":[2,11,12],\"max_tokens\":6}\n"
+                     "{\"id\":\"b\",\"tokens\":[2,13,14,15],\"max_tokens\":6,\"logprobs\":2}\n"
+                     "{\"id\":\"c\",\"tokens\":[2,16,17],\"max_tokens\":6,"
+                     "\"temperature\":0.9,\"seed\":5}\n"
+                     "{\"id\":\"d\",\"tokens\":[2,18,19,20,21],\"max_tokens\":4}\n";
+    g4_config cfg = c->cfg;
+    cfg.serve.max_batch = 3;            /* "d" waits for a slot */
+    cfg.debug.backend = G4_BACKEND_CPU; /* debug.nan_step writes into host logits */
+    snprintf(cfg.model.path, sizeof cfg.model.path, "%s/tiny-moe", fixtures);
+    g4_config ncfg = cfg;
+    ncfg.debug.nan_step = 3;
+    engine *clean = NULL, *faulty = NULL;
+    if (engine_open(&cfg, 0, &clean) != 0 || engine_open(&ncfg, 0, &faulty) != 0) {
+        test_fail("proto_nonfinite_logits", "cannot open the tiny-moe engines");
+        engine_close(clean);
+        return;
+    }
+    ctx cc = {clean, c->tk, cfg}, fc = {faulty, c->tk, ncfg};
+    char *want = serve_text_of(&cc, &cfg, in, strlen(in), 0);
+    char *got = serve_text_of(&fc, &ncfg, in, strlen(in), 0);
+    int ok = want && got;
+    if (ok) {
+        mask_timing(want);
+        mask_timing(got);
+    }
+    static const char *const ids[] = {"\"a\"", "\"b\"", "\"c\"", "\"d\""};
+    int ended = 0, same = 0;
+    char why[512] = "";
+    for (size_t i = 0; ok && i < sizeof ids / sizeof *ids; i++) {
+        char *a = lines_of(want, ids[i]), *b = lines_of(got, ids[i]);
+        if (a && b && strcmp(a, b) == 0 && strstr(b, "\"event\":\"done\"")) {
+            same++;
+        } else if (b) {
+            const char *last = NULL;
+            for (const char *q = b; *q; q = strchr(q, '\n') ? strchr(q, '\n') + 1 : "")
+                last = q;
+            if (count_str(b, "\"event\":\"error\"") == 1 && !strstr(b, "\"event\":\"done\"") &&
+                last && strstr(last, "\"code\":\"internal\"") &&
+                strstr(last, "logits were not finite"))
+                ended++;
+            else
+                snprintf(why, sizeof why, "%s: %.300s", ids[i], last ? last : "(no lines)");
+        }
+        free(a);
+        free(b);
+    }
+    engine *again = NULL; /* a fresh engine: debug.nan_step counts an engine's steps */
+    int pages_back = engine_open(&ncfg, 0, &again) == 0 && pages_back_after(again, &ncfg, in, 0);
+    engine_close(again);
+    TEST_CHECK("proto_nonfinite_logits", ok && ended == 1 && same == 3 && pages_back,
+               "a NaN in step 3's first logits row (debug.nan_step): %d request ended with an "
+               "internal error saying so (want 1), %d of 4 byte-equal to the run without it "
+               "(want 3), KV pages all back: %s%s%s",
+               ended, same, pages_back ? "yes" : "no", why[0] ? "; " : "", why);
     free(want);
     free(got);
     engine_close(clean);
@@ -800,6 +865,7 @@ int main(int argc, char **argv) {
     gate_text(&c);
     gate_many(&c);
     gate_step_failure(&c, argv[1]);
+    gate_nonfinite_logits(&c, argv[1]);
     gate_chunk_edges(&c, argv[1]);
     tokenizer_free(c.tk);
     engine_close(c.e);

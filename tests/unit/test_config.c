@@ -230,11 +230,12 @@ static void test_set(void) {
     int rc = config_set(&c, "kv.local=fp8") | config_set(&c, " serve.max_batch = 4 ") |
              config_set(&c, "kv.budget_gb=auto") | config_set(&c, "log.level=warn") |
              config_set(&c, "model.path=/m/x=y") | config_set(&c, "debug.gemm=mma");
-    int mma = c.debug.gemm == 2;
-    rc |= config_set(&c, "debug.gemm=auto");
+    int between = c.debug.gemm == 2; /* the values set on the way */
+    rc |= config_set(&c, "debug.gemm=auto") | config_set(&c, "debug.nan_step=3");
+    between = between && c.debug.nan_step == 3 && config_set(&c, "debug.nan_step=-1") != 0;
     int ok = rc == 0 && c.kv.local == G4_KV_LOCAL_FP8 && c.serve.max_batch == 4 &&
              c.kv.budget_gb == 0.0 && c.log.level == LOG_WARN &&
-             strcmp(c.model.path, "/m/x=y") == 0 && mma && c.debug.gemm == 3;
+             strcmp(c.model.path, "/m/x=y") == 0 && between && c.debug.gemm == 3;
     TEST_CHECK("config.set_overrides", ok, "rc=%d max_batch=%d path='%s'", rc, c.serve.max_batch,
                c.model.path);
 
