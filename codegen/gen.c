@@ -312,7 +312,7 @@ static struct {
     int n, groups;
     const char *layer;
     char var[K_GEMM_GROUP_MAX][64];
-    char x[96], k[160];
+    char x[96], k[160], rows[96];
 } gemm_group;
 
 static void gemm_group_flush(FILE *f) {
@@ -388,7 +388,7 @@ static void gemm_step(FILE *f, const char *layer, const char *var, const char *c
                       const char *y, const char *x, const char *w, const char *rows, const char *n,
                       const char *k, const char *ldy, const char *plan) {
     if (gemm_group.n && (strcmp(gemm_group.x, x) != 0 || strcmp(gemm_group.k, k) != 0 ||
-                         gemm_group.n == K_GEMM_GROUP_MAX))
+                         strcmp(gemm_group.rows, rows) != 0 || gemm_group.n == K_GEMM_GROUP_MAX))
         gemm_group_flush(f);
     step_begin(f, comment, "gemm", var);
     fld(f, "y", "%s", y);
@@ -399,12 +399,15 @@ static void gemm_step(FILE *f, const char *layer, const char *var, const char *c
     fld(f, "k", "%s", k);
     if (ldy) fld(f, "ldy", "%s", ldy);
     fld(f, "plan", "%s", plan);
-    if (row_group.on) { /* inside a layer function: the group's STEP comes at its flush */
+    /* inside a layer function the group's STEP comes at its flush; a projection that wrote its
+     * own input could not share a step with the ones reading that input */
+    if (row_group.on && strcmp(y, x) != 0) {
         fprintf(f, "    };\n");
         gemm_group.layer = layer;
         snprintf(gemm_group.var[gemm_group.n], sizeof gemm_group.var[0], "%s", var);
         snprintf(gemm_group.x, sizeof gemm_group.x, "%s", x);
         snprintf(gemm_group.k, sizeof gemm_group.k, "%s", k);
+        snprintf(gemm_group.rows, sizeof gemm_group.rows, "%s", rows);
         gemm_group.n++;
         return;
     }

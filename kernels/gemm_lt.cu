@@ -450,18 +450,24 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
  * as in k_gemm. Otherwise each member through k_gemm, in order: a prefill chunk's launches are
  * long enough that one more costs little (and the tile form, inlined once per member, spills).
  * Either way each output is computed as in its own call. */
-extern "C" int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
-    if (k_gemm_group_check(a) != K_OK) return K_ERR_SHAPE;
-    bool one = fuse_groups && a->n_gemms > 1 && a->g[0].m <= MMA_GEMM_DECODE_M;
-    for (int i = 0; i < a->n_gemms && one; i++) {
+extern "C" int k_gemm_group_fuses(const k_gemm_group_args *a) {
+    if (k_gemm_group_check(a) != K_OK || !fuse_groups || a->n_gemms < 2 ||
+        a->g[0].m > MMA_GEMM_DECODE_M)
+        return 0;
+    for (int i = 0; i < a->n_gemms; i++) {
         const k_gemm_args *g = &a->g[i];
         const k_gemm_plan *p = (const k_gemm_plan *)g->plan;
         int ldy = g->ldy ? g->ldy : g->n;
-        if (!p || g->m < 0 || g->m > p->max_m || g->n != p->n || g->k != p->k || ldy < g->n)
-            return K_ERR_SHAPE;
-        one = p->mma && !(((uintptr_t)g->x | (uintptr_t)g->w) & 15);
+        if (!p || !p->mma || g->m < 0 || g->m > p->max_m || g->n != p->n || g->k != p->k ||
+            ldy < g->n || (((uintptr_t)g->x | (uintptr_t)g->w) & 15))
+            return 0;
     }
-    if (!one) {
+    return 1;
+}
+
+extern "C" int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
+    if (k_gemm_group_check(a) != K_OK) return K_ERR_SHAPE;
+    if (!k_gemm_group_fuses(a)) { /* each member as its own call, its shape checked there */
         for (int i = 0; i < a->n_gemms; i++) {
             int rc = k_gemm(&a->g[i], st);
             if (rc != K_OK) return rc;

@@ -78,8 +78,8 @@ typedef struct k_gemm_args {
 /* A few projections of one input run as one op (kernels/gemm_lt.cu): q, k and v of a layer,
  * or its gate and up. Each member computes exactly what it computes alone, so the bits are
  * those of separate calls; every member has the same x, m and k (and its own w, y, n, ldy,
- * plan). On the GPU the members run in one launch where every plan takes the tensor-core
- * kernel and k_gemm_fuse is on, as separate calls otherwise. */
+ * plan). On the GPU the members run in one launch where k_gemm_group_fuses says so, as
+ * separate calls otherwise. */
 #define K_GEMM_GROUP_MAX 3
 typedef struct k_gemm_group_args {
     int n_gemms; /* 1..K_GEMM_GROUP_MAX */
@@ -289,8 +289,13 @@ void k_gemm_auto(int on);
 void k_set_pdl(int on);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 int k_gemm_group(const k_gemm_group_args *a, g4_stream st);
-/* on: a k_gemm_group whose members all run the tensor-core kernel is one launch (serve.gemm_fuse;
- * the same bits either way, kernels/gemm_lt.cu). Process-wide, read at each call. */
+/* 1 when k_gemm_group would run this group as one launch: fusing on, more than one member, a
+ * decode step (m <= 32), every member's plan on the tensor-core kernel, x and w 16-byte
+ * aligned. */
+int k_gemm_group_fuses(const k_gemm_group_args *a);
+/* on: a k_gemm_group of a decode step (m <= 32) whose members all run the tensor-core kernel is
+ * one launch (serve.fuse_projections; the same bits either way, kernels/gemm_lt.cu).
+ * Process-wide, read at each call: the last engine opened sets it for all. */
 void k_gemm_fuse(int on);
 
 /* kernels/fill.cu: seeded random fill */

@@ -11,11 +11,6 @@
  * KV writes of attn_prep are checked through the attention that reads them). */
 static const bf16_t *written(const g4_state *s, const g4_model_desc *m, int layer, const char *step,
                              size_t *width) {
-    /* a fused step ("a+b+c") is checked by what its last op wrote: a row_ops group's earlier
-     * outputs feed its last op, a projection group's (q and k; gate) feed the attention or
-     * GeGLU after it, so a non-finite value among them shows there or at a later step */
-    const char *last = strrchr(step, '+');
-    if (last) step = last + 1;
     int full = layer >= 0 && m->layer_kind[layer] == G4_LAYER_FULL;
     size_t hd = (size_t)(full ? m->head_dim_global : m->head_dim_local);
     size_t kv = hd * (size_t)(full ? m->n_kv_head_global : m->n_kv_head_local);
@@ -44,7 +39,7 @@ static const bf16_t *written(const g4_state *s, const g4_model_desc *m, int laye
 
 static int bf16_finite(uint16_t v) { return (v & 0x7f80u) != 0x7f80u; }
 
-int step_check_finite(g4_state *s, int layer, const char *step) {
+static int check_one(g4_state *s, int layer, const char *step) {
     step_check *c = s->hook_ctx;
     size_t width = 0;
     const bf16_t *buf = written(s, c->model, layer, step, &width);
@@ -85,6 +80,26 @@ int step_check_finite(g4_state *s, int layer, const char *step) {
                 "position %d), element %zu of %zu, %d non-finite in the row, %d rows from it on",
                 layer, step, r, rows, c->seq[row], c->pos[row], i % width, width, bad, rows_bad);
         return K_ERR_NONFINITE;
+    }
+    return 0;
+}
+
+/* A fused step ("a+b+c": a row_ops or a projection group) is checked member by member, each
+ * member's buffer as the step left it, so the log names the member whose output holds the
+ * value (a row op's buffer may have been rewritten by a later op of its group: then the later
+ * op's value is what is found there). */
+int step_check_finite(g4_state *s, int layer, const char *step) {
+    if (!strchr(step, '+')) return check_one(s, layer, step);
+    char name[64];
+    for (const char *p = step; *p;) {
+        const char *end = strchr(p, '+');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len >= sizeof name) return check_one(s, layer, step); /* no member this long */
+        memcpy(name, p, len);
+        name[len] = '\0';
+        int rc = check_one(s, layer, name);
+        if (rc != 0) return rc;
+        p += len + (end != NULL);
     }
     return 0;
 }

@@ -228,6 +228,11 @@ def splitk_linears(on):
         torch.nn.Linear.forward = splitk_linears.orig
         return
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 products and sums, not TF32
+    torch.set_float32_matmul_precision("highest")
+    if os.environ.get("NVIDIA_TF32_OVERRIDE") not in (None, "0") or \
+            os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") not in (None, "0"):
+        raise SystemExit("full_step: a TF32 override is set in the environment; the split-K "
+                         "floor needs fp32 GEMMs")
 
     def forward(self, x):
         w = self.weight
@@ -320,11 +325,13 @@ def job_make(a):
                                           batch=2)
         # the third floor: eager with split-K linears (another GEMM summation order)
         splitk_linears(True)
-        for name, ids in prompts.items():
-            eg = runs[name]["eager"]
-            runs[name]["splitk"] = hf_run(model, ids, forced=[s["token"] for s in eg],
-                                          force_ids=[[i for i, _ in s["top"]] for s in eg])
-        splitk_linears(False)
+        try:
+            for name, ids in prompts.items():
+                eg = runs[name]["eager"]
+                runs[name]["splitk"] = hf_run(model, ids, forced=[s["token"] for s in eg],
+                                              force_ids=[[i for i, _ in s["top"]] for s in eg])
+        finally:
+            splitk_linears(False)
         ref["runs"][kv] = runs
         def most(name, k):
             return max(abs(dict(f["at"])[i] - v) for e, f in zip(runs[name]["eager"], runs[name][k])

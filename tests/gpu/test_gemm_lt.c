@@ -5,9 +5,11 @@
  *
  * Pass rule (docs/gates.md, op vs reference): ||out - ref|| / ||ref|| <= 1e-2 for bf16
  * outputs. Both sides accumulate in fp32 and round once to bf16, so they differ only by
- * summation order: an element is at most one bf16 ulp apart (relative 2^-8 = 3.9e-3), which
- * bounds the norm ratio well under 1e-2; we also require that every element was written (no
- * NaN from the poison left) and that at most one ulp separates any pair. */
+ * summation order: an element is mostly at most one bf16 ulp apart (relative 2^-8 = 3.9e-3),
+ * which bounds the norm ratio well under 1e-2; we also require that every element was written
+ * (no NaN from the poison left). The count of elements over one ulp is printed, not gated: where
+ * a sum cancels to near zero, the same absolute fp32 rounding is many ulps of the small result
+ * (the mma kernel's 130-row shape had 12 of 532,480 on the H200). */
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "tests/gpu/gpu_rand.h"
@@ -312,26 +314,42 @@ static void run_group_ref(void) {
                same ? "equals" : "DIFFERS from", bad);
 }
 
-/* On the GPU with serve.fuse_projections on: q|k|v (26B-A4B sliding shapes) and gate|up (into
- * the halves of rows 2 x d_ff wide) as one launch against the same plans called one by one,
- * every output bit equal, at m = 1 and 16 (one launch) and 130 (past the decode form: separate
- * calls); and a group with one cuBLASLt member, which runs as separate calls. */
-static void run_group(int m, int mixed, uint64_t seed) {
-    enum { K = 2816, Q = 4096, KV = 2048, FF = 2112 };
+/* On the GPU with serve.fuse_projections on: q|k|v and gate|up (into the halves of rows 2 x d_ff
+ * wide) of the 26B-A4B's sliding shapes, or ragged ones (n % 8 != 0: the members' block runs
+ * of uneven length), as k_gemm_group against the same plans called one by one, outputs
+ * poisoned first: every output bit equal. k_gemm_group_fuses must say one launch at m = 1, 16
+ * and 24 (two row tiles) and separate calls at 130 (past the decode form) and when one member is
+ * on cuBLASLt. */
+static void run_group(int m, int mixed, int ragged, uint64_t seed) {
+    enum { K = 2816 };
+    const int Q = ragged ? 1004 : 4096, KV = ragged ? 518 : 2048, FF = ragged ? 2110 : 2112;
+    const int want_fused = !mixed && m <= 32;
     char gate[96];
-    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s]", m, mixed ? " mixed" : "");
+    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s]", m, mixed ? " mixed" : "",
+             ragged ? " ragged" : "");
     const int ns[5] = {Q, KV, KV, FF, FF};
-    gemm_bufs b[5];
+    gemm_bufs b[5] = {0};
     int rc = 0;
     for (int i = 0; i < 5; i++)
         rc |= gemm_bufs_make(&b[i], m, ns[i], K, seed + (uint64_t)i) != 0;
-    /* one input for all: member 0's x */
-    for (int i = 1; i < 5 && !rc; i++)
+    for (int i = 1; i < 5 && !rc; i++) /* one input for all: member 0's x */
         rc |= k_copy_to_device(b[i].dx, b[0].x, (size_t)m * K * 2);
-    bf16_t *gu = k_device_alloc((size_t)m * 2 * FF * 2),
-           *gu_sep = k_device_alloc((size_t)m * 2 * FF * 2);
-    bf16_t *sep[3] = {k_device_alloc((size_t)m * Q * 2), k_device_alloc((size_t)m * KV * 2),
-                      k_device_alloc((size_t)m * KV * 2)};
+    const size_t gu_elems = (size_t)m * 2 * FF,
+                 out_elems[3] = {(size_t)m * Q, (size_t)m * KV, (size_t)m * KV};
+    bf16_t *gu = k_device_alloc(gu_elems * 2), *gu_sep = k_device_alloc(gu_elems * 2);
+    bf16_t *sep[3] = {k_device_alloc(out_elems[0] * 2), k_device_alloc(out_elems[1] * 2),
+                      k_device_alloc(out_elems[2] * 2)};
+    rc |= !gu || !gu_sep || !sep[0] || !sep[1] || !sep[2];
+    bf16_t *poison = malloc(gu_elems > out_elems[0] ? gu_elems * 2 : out_elems[0] * 2);
+    rc |= !poison;
+    if (!rc) { /* NaN in every output, so an unwritten element cannot pass */
+        size_t most = gu_elems > out_elems[0] ? gu_elems : out_elems[0];
+        for (size_t j = 0; j < most; j++)
+            poison[j] = 0x7fc0;
+        rc |= k_copy_to_device(gu, poison, gu_elems * 2);
+        for (int i = 0; i < 3; i++)
+            rc |= k_copy_to_device(b[i].dy, poison, out_elems[i] * 2);
+    }
     k_gemm_plan *plan[5] = {0};
     k_gemm_auto(1);
     for (int i = 0; i < 5 && !rc; i++) {
@@ -356,6 +374,7 @@ static void run_group(int m, int mixed, uint64_t seed) {
                              .ldy = 2 * FF,
                              .plan = plan[4]};
     k_gemm_fuse(1);
+    const int fused_qkv = k_gemm_group_fuses(&qkv), fused_gu = k_gemm_group_fuses(&gup);
     if (!rc) rc |= k_gemm_group(&qkv, NULL) | k_gemm_group(&gup, NULL);
     k_gemm_fuse(0);
     for (int i = 0; i < 3 && !rc; i++) {
@@ -371,27 +390,33 @@ static void run_group(int m, int mixed, uint64_t seed) {
     rc |= k_sync();
     long differ = 0, total = 0;
     for (int i = 0; i < 3 && !rc; i++) {
-        size_t bytes = (size_t)m * ns[i] * 2;
-        bf16_t *h = malloc(bytes);
-        rc |= k_copy_to_host(b[i].y, b[i].dy, bytes) | k_copy_to_host(h, sep[i], bytes);
-        for (size_t j = 0; j < bytes / 2; j++)
+        bf16_t *h = malloc(out_elems[i] * 2);
+        rc |= !h || k_copy_to_host(b[i].y, b[i].dy, out_elems[i] * 2) ||
+              k_copy_to_host(h, sep[i], out_elems[i] * 2);
+        for (size_t j = 0; !rc && j < out_elems[i]; j++)
             differ += b[i].y[j] != h[j];
-        total += (long)(bytes / 2);
+        total += (long)out_elems[i];
         free(h);
     }
     if (!rc) {
-        size_t bytes = (size_t)m * 2 * FF * 2;
-        bf16_t *h = malloc(bytes), *h2 = malloc(bytes);
-        rc |= k_copy_to_host(h, gu, bytes) | k_copy_to_host(h2, gu_sep, bytes);
-        for (size_t j = 0; j < bytes / 2; j++)
+        bf16_t *h = malloc(gu_elems * 2), *h2 = malloc(gu_elems * 2);
+        rc |= !h || !h2 || k_copy_to_host(h, gu, gu_elems * 2) ||
+              k_copy_to_host(h2, gu_sep, gu_elems * 2);
+        for (size_t j = 0; !rc && j < gu_elems; j++)
             differ += h[j] != h2[j];
-        total += (long)(bytes / 2);
+        total += (long)gu_elems;
         free(h);
         free(h2);
     }
-    TEST_CHECK(gate, rc == 0 && differ == 0 && total > 0,
-               "rc %d, %ld of %ld outputs differ from the members' own calls (exact rule); k on %s",
-               rc, differ, total, plan[1] ? k_gemm_plan_kernel(plan[1]) : "(no plan)");
+    const int path_ok = fused_qkv == want_fused && fused_gu == (m <= 32);
+    TEST_CHECK(gate, rc == 0 && differ == 0 && total > 0 && path_ok,
+               "rc %d, %ld of %ld outputs differ from the members' own calls (exact rule); "
+               "q|k|v %s, gate|up %s (want %s, %s); k on %s",
+               rc, differ, total, fused_qkv ? "one launch" : "separate calls",
+               fused_gu ? "one launch" : "separate calls",
+               want_fused ? "one launch" : "separate calls",
+               m <= 32 ? "one launch" : "separate calls",
+               plan[1] ? k_gemm_plan_kernel(plan[1]) : "(no plan)");
     for (int i = 0; i < 5; i++) {
         k_gemm_plan_destroy(plan[i]);
         gemm_bufs_free(&b[i]);
@@ -400,6 +425,7 @@ static void run_group(int m, int mixed, uint64_t seed) {
         k_device_free(sep[i]);
     k_device_free(gu);
     k_device_free(gu_sep);
+    free(poison);
 }
 
 int main(void) {
@@ -456,7 +482,7 @@ int main(void) {
                   5432 + i);
     /* past 32 rows the 64 x 32 tile form: a partial row tile (130 = 2 x 64 + 2) against the
      * twin, and row 0 of it alone (the decode form) bit for bit; n = 1004 leaves the last
-     * weight tile half empty and k = 288 cuts into parts of 1 and 2 blocks */
+     * weight tile half empty and k = 288 cuts into parts of 2 and 3 blocks */
     run_shape("gemm_mma_vs_ref", 130, 4096, 2816, 2064, 5500);
     run_shape("gemm_mma_vs_ref", 77, 1004, 288, 2064, 5501);
     run_ldy("gemm_mma_vs_ref", 779);
@@ -493,9 +519,10 @@ int main(void) {
     run_shape("gemm_auto_vs_ref", 5, 1000, 264, 64, 6002);
     run_invariant("auto q", 4096, 2816, 6003);
     k_gemm_auto(0);
-    run_group(1, 0, 7001);
-    run_group(16, 0, 7011);
-    run_group(130, 0, 7021);
-    run_group(16, 1, 7031);
+    run_group(1, 0, 0, 7001);
+    run_group(16, 0, 0, 7011);
+    run_group(24, 0, 1, 7021);
+    run_group(130, 0, 0, 7031);
+    run_group(16, 1, 0, 7041);
     return harness_exit();
 }
