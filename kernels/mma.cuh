@@ -34,12 +34,11 @@ static __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uin
  * decode experts ran slower than the CUDA-core kernel's (see docs/perf-notes.md, "Measurements
  * behind the code", experts). The mmas run in the same k order with the same operands, so the sums
  * are the same bits. */
-template <int NB>
+/* U: 32-k blocks a group, the loads' registers (16 bytes each of a, a8 and NB weight rows) */
+template <int NB, int U = NB == 1 ? 8 : 4>
 static __device__ __forceinline__ void mma_rows(const bf16_t *lo, const bf16_t *hi,
                                                 const bf16_t *const (&w)[NB], int k,
                                                 float (&acc)[NB][4]) {
-    /* blocks a group: the loads' registers (16 bytes each of a, a8 and NB weight rows) */
-    constexpr int U = NB == 1 ? 8 : 4;
     const int q = threadIdx.x & 3;
     const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll

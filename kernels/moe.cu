@@ -296,15 +296,22 @@ __global__ static void __launch_bounds__(EXPERT_THREADS)
 #define MMA_THREADS 128 /* 4 warps */
 #define MMA_WARPS (MMA_THREADS / 32)
 /* n8 tiles per warp and projection: one, so that one decode row's 8 experts still fill the
- * card (the up projection's 704 outputs make 22 blocks an expert, 176 in all; the CUDA-core
- * kernel has ~350) */
+ * card (the down projection's 2,816 outputs make 88 blocks an expert; the up projection's 704
+ * make 44 of MMA_UP_THREADS below) */
 #define MMA_NT 1
 #define MMA_OUTS (MMA_WARPS * MMA_NT * 8) /* outputs per block */
+/* The up kernel: blocks of 2 warps, so one decode row's 8 experts make 352 blocks (2 or 3 an SM
+ * of 132, where 176 blocks of 4 warps left 44 SMs with twice the others' work), and groups of 8
+ * 32-k blocks of loads a warp (the bytes in flight twice mma_rows' default for two weight
+ * tiles); the mma sequence of every output is the same, so the bits are (docs/perf-notes.md,
+ * "Experts"). */
+#define MMA_UP_THREADS 64
+#define MMA_UP_OUTS (MMA_UP_THREADS / 32 * MMA_NT * 8)
+#define MMA_UP_GROUP 8
 
 /* As moe_up_kernel, on tensor cores: warp w of block x owns outputs
- * [x * MMA_OUTS + w * MMA_NT * 8, + MMA_NT * 8) of the gate (and the same of up). */
-/* 5 blocks an SM: at ptxas's own choice (100 registers, allocated as 104) only 4 fit */
-__global__ static void __launch_bounds__(MMA_THREADS, 5)
+ * [x * MMA_UP_OUTS + w * MMA_NT * 8, + MMA_NT * 8) of the gate (and the same of up). */
+__global__ static void __launch_bounds__(MMA_UP_THREADS)
     moe_up_mma_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h) {
     K_GRID_DEPENDENCY();
@@ -313,8 +320,8 @@ __global__ static void __launch_bounds__(MMA_THREADS, 5)
               n = active[3 * blockIdx.y + 2];
     const int dm = a.d_model, de = a.d_expert;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
-    const int o0 = blockIdx.x * MMA_OUTS + warp * MMA_NT * 8; /* the warp's first output */
-    if (o0 >= de) return;                                     /* warp-uniform */
+    const int o0 = blockIdx.x * MMA_UP_OUTS + warp * MMA_NT * 8; /* the warp's first output */
+    if (o0 >= de) return;                                        /* warp-uniform */
     const bf16_t *wgu = a.gate_up + (size_t)e * 2 * (size_t)de * (size_t)dm;
     const bf16_t *w[2 * MMA_NT]; /* gate tiles, then up tiles: the lane's weight row of each */
 #pragma unroll
@@ -329,7 +336,7 @@ __global__ static void __launch_bounds__(MMA_THREADS, 5)
         const bf16_t *lo = ilo >= 0 ? a.x + (size_t)(ilo / a.top_k) * (size_t)dm : NULL;
         const bf16_t *hi = ihi >= 0 ? a.x + (size_t)(ihi / a.top_k) * (size_t)dm : NULL;
         float acc[2 * MMA_NT][4];
-        mma_rows<2 * MMA_NT>(lo, hi, w, dm, acc);
+        mma_rows<2 * MMA_NT, MMA_UP_GROUP>(lo, hi, w, dm, acc);
         /* d[0], d[1]: the lane's row, outputs 2q and 2q + 1 of the tile; d[2], d[3]: row + 8 */
 #pragma unroll
         for (int t = 0; t < MMA_NT; t++)
@@ -474,9 +481,9 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
                         list, active, n_active));
     CUDA_CHECK(cudaGetLastError());
     if (a->d_model % 32 == 0 && a->d_expert % 32 == 0) { /* the tensor-core path */
-        dim3 up((unsigned)((a->d_expert + MMA_OUTS - 1) / MMA_OUTS), slots);
+        dim3 up((unsigned)((a->d_expert + MMA_UP_OUTS - 1) / MMA_UP_OUTS), slots);
         CUDA_CHECK(
-            k_launch(moe_up_mma_kernel, up, MMA_THREADS, 0, s, *a, list, active, n_active, h));
+            k_launch(moe_up_mma_kernel, up, MMA_UP_THREADS, 0, s, *a, list, active, n_active, h));
         CUDA_CHECK(cudaGetLastError());
         dim3 down((unsigned)((a->d_model + MMA_OUTS - 1) / MMA_OUTS), slots);
         CUDA_CHECK(k_launch(moe_down_mma_kernel, down, MMA_THREADS, 0, s, *a, list, active,
