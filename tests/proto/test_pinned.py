@@ -9,6 +9,8 @@ commit that says why.
   test_pinned.py --backend cpu|gpu              compare with the recording
   test_pinned.py --backend gpu --record DIR     write DIR/<backend>-tiny-moe.jsonl, then run
                                                 again and compare (replays agree with themselves)
+  PINNED_SET="key=value ..."                    extra overrides for speed-only switches (e.g.
+                                                serve.fuse_projections=1): the bytes must not move
 
 Answers are compared per request id (each request's lines in order): which step a line comes
 from may change with arrival timing, its bytes may not (batch invariance). Prints PASS/FAIL
@@ -57,7 +59,8 @@ def run_once(backend):
     p = subprocess.run([binary, "-c", os.path.join(ROOT, "conf", "demo.ini"),
                         "--set", "model.path=" + os.path.join(ROOT, "tests", "fixtures", "tiny-moe"),
                         "--set", f"debug.backend={backend}", "--set", "serve.max_batch=4",
-                        "--set", "serve.prefill_chunk=16", "--set", "kv.local=bf16"],
+                        "--set", "serve.prefill_chunk=16", "--set", "kv.local=bf16"]
+                       + [a for kv in os.environ.get("PINNED_SET", "").split() for a in ("--set", kv)],
                        input="".join(json.dumps(r) + "\n" for r in REQUESTS),
                        capture_output=True, text=True, timeout=240)
     answers = {}
@@ -77,6 +80,8 @@ def main():
     ap.add_argument("--record", metavar="DIR", help="write the recording into DIR first")
     a = ap.parse_args()
     gate = ("gpu:" if a.backend == "gpu" else "") + "pinned_composition"
+    if os.environ.get("PINNED_SET"):
+        gate += "[" + os.environ["PINNED_SET"] + "]"
     name = f"{a.backend}-tiny-moe.jsonl"
     if a.record:
         answers, rc = run_once(a.backend)
