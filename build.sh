@@ -503,7 +503,9 @@ gpu_gates() {
 # the shipped conf/*.ini under both pools: prompts across the window and the prefill chunk,
 # alone and all at once, against HF (tests/full/full_step.py, docs/testing.md "full").
 # FULL_MODELS picks a subset (one device call holds about one model); FULL_DIR is where the
-# checkpoint goes (default /dev/shm when it has room: the 31B's 62 GB fit nowhere else there).
+# checkpoint goes (default /dev/shm when it has room: the 31B's 62 GB fit nowhere else there);
+# FULL_SETS passes settings to the binary (kv.budget_gb=6 leaves the GPU to a make beside it);
+# FULL_MODES=alone or mixed runs one of the two (a 31B call holds one).
 full_gates() {
     if ! nvidia-smi -L >/dev/null 2>&1; then
         echo "SKIP gpu:full: skipped: no GPU (the full checkpoints are made with torch on it)"; return
@@ -511,7 +513,9 @@ full_gates() {
     if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
         echo "SKIP gpu:full: skipped: needs torch and transformers with a GPU"; return
     fi
-    local m pool d root=${FULL_DIR:-/dev/shm/g4full}
+    local m pool d root=${FULL_DIR:-/dev/shm/g4full} sets="" kv
+    for kv in ${FULL_SETS:-}; do sets="$sets --set $kv"; done
+    [ -n "${FULL_MODES:-}" ] && sets="$sets --modes $FULL_MODES"
     mkdir -p "$root" "$B/full"
     for m in ${FULL_MODELS:-26b-a4b 31b e2b e4b}; do
         d="$root/$m"
@@ -523,6 +527,7 @@ full_gates() {
         for pool in ${FULL_POOLS:-bf16 fp8}; do
             run_test python3 tests/full/full_step.py check --model $m --dir "$d" \
                 --binary "$B/g4pipe" --conf conf/gemma4-$m.ini --pool $pool \
+                $sets \
                 --log "$B/full/g4pipe-$m-$pool.stderr" --table "$B/full/table.jsonl"
         done
     done

@@ -41,6 +41,7 @@ TOP_K = 5            # reference ids per step the gap is taken over
 ENGINE_LOGPROBS = 20  # the protocol's most: the engine's top-20 per step
 MARGIN_CUT = 0.5     # nats: past a step this close, a different pick is not a bug
 HF_CHUNK = 2048
+FLOORS = ("sdpa", "batch2", "splitk", "splitk4")  # a reference made before one lacks it
 BRANCH_END_NORMS = ("post_attention_layernorm.weight", "post_feedforward_layernorm.weight",
                     "post_per_layer_input_norm.weight")
 SHARD_BYTES = 4 << 30
@@ -213,14 +214,15 @@ def hf_run(model, ids, forced=None, force_ids=None, batch=1):
     return steps
 
 
-def splitk_linears(on):
+def splitk_linears(on, parts=2):
     """HF with every nn.Linear (attention and dense MLP projections, router, LM head; the
-    experts are grouped_mm and stay as they are) summed in fp32 as two halves of k, the halves
-    added, rounded once to bf16: a GEMM of the same precision in another summation order, the
-    difference between any two GEMM kernels, which is the engine's kind of difference from HF.
-    A one-token prompt's attention is the same under eager and sdpa and HF's cuBLAS kernels
-    did not change at batch 2 (docs/testing.md "full"), so without this floor such a prompt's
-    limit saw no GEMM order at all."""
+    experts are grouped_mm and stay as they are) summed in fp32 as `parts` consecutive parts
+    of k, the parts added in order, rounded once to bf16: a GEMM of the same precision in
+    another summation order, the difference between any two GEMM kernels, which is the
+    engine's kind of difference from HF. A one-token prompt's attention is the same under
+    eager and sdpa and HF's cuBLAS kernels did not change at batch 2 (docs/testing.md "full"),
+    so without this floor such a prompt's limit saw no GEMM order at all. Two orders are
+    sampled (two parts and four): one sample underestimated the noise (docs/testing.md)."""
     import torch
     if not hasattr(splitk_linears, "orig"):
         splitk_linears.orig = torch.nn.Linear.forward
@@ -236,9 +238,11 @@ def splitk_linears(on):
 
     def forward(self, x):
         w = self.weight
-        h = w.shape[1] // 2
-        y = torch.matmul(x[..., :h].float(), w[:, :h].float().t())
-        y = y + torch.matmul(x[..., h:].float(), w[:, h:].float().t())
+        cut = [w.shape[1] * p // parts for p in range(parts + 1)]
+        y = None
+        for a, b in zip(cut, cut[1:]):
+            part = torch.matmul(x[..., a:b].float(), w[:, a:b].float().t())
+            y = part if y is None else y + part
         if self.bias is not None:
             y = y + self.bias.float()
         return y.to(x.dtype)
@@ -323,23 +327,25 @@ def job_make(a):
             runs[name]["batch2"] = hf_run(model, ids, forced=[s["token"] for s in eg],
                                           force_ids=[[i for i, _ in s["top"]] for s in eg],
                                           batch=2)
-        # the third floor: eager with split-K linears (another GEMM summation order)
-        splitk_linears(True)
-        try:
-            for name, ids in prompts.items():
-                eg = runs[name]["eager"]
-                runs[name]["splitk"] = hf_run(model, ids, forced=[s["token"] for s in eg],
-                                              force_ids=[[i for i, _ in s["top"]] for s in eg])
-        finally:
-            splitk_linears(False)
+        # the third and fourth floors: eager with split-K linears, k in two parts and in four
+        # (two more GEMM summation orders)
+        for key, parts in (("splitk", 2), ("splitk4", 4)):
+            splitk_linears(True, parts)
+            try:
+                for name, ids in prompts.items():
+                    eg = runs[name]["eager"]
+                    runs[name][key] = hf_run(model, ids, forced=[s["token"] for s in eg],
+                                             force_ids=[[i for i, _ in s["top"]] for s in eg])
+            finally:
+                splitk_linears(False)
         ref["runs"][kv] = runs
         def most(name, k):
             return max(abs(dict(f["at"])[i] - v) for e, f in zip(runs[name]["eager"], runs[name][k])
                        for i, v in e["top"])
         print(f"full_step make: {a.model} {kv} floors (max over steps, sdpa / eager at batch 2 / "
-              f"split-K linears): " +
+              f"split-K linears in 2 / in 4 parts): " +
               ", ".join(f"{n[3:]} {most(n, 'sdpa'):.3f}/{most(n, 'batch2'):.3f}/"
-                        f"{most(n, 'splitk'):.3f}" for n in prompts),
+                        f"{most(n, 'splitk'):.3f}/{most(n, 'splitk4'):.3f}" for n in prompts),
               file=sys.stderr)
         print(f"full_step make: {a.model} {kv} reference done at {time.time() - t0:.0f} s",
               file=sys.stderr)
@@ -471,7 +477,7 @@ def job_check(a):
         """Judges one case and prints its line at once: a run cut short by its deadline keeps
         every line it reached (and the table its rows)."""
         nonlocal fails
-        floors = [runs[name][k] for k in ("sdpa", "batch2", "splitk") if k in runs[name]]
+        floors = [runs[name][k] for k in FLOORS if k in runs[name]]
         ok, cut, equal, gap, lim, why = judge(runs[name]["eager"], floors, ans)
         gate = f"gpu:full[{a.model}/{a.pool}{a.label}/{name}/{mode}]"
         n = len(prompts[name])
@@ -486,15 +492,19 @@ def job_check(a):
         if a.table:
             with open(a.table, "a") as f:
                 f.write(json.dumps(row) + "\n")
+    modes = a.modes.split(",")
+    if not modes or set(modes) - {"alone", "mixed"}:
+        raise SystemExit(f"full_step: --modes {a.modes!r}: alone, mixed or alone,mixed")
     try:
-        for name in prompts:  # alone: each answered before the next is sent
+        for name in prompts if "alone" in modes else []:  # each answered before the next is sent
             eng.send(req(name, "alone"))
             report(name, "alone", eng.collect([f"{name}-alone"])[f"{name}-alone"])
-        for name in prompts:  # all at once
-            eng.send(req(name, "mixed"))
-        got = eng.collect([f"{name}-mixed" for name in prompts])
-        for name in prompts:
-            report(name, "mixed", got[f"{name}-mixed"])
+        if "mixed" in modes:  # all at once
+            for name in prompts:
+                eng.send(req(name, "mixed"))
+            got = eng.collect([f"{name}-mixed" for name in prompts])
+            for name in prompts:
+                report(name, "mixed", got[f"{name}-mixed"])
     except Exception as ex:  # a dead engine fails every case
         print(f"FAIL gpu:full[{a.model}/{a.pool}]: {ex}")
         eng.p.kill()
@@ -504,7 +514,7 @@ def job_check(a):
         print(f"FAIL gpu:full[{a.model}/{a.pool}]: g4pipe exited {rc}")
         fails += 1
     print(f"INFO full[{a.model}/{a.pool}]: {len(results)} cases in {time.time() - t0:.0f} s "
-          "(load, alone, all at once)")
+          f"(load, {' and '.join(modes)})")
     return 1 if fails else 0
 
 
@@ -526,6 +536,9 @@ def main():
     ap.add_argument("--only", help="check: these prompt lengths only (comma-separated)")
     ap.add_argument("--label", default="", help="check: a suffix for the gate names, e.g. /plain")
     ap.add_argument("--table", help="check: append one JSON line per case")
+    ap.add_argument("--modes", default="alone,mixed",
+                    help="check: alone (each prompt answered before the next), mixed (all at once), "
+                         "or both; a call too short for both runs one (the 31B)")
     a = ap.parse_args()
     if a.job == "make":
         job_make(a)
