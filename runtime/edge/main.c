@@ -11,9 +11,11 @@
 #include "runtime/edge/serve.h"
 #include "runtime/text/tokenizer.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define G4PIPE_VERSION "0.1.0"
@@ -90,9 +92,13 @@ static int parse_args(int argc, char **argv, cli *c, g4_config *cfg) {
 /* The tokenizer of model.tokenizer; NULL (with a warning) when the file is absent, so token
  * requests still work (dummy weights ship no tokenizer). A file that is there but bad is an
  * error: *failed is set. */
+/* Only a tokenizer that does not exist means token-id requests only; one that exists but
+ * cannot be read (permissions, a path through a file, an I/O error) is a start-up error, since
+ * a user who ships one expects text requests to work. */
 static tokenizer *open_tokenizer(const g4_config *cfg, int *failed) {
     *failed = 0;
-    if (!cfg->model.tokenizer[0] || access(cfg->model.tokenizer, R_OK) != 0) {
+    struct stat st;
+    if (!cfg->model.tokenizer[0] || (stat(cfg->model.tokenizer, &st) != 0 && errno == ENOENT)) {
         log_msg(LOG_WARN, "main", "no tokenizer at \"%s\": only \"tokens\" requests will run",
                 cfg->model.tokenizer);
         return NULL;

@@ -7,6 +7,7 @@
 
 #include "runtime/base/log.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -481,7 +482,7 @@ int tokenizer_load(const char *path, tokenizer **out) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        log_msg(LOG_ERROR, "tokenizer", "%s: cannot open", path);
+        log_msg(LOG_ERROR, "tokenizer", "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     size_t len = 0, cap = 1 << 20;

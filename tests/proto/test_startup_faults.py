@@ -20,7 +20,7 @@ BUILD = os.environ.get("BUILD_DIR", "build")
 BIN = os.path.join(BUILD, "g4pipe")
 FIXTURES = "tests/fixtures"
 REQUEST = '{"id":"a","tokens":[2,3],"max_tokens":2}\n'
-CASES = 12
+CASES = 13
 
 
 def report(ok, gate, msg):
@@ -150,6 +150,13 @@ def main():
         os.remove(tj)
         os.mkdir(tj)
         fails += not case("tokenizer_unreadable", d, ["tokenizer.json"])
+
+        # a tokenizer path that exists in part but cannot be opened (here through a file, which
+        # fails as root too, where a mode of 000 would not): an error, not "no tokenizer"
+        d = copy("tiny-moe")
+        bad = os.path.join(d, "config.json", "tokenizer.json")
+        fails += not case("tokenizer_not_openable", d, ["config.json/tokenizer.json", "cannot open"],
+                          f"model.tokenizer={bad}")
 
         # the configuration: a key set twice, and a KV budget that holds no page
         d = copy("tiny-moe")
