@@ -114,7 +114,9 @@ stale() {
 
 compile_c() { # src [extra flags]
     local o; o=$(obj "$1")
-    if stale "$1" "$o"; then $CC $CFLAGS $INC "${@:2}" -c "$1" -o "$o"; fi
+    # a failed compile removes the old object and fails the step: a command substitution does
+    # not inherit set -e, and a stale object would otherwise link as if the source had built
+    if stale "$1" "$o"; then $CC $CFLAGS $INC "${@:2}" -c "$1" -o "$o" || { rm -f "$o"; return 1; }; fi
     echo "$o"
 }
 

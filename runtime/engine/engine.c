@@ -109,10 +109,11 @@ static int size_kv(engine *e) {
                                        m->head_dim_local, e->schedule->local_elem_bytes};
     sh->layout[KV_GLOBAL] =
         (kv_layout){pt, count_owning(m, G4_LAYER_FULL), m->n_kv_head_global, m->head_dim_global, 2};
-    int max_pages = (c->serve.max_context + pt - 1) / pt;
-    int local_per_seq = (m->window - 1 + c->serve.prefill_chunk + pt - 1) / pt + 1;
-    if (local_per_seq > max_pages) local_per_seq = max_pages;
-    long n_local = (long)c->serve.max_batch * local_per_seq + 1;
+    /* a sequence's most pages, as the scheduler will commit them; + 1: the padding page */
+    int ctx = c->serve.max_context, chunk = c->serve.prefill_chunk;
+    int max_pages = kv_pages_worst(KV_GLOBAL, pt, m->window, ctx, chunk); /* the whole context */
+    long n_local =
+        (long)c->serve.max_batch * kv_pages_worst(KV_LOCAL, pt, m->window, ctx, chunk) + 1;
     long n_global = (long)c->serve.max_batch * max_pages + 1;
     double budget = c->kv.budget_gb * 1e9;
     double lb = (double)kv_layout_page_bytes(&sh->layout[KV_LOCAL]);

@@ -285,15 +285,19 @@ int kv_pool_pages_needed(const kv_pool *p, enum kv_family family, int pos_begin,
     return kv_ceil_div(pos_end, page) - kv_ceil_div(pos_begin, page);
 }
 
-int kv_pool_pages_worst(const kv_pool *p, enum kv_family family, int n_tokens, int chunk) {
-    if (!p || !kv_family_valid(family) || n_tokens <= 0) return 0;
-    int all = kv_pool_pages_needed(p, family, 0, n_tokens);
+int kv_pages_worst(enum kv_family family, int page_tokens, int window, int n_tokens, int chunk) {
+    if (!kv_family_valid(family) || n_tokens <= 0 || page_tokens <= 0) return 0;
+    int all = kv_ceil_div(n_tokens, page_tokens);
     if (family == KV_GLOBAL) return all;
-    int page = p->fam[family].layout.page_tokens;
     long long c = chunk < n_tokens ? chunk : n_tokens;
     /* the window of a chunk's first query plus the chunk: W-1+C positions */
-    long long span = ((long long)p->window - 1 + c + page - 1) / page + 1;
+    long long span = ((long long)window - 1 + c + page_tokens - 1) / page_tokens + 1;
     return span < all ? (int)span : all;
+}
+
+int kv_pool_pages_worst(const kv_pool *p, enum kv_family family, int n_tokens, int chunk) {
+    if (!p || !kv_family_valid(family)) return 0;
+    return kv_pages_worst(family, p->fam[family].layout.page_tokens, p->window, n_tokens, chunk);
 }
 
 int kv_pool_could_ever_fit(const kv_pool *p, int n_tokens, int chunk) {

@@ -124,6 +124,10 @@ int kv_pool_pages_needed(const kv_pool *p, enum kv_family family, int pos_begin,
  * ceil((W-1+C)/page)+1 with C = min(chunk, n). What the scheduler commits at admission. */
 int kv_pool_pages_worst(const kv_pool *p, enum kv_family family, int n_tokens, int chunk);
 
+/* The same count before any pool exists, from the page size and the window (the engine sizes
+ * the pool by it; kv_pool_pages_worst is this with the pool's own figures). */
+int kv_pages_worst(enum kv_family family, int page_tokens, int window, int n_tokens, int chunk);
+
 /* 1 if a request of n_tokens positions in all, prefilled in chunks of at most `chunk` tokens,
  * fits an EMPTY pool and the page tables (kv_pool_pages_worst of each family at most its
  * usable pages). 0 otherwise: such a request must be refused, as waiting cannot help. */

@@ -289,6 +289,15 @@ static void test_could_ever_fit(void) {
                "global 1600: %d, local 1600 at C=32: %d, at C=48: %d, local 10: %d, global 17: %d, "
                "none: %d",
                w[0], w[1], w[2], w[3], w[4], w[5]);
+    /* the engine sizes the pool with kv_pages_worst before the pool exists: the same counts */
+    int same = 0, cases = 0;
+    for (int fam = 0; fam < 2; fam++)
+        for (int n = 0; n <= 1700; n += 17)
+            for (int c = 1; c <= 2048; c = c * 3 + 1, cases++)
+                same += kv_pages_worst((enum kv_family)fam, 16, 32, n, c) ==
+                        kv_pool_pages_worst(p, (enum kv_family)fam, n, c);
+    TEST_CHECK("kv_pool.pages_worst_before_pool", same == cases && cases > 0,
+               "%d of %d (family, tokens, chunk) cases equal to the pool's own count", same, cases);
     kv_pool_shape sh = {.layout = {l, g},
                         .n_pages = {6, 101},
                         .window = 32,
