@@ -154,12 +154,8 @@ static __global__ void __launch_bounds__(PLAIN_THREADS)
     const bf16_t *xr = x + (size_t)r * (size_t)k, *wj = w + (size_t)j * (size_t)k;
     float acc = 0.0f;
     for (int i = 0; i < k; i++)
-        acc = fmaf(__uint_as_float((uint32_t)xr[i] << 16), __uint_as_float((uint32_t)wj[i] << 16),
-                   acc);
-    uint32_t u = __float_as_uint(acc); /* round to nearest even, NaN kept quiet */
-    y[(size_t)r * (size_t)ldy + j] = (u & 0x7fffffffu) > 0x7f800000u
-                                         ? (bf16_t)((u >> 16) | 0x40u)
-                                         : (bf16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        acc = fmaf(k_bf16_to_f32(xr[i]), k_bf16_to_f32(wj[i]), acc);
+    y[(size_t)r * (size_t)ldy + j] = k_f32_to_bf16(acc);
 }
 
 extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }

@@ -7,13 +7,14 @@
  * same value and a lower id" - a total order, so the result is the reference's exactly, whatever
  * the reduction's shape. */
 #include "kernels/common.cuh"
+#include "kernels/bf16.cuh"
 
 #include <math.h>
 
 #define ARGMAX_THREADS 1024
 
 static __device__ __forceinline__ float logit_value(bf16_t v) {
-    float f = __uint_as_float((uint32_t)v << 16);
+    float f = k_bf16_to_f32(v);
     return isnan(f) ? -INFINITY : f;
 }
 

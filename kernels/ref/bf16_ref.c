@@ -3,7 +3,7 @@
  * bf16 is the top half of an fp32; rounding is to nearest, ties to even, as torch's
  * float->bfloat16 cast does. e4m3 is the fp8 local KV pool's element (kernels/kernels.h).
  * GELU is the tanh approximation HF's gelu_pytorch_tanh uses. */
-#include "kernels/ref/ref.h"
+#include "kernels/ref/bf16_ref.h"
 
 #include <math.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * mappings; nothing is copied. Does not own: uploading to the GPU or building plans. */
 #include "runtime/model/weights.h"
 
-#include "kernels/ref/ref.h"
+#include "kernels/ref/bf16_ref.h"
 #include "runtime/base/log.h"
 
 #include <stdint.h>
