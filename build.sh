@@ -48,13 +48,31 @@ test_chat    | runtime/base/log.c $TOKENIZER_SRC runtime/text/chat.c | tests/fix
 test_answer  | runtime/base/log.c $TOKENIZER_SRC runtime/text/chat.c runtime/proto/proto.c runtime/sched/answer.c | tests/fixtures/tiny-moe/tokenizer.json
 test_ref_fp8 | kernels/ref/bf16_ref.c kernels/ref/attn_ref.c |
 '
-unit_column() { # unit_column TEST N: field N (2 sources, 3 arguments) of TEST's line
-    echo "$UNIT_TABLE" | awk -F'|' -v t="$1" -v n="$2" '{ gsub(/^ +| +$/, "", $1) } $1 == t { print $n }' |
-        sed "s|\$TOKENIZER_SRC|$TOKENIZER_SRC|g"
+# The end-to-end test programs, one line each: name | its own sources | what else it links
+# ("engine": the whole host and device code; else module sources) | its arguments | the other
+# builds that run it too (asan: ./build.sh debug's sanitizers; musl: the musl-gcc build).
+# Registering one is adding its line here; the build, the suite, the sanitized and the musl
+# runs all read this table.
+E2E_TABLE='
+test_fixtures  | tests/e2e/test_fixtures.c tests/e2e/fixture_dump.c tests/e2e/fixture_run.c | engine | tests/fixtures | asan musl
+test_trained   | tests/e2e/test_trained.c tests/e2e/fixture_dump.c tests/e2e/fixture_run.c | engine | tests/fixtures |
+test_proto     | tests/proto/test_proto.c | runtime/proto/proto.c runtime/base/log.c | | asan musl
+test_tokenizer | tests/tokenizer/test_tokenizer.c | $TOKENIZER_SRC runtime/base/log.c | $SHARED_TOKENIZER tests/tokenizer tests/fixtures | musl
+test_serve     | tests/proto/test_serve.c | engine | tests/fixtures tests/proto | asan musl
+'
+table_column() { # table_column TABLE TEST N: field N of TEST's line in TABLE
+    echo "$1" | awk -F'|' -v t="$2" -v n="$3" '{ gsub(/^ +| +$/, "", $1) } $1 == t { print $n }' |
+        sed -e "s|\$TOKENIZER_SRC|$TOKENIZER_SRC|g" -e "s|\$SHARED_TOKENIZER|$SHARED_TOKENIZER|g"
 }
-UNIT_TESTS=$(echo "$UNIT_TABLE" | awk -F'|' 'NF > 1 { gsub(/ /, "", $1); print $1 }' | tr '\n' ' ')
-unit_src() { unit_column "$1" 2; }
-unit_args() { unit_column "$1" 3; }
+table_names() { echo "$1" | awk -F'|' 'NF > 1 { gsub(/ /, "", $1); print $1 }' | tr '\n' ' '; }
+UNIT_TESTS=$(table_names "$UNIT_TABLE")
+unit_src() { table_column "$UNIT_TABLE" "$1" 2; }
+unit_args() { table_column "$UNIT_TABLE" "$1" 3; }
+E2E_TESTS=$(table_names "$E2E_TABLE")
+e2e_src() { table_column "$E2E_TABLE" "$1" 2; }
+e2e_links() { table_column "$E2E_TABLE" "$1" 3 | xargs; }
+e2e_args() { table_column "$E2E_TABLE" "$1" 4; }
+e2e_runs_in() { table_column "$E2E_TABLE" "$1" 5 | grep -qw "$2"; } # e2e_runs_in TEST asan|musl
 LINT_DIRS="runtime codegen kernels/ref graph"
 TOKENIZER_SRC="runtime/text/tokenizer.c runtime/text/tokenizer_load.c runtime/text/tokenizer_tables.c"
 SHARED_TOKENIZER=${SHARED_TOKENIZER:-../shared/data/gemma3-tokenizer/tokenizer.json}
@@ -215,16 +233,19 @@ build_tests() {
         unit=""; for s in $(unit_src $t); do unit="$unit $(obj "$s")"; done
         $CC $CFLAGS $INC "tests/unit/$t.c" $unit $LIBS -o "$B/tests/$t"
     done
-    in_background link_bin "$B/tests/test_fixtures" $(compile_c tests/e2e/test_fixtures.c) \
-        $(compile_c tests/e2e/fixture_dump.c) $(compile_c tests/e2e/fixture_run.c) $HOST_OBJS $DEV_OBJS
-    in_background link_bin "$B/tests/test_trained" $(compile_c tests/e2e/test_trained.c) \
-        $(compile_c tests/e2e/fixture_dump.c) $(compile_c tests/e2e/fixture_run.c) $HOST_OBJS $DEV_OBJS
-    in_background link_bin "$B/tests/test_serve" $(compile_c tests/proto/test_serve.c) $HOST_OBJS $DEV_OBJS
-    $CC $CFLAGS $INC tests/proto/test_proto.c "$(obj runtime/proto/proto.c)" "$(obj runtime/base/log.c)" \
-        $LIBS -o "$B/tests/test_proto"
+    local objs links
+    for t in $E2E_TESTS; do
+        objs=""; links=$(e2e_links $t)
+        for s in $(e2e_src $t); do objs="$objs $(compile_c "$s")"; done
+        if [ "$links" = engine ]; then
+            in_background link_bin "$B/tests/$t" $objs $HOST_OBJS $DEV_OBJS
+        else
+            for s in $links; do objs="$objs $(obj "$s")"; done
+            $CC $CFLAGS $objs $LIBS -o "$B/tests/$t"
+        fi
+    done
     local tok_objs="" t_src
     for t_src in $TOKENIZER_SRC runtime/base/log.c; do tok_objs="$tok_objs $(obj $t_src)"; done
-    $CC $CFLAGS $INC tests/tokenizer/test_tokenizer.c $tok_objs $LIBS -o "$B/tests/test_tokenizer"
     $CC $CFLAGS $INC tests/tokenizer/bench_tokenizer.c $tok_objs $LIBS -o "$B/tests/bench_tokenizer"
     in_background link_bin "$B/tests/bench_decode" $(compile_c tests/bench/bench_decode.c) $HOST_OBJS $DEV_OBJS
     in_background link_bin "$B/tests/bench_gemm" $(compile_c tests/bench/bench_gemm.c) $HOST_OBJS $DEV_OBJS
@@ -316,9 +337,7 @@ sanitized_suite() {
     (
         export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
         B=build/debug # run_test's logs beside the sanitized programs, not over the plain runs'
-        run_test "$d/test_proto"
-        run_test "$d/test_fixtures" tests/fixtures
-        run_test "$d/test_serve" tests/fixtures tests/proto
+        for t in $E2E_TESTS; do if e2e_runs_in $t asan; then run_test "$d/$t" $(e2e_args $t); fi; done
     ) | sed "$mark"
 }
 
@@ -399,24 +418,24 @@ musl_suite() {
         objs="$objs $m/gen_$(basename "$s").o"
     done
     local libs="$(static_lib libjansson.a) $(static_lib libinih.a) -lm"
-    musl-gcc $flags -static tests/e2e/test_fixtures.c tests/e2e/fixture_dump.c tests/e2e/fixture_run.c \
-        $objs $libs -o "$m/test_fixtures" || ok=0
-    musl-gcc $flags -static tests/proto/test_serve.c $objs $libs -o "$m/test_serve" || ok=0
-    musl-gcc $flags -static tests/proto/test_proto.c $objs $libs -o "$m/test_proto" || ok=0
-    musl-gcc $flags -static tests/tokenizer/test_tokenizer.c $objs $libs -o "$m/test_tokenizer" || ok=0
     local t unit
+    for t in $E2E_TESTS; do
+        e2e_runs_in $t musl || continue
+        musl-gcc $flags -static $(e2e_src $t) $objs $libs -o "$m/$t" || ok=0
+    done
     for t in $UNIT_TESTS; do
         unit="$m/fortify_shim.c.o"; for s in $(unit_src $t); do unit="$unit $m/$(basename "$s").o"; done
         musl-gcc $flags -static "tests/unit/$t.c" $unit $libs -o "$m/$t" || ok=0
     done
     if [ $ok = 0 ]; then echo "FAIL musl_build: the host code did not build with musl-gcc"; return; fi
     echo "PASS musl_build: host code, reference kernels and tests built with musl-gcc -static"
-    for t in $UNIT_TESTS; do "$m/$t" $(unit_args $t) 2>/dev/null | sed 's/^\(PASS\|FAIL\|SKIP\) /\1 musl:/' || true; done
-    local mark='s/^\(PASS\|FAIL\|SKIP\) /\1 musl:/'
-    "$m/test_fixtures" tests/fixtures 2>/dev/null | sed "$mark" || true
-    "$m/test_proto" 2>/dev/null | sed "$mark" || true
-    "$m/test_tokenizer" "$SHARED_TOKENIZER" tests/tokenizer tests/fixtures 2>/dev/null | sed "$mark" || true
-    "$m/test_serve" tests/fixtures tests/proto 2>/dev/null | sed "$mark" || true
+    # through run_test like every other run: a musl program that dies or exits non-zero without
+    # a FAIL line of its own is a FAIL (its logs under $B/musl/tests)
+    (
+        B=$m
+        for t in $UNIT_TESTS; do run_test "$m/$t" $(unit_args $t); done
+        for t in $E2E_TESTS; do if e2e_runs_in $t musl; then run_test "$m/$t" $(e2e_args $t); fi; done
+    ) | sed 's/^\(PASS\|FAIL\|SKIP\) /\1 musl:/'
 }
 
 
@@ -607,17 +626,13 @@ suite_test() {
         golden
         harness_self_test
         for t in $UNIT_TESTS; do run_test "$B/tests/$t" $(unit_args $t); done
-        run_test "$B/tests/test_fixtures" tests/fixtures
-        run_test "$B/tests/test_trained" tests/fixtures  # both pools
+        for t in $E2E_TESTS; do run_test "$B/tests/$t" $(e2e_args $t); done # test_trained: both pools
         # kv.local = fp8 on the random tiny fixtures: batch invariance (exact), the distribution
         # figures, and the engine against HF storing e4m3 the same way under the bf16 rules
         # (e4m3kv). The fp8 rules against bf16 HF are the trained fixtures' (test_trained above);
         # here they print SKIP lines (docs/testing.md)
         G4_FIXTURE_GATES=batch_invariance,distribution,e4m3kv run_test "$B/tests/test_fixtures" \
             tests/fixtures cpu-fp8
-        run_test "$B/tests/test_proto"
-        run_test "$B/tests/test_tokenizer" "$SHARED_TOKENIZER" tests/tokenizer tests/fixtures
-        run_test "$B/tests/test_serve" tests/fixtures tests/proto
         BUILD_DIR="$B" run_test python3 tests/release/test_bench_driver.py
         BUILD_DIR="$B" run_test python3 tests/proto/test_batching.py
         BUILD_DIR="$B" run_test python3 tests/proto/test_process_edges.py
