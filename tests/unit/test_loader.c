@@ -71,8 +71,35 @@ static const g4_model_desc test_decoy = {
     .layer_kind = "SFSF",
 };
 
-const g4_model_desc *const g4_models[] = {&test_decoy, &test_tiny};
-const int g4_n_models = 2;
+/* tiny-moe with per-layer embeddings, for the fields that matter only where a PLE table exists */
+static const g4_model_desc test_tiny_ple = {
+    .name = "tiny-moe-ple",
+    .d_model = 64,
+    .n_layer = 6,
+    .n_head = 4,
+    .n_kv_head_local = 2,
+    .n_kv_head_global = 1,
+    .head_dim_local = 256,
+    .head_dim_global = 512,
+    .k_eq_v = 1,
+    .window = 8,
+    .d_ff = 96,
+    .d_ple = 16,
+    .n_vocab = 4096,
+    .n_vocab_ple = 4096,
+    .n_expert = 16,
+    .top_k = 4,
+    .d_expert = 32,
+    .rope_base_local = 1e4f,
+    .rope_base_global = 1e6f,
+    .rope_partial_global = 0.25f,
+    .softcap = 30.0f,
+    .eps = 1e-6f,
+    .layer_kind = "SSFSSF",
+};
+
+const g4_model_desc *const g4_models[] = {&test_decoy, &test_tiny, &test_tiny_ple};
+const int g4_n_models = 3;
 
 const g4_model_desc *g4_model_find(const char *name) {
     for (int i = 0; i < g4_n_models; i++)
@@ -460,6 +487,17 @@ static void test_hfconfig_fields_refused(void) {
         {"moe_intermediate_size", "\"moe_intermediate_size\": 32", "\"moe_intermediate_size\": 64"},
         {"vocab_size", "\"vocab_size\": 4096,", "\"vocab_size\": 8192,"},
         {"num_attention_heads", "\"num_attention_heads\": 4", "\"num_attention_heads\": 8"},
+        {"hidden_size", "\"hidden_size\": 64,", "\"hidden_size\": 128,"},
+        {"num_hidden_layers", "\"num_hidden_layers\": 6,", "\"num_hidden_layers\": 5,"},
+        {"head_dim", "{\"head_dim\": 512, ", "{\"head_dim\": 256, "}, /* a full layer's */
+        {"use_double_wide_mlp", "\"use_double_wide_mlp\": false", "\"use_double_wide_mlp\": true"},
+        {"num_kv_shared_layers", "\"num_kv_shared_layers\": 0", "\"num_kv_shared_layers\": 2"},
+        {"hidden_size_per_layer_input", "\"hidden_size_per_layer_input\": 0",
+         "\"hidden_size_per_layer_input\": 16"},
+        /* without the MoE block the model has no experts: the match names the count it reads */
+        {"num_experts", "\"enable_moe_block\": true", "\"enable_moe_block\": false"},
+        /* vocab_size_per_layer_input is matched where a PLE table exists (hfconfig.c zeroes it
+         * without one): test_hfconfig_ple_vocab_refused changes it on a PLE model */
     };
     char base[3072];
     snprintf(base, sizeof base, test_text_fields, "64", "full_attention", 6, 8, test_plc);
@@ -481,7 +519,8 @@ static void test_hfconfig_fields_refused(void) {
         g4_model_desc d;
         why[0] = '\0';
         int rc = hfconfig_read(path, &d);
-        const g4_model_desc *m = rc ? NULL : hfconfig_match(&d, NULL, why, sizeof why);
+        /* matched against tiny-moe by name: tiny-moe-ple is one field away */
+        const g4_model_desc *m = rc ? NULL : hfconfig_match(&d, "tiny-moe", why, sizeof why);
         /* read-time refusals log the field; a match refusal must name it */
         if (rc != 0 || (!m && strstr(why, cases[i].field)))
             refused++;
@@ -492,6 +531,39 @@ static void test_hfconfig_fields_refused(void) {
     TEST_CHECK("hfconfig_refuses_each_arithmetic_field", refused == n,
                "%d of %d one-field changes refused%s%s", refused, n, first_bad[0] ? "; " : "",
                first_bad);
+}
+
+/* vocab_size_per_layer_input on a model with a PLE table: the config as written matches
+ * tiny-moe-ple, and the one-field change is refused naming the field. */
+static void test_hfconfig_ple_vocab_refused(void) {
+    char base[3072], text[4096], why[256] = "", why2[256] = "";
+    snprintf(base, sizeof base, test_text_fields, "64", "full_attention", 6, 8, test_plc);
+    const char from[] = "\"hidden_size_per_layer_input\": 0";
+    const char vfrom[] = "\"vocab_size_per_layer_input\": 4096";
+    char *at = strstr(base, from), *vat = strstr(base, vfrom);
+    if (!at || !vat) {
+        test_fail("hfconfig_refuses_ple_vocab", "the base config lacks the PLE fields");
+        return;
+    }
+    /* hidden_size_per_layer_input 16 (its digits "16" replace "0 " less one byte: rebuild) */
+    snprintf(text, sizeof text, "{%.*s\"hidden_size_per_layer_input\": 16%s}", (int)(at - base),
+             base, at + strlen(from));
+    const char *path = test_path("cfg_ple", "config.json");
+    test_mkdir("cfg_ple");
+    test_write(path, text, strlen(text), NULL, 0);
+    g4_model_desc d;
+    int rc = hfconfig_read(path, &d);
+    const g4_model_desc *m = rc ? NULL : hfconfig_match(&d, NULL, why, sizeof why);
+    char *v = strstr(text, vfrom), text2[4096];
+    snprintf(text2, sizeof text2, "%.*s\"vocab_size_per_layer_input\": 8192%s", (int)(v - text),
+             text, v + strlen(vfrom));
+    test_write(path, text2, strlen(text2), NULL, 0);
+    int rc2 = hfconfig_read(path, &d);
+    const g4_model_desc *m2 = rc2 ? NULL : hfconfig_match(&d, NULL, why2, sizeof why2);
+    TEST_CHECK("hfconfig_refuses_ple_vocab",
+               m == &test_tiny_ple && !m2 && strstr(why2, "vocab_size_per_layer_input"),
+               "as written: %s; vocab_size_per_layer_input 8192: %s", m ? m->name : why,
+               m2 ? "accepted" : why2);
 }
 
 int main(void) {
@@ -505,6 +577,7 @@ int main(void) {
     test_sharded();
     test_hfconfig();
     test_hfconfig_fields_refused();
+    test_hfconfig_ple_vocab_refused();
     for (int i = test_n_created - 1; i >= 0; i--)
         remove(test_created[i]);
     rmdir(test_root);
