@@ -103,10 +103,11 @@ static int count_str(const char *s, const char *needle) {
 }
 
 static const char *const transcripts[] = {"basic", "chat", "sampling", "errors"};
+#define N_TRANSCRIPTS (sizeof transcripts / sizeof transcripts[0])
 
 /* Each transcript's answers, timing masked, equal the committed .expected file. */
 static void gate_transcripts(ctx *c, const char *dir) {
-    for (size_t i = 0; i < sizeof transcripts / sizeof transcripts[0]; i++) {
+    for (size_t i = 0; i < N_TRANSCRIPTS; i++) {
         char path[1024], gate[96];
         size_t in_len, exp_len;
         snprintf(gate, sizeof gate, "proto_transcript[%s]", transcripts[i]);
@@ -881,6 +882,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     log_set_level(LOG_ERROR);
+    /* the transcripts, then one line each: bad stream, control, default ids, shutdown, abort,
+     * step tokens, stop string, three of --text, 10k piped, step failure, non-finite logits,
+     * and chunk edges on three fixtures (a gate that vanishes fails run_test) */
+    test_plan((int)N_TRANSCRIPTS + 16);
     ctx c = {0};
     config_defaults(&c.cfg);
     snprintf(c.cfg.model.path, sizeof c.cfg.model.path, "%s/tiny-moe", argv[1]);
