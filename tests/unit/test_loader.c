@@ -23,33 +23,16 @@
 
 /* ---- the test's own model table ---- */
 
+/* tiny-moe's fields; the PLE variant below changes two of them */
+#define TEST_TINY_FIELDS                                                                           \
+    .d_model = 64, .n_layer = 6, .n_head = 4, .n_kv_head_local = 2, .n_kv_head_global = 1,         \
+    .head_dim_local = 256, .head_dim_global = 512, .k_eq_v = 1, .window = 8, .d_ff = 96,           \
+    .double_wide = 0, .n_kv_shared = 0, .n_vocab = 4096, .n_expert = 16, .top_k = 4,               \
+    .d_expert = 32, .rope_base_local = 1e4f, .rope_base_global = 1e6f,                             \
+    .rope_partial_global = 0.25f, .softcap = 30.0f, .eps = 1e-6f, .layer_kind = "SSFSSF"
+
 static const g4_model_desc test_tiny = {
-    .name = "tiny-moe",
-    .d_model = 64,
-    .n_layer = 6,
-    .n_head = 4,
-    .n_kv_head_local = 2,
-    .n_kv_head_global = 1,
-    .head_dim_local = 256,
-    .head_dim_global = 512,
-    .k_eq_v = 1,
-    .window = 8,
-    .d_ff = 96,
-    .double_wide = 0,
-    .n_kv_shared = 0,
-    .d_ple = 0,
-    .n_vocab = 4096,
-    .n_vocab_ple = 0,
-    .n_expert = 16,
-    .top_k = 4,
-    .d_expert = 32,
-    .rope_base_local = 1e4f,
-    .rope_base_global = 1e6f,
-    .rope_partial_global = 0.25f,
-    .softcap = 30.0f,
-    .eps = 1e-6f,
-    .layer_kind = "SSFSSF",
-};
+    .name = "tiny-moe", TEST_TINY_FIELDS, .d_ple = 0, .n_vocab_ple = 0};
 
 /* A decoy far from the tiny model, so "closest model" has something to skip. */
 static const g4_model_desc test_decoy = {
@@ -73,30 +56,7 @@ static const g4_model_desc test_decoy = {
 
 /* tiny-moe with per-layer embeddings, for the fields that matter only where a PLE table exists */
 static const g4_model_desc test_tiny_ple = {
-    .name = "tiny-moe-ple",
-    .d_model = 64,
-    .n_layer = 6,
-    .n_head = 4,
-    .n_kv_head_local = 2,
-    .n_kv_head_global = 1,
-    .head_dim_local = 256,
-    .head_dim_global = 512,
-    .k_eq_v = 1,
-    .window = 8,
-    .d_ff = 96,
-    .d_ple = 16,
-    .n_vocab = 4096,
-    .n_vocab_ple = 4096,
-    .n_expert = 16,
-    .top_k = 4,
-    .d_expert = 32,
-    .rope_base_local = 1e4f,
-    .rope_base_global = 1e6f,
-    .rope_partial_global = 0.25f,
-    .softcap = 30.0f,
-    .eps = 1e-6f,
-    .layer_kind = "SSFSSF",
-};
+    .name = "tiny-moe-ple", TEST_TINY_FIELDS, .d_ple = 16, .n_vocab_ple = 4096};
 
 const g4_model_desc *const g4_models[] = {&test_decoy, &test_tiny, &test_tiny_ple};
 const int g4_n_models = 3;
