@@ -89,12 +89,10 @@ static int parse_args(int argc, char **argv, cli *c, g4_config *cfg) {
     return config_finish(cfg);
 }
 
-/* The tokenizer of model.tokenizer; NULL (with a warning) when the file is absent, so token
- * requests still work (dummy weights ship no tokenizer). A file that is there but bad is an
- * error: *failed is set. */
-/* Only a tokenizer that does not exist means token-id requests only; one that exists but
- * cannot be read (permissions, a path through a file, an I/O error) is a start-up error, since
- * a user who ships one expects text requests to work. */
+/* The tokenizer of model.tokenizer; NULL (with a warning) when no such file exists, so token
+ * requests still work (dummy weights ship no tokenizer). One that exists but cannot be opened
+ * (permissions, a path through a file, an I/O error) or is bad is an error, *failed set: a
+ * user who ships one expects text requests to work. */
 static tokenizer *open_tokenizer(const g4_config *cfg, int *failed) {
     *failed = 0;
     struct stat st;

@@ -11,8 +11,8 @@ Two jobs, run as separate processes so that the GPU holds HF's copy and the engi
       model.language_model. keys, ~4 GB shards and an index) and writes DIR/reference.json:
       per prompt, HF eager's greedy continuation through its cache (prefilled in 2,048-token
       chunks, as the long-context gates do) with each step's top-1/top-2 logits and top-k
-      logprobs; HF sdpa, HF eager at batch 2 and HF eager with every linear layer summed in two
-      fp32 halves of k, each teacher-forced on eager's tokens (the floors); and the same with the sliding K/V stored as e4m3 (the fp8 pool's reference,
+      logprobs; HF sdpa, HF eager at batch 2 and HF eager with every linear layer summed in fp32
+      in two and in four parts of k, each teacher-forced on eager's tokens (the floors); and the same with the sliding K/V stored as e4m3 (the fp8 pool's reference,
       docs/testing.md).
   full_step.py check --model 26b-a4b --dir DIR --binary build/g4pipe --conf conf/X.ini --pool bf16
       runs the binary on the checkpoint with the shipped configuration (kv.local set to the
@@ -24,7 +24,7 @@ first step whose reference top-1/top-2 margin is under MARGIN_CUT nats or where 
 pick differs from eager's (random weights at full depth are chaotic); over those steps the
 gap (max over the reference's top-k ids of |logprob engine - logprob reference|) is at most
 max(0.1, 2 x the floor gap: the most HF sdpa, HF eager at batch 2 or HF eager with split-K
-linears moves them on the same steps).
+linears in two or four parts moves them on the same steps).
 """
 import argparse
 import json
@@ -404,8 +404,8 @@ def judge(ref_steps, floors, ans):
 
     floors: HF's own second opinions on the reference's steps, teacher-forced on its tokens:
     sdpa (another attention) and, where the reference has them, eager at batch 2 (other GEMM
-    kernels) and eager with split-K linears (another GEMM summation order, the engine's kind of
-    difference). A step's floor
+    kernels) and eager with split-K linears in two and four parts (two more GEMM summation orders,
+    the engine's kind of difference). A step's floor
     gap is the most any of them moves a reference top-k logprob.
 
     A step is compared while the engine's context is HF's (its tokens so far equal eager's):
