@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# tests/gpu/box_queue.sh - GPU work longer than one device call (at most 600 s): a plan runs in
+# a process session of its own on a copy of the tree and outlives the call that started it;
+# each later call waits on it for a while and brings its logs back. A machine stays warm only
+# when the next call comes within its idle time (30 s), so the calls follow one another at once.
+#
+#   box_queue.sh start PLAN   copies the tree (build outputs and .deps included) to $Q/tree and
+#                             starts PLAN there with setsid; returns at once
+#   box_queue.sh wait SECS    waits until the plan has ended or SECS have passed, then prints each
+#                             finished step's exit status and its gate lines, and tars the logs
+#                             into $OUT (on a fresh machine: says there is no plan, exit 1)
+#
+# A plan is a bash file sourced by the runner, with two helpers:
+#   step NAME CMD...   runs CMD in the tree copy; log $Q/logs/NAME.log, exit status NAME.rc
+#   await NAME...      blocks until those steps have an exit status (for steps run with &)
+# Q defaults to /dev/shm/g4queue.
+set -u
+Q=${Q:-/dev/shm/g4queue}
+OUT=${OUT:-/tmp/g4pipe-out}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+
+step() {
+    local name=$1 t0=$SECONDS rc
+    shift
+    echo "$(date +%T) start" > "$Q/logs/$name.time"
+    ( cd "$Q/tree" && "$@" ) > "$Q/logs/$name.log" 2>&1
+    rc=$?
+    echo "$(date +%T) end, $((SECONDS - t0)) s" >> "$Q/logs/$name.time"
+    echo "$rc" > "$Q/logs/$name.rc"
+    return "$rc"
+}
+await() {
+    local n
+    for n in "$@"; do while [ ! -f "$Q/logs/$n.rc" ]; do sleep 2; done; done
+}
+
+summary() {
+    local f n
+    for f in "$Q"/logs/*.time; do
+        [ -f "$f" ] || continue
+        n=$(basename "$f" .time)
+        if [ -f "$Q/logs/$n.rc" ]; then
+            echo "-- $n: exit $(cat "$Q/logs/$n.rc") ($(tail -1 "$f"))"
+            grep -E "^(PASS|FAIL|SKIP|INFO)|passed.*failed|full_step make" "$Q/logs/$n.log" |
+                grep -vE "^(PASS|SKIP)" | cut -c1-300 | tail -${SUMMARY_LINES:-40}
+            echo "   $(grep -c '^PASS' "$Q/logs/$n.log") PASS lines"
+        else
+            echo "-- $n: running since $(head -1 "$f" | cut -d' ' -f1); last line: $(tail -1 "$Q/logs/$n.log" | cut -c1-200)"
+        fi
+    done
+}
+
+case ${1:-} in
+start)
+    plan=${2:?usage: box_queue.sh start PLAN}
+    [ -f "$plan" ] || { echo "no plan $plan"; exit 2; }
+    # tmpfs defaults to half the RAM: a 31B checkpoint (62 GB) needs more
+    mount -o remount,size=110G /dev/shm 2>/dev/null || echo "remount of /dev/shm refused"
+    if [ -f "$Q/running" ]; then echo "a plan is running already: $(cat "$Q/running")"; exit 0; fi
+    rm -rf "$Q"; mkdir -p "$Q/logs" "$Q/tree"
+    tar cf - --exclude=./.git . | tar xf - -C "$Q/tree"
+    echo "$plan, started $(date +%T)" > "$Q/running"
+    setsid nohup bash -c "Q='$Q'; $(declare -f step await); cd '$Q/tree' && source '$plan';
+        echo \"\$(date +%T)\" > '$Q/ended'; rm -f '$Q/running'" > "$Q/logs/plan.out" 2>&1 < /dev/null &
+    echo "plan $plan started (pid $!), logs in $Q/logs"
+    ;;
+wait)
+    secs=${2:?usage: box_queue.sh wait SECS}
+    [ -d "$Q/logs" ] || { echo "no plan on this machine (a fresh one: the last went back)"; exit 1; }
+    t0=$SECONDS
+    while [ -f "$Q/running" ] && [ $((SECONDS - t0)) -lt "$secs" ]; do sleep 5; done
+    if [ -f "$Q/running" ]; then echo "== plan still running after $secs s of waiting"
+    else echo "== plan ended at $(cat "$Q/ended")"; fi
+    summary
+    tail -5 "$Q/logs/plan.out"
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>/dev/null
+    tar czf "$OUT/queue-logs.tgz" -C "$Q" logs $(cd "$Q" && ls -d tree/build/full tree/build/tests/*.stderr 2>/dev/null) 2>/dev/null
+    true
+    ;;
+*) echo "usage: box_queue.sh start PLAN | wait SECS" >&2; exit 2 ;;
+esac
