@@ -306,6 +306,10 @@ def job_make(a):
            "top_k": TOP_K, "hf_chunk": HF_CHUNK, "torch": torch.__version__,
            "transformers": transformers.__version__, "device": torch.cuda.get_device_name(0),
            "seed": SEED, "shards": n_shards, "runs": {}}
+    floors = a.floors.split()
+    if not floors or any(f not in FLOORS for f in floors):
+        sys.exit(f"full_step make: --floors takes some of {' '.join(FLOORS)}")
+    ref["floors"] = floors
     for kv in [{"bf16": "bf16", "fp8": "e4m3"}[x] for x in a.pools.split()]:
         e4m3_storage(kv == "e4m3")
         runs = {}
@@ -313,7 +317,7 @@ def job_make(a):
         for name, ids in prompts.items():
             runs[name] = {"eager": hf_run(model, ids)}
         model.set_attn_implementation("sdpa")
-        for name, ids in prompts.items():
+        for name, ids in prompts.items() if "sdpa" in floors else ():
             eg = runs[name]["eager"]
             runs[name]["sdpa"] = hf_run(model, ids, forced=[s["token"] for s in eg],
                                         force_ids=[[i for i, _ in s["top"]] for s in eg])
@@ -322,14 +326,14 @@ def job_make(a):
         # (docs/testing.md "full": sdpa alone leaves GEMM order out, and a one-token prompt's
         # attention is the same in both)
         model.set_attn_implementation("eager")
-        for name, ids in prompts.items():
+        for name, ids in prompts.items() if "batch2" in floors else ():
             eg = runs[name]["eager"]
             runs[name]["batch2"] = hf_run(model, ids, forced=[s["token"] for s in eg],
                                           force_ids=[[i for i, _ in s["top"]] for s in eg],
                                           batch=2)
         # the third and fourth floors: eager with split-K linears, k in two parts and in four
         # (two more GEMM summation orders)
-        for key, parts in (("splitk", 2), ("splitk4", 4)):
+        for key, parts in [(k, p) for k, p in (("splitk", 2), ("splitk4", 4)) if k in floors]:
             splitk_linears(True, parts)
             try:
                 for name, ids in prompts.items():
@@ -340,12 +344,14 @@ def job_make(a):
                 splitk_linears(False)
         ref["runs"][kv] = runs
         def most(name, k):
-            return max(abs(dict(f["at"])[i] - v) for e, f in zip(runs[name]["eager"], runs[name][k])
-                       for i, v in e["top"])
+            if k not in runs[name]:
+                return "-"
+            return "%.3f" % max(abs(dict(f["at"])[i] - v)
+                                for e, f in zip(runs[name]["eager"], runs[name][k])
+                                for i, v in e["top"])
         print(f"full_step make: {a.model} {kv} floors (max over steps, sdpa / eager at batch 2 / "
-              f"split-K linears in 2 / in 4 parts): " +
-              ", ".join(f"{n[3:]} {most(n, 'sdpa'):.3f}/{most(n, 'batch2'):.3f}/"
-                        f"{most(n, 'splitk'):.3f}/{most(n, 'splitk4'):.3f}" for n in prompts),
+              f"split-K linears in 2 / in 4 parts; - not made): " +
+              ", ".join(f"{n[3:]} " + "/".join(most(n, k) for k in FLOORS) for n in prompts),
               file=sys.stderr)
         print(f"full_step make: {a.model} {kv} reference done at {time.time() - t0:.0f} s",
               file=sys.stderr)
@@ -528,6 +534,9 @@ def main():
     ap.add_argument("--max-context", type=int, default=32768, help="make: the conf's serve.max_context")
     ap.add_argument("--pools", default="bf16 fp8",
                     help="make: the pools to write references for (fp8: HF with e4m3-stored sliding K/V)")
+    ap.add_argument("--floors", default=" ".join(FLOORS),
+                    help="make: the floor members to run (each costs about one HF pass over every "
+                         "prompt, batch2 two); fewer floors only make the rule stricter")
     ap.add_argument("--binary", default="build/g4pipe")
     ap.add_argument("--conf")
     ap.add_argument("--pool", choices=["bf16", "fp8"], default="bf16")
