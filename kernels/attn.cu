@@ -12,8 +12,6 @@
  * [0, max_pages * page_tokens). */
 #include "kernels/attn_common.cuh"
 
-#define BF16_NAN 0x7fc0u
-
 /* Split-KV attention, one kernel family for decode and prefill rows alike. The keys of a row are
  * cut into tiles of ATTN_TILE and the tiles into at most ATTN_MAX_SPLIT splits; both counts are
  * a function of the row's own key count only (plan_split), so a row's arithmetic never depends
@@ -61,7 +59,7 @@
 template <int D, int G, bool FP8, bool PV, bool KEEP>
 static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
     attn_split_kernel(k_attention_args a, int row0, int max_split, int spb, float *part, float2 *ml,
-                      float *keep) {
+                      float *keep, unsigned *done) {
     K_GRID_DEPENDENCY();
     constexpr int DPT = D / ATTN_THREADS; /* dims per thread in P.V: 2 or 4 */
     /* the kept-score P.V pass of small groups splits the keys across warps (pv_warp_keys) */
@@ -79,6 +77,11 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
     /* the block's splits [s_first, s_last), taken in turn, each with its own statistics or
      * partial exactly as a block of its own would compute them (attn_splits_per_block) */
     const int s_first = blockIdx.x * spb;
+    if constexpr (PV)
+        if (done && (i < 0 || sp.n_split > max_split)) { /* folded: the combine's NaN here */
+            pv_fold_nan<D, G>(a, r, kvh);
+            return;
+        }
     if (i < 0 || s_first >= sp.n_split || sp.n_split > max_split) return; /* combine: NaN */
     const int s_last = min(s_first + spb, sp.n_split);
     const int k_begin = sp.j0 + s_first * sp.per_split;
@@ -227,38 +230,46 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
             l_run[tid] = 0.0f;
         }
     }
+    if constexpr (PV)
+        if (done)
+            pv_fold<D, G>(a, r, rl, kvh, max_split, sp.n_split, (sp.n_split + spb - 1) / spb, part,
+                          ml, done);
 }
 
 /* One block per (query head, row): out = k_round_bf16(sum of the row's partials in split order);
- * NaN for a row without keys, past the grid, or with an unmapped key (a NaN sum in any split). */
+ * NaN for a row without keys, past the grid, or with an unmapped key (a NaN sum in any split).
+ * Launched when the combine is not folded into the P.V pass (k_attention says when). */
 template <int D>
 static __global__ void __launch_bounds__(ATTN_THREADS)
     attn_combine_kernel(k_attention_args a, int row0, int max_split, const float *part,
                         const float2 *ml) {
     K_GRID_DEPENDENCY();
-    constexpr int DPT = D / ATTN_THREADS;
-    const int h = blockIdx.x, rl = blockIdx.y, r = row0 + rl, tid = threadIdx.x;
+    const int h = blockIdx.x, rl = blockIdx.y, r = row0 + rl;
     const int i = a.pos[r];
     const split_plan sp = plan_split(i, a.window);
-    bf16_t *out = a.out + ((size_t)r * a.n_head + h) * D + tid * DPT;
-    const size_t base = ((size_t)rl * a.n_head + h) * max_split;
-    bool nan = i < 0 || sp.n_split > max_split;
-    for (int s = 0; !nan && s < sp.n_split; s++)
-        nan = isnan(ml[base + s].y);
-    float o[DPT];
-#pragma unroll
-    for (int t = 0; t < DPT; t++)
-        o[t] = 0.0f;
-    for (int s = 0; !nan && s < sp.n_split; s++) {
-        const float *src = part + (base + s) * D + tid * DPT;
-#pragma unroll
-        for (int t = 0; t < DPT; t++)
-            o[t] += src[t];
-    }
-#pragma unroll
-    for (int t = 0; t < DPT; t++)
-        out[t] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(o[t]);
+    combine_head<D>(a, r, h, ((size_t)rl * a.n_head + h) * max_split, sp.n_split,
+                    i < 0 || sp.n_split > max_split, part, ml);
 }
+
+/* The folded combine's counters, one per (row, KV head) of a launch: zero at load, and set back
+ * to zero by the block that uses one (pv_fold). One attention launch at a time uses them, as
+ * it does the scratch. */
+static __device__ unsigned attn_fold_done[ATTN_FOLD_MAX];
+
+unsigned *attn_fold_counters(void) {
+    static unsigned *p = NULL;
+    if (!p) {
+        void *q = NULL;
+        if (cudaGetSymbolAddress(&q, attn_fold_done) == cudaSuccess)
+            p = (unsigned *)q;
+        else
+            (void)cudaGetLastError(); /* no fold: the combine keeps its launch */
+    }
+    return p;
+}
+
+static int attn_fold_on = 0; /* serve.attn_fold's default */
+extern "C" void k_set_attn_fold(int on) { attn_fold_on = on ? 1 : 0; }
 
 /* ---- the launcher ---- */
 
@@ -267,18 +278,18 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
  * e4m3 pool the windowed layers of head dim 256 and small groups run the window kernels instead. */
 template <int D, int G, bool FP8, bool KEEP>
 static int launch_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
-                         float2 *ml, float *keep, int row0, cudaStream_t s) {
+                         float2 *ml, float *keep, unsigned *done, int row0, cudaStream_t s) {
     if constexpr (KEEP && FP8 && D == 256 && G <= ATTN_WARP_PV_MAX_G) /* tiles in shared memory */
-        return attn_window_passes<G, FP8>(a, grid, max_split, spb, part, ml, keep, row0, s);
+        return attn_window_passes<G, FP8>(a, grid, max_split, spb, part, ml, keep, done, row0, s);
     const size_t smem = (size_t)G * (D + ATTN_TILE) * sizeof(float);
     size_t pv_smem = smem;
     if constexpr (KEEP && D == 256 && G <= ATTN_WARP_PV_MAX_G)
         pv_smem = (size_t)ATTN_WARPS * G * D * sizeof(float);
     CUDA_CHECK(k_launch(attn_split_kernel<D, G, FP8, false, KEEP>, grid, ATTN_THREADS, smem, s, *a,
-                        row0, max_split, spb, part, ml, keep));
+                        row0, max_split, spb, part, ml, keep, (unsigned *)NULL));
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(k_launch(attn_split_kernel<D, G, FP8, true, KEEP>, grid, ATTN_THREADS, pv_smem, s,
-                        *a, row0, max_split, spb, part, ml, keep));
+                        *a, row0, max_split, spb, part, ml, keep, done));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -313,19 +324,21 @@ static int attn_splits_per_block(int max_split, long long pairs) {
 
 template <int D, int G, bool FP8>
 static int launch_group(const k_attention_args *a, int max_split, float *part, float2 *ml,
-                        float *keep, int row0, int nr, cudaStream_t s) {
+                        float *keep, unsigned *done, int row0, int nr, cudaStream_t s) {
     const int spb = a->splits_per_block > 0
                         ? a->splits_per_block
                         : attn_splits_per_block(max_split, (long long)nr * a->kv.n_kv_head);
     dim3 grid((unsigned)((max_split + spb - 1) / spb), (unsigned)a->kv.n_kv_head, (unsigned)nr);
     int rc;
     if constexpr (D == 256) /* the windowed families keep their scores between the passes */
-        rc = keep ? launch_passes<D, G, FP8, true>(a, grid, max_split, spb, part, ml, keep, row0, s)
-                  : launch_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL, row0,
-                                                    s);
+        rc = keep ? launch_passes<D, G, FP8, true>(a, grid, max_split, spb, part, ml, keep, done,
+                                                   row0, s)
+                  : launch_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL, done,
+                                                    row0, s);
     else
-        rc = launch_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL, row0, s);
-    if (rc != K_OK) return rc;
+        rc =
+            launch_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL, done, row0, s);
+    if (rc != K_OK || done) return rc; /* folded: the P.V pass's last blocks combined */
     CUDA_CHECK(k_launch(attn_combine_kernel<D>, dim3((unsigned)a->n_head, (unsigned)nr),
                         ATTN_THREADS, 0, s, *a, row0, max_split, part, ml));
     CUDA_CHECK(cudaGetLastError());
@@ -334,18 +347,19 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
 
 template <int D, bool FP8>
 static int launch_attention(const k_attention_args *a, int group, int max_split, float *part,
-                            float2 *ml, float *keep, int row0, int nr, cudaStream_t s) {
+                            float2 *ml, float *keep, unsigned *done, int row0, int nr,
+                            cudaStream_t s) {
     switch (group) {
     case 1:
-        return launch_group<D, 1, FP8>(a, max_split, part, ml, keep, row0, nr, s);
+        return launch_group<D, 1, FP8>(a, max_split, part, ml, keep, done, row0, nr, s);
     case 2:
-        return launch_group<D, 2, FP8>(a, max_split, part, ml, keep, row0, nr, s);
+        return launch_group<D, 2, FP8>(a, max_split, part, ml, keep, done, row0, nr, s);
     case 4:
-        return launch_group<D, 4, FP8>(a, max_split, part, ml, keep, row0, nr, s);
+        return launch_group<D, 4, FP8>(a, max_split, part, ml, keep, done, row0, nr, s);
     case 8:
-        return launch_group<D, 8, FP8>(a, max_split, part, ml, keep, row0, nr, s);
+        return launch_group<D, 8, FP8>(a, max_split, part, ml, keep, done, row0, nr, s);
     default:
-        return launch_group<D, 16, FP8>(a, max_split, part, ml, keep, row0, nr, s);
+        return launch_group<D, 16, FP8>(a, max_split, part, ml, keep, done, row0, nr, s);
     }
 }
 
@@ -385,16 +399,23 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     float2 *ml = (float2 *)(part + (size_t)chunk * a->n_head * max_split * d);
     float *kept = keep ? (float *)(ml + (size_t)chunk * a->n_head * max_split) : NULL;
     bool fp8 = a->kv.elem_bytes == 1;
+    /* the combine folded into the P.V pass where the counters cover the launch (decode steps);
+     * the same bits either way (combine_head) */
+    unsigned *done = attn_fold_on && (long long)chunk * a->kv.n_kv_head <= ATTN_FOLD_MAX
+                         ? attn_fold_counters()
+                         : NULL;
     for (int row0 = 0; row0 < a->rows && rc == K_OK; row0 += chunk) {
         int nr = a->rows - row0 < chunk ? a->rows - row0 : chunk;
         if (d == 256)
-            rc = fp8 ? launch_attention<256, true>(a, group, max_split, part, ml, kept, row0, nr, s)
-                     : launch_attention<256, false>(a, group, max_split, part, ml, kept, row0, nr,
-                                                    s);
+            rc = fp8 ? launch_attention<256, true>(a, group, max_split, part, ml, kept, done, row0,
+                                                   nr, s)
+                     : launch_attention<256, false>(a, group, max_split, part, ml, kept, done, row0,
+                                                    nr, s);
         else
-            rc = fp8 ? launch_attention<512, true>(a, group, max_split, part, ml, kept, row0, nr, s)
-                     : launch_attention<512, false>(a, group, max_split, part, ml, kept, row0, nr,
-                                                    s);
+            rc = fp8 ? launch_attention<512, true>(a, group, max_split, part, ml, kept, done, row0,
+                                                   nr, s)
+                     : launch_attention<512, false>(a, group, max_split, part, ml, kept, done, row0,
+                                                    nr, s);
     }
     return rc;
 }

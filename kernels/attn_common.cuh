@@ -480,6 +480,84 @@ static __device__ __forceinline__ float2 start_stats(const float2 *st, int n_spl
     return make_float2(m, l);
 }
 
+/* ---- the combine, alone or folded into the P.V pass ---- */
+
+#define BF16_NAN 0x7fc0u
+/* (row, KV head) pairs a launch may fold its combine for: the done[] counters in attn.cu. A
+ * decode step of up to 256 rows at 16 KV heads; larger launches (prefill chunks) keep the
+ * combine's own launch, whose cost there is small beside the passes. */
+#define ATTN_FOLD_MAX K_ATTN_FOLD_PAIRS
+
+/* Head h of row r: out = k_round_bf16(sum of the row's n_split partials in split order), NaN
+ * when nan is set or any split's sum is NaN (an unmapped key). base: the head's first partial,
+ * (rl * n_head + h) * max_split. attn_combine_kernel and the folded form (pv_fold) both run this,
+ * so a row's output is the same bits whichever ran; the loads go to L2 (__ldcg), since in the
+ * folded form other blocks wrote the partials. */
+template <int D>
+static __device__ __forceinline__ void combine_head(const k_attention_args &a, int r, int h,
+                                                    size_t base, int n_split, bool nan,
+                                                    const float *part, const float2 *ml) {
+    constexpr int DPT = D / ATTN_THREADS;
+    const int tid = threadIdx.x;
+    bf16_t *out = a.out + ((size_t)r * a.n_head + h) * D + tid * DPT;
+    for (int s = 0; !nan && s < n_split; s++)
+        nan = isnan(__ldcg(ml + base + s).y);
+    float o[DPT];
+#pragma unroll
+    for (int t = 0; t < DPT; t++)
+        o[t] = 0.0f;
+    for (int s = 0; !nan && s < n_split; s++) {
+        const float *src = part + (base + s) * D + tid * DPT;
+#pragma unroll
+        for (int t = 0; t < DPT; t++)
+            o[t] += __ldcg(src + t);
+    }
+#pragma unroll
+    for (int t = 0; t < DPT; t++)
+        out[t] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(o[t]);
+}
+
+/* The end of a P.V block when the combine is folded (done != NULL): the block that finishes last
+ * among the n_blocks blocks of its (row, KV head) combines the group's G heads, the combine
+ * launch's work with the same arithmetic (combine_head). Every thread fences its partial stores
+ * before the block counts itself in done[], so the last to count sees every block's partials; it
+ * sets the counter back to zero for the next launch, which every block of this one has counted
+ * before (and griddepcontrol.wait orders the next launch after this one's end). */
+template <int D, int G>
+static __device__ __forceinline__ void
+pv_fold(const k_attention_args &a, int r, int rl, int kvh, int max_split, int n_split, int n_blocks,
+        const float *part, const float2 *ml, unsigned *done) {
+    __shared__ int fold_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *c = done + (size_t)rl * a.kv.n_kv_head + kvh;
+        fold_last = atomicAdd(c, 1u) == (unsigned)n_blocks - 1;
+        if (fold_last) atomicExch(c, 0u);
+    }
+    __syncthreads();
+    if (!fold_last) return;
+    __threadfence();
+#pragma unroll 1
+    for (int g = 0; g < G; g++) {
+        const int h = kvh * G + g;
+        combine_head<D>(a, r, h, ((size_t)rl * a.n_head + h) * max_split, n_split, false, part, ml);
+    }
+}
+
+/* A folded P.V launch's row that has no splits to run (no position, or more splits than the
+ * grid holds): its first block writes the group's heads NaN, as the combine would. */
+template <int D, int G>
+static __device__ __forceinline__ void pv_fold_nan(const k_attention_args &a, int r, int kvh) {
+    if (blockIdx.x != 0) return;
+#pragma unroll 1
+    for (int g = 0; g < G; g++)
+        combine_head<D>(a, r, kvh * G + g, 0, 0, true, NULL, NULL);
+}
+
+/* The fold's counters (attn.cu), zero at load and between launches. */
+unsigned *attn_fold_counters(void);
+
 /* ---- launch checks ---- */
 
 /* bf16 (2) and e4m3 (1) stores have kernels; anything else is refused. */
@@ -501,6 +579,6 @@ static inline bool kv_shape_ok(const k_kv_view *kv, int kv_layer) {
  * groups 1, 2 and 4. */
 template <int G, bool FP8>
 int attn_window_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
-                       float2 *ml, float *keep, int row0, cudaStream_t s);
+                       float2 *ml, float *keep, unsigned *done, int row0, cudaStream_t s);
 
 #endif

@@ -46,7 +46,7 @@ template <int G, bool FP8, bool PV> static __host__ __device__ constexpr size_t 
 template <int G, bool FP8, bool PV>
 static __global__ void __launch_bounds__(ATTN_THREADS)
     attn_window_kernel(k_attention_args a, int row0, int max_split, int spb, float *part,
-                       float2 *ml, float *keep) {
+                       float2 *ml, float *keep, unsigned *done) {
     K_GRID_DEPENDENCY();
     constexpr int D = 256;
     constexpr int EB = FP8 ? 1 : 2;           /* bytes per element */
@@ -71,6 +71,11 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     const int i = a.pos[r], seq = a.seq[r];
     const split_plan sp = plan_split(i, a.window);
     const int s_first = blockIdx.x * spb;
+    if constexpr (PV)
+        if (done && (i < 0 || sp.n_split > max_split)) { /* folded: the combine's NaN here */
+            pv_fold_nan<D, G>(a, r, kvh);
+            return;
+        }
     if (i < 0 || s_first >= sp.n_split || sp.n_split > max_split) return; /* combine: NaN */
     const int s_last = min(s_first + spb, sp.n_split);
     const int k_begin = sp.j0 + s_first * sp.per_split;
@@ -237,6 +242,10 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
             /* red is read by the reduction until the next split's end, a tile's barriers on */
         }
     }
+    if constexpr (PV)
+        if (done)
+            pv_fold<D, G>(a, r, rl, kvh, max_split, sp.n_split, (sp.n_split + spb - 1) / spb, part,
+                          ml, done);
 }
 
 template <int G, bool FP8, bool PV> static int win_smem_allow(void) {
@@ -252,27 +261,27 @@ template <int G, bool FP8, bool PV> static int win_smem_allow(void) {
 
 template <int G, bool FP8>
 int attn_window_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
-                       float2 *ml, float *keep, int row0, cudaStream_t s) {
+                       float2 *ml, float *keep, unsigned *done, int row0, cudaStream_t s) {
     int rc = win_smem_allow<G, FP8, false>();
     if (rc == K_OK) rc = win_smem_allow<G, FP8, true>();
     if (rc != K_OK) return rc;
     CUDA_CHECK(k_launch(attn_window_kernel<G, FP8, false>, grid, ATTN_THREADS,
                         win_smem_bytes<G, FP8, false>(), s, *a, row0, max_split, spb, part, ml,
-                        keep));
+                        keep, (unsigned *)NULL));
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(k_launch(attn_window_kernel<G, FP8, true>, grid, ATTN_THREADS,
-                        win_smem_bytes<G, FP8, true>(), s, *a, row0, max_split, spb, part, ml,
-                        keep));
+                        win_smem_bytes<G, FP8, true>(), s, *a, row0, max_split, spb, part, ml, keep,
+                        done));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
 
 template int attn_window_passes<1, true>(const k_attention_args *, dim3, int, int, float *,
-                                         float2 *, float *, int, cudaStream_t);
+                                         float2 *, float *, unsigned *, int, cudaStream_t);
 template int attn_window_passes<2, true>(const k_attention_args *, dim3, int, int, float *,
-                                         float2 *, float *, int, cudaStream_t);
+                                         float2 *, float *, unsigned *, int, cudaStream_t);
 template int attn_window_passes<4, true>(const k_attention_args *, dim3, int, int, float *,
-                                         float2 *, float *, int, cudaStream_t);
+                                         float2 *, float *, unsigned *, int, cudaStream_t);
 
 /* Every window kernel's shared-memory limit raised at start-up (k_workspace_reserve), so no
  * first launch of one happens inside a CUDA graph capture with the attribute still unset. Only
@@ -280,6 +289,7 @@ template int attn_window_passes<4, true>(const k_attention_args *, dim3, int, in
 extern "C" int k_attention_setup(void) {
     static_assert(ATTN_WARP_PV_MAX_G == 4, "the window kernels are the groups 1, 2 and 4");
     int rc = K_OK;
+    (void)attn_fold_counters(); /* the symbol looked up here, outside any graph capture */
     if (rc == K_OK) rc = win_smem_allow<1, true, false>();
     if (rc == K_OK) rc = win_smem_allow<1, true, true>();
     if (rc == K_OK) rc = win_smem_allow<2, true, false>();

@@ -45,6 +45,7 @@ enum cfg_key_id {
     CFG_SERVE_CUDA_GRAPHS,
     CFG_SERVE_PDL,
     CFG_SERVE_FUSE_PROJECTIONS,
+    CFG_SERVE_ATTN_FOLD,
     CFG_SERVE_ATTN_SPLITS_PER_BLOCK,
     CFG_SERVE_SAMPLE_THREADS,
     CFG_SERVE_TEXT_MAX_TOKENS,
@@ -77,6 +78,7 @@ static const struct cfg_key {
     {"serve", "cuda_graphs", CFG_SERVE_CUDA_GRAPHS},
     {"serve", "pdl", CFG_SERVE_PDL},
     {"serve", "fuse_projections", CFG_SERVE_FUSE_PROJECTIONS},
+    {"serve", "attn_fold", CFG_SERVE_ATTN_FOLD},
     {"serve", "attn_splits_per_block", CFG_SERVE_ATTN_SPLITS_PER_BLOCK},
     {"serve", "sample_threads", CFG_SERVE_SAMPLE_THREADS},
     {"serve", "text_max_tokens", CFG_SERVE_TEXT_MAX_TOKENS},
@@ -126,6 +128,7 @@ void config_defaults(g4_config *c) {
     c->serve.cuda_graphs = 1; /* gpu:cuda_graphs_equal passed on the H200 (docs/testing.md) */
     c->serve.pdl = 1;
     c->serve.fuse_projections = 1;
+    c->serve.attn_fold = 0; /* on once measured on the H200 (docs/configuration.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
     c->serve.text_max_tokens = 512;
@@ -298,6 +301,8 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.pdl, why, n);
     case CFG_SERVE_FUSE_PROJECTIONS:
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.fuse_projections, why, n);
+    case CFG_SERVE_ATTN_FOLD:
+        return cfg_choice(v, cfg_sync_names, 2, &c->serve.attn_fold, why, n);
     case CFG_SERVE_ATTN_SPLITS_PER_BLOCK: /* kernels/attn_common.cuh's ATTN_MAX_SPB */
         return cfg_int(v, 0, 16, &c->serve.attn_splits_per_block, why, n);
     case CFG_SERVE_SAMPLE_THREADS:

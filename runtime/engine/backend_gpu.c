@@ -62,6 +62,7 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     bk->graphs = cfg->serve.cuda_graphs && !cfg->debug.sync;
     k_set_pdl(cfg->serve.pdl);                /* process-wide; the bits are the same either way */
     k_gemm_fuse(cfg->serve.fuse_projections); /* likewise */
+    k_set_attn_fold(cfg->serve.attn_fold);    /* likewise */
     return bk;
 }
 

@@ -434,13 +434,33 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
         for (size_t i = 0; i < qn; i++)
             differ += again[i] != out[i];
     }
-    free(again);
     char sgate[160];
     snprintf(sgate, sizeof sgate, "%s splits per block", gate);
     TEST_CHECK(sgate, rc == 0 && differ == 0,
                "%ld output elements differ between the launcher's choice and 1, 2, 3 or 16 "
                "splits a block (must be bit-identical), rc %d",
                differ, rc);
+    /* the combine in a launch of its own (serve.attn_fold = 0) against the launches above,
+     * which fold it into the P.V pass where the launch is decode-sized (with 1 to 16 splits a
+     * block, so 1 to 32 blocks counting into a row's counter): the same bits */
+    long fold_differ = 0;
+    const int folded = (long long)n_rows * c->n_kv <= K_ATTN_FOLD_PAIRS;
+    if (!rc && again) {
+        for (size_t i = 0; i < qn; i++)
+            again[i] = BF16_NAN;
+        k_set_attn_fold(0);
+        rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&a, NULL) | k_sync() |
+             k_copy_to_host(again, dout, qn * 2);
+        k_set_attn_fold(1);
+        for (size_t i = 0; i < qn; i++)
+            fold_differ += again[i] != out[i];
+    }
+    free(again);
+    snprintf(sgate, sizeof sgate, "%s combine folded", gate);
+    TEST_CHECK(sgate, rc == 0 && fold_differ == 0,
+               "%ld output elements differ between the combine folded into the P.V pass "
+               "(%s for these %d rows) and its own launch (must be bit-identical), rc %d",
+               fold_differ, folded ? "taken" : "not taken", n_rows, rc);
 
     cmp m = {0};
     compare(&m, out, ref, qn);
@@ -515,6 +535,8 @@ int main(void) {
         return 0;
     }
     printf("# device: %s\n", desc);
+    /* every launch below folds the combine where it may, and each case also runs it unfolded */
+    k_set_attn_fold(1);
     make_rows(0);
     /* local family (hd 256, default RoPE) and global family (hd 512, proportional RoPE: 64 of
      * 256 pairs), GQA groups 1, 2, 4 and 8 (the kept-score P.V splits keys across warps up to
