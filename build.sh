@@ -507,7 +507,7 @@ gpu_gates() {
     # the start-up faults on the GPU backend, and the soak at the 26B-A4B's real geometry
     if [ "$want" = "  " ] || [ "${want#* reliability }" != "$want" ]; then
         if nvidia-smi -L >/dev/null 2>&1; then
-            BUILD_DIR="$B" run_test python3 tests/proto/test_startup_faults.py
+            BUILD_DIR="$B" STARTUP_FAULTS_GPU=1 run_test python3 tests/proto/test_startup_faults.py
             BUILD_DIR="$B" SOAK_CONF=conf/gemma4-26b-a4b.ini SOAK_VOCAB=262144 \
                 SOAK_SET="model.weights=dummy serve.max_context=4096 serve.max_batch=16" \
                 run_test python3 tests/proto/test_soak.py

@@ -130,6 +130,14 @@ static int size_kv(engine *e) {
                     c->kv.budget_gb);
             return -1;
         }
+        /* an absurd budget (the key takes up to 1 PB) must not wrap the page counts */
+        if (n_global > KV_POOL_MAX_PAGES) {
+            log_msg(LOG_ERROR, "engine",
+                    "kv.budget_gb = %g asks for %.3g pages of the global KV family, more than "
+                    "the %d one pool can index; lower it, or leave it auto",
+                    c->kv.budget_gb, (double)n_global, KV_POOL_MAX_PAGES);
+            return -1;
+        }
     }
     sh->n_pages[KV_LOCAL] = (int)n_local;
     sh->n_pages[KV_GLOBAL] = (int)n_global;
@@ -145,7 +153,13 @@ static int size_kv(engine *e) {
         long n = sh->n_pages[f];
         void *store = e->ops->alloc(e->bk, (size_t)n * kv_layout_page_bytes(l));
         if (!store) {
-            log_msg(LOG_ERROR, "engine", "out of %s memory for %ld KV pages", e->ops->memory, n);
+            char budget_text[32] = "auto";
+            if (c->kv.budget_gb > 0)
+                (void)snprintf(budget_text, sizeof budget_text, "%g", c->kv.budget_gb);
+            log_msg(LOG_ERROR, "engine",
+                    "out of %s memory for the %s KV family: %ld pages, %.2f GB (kv.budget_gb = %s)",
+                    e->ops->memory, f == KV_LOCAL ? "local" : "global", n,
+                    (double)n * (double)kv_layout_page_bytes(l) / 1e9, budget_text);
             return -1;
         }
         k_kv_view *v = f == KV_LOCAL ? &e->s.kv_local : &e->s.kv_global;

@@ -53,6 +53,10 @@ typedef struct kv_pool_shape {
     int max_pages_per_seq;
 } kv_pool_shape;
 
+/* The most physical pages of one family: page ids are int32 in the page tables, and the free
+ * lists and counts are ints; 2^30 keeps every count and sum of counts in range. */
+#define KV_POOL_MAX_PAGES (1 << 30)
+
 /* Creates the bookkeeping for n_pages_local / n_pages_global physical pages (page 0 of each
  * is the padding page, so n_pages - 1 are usable; n_pages >= 1), a sliding window of `window`
  * positions (W >= 1: a query at position t attends to [t-W+1, t]), max_seqs sequence slots

@@ -20,7 +20,9 @@ BUILD = os.environ.get("BUILD_DIR", "build")
 BIN = os.path.join(BUILD, "g4pipe")
 FIXTURES = "tests/fixtures"
 REQUEST = '{"id":"a","tokens":[2,3],"max_tokens":2}\n'
-CASES = 13
+CASES = 15
+# the device-memory case needs the GPU backend: a host calloc of that size may succeed lazily
+GPU = os.environ.get("STARTUP_FAULTS_GPU") == "1"
 
 
 def report(ok, gate, msg):
@@ -167,6 +169,18 @@ def main():
 
         d = copy("tiny-moe")
         fails += not case("kv_budget_too_small", d, ["kv.budget_gb"], "kv.budget_gb=0.000001")
+        # the key's largest value (1 PB) once wrapped the global family's page count to a
+        # negative int: now refused before any allocation, naming the key and the pages
+        fails += not case("kv_budget_past_page_index", d, ["kv.budget_gb", "pages"],
+                          "kv.budget_gb=1000000")
+        # a budget the device cannot hold: the error says what it tried to reserve
+        if GPU:
+            fails += not case("kv_budget_over_device_memory", d,
+                              ["out of device memory", "GB", "kv.budget_gb = 1000"],
+                              "kv.budget_gb=1000")
+        else:
+            print("SKIP startup_fault[kv_budget_over_device_memory]: skipped: needs the GPU "
+                  "backend (STARTUP_FAULTS_GPU=1; ./build.sh gpu-test reliability)", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 1 if fails else 0
