@@ -7,7 +7,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from full_step import judge, GREEDY  # noqa: E402
+from full_step import judge, rule_floors, splitk_parts, GREEDY  # noqa: E402
 
 failures = 0
 
@@ -41,7 +41,7 @@ def case(margins, shifts, engine_tokens=None, engine_shift=0.0, sdpa_tokens=None
     return ref, [floor], ans
 
 
-print("PLAN 12", flush=True)  # tests/harness.h: the gate lines below, all of them
+print("PLAN 14", flush=True)  # tests/harness.h: the gate lines below, all of them
 n = GREEDY
 ok, compared, equal, gap, lim, why = judge(*case([3.0] * n, [0.2] * n))
 check("full_judge_exact", ok and compared == n and equal == n and gap == 0,
@@ -108,5 +108,18 @@ ok2, compared, _, _, _, why2 = judge(ref, floors + lt, ans)
 check("full_judge_second_floor_flip", not ok1 and ok2 and compared == 4 and "permitted" in why2,
       f"a flip sdpa does not make fails ({why1}); where the second floor makes it, it is "
       f"permitted ({why2})")
+
+# diagnostic GEMM orders (make --floors splitk8 ...) are printed but never join the rule: a wide
+# one must not loosen the limit
+run = {"eager": "E", "sdpa": "S", "batch2": "B", "splitk": "K2", "splitk4": "K4", "splitk8": "K8",
+       "splitk3": "K3"}
+got = rule_floors(run)
+check("full_rule_floors_exclude_diagnostic", got == ["S", "B", "K2", "K4"],
+      f"the rule's members of a run with splitk3 and splitk8 beside FLOORS: {got}")
+parsed = {k: splitk_parts(k) for k in ("splitk", "splitk3", "splitk16", "splitk17", "splitk1",
+                                       "splitkx", "sdpa")}
+check("full_splitk_keys", parsed == {"splitk": 2, "splitk3": 3, "splitk16": 16, "splitk17": None,
+                                     "splitk1": None, "splitkx": None, "sdpa": None},
+      f"split-K floor keys to parts of k: {parsed}")
 
 sys.exit(1 if failures else 0)
