@@ -77,9 +77,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
     /* the block's splits [s_first, s_last), taken in turn, each with its own statistics or
      * partial exactly as a block of its own would compute them (attn_splits_per_block) */
     const int s_first = blockIdx.x * spb;
-    if constexpr (PV)
+    if constexpr (PV && G * D <= ATTN_FOLD_HEAD_ELEMS)
         if (done && (i < 0 || sp.n_split > max_split)) { /* folded: the combine's NaN here */
-            pv_fold_nan<D, G>(a, r, kvh);
+            pv_fold_nan<D, G>(a, r, rl, kvh);
             return;
         }
     if (i < 0 || s_first >= sp.n_split || sp.n_split > max_split) return; /* combine: NaN */
@@ -230,7 +230,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
             l_run[tid] = 0.0f;
         }
     }
-    if constexpr (PV)
+    if constexpr (PV && G * D <= ATTN_FOLD_HEAD_ELEMS)
         if (done)
             pv_fold<D, G>(a, r, rl, kvh, max_split, sp.n_split, (sp.n_split + spb - 1) / spb, part,
                           ml, done);
@@ -325,6 +325,7 @@ static int attn_splits_per_block(int max_split, long long pairs) {
 template <int D, int G, bool FP8>
 static int launch_group(const k_attention_args *a, int max_split, float *part, float2 *ml,
                         float *keep, unsigned *done, int row0, int nr, cudaStream_t s) {
+    if constexpr (G * D > ATTN_FOLD_HEAD_ELEMS) done = NULL; /* the combine keeps its launch */
     const int spb = a->splits_per_block > 0
                         ? a->splits_per_block
                         : attn_splits_per_block(max_split, (long long)nr * a->kv.n_kv_head);
@@ -400,8 +401,9 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     float *kept = keep ? (float *)(ml + (size_t)chunk * a->n_head * max_split) : NULL;
     bool fp8 = a->kv.elem_bytes == 1;
     /* the combine folded into the P.V pass where the counters cover the launch (decode steps);
-     * the same bits either way (combine_head) */
-    unsigned *done = attn_fold_on && (long long)chunk * a->kv.n_kv_head <= ATTN_FOLD_MAX
+     * the same bits either way (test_attn's `combine folded` gates) */
+    unsigned *done = attn_fold_on && (long long)chunk * a->kv.n_kv_head <= ATTN_FOLD_MAX &&
+                             group * d <= ATTN_FOLD_HEAD_ELEMS
                          ? attn_fold_counters()
                          : NULL;
     for (int row0 = 0; row0 < a->rows && rc == K_OK; row0 += chunk) {

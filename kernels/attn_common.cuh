@@ -487,12 +487,16 @@ static __device__ __forceinline__ float2 start_stats(const float2 *st, int n_spl
  * decode step of up to 256 rows at 16 KV heads; larger launches (prefill chunks) keep the
  * combine's own launch, whose cost there is small beside the passes. */
 #define ATTN_FOLD_MAX K_ATTN_FOLD_PAIRS
+/* Outputs (G x D) one block sums when it folds the combine: groups past it (the global layers'
+ * 8 heads of 512) keep the combine launch, whose blocks share that work a head each. Folding
+ * 8 x 512 into one block was measured slower (docs/perf-notes.md, sixteenth session). */
+#define ATTN_FOLD_HEAD_ELEMS K_ATTN_FOLD_HEAD_ELEMS
+#define ATTN_COMBINE_BATCH 8 /* splits whose partials a thread has in flight at once */
 
 /* Head h of row r: out = k_round_bf16(sum of the row's n_split partials in split order), NaN
  * when nan is set or any split's sum is NaN (an unmapped key). base: the head's first partial,
- * (rl * n_head + h) * max_split. attn_combine_kernel and the folded form (pv_fold) both run this,
- * so a row's output is the same bits whichever ran; the loads go to L2 (__ldcg), since in the
- * folded form other blocks wrote the partials. */
+ * (rl * n_head + h) * max_split. attn_combine_kernel's body, as run on the H200 (its loads are
+ * in series: the NaN test ends each). */
 template <int D>
 static __device__ __forceinline__ void combine_head(const k_attention_args &a, int r, int h,
                                                     size_t base, int n_split, bool nan,
@@ -517,9 +521,55 @@ static __device__ __forceinline__ void combine_head(const k_attention_args &a, i
         out[t] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(o[t]);
 }
 
+/* Heads h0 .. h0 + nh - 1 of row r (rl within the launch), the folded combine: the same sums as
+ * combine_head (each element's partials added to 0.0f in split order, then rounded once), a head
+ * NaN when nan_row is set or any of its splits' sums is NaN. Called by every thread of the block.
+ * The loads are independent of one another, so they go out together: the splits' sums a thread
+ * each, then ATTN_COMBINE_BATCH partials per element pair at a time, added in split order once
+ * they are in (combine_head's loop waits on each NaN test in turn). They go to L2 (__ldcg):
+ * other blocks wrote them. test_attn's `combine folded` gates hold the two to the same bits. */
+template <int D>
+static __device__ __forceinline__ void
+combine_heads(const k_attention_args &a, int r, int rl, int h0, int nh, int max_split, int n_split,
+              bool nan_row, const float *part, const float2 *ml) {
+    __shared__ int head_nan[16];
+    const int tid = threadIdx.x;
+    if (tid < nh) head_nan[tid] = nan_row;
+    __syncthreads();
+    if (!nan_row)
+        for (int e = tid; e < nh * n_split; e += ATTN_THREADS) {
+            const int g = e / n_split, sp = e % n_split;
+            if (isnan(__ldcg(ml + ((size_t)rl * a.n_head + h0 + g) * max_split + sp).y))
+                head_nan[g] = 1;
+        }
+    __syncthreads();
+    for (int pr = tid; pr < nh * D / 2; pr += ATTN_THREADS) {
+        const int g = 2 * pr / D, d = 2 * pr % D;
+        const size_t base = ((size_t)rl * a.n_head + h0 + g) * max_split;
+        const bool nan = head_nan[g];
+        float2 o = make_float2(0.0f, 0.0f);
+        for (int s0 = 0; !nan && s0 < n_split; s0 += ATTN_COMBINE_BATCH) {
+            float2 x[ATTN_COMBINE_BATCH];
+#pragma unroll
+            for (int j = 0; j < ATTN_COMBINE_BATCH; j++)
+                if (s0 + j < n_split)
+                    x[j] = __ldcg(reinterpret_cast<const float2 *>(part + (base + s0 + j) * D + d));
+#pragma unroll
+            for (int j = 0; j < ATTN_COMBINE_BATCH; j++)
+                if (s0 + j < n_split) { /* no + 0.0f past the last: it would turn -0 into +0 */
+                    o.x += x[j].x;
+                    o.y += x[j].y;
+                }
+        }
+        bf16_t *out = a.out + ((size_t)r * a.n_head + h0 + g) * D + d;
+        out[0] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(o.x);
+        out[1] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(o.y);
+    }
+}
+
 /* The end of a P.V block when the combine is folded (done != NULL): the block that finishes last
  * among the n_blocks blocks of its (row, KV head) combines the group's G heads, the combine
- * launch's work with the same arithmetic (combine_head). Every thread fences its partial stores
+ * launch's work with the same arithmetic (combine_heads). Every thread fences its partial stores
  * before the block counts itself in done[], so the last to count sees every block's partials; it
  * sets the counter back to zero for the next launch, which every block of this one has counted
  * before (and griddepcontrol.wait orders the next launch after this one's end). */
@@ -527,6 +577,7 @@ template <int D, int G>
 static __device__ __forceinline__ void
 pv_fold(const k_attention_args &a, int r, int rl, int kvh, int max_split, int n_split, int n_blocks,
         const float *part, const float2 *ml, unsigned *done) {
+    static_assert(G * D <= ATTN_FOLD_HEAD_ELEMS, "the launcher folds small groups only");
     __shared__ int fold_last;
     __threadfence();
     __syncthreads();
@@ -538,21 +589,15 @@ pv_fold(const k_attention_args &a, int r, int rl, int kvh, int max_split, int n_
     __syncthreads();
     if (!fold_last) return;
     __threadfence();
-#pragma unroll 1
-    for (int g = 0; g < G; g++) {
-        const int h = kvh * G + g;
-        combine_head<D>(a, r, h, ((size_t)rl * a.n_head + h) * max_split, n_split, false, part, ml);
-    }
+    combine_heads<D>(a, r, rl, kvh * G, G, max_split, n_split, false, part, ml);
 }
 
 /* A folded P.V launch's row that has no splits to run (no position, or more splits than the
  * grid holds): its first block writes the group's heads NaN, as the combine would. */
 template <int D, int G>
-static __device__ __forceinline__ void pv_fold_nan(const k_attention_args &a, int r, int kvh) {
-    if (blockIdx.x != 0) return;
-#pragma unroll 1
-    for (int g = 0; g < G; g++)
-        combine_head<D>(a, r, kvh * G + g, 0, 0, true, NULL, NULL);
+static __device__ __forceinline__ void pv_fold_nan(const k_attention_args &a, int r, int rl,
+                                                   int kvh) {
+    if (blockIdx.x == 0) combine_heads<D>(a, r, rl, kvh * G, G, 0, 0, true, NULL, NULL);
 }
 
 /* The fold's counters (attn.cu), zero at load and between launches. */

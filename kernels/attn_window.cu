@@ -71,9 +71,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     const int i = a.pos[r], seq = a.seq[r];
     const split_plan sp = plan_split(i, a.window);
     const int s_first = blockIdx.x * spb;
-    if constexpr (PV)
+    if constexpr (PV && G * D <= ATTN_FOLD_HEAD_ELEMS)
         if (done && (i < 0 || sp.n_split > max_split)) { /* folded: the combine's NaN here */
-            pv_fold_nan<D, G>(a, r, kvh);
+            pv_fold_nan<D, G>(a, r, rl, kvh);
             return;
         }
     if (i < 0 || s_first >= sp.n_split || sp.n_split > max_split) return; /* combine: NaN */
@@ -242,7 +242,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
             /* red is read by the reduction until the next split's end, a tile's barriers on */
         }
     }
-    if constexpr (PV)
+    if constexpr (PV && G * D <= ATTN_FOLD_HEAD_ELEMS)
         if (done)
             pv_fold<D, G>(a, r, rl, kvh, max_split, sp.n_split, (sp.n_split + spb - 1) / spb, part,
                           ml, done);

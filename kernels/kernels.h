@@ -315,11 +315,13 @@ int k_row_ops(const k_row_ops_args *a, g4_stream st);
  * dims 256 and 512) */
 int k_attn_prep(const k_attn_prep_args *a, g4_stream st);
 int k_attention(const k_attention_args *a, g4_stream st);
-/* On (the default): an attention launch of at most K_ATTN_FOLD_PAIRS (row, KV head) pairs (a
- * decode step) sums its splits' partials in the P.V pass's last block of each row and KV head,
- * not in a combine launch of its own (serve.attn_fold; speed only: the same sums in the same
- * order). Process-wide. */
+/* On: an attention launch of at most K_ATTN_FOLD_PAIRS (row, KV head) pairs (a decode step) of
+ * a layer whose group holds at most K_ATTN_FOLD_HEAD_ELEMS outputs (heads x head dim) sums its
+ * splits' partials in the P.V pass's last block of each row and KV head, not in a combine
+ * launch of its own (serve.attn_fold, default off; speed only: the same sums in the same order).
+ * Process-wide. */
 #define K_ATTN_FOLD_PAIRS 4096
+#define K_ATTN_FOLD_HEAD_ELEMS 1024
 void k_set_attn_fold(int on);
 
 /* kernels/sample.cu: the greedy token on the device */

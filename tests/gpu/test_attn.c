@@ -444,7 +444,8 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
      * which fold it into the P.V pass where the launch is decode-sized (with 1 to 16 splits a
      * block, so 1 to 32 blocks counting into a row's counter): the same bits */
     long fold_differ = 0;
-    const int folded = (long long)n_rows * c->n_kv <= K_ATTN_FOLD_PAIRS;
+    const int folded = (long long)n_rows * c->n_kv <= K_ATTN_FOLD_PAIRS &&
+                       c->n_head / c->n_kv * c->d <= K_ATTN_FOLD_HEAD_ELEMS;
     if (!rc && again) {
         for (size_t i = 0; i < qn; i++)
             again[i] = BF16_NAN;
@@ -459,7 +460,8 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     snprintf(sgate, sizeof sgate, "%s combine folded", gate);
     TEST_CHECK(sgate, rc == 0 && fold_differ == 0,
                "%ld output elements differ between the combine folded into the P.V pass "
-               "(%s for these %d rows) and its own launch (must be bit-identical), rc %d",
+               "(%s for these %d rows and this group) and its own launch (must be "
+               "bit-identical), rc %d",
                fold_differ, folded ? "taken" : "not taken", n_rows, rc);
 
     cmp m = {0};
