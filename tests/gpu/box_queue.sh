@@ -2,7 +2,8 @@
 # tests/gpu/box_queue.sh - GPU work longer than one device call (at most 600 s): a plan runs in
 # a process session of its own on a copy of the tree and outlives the call that started it;
 # each later call waits on it for a while and brings its logs back. A machine stays warm only
-# when the next call comes within its idle time (30 s), so the calls follow one another at once.
+# when the next call comes within its idle time (30 s), so the calls follow one another at once,
+# with nothing read or decided between them (the sixteenth session lost a plan that way).
 #
 #   box_queue.sh start PLAN   copies the tree (build outputs and .deps included) to $Q/tree and
 #                             starts PLAN there with setsid; returns at once

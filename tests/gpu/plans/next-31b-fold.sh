@@ -1,0 +1,40 @@
+# tests/gpu/plans/next-31b-fold.sh - a box_queue.sh plan for the next session, ~21 min:
+#   lane 1: the 31B make (both pools; floors sdpa, batch 2, split-K in two: 594 s on the H200),
+#           then its checks: fp8 alone and all at once, bf16 all at once (bf16 alone passed in
+#           the fifteenth session, fp8 alone up to 2,049 tokens in the sixteenth)
+#   lane 2: the build; serve.attn_fold's op gates and the pinned recording with it on, beside
+#           the 31B make (small GPU memory)
+#   last:   the E4B fp8 diagnosis at 2,047 tokens (HF's own GEMM orders beyond the rule's four:
+#           split-K in 3, 5, 6, 8 and 16 parts, printed by the make, never in the rule; ~1 min),
+#           then the fold's speed, off against on, one 26B-A4B row and 16, twice each
+# Follow `box_queue.sh start` with `wait` calls back to back: a machine idle for 30 s between
+# calls goes back with the plan (the sixteenth session lost its 31B checks that way).
+full=/dev/shm/g4full
+ft=tests/full/full_step.py
+mkdir -p build/full
+lane2() {
+    step build ./build.sh tests || { echo 1 > "$Q/logs/attn-fold.rc"; return; }
+    step attn-fold bash -c 'build/tests/test_attn; BUILD_DIR=build PINNED_SET=serve.attn_fold=1 \
+        python3 tests/proto/test_pinned.py --backend gpu'
+}
+lane2 &
+if step 31b-make python3 $ft make --model 31b --dir $full/31b --pools "bf16 fp8" \
+        --floors "sdpa batch2 splitk"; then
+    await attn-fold
+    step 31b-fp8 env FULL_MODELS=31b FULL_POOLS=fp8 ./build.sh gpu-test full
+    step 31b-bf16-mixed env FULL_MODELS=31b FULL_POOLS=bf16 FULL_MODES=mixed ./build.sh gpu-test full
+fi
+await attn-fold
+rm -rf $full
+step e4b-diag python3 $ft make --model e4b --dir /dev/shm/g4diag/e4b --pools fp8 \
+    --lengths 2047 --floors "sdpa batch2 splitk splitk4 splitk3 splitk5 splitk6 splitk8 splitk16"
+rm -rf /dev/shm/g4diag
+bench_fold() {
+    local b f
+    for b in 1 16; do for f in 0 1 0 1; do
+        echo "attn_fold=$f batch $b: $(timeout 60 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
+            --set model.weights=dummy --set serve.max_context=4096 --set serve.attn_fold=$f \
+            --batch $b --prompt 1024 --steps 16 2>&1 | grep -v "^g4pipe: " | head -3 | tr '\n' ' ')"
+    done; done
+}
+step bench-fold bench_fold
