@@ -6,7 +6,8 @@
 #           the 31B make (small GPU memory)
 #   last:   the E4B fp8 diagnosis at 2,047 tokens (HF's own GEMM orders beyond the rule's four:
 #           split-K in 3, 5, 6, 8 and 16 parts, printed by the make, never in the rule; ~1 min),
-#           then the fold's speed, off against on, one 26B-A4B row and 16, twice each
+#           then the fold's speed, off against on, one 26B-A4B row and 16, twice each, and
+#           ncu over the decode attention passes at one row
 # Follow `box_queue.sh start` with `wait` calls back to back: a machine idle for 30 s between
 # calls goes back with the plan (the sixteenth session lost its 31B checks that way).
 full=/dev/shm/g4full
@@ -38,3 +39,10 @@ bench_fold() {
     done; done
 }
 step bench-fold bench_fold
+# what bounds the decode attention passes (perf-notes "Next H200 calls" D) before they are
+# reshaped: one 26B-A4B row, ungraphed, the stats and P.V passes of the first two (sliding) layers
+step ncu-attn timeout 150 ncu --clock-control none --profile-from-start off \
+    --kernel-name regex:attn_split --launch-count 4 --section SpeedOfLight --section LaunchStats \
+    --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+    build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
+    --set serve.max_context=4096 --set serve.cuda_graphs=0 --batch 1 --prompt 1024 --steps 2
