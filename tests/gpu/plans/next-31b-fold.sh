@@ -46,6 +46,9 @@ if step 31b-make python3 $ft make --model 31b --dir $full/31b --pools "bf16 fp8"
 fi
 await attn-fold
 rm -rf $full
+# issue 23's last case: a KV budget the device cannot hold (startup_fault[kv_budget_over_device_
+# memory]), with the soak again (~80 s; the 26B-A4B's engine needs the card the 31B had)
+step reliability ./build.sh gpu-test reliability
 step e4b-diag python3 $ft make --model e4b --dir /dev/shm/g4diag/e4b --pools fp8 \
     --lengths 2047 --floors "sdpa batch2 splitk splitk4 splitk3 splitk5 splitk6 splitk8 splitk16"
 rm -rf /dev/shm/g4diag
