@@ -486,6 +486,109 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     free(s.tables);
 }
 
+/* The folded combine's NaN paths against the combine's own launch (serve.attn_fold 1 vs 0):
+ * a padding row (pos -1), a row past the grid the host sized (max_pos below its position; only
+ * without a window, where the split count grows with the position) and a row that meets an
+ * unmapped page. The engine never passes the last two; the kernels answer them with NaN rather
+ * than wrong numbers. Outputs are poisoned with 48.5 (beyond any weighted mean of these V
+ * values), so a row left unwritten shows. Rule: the two launches bit-identical; the row named
+ * all NaN, every other row written and free of NaN. */
+static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed) {
+    static const char *const names[] = {"padding row", "row past the grid", "unmapped page"};
+    const bf16_t poison = 0x4242u;
+    make_rows(0);
+    add_row(2, -1);
+    rng_state = seed;
+    store s;
+    make_store(&s, c, window);
+    size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d,
+           per_row = (size_t)c->n_head * (size_t)c->d;
+    size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
+           rb = sizeof(int32_t) * (size_t)n_rows;
+    bf16_t *q = malloc(qn * 2), *out[2] = {malloc(qn * 2), malloc(qn * 2)};
+    bf16_t *kv = malloc(s.elems * 2);
+    int32_t *tables = malloc(tb);
+    fill_uniform(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
+    fill_store(kv, &s, c);
+    size_t kv_bytes = s.elems * 2;
+    if (fp8) {
+        uint8_t *b = (uint8_t *)kv;
+        for (size_t i = 0; i < s.elems; i++)
+            b[i] = ref_f32_to_e4m3(ref_bf16_to_f32(kv[i]));
+        kv_bytes = s.elems;
+    }
+    void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
+    void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
+    void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
+    int setup =
+        !q || !out[0] || !out[1] || !kv || !tables || !dq || !dout || !dkv || !dt || !dpos || !dseq;
+    if (!setup)
+        setup = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv, kv_bytes) |
+                k_copy_to_device(dpos, row_pos, rb) | k_copy_to_device(dseq, row_seq, rb);
+    for (int kase = 0; kase < 3; kase++) {
+        if (kase == 1 && window) continue;
+        int named = -1;
+        for (int r = 0; r < n_rows; r++)
+            if ((kase == 0 && row_pos[r] < 0) || (kase == 1 && row_pos[r] == 3000) ||
+                (kase == 2 && row_seq[r] == 2 && row_pos[r] == 100))
+                named = r;
+        int rc = setup;
+        if (!rc) {
+            memcpy(tables, s.tables, tb);
+            if (kase == 2) tables[2 * s.max_pages + 2] = -1; /* C's keys 32..47 */
+            rc = k_copy_to_device(dt, tables, tb);
+        }
+        k_attention_args a = {.out = dout,
+                              .q = dq,
+                              .pos = dpos,
+                              .seq = dseq,
+                              .kv = view_of(&s, c, dkv, dt),
+                              .rows = n_rows,
+                              .n_head = c->n_head,
+                              .kv_layer = KV_LAYER,
+                              .window = window,
+                              .max_pos = kase == 1 ? 2000 : 0};
+        a.kv.elem_bytes = fp8 ? 1 : 2;
+        for (int f = 0; f < 2 && !rc; f++) {
+            for (size_t i = 0; i < qn; i++)
+                out[f][i] = poison;
+            k_set_attn_fold(f);
+            rc = k_copy_to_device(dout, out[f], qn * 2) | k_attention(&a, NULL) | k_sync() |
+                 k_copy_to_host(out[f], dout, qn * 2);
+        }
+        k_set_attn_fold(1);
+        long differ = 0, named_number = 0, other_bad = 0;
+        for (size_t i = 0; i < qn && !rc; i++) {
+            differ += out[0][i] != out[1][i];
+            const float v = ref_bf16_to_f32(out[1][i]);
+            if ((int)(i / per_row) == named)
+                named_number += !isnan(v);
+            else
+                other_bad += isnan(v) || out[1][i] == poison;
+        }
+        char gate[160], tag[48];
+        snprintf(gate, sizeof gate, "attn_fold_nan_paths[gpu %s w%d%s %s]",
+                 tag_of(c, tag, sizeof tag), window, fp8 ? " e4m3" : "", names[kase]);
+        TEST_CHECK(gate,
+                   rc == 0 && named >= 0 && differ == 0 && named_number == 0 && other_bad == 0,
+                   "%ld elements differ folded vs own launch (must be bit-identical); row %d: %ld "
+                   "elements not NaN (must all be); other rows: %ld NaN or unwritten; rc %d",
+                   differ, named, named_number, other_bad, rc);
+    }
+    k_device_free(dq);
+    k_device_free(dout);
+    k_device_free(dkv);
+    k_device_free(dt);
+    k_device_free(dpos);
+    k_device_free(dseq);
+    free(q);
+    free(out[0]);
+    free(out[1]);
+    free(kv);
+    free(tables);
+    free(s.tables);
+}
+
 /* The launchers refuse what they have no kernel for, before touching the device. */
 static void run_refusals(void) {
     int32_t table = 0, pos = 0;
@@ -576,6 +679,13 @@ int main(void) {
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
         run_attention(&cfgs[i], 0, seed++, 0);
         run_attention(&cfgs[i], 0, seed++, 1);
+    }
+    /* the folded combine's NaN paths: groups of 2 and 4 at head dim 256 (the sliding layers),
+     * the split kernel (bf16, with and without a window) and the window kernel (e4m3, W 1024) */
+    for (size_t i = 0; i <= 2; i += 2) {
+        run_fold_nan_paths(&cfgs[i], 0, 0, seed++);
+        run_fold_nan_paths(&cfgs[i], 1024, 0, seed++);
+        run_fold_nan_paths(&cfgs[i], 1024, 1, seed++);
     }
     run_refusals();
     return harness_exit();
