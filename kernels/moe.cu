@@ -42,15 +42,6 @@
 
 #define FULL_MASK 0xffffffffu
 
-/* Not kernels/bf16.cuh's k_gelu_tanh: written as one expression, nvcc may fuse x + c x^3
- * into a multiply-add, which rounds once where ref_gelu_tanh rounds twice, so an expert's
- * activation can differ from its twin's by an ulp. Kept as measured until a GPU run re-records
- * the GPU pinned recording with k_gelu_tanh (docs/perf-notes.md, next calls). */
-static __device__ __forceinline__ float gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-
 static __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1)
         v += __shfl_xor_sync(FULL_MASK, v, off);
@@ -246,7 +237,7 @@ __global__ static void __launch_bounds__(EXPERT_THREADS)
                 for (int r = 0; r < EXPERT_ROWS; r++)
                     if (r < cnt)
                         h[(size_t)items[r] * (size_t)de + (size_t)o] = k_f32_to_bf16(
-                            k_round_bf16(gelu_tanh(k_round_bf16(g[r]))) * k_round_bf16(u[r]));
+                            k_round_bf16(k_gelu_tanh(k_round_bf16(g[r]))) * k_round_bf16(u[r]));
         }
     }
 }
@@ -345,7 +336,7 @@ __global__ static void __launch_bounds__(MMA_UP_THREADS)
                 const int item = j < 2 ? ilo : ihi, o = o0 + 8 * t + 2 * q + (j & 1);
                 if (item >= 0 && o < de)
                     h[(size_t)item * (size_t)de + (size_t)o] =
-                        k_f32_to_bf16(k_round_bf16(gelu_tanh(k_round_bf16(acc[t][j]))) *
+                        k_f32_to_bf16(k_round_bf16(k_gelu_tanh(k_round_bf16(acc[t][j]))) *
                                       k_round_bf16(acc[MMA_NT + t][j]));
             }
     }
