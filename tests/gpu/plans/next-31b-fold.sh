@@ -65,6 +65,15 @@ lane2() {
     # budget is 240 s a fixture): its time and held-out loss beside the committed fixture's
     step train-moe train_moe
 }
+bench_fold() {
+    local b f
+    for b in 1 16; do for f in 0 1 0 1; do
+        echo "attn_fold=$f batch $b: $(timeout 60 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
+            --set model.weights=dummy --set serve.max_context=4096 --set serve.attn_fold=$f \
+            --batch $b --prompt 1024 --steps 16 2>&1 | grep -v "^g4pipe: " | head -3 | tr '\n' ' ')"
+    done; done
+}
+[ "${1:-}" = --functions-only ] && return 0
 lane2 &
 if step 31b-make python3 $ft make --model 31b --dir $full/31b --pools "bf16 fp8" \
         --floors "sdpa batch2 splitk"; then
@@ -80,14 +89,6 @@ step reliability ./build.sh gpu-test reliability
 step e4b-diag python3 $ft make --model e4b --dir /dev/shm/g4diag/e4b --pools fp8 \
     --lengths 2047 --floors "sdpa batch2 splitk splitk4 splitk3 splitk5 splitk6 splitk8 splitk16"
 rm -rf /dev/shm/g4diag
-bench_fold() {
-    local b f
-    for b in 1 16; do for f in 0 1 0 1; do
-        echo "attn_fold=$f batch $b: $(timeout 60 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
-            --set model.weights=dummy --set serve.max_context=4096 --set serve.attn_fold=$f \
-            --batch $b --prompt 1024 --steps 16 2>&1 | grep -v "^g4pipe: " | head -3 | tr '\n' ' ')"
-    done; done
-}
 step bench-fold bench_fold
 # what bounds the decode attention passes (perf-notes "Next H200 calls" D) before they are
 # reshaped: one 26B-A4B row, ungraphed, the stats and P.V passes of the first two (sliding) layers
