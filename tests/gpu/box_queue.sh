@@ -56,6 +56,12 @@ case ${1:-} in
 start)
     plan=${2:?usage: box_queue.sh start PLAN}
     [ -f "$plan" ] || { echo "no plan $plan"; exit 2; }
+    # the box cannot install packages: without .deps (./build.sh deps, carried) the plan's build
+    # fails in seconds and the calls that wait on it are spent for nothing
+    if [ ! -d .deps ] && ! dpkg -s libinih-dev libjansson-dev > /dev/null 2>&1; then
+        echo "no .deps here and libinih-dev/libjansson-dev not installed: run ./build.sh deps and carry .deps"
+        exit 2
+    fi
     # tmpfs defaults to half the RAM: a 31B checkpoint (62 GB) needs more
     mount -o remount,size=110G /dev/shm 2>/dev/null || echo "remount of /dev/shm refused"
     if [ -f "$Q/running" ]; then echo "a plan is running already: $(cat "$Q/running")"; exit 0; fi
