@@ -120,6 +120,19 @@ def prompt_lengths(model, chunk, max_context):
 
 # ---- make --------------------------------------------------------------------------------
 
+def draw_prompts(standard, lengths):
+    """Token ids for each of lengths: BOS, then ids drawn in one stream, the standard lengths'
+    prompts first and in their order, so a --lengths run of a standard length gets the very
+    prompt the standard set has (a diagnosis of one failing case runs that case), and other
+    lengths follow."""
+    rng = random.Random(SEED + 1)
+    drawn = {}
+    for n in list(standard) + [n for n in lengths if n not in standard]:
+        if n not in drawn:
+            drawn[n] = [2] + [rng.randrange(364, 262144) for _ in range(n - 1)]
+    return {n: drawn[n] for n in lengths}
+
+
 def fill_weights(model, seed):
     """Every parameter drawn on the GPU (a CPU generator takes minutes at 26-31B), with the
     rules of make_fixtures.py's geometry fixtures: norms and layer_scalar away from 1, q/k norm
@@ -316,10 +329,9 @@ def job_make(a):
     cfg_text.pop("architectures", None)
     n_shards = save_published(model, cfg_text, a.dir)
     t_save = time.time() - t0 - t_build
-    rng = random.Random(SEED + 1)
-    lengths = [int(x) for x in a.lengths.split(",")] if a.lengths else \
-        prompt_lengths(a.model, a.chunk, a.max_context)
-    prompts = {f"len{n}": [2] + [rng.randrange(364, 262144) for _ in range(n - 1)] for n in lengths}
+    standard = prompt_lengths(a.model, a.chunk, a.max_context)
+    lengths = [int(x) for x in a.lengths.split(",")] if a.lengths else standard
+    prompts = {f"len{n}": p for n, p in draw_prompts(standard, lengths).items()}
     ref = {"model": a.model, "lengths": lengths, "prompts": prompts, "greedy": GREEDY,
            "top_k": TOP_K, "hf_chunk": HF_CHUNK, "torch": torch.__version__,
            "transformers": transformers.__version__, "device": torch.cuda.get_device_name(0),
