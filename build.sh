@@ -497,8 +497,11 @@ gpu_gates() {
     if [ "$want" = "  " ] || [ "${want#* pinned_composition }" != "$want" ]; then
         if nvidia-smi -L >/dev/null 2>&1; then
             BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend gpu
-            # the fused projections are speed only: the separate launches answer the same bytes
+            # the fused projections and the folded combine are speed only: the separate
+            # launches answer the same bytes
             BUILD_DIR="$B" PINNED_SET=serve.fuse_projections=0 run_test python3 \
+                tests/proto/test_pinned.py --backend gpu
+            BUILD_DIR="$B" PINNED_SET=serve.attn_fold=0 run_test python3 \
                 tests/proto/test_pinned.py --backend gpu
         else
             echo "SKIP gpu:pinned_composition: skipped: no GPU"

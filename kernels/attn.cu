@@ -268,7 +268,7 @@ unsigned *attn_fold_counters(void) {
     return p;
 }
 
-static int attn_fold_on = 0; /* serve.attn_fold's default */
+static int attn_fold_on = 1; /* serve.attn_fold's default */
 extern "C" void k_set_attn_fold(int on) { attn_fold_on = on ? 1 : 0; }
 
 /* ---- the launcher ---- */
