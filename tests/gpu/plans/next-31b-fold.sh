@@ -20,7 +20,7 @@ full=/dev/shm/g4full
 ft=tests/full/full_step.py
 mkdir -p build/full
 train_moe() {
-    timeout 420 python3 tests/fixtures/train_fixtures.py --out /dev/shm/g4train --only tiny-moe
+    timeout ${TRAIN_TIMEOUT:-420} python3 tests/fixtures/train_fixtures.py --out /dev/shm/g4train --only tiny-moe
     local f
     for f in /dev/shm/g4train/trained-tiny-moe tests/fixtures/trained-tiny-moe; do
         python3 - "$f/meta.json" <<'PY'
