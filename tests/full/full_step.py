@@ -442,8 +442,10 @@ class Engine:
         return rc
 
 
-def judge(ref_steps, floors, ans):
-    """(ok, steps compared, steps equal, max gap, limit, why).
+def judge(ref_steps, floors, ans, detail=None):
+    """(ok, steps compared, steps equal, max gap, limit, why); detail, a list, gets one line a
+    compared step: where its gap lies (the id, its rank in the reference's top-k, both logprobs)
+    beside the step's floor gap and the reference's margin.
 
     floors: HF's own second opinions on the reference's steps, teacher-forced on its tokens:
     sdpa (another attention) and, where the reference has them, eager at batch 2 (other GEMM
@@ -468,15 +470,22 @@ def judge(ref_steps, floors, ans):
         lps = ans["lps"][s]
         low = min(lps.values())
         fls = [dict((x, v) for x, v in f[s]["at"]) for f in floors]
-        floor_s = 0.0
-        for i, lp_ref in r["top"]:
+        floor_s, gap_s, at = 0.0, 0.0, None
+        for rank, (i, lp_ref) in enumerate(r["top"]):
             # an id past the engine's top-20 has a logprob at most its 20th: the gap is at least
             # how far the reference's value lies above that
             g = abs(lps[i] - lp_ref) if i in lps else max(0.0, lp_ref - low)
-            gap = max(gap, g)
+            if g > gap_s:
+                gap_s, at = g, (i, rank, lp_ref, lps.get(i))
             for fl in fls:
                 floor_s = max(floor_s, abs(fl[i] - lp_ref))
+        gap = max(gap, gap_s)
         floor = max(floor, floor_s)
+        if detail is not None and at:
+            eng = "past top-20" if at[3] is None else f"{at[3]:.4f}"
+            detail.append(f"step {s}: gap {gap_s:.4f} at id {at[0]} (HF rank {at[1]}, HF "
+                          f"{at[2]:.4f}, engine {eng}), floor gap {floor_s:.4f}, HF margin "
+                          f"{r['top1'] - r['top2']:.3f}")
         if ans["tokens"][s] == r["token"]:
             equal += 1
             continue
@@ -521,8 +530,11 @@ def job_check(a):
         every line it reached (and the table its rows)."""
         nonlocal fails
         floors = rule_floors(runs[name])
-        ok, cut, equal, gap, lim, why = judge(runs[name]["eager"], floors, ans)
+        detail = [] if a.detail else None
+        ok, cut, equal, gap, lim, why = judge(runs[name]["eager"], floors, ans, detail)
         gate = f"gpu:full[{a.model}/{a.pool}{a.label}/{name}/{mode}]"
+        for d in detail or []:
+            print(f"INFO {gate}: {d}")
         n = len(prompts[name])
         line = (f"{n} tokens, greedy {equal} of {cut} steps compared equal, "
                 f"max gap {gap:.4f} (limit {lim:.4f})")
@@ -582,6 +594,8 @@ def main():
     ap.add_argument("--only", help="check: these prompt lengths only (comma-separated)")
     ap.add_argument("--label", default="", help="check: a suffix for the gate names, e.g. /plain")
     ap.add_argument("--table", help="check: append one JSON line per case")
+    ap.add_argument("--detail", action="store_true",
+                    help="check: print each compared step's gap, where it lies, and its floor gap")
     ap.add_argument("--modes", default="alone,mixed",
                     help="check: alone (each prompt answered before the next), mixed (all at once), "
                          "or both; a call too short for both runs one (the 31B)")

@@ -41,7 +41,7 @@ def case(margins, shifts, engine_tokens=None, engine_shift=0.0, sdpa_tokens=None
     return ref, [floor], ans
 
 
-print("PLAN 14", flush=True)  # tests/harness.h: the gate lines below, all of them
+print("PLAN 15", flush=True)  # tests/harness.h: the gate lines below, all of them
 n = GREEDY
 ok, compared, equal, gap, lim, why = judge(*case([3.0] * n, [0.2] * n))
 check("full_judge_exact", ok and compared == n and equal == n and gap == 0,
@@ -76,6 +76,15 @@ check("full_judge_gap_fails", not ok and abs(gap - 0.5) < 1e-9 and abs(lim - 0.4
 ok, compared, equal, gap, lim, why = judge(*case([3.0] * n, [0.2] * n, engine_shift=0.35))
 check("full_judge_gap_within", ok and abs(gap - 0.35) < 1e-9,
       f"a gap of 0.35 within 2 x a floor of 0.2 passes: ok {ok}, gap {gap:.3f}")
+
+ref, floor, ans = case([3.0] * n, [0.2] * n, engine_shift=0.1)
+ans["lps"][2][7] += 0.3  # step 2's largest move: HF's third id, 0.4 off
+detail = []
+judge(ref, floor, ans, detail)
+check("full_judge_detail", len(detail) == n and "gap 0.4000 at id 7 (HF rank 2" in detail[2]
+      and "gap 0.1000" in detail[3] and "floor gap 0.2000" in detail[3],
+      f"one line a compared step, naming where its gap lies: {len(detail)} lines, step 2: "
+      f"{detail[2] if len(detail) > 2 else None}")
 
 ref, floor, ans = case([3.0] * n, [0.2] * n)
 del ans["tokens"][5:], ans["lps"][5:]
