@@ -1,0 +1,32 @@
+# tests/gpu/plans/whole-suite.sh - a box_queue.sh plan, ~28 min (carry .deps and .prev: the
+# baseline tree as `git archive 600d1cd | gzip > .prev/src.tgz`, the tree the decode and
+# architecture issues were measured on): `./build.sh gpu-test` in three steps, and a paired
+# decode A/B against the baseline.
+#   gates:    every GPU gate but geometry and full (op gates, tiny and trained fixtures, dummy
+#             weights, pinned recordings, reliability)
+#   full:     the full step for the 26B-A4B, E2B and E4B (the 31B's ran in pieces in the
+#             eighteenth session: bf16 alone in the fifteenth, fp8 and bf16 all at once)
+#   ab:       bench_decode, 26B-A4B at 1 and 16 rows and the 31B at one, this tree and the
+#             baseline alternating, three rounds: medians and spread per tree
+#   geometry: last, as far as the time goes
+# The baseline builds beside the gates at nice 10.
+. tests/gpu/plans/next-31b-fold.sh --functions-only
+mkdir -p .prev/src && tar xzf .prev/src.tgz -C .prev/src && cp -r .deps .prev/src/
+step prev-build bash -c 'cd .prev/src && nice -n 10 ./build.sh tests' &
+step gates ./build.sh gpu-test test_gemm_lt test_ops test_attn test_moe test_fill test_sample \
+    engine_vs_hf trained dummy_weights pinned_composition reliability
+step full env FULL_MODELS="26b-a4b e2b e4b" ./build.sh gpu-test full
+await prev-build
+ab_round() { # one round: each case on both trees, one after the other
+    local mb m b tr
+    for mb in gemma4-26b-a4b:1 gemma4-26b-a4b:16 gemma4-31b:1; do
+        m=${mb%:*} b=${mb#*:}
+        for tr in . .prev/src; do
+            echo "== $([ $tr = . ] && echo now || echo prev) $m batch $b"
+            (cd $tr && timeout 100 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
+                --set serve.max_context=4096 --batch $b --prompt 1024 --steps 32 | sed -n 1,2p)
+        done
+    done
+}
+step ab bash -c "$(declare -f ab_round); for r in 1 2 3; do echo \"-- round \$r\"; ab_round; done"
+step geometry timeout 500 ./build.sh gpu-test geometry
