@@ -482,7 +482,7 @@ def judge(ref_steps, floors, ans, detail=None):
         gap = max(gap, gap_s)
         floor = max(floor, floor_s)
         if detail is not None and at:
-            eng = "past top-20" if at[3] is None else f"{at[3]:.4f}"
+            eng = f"past top-{ENGINE_LOGPROBS}" if at[3] is None else f"{at[3]:.4f}"
             detail.append(f"step {s}: gap {gap_s:.4f} at id {at[0]} (HF rank {at[1]}, HF "
                           f"{at[2]:.4f}, engine {eng}), floor gap {floor_s:.4f}, HF margin "
                           f"{r['top1'] - r['top2']:.3f}")
