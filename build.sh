@@ -498,10 +498,12 @@ gpu_gates() {
         if nvidia-smi -L >/dev/null 2>&1; then
             BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend gpu
             # the fused projections and the folded combine are speed only: the separate
-            # launches answer the same bytes
+            # launches answer the same bytes; likewise the experts' bucketing in the up kernel
             BUILD_DIR="$B" PINNED_SET=serve.fuse_projections=0 run_test python3 \
                 tests/proto/test_pinned.py --backend gpu
             BUILD_DIR="$B" PINNED_SET=serve.attn_fold=0 run_test python3 \
+                tests/proto/test_pinned.py --backend gpu
+            BUILD_DIR="$B" PINNED_SET=serve.moe_bucket_in_up=1 run_test python3 \
                 tests/proto/test_pinned.py --backend gpu
         else
             echo "SKIP gpu:pinned_composition: skipped: no GPU"

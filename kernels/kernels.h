@@ -318,7 +318,7 @@ int k_attention(const k_attention_args *a, g4_stream st);
 /* On: an attention launch of at most K_ATTN_FOLD_PAIRS (row, KV head) pairs (a decode step) of
  * a layer whose group holds at most K_ATTN_FOLD_HEAD_ELEMS outputs (heads x head dim) sums its
  * splits' partials in the P.V pass's last block of each row and KV head, not in a combine
- * launch of its own (serve.attn_fold, default off; speed only: the same sums in the same order).
+ * launch of its own (serve.attn_fold, default on; speed only: the same sums in the same order).
  * Process-wide. */
 #define K_ATTN_FOLD_PAIRS 4096
 #define K_ATTN_FOLD_HEAD_ELEMS 1024
@@ -331,6 +331,11 @@ int k_topk(const k_topk_args *a, g4_stream st);
 /* kernels/moe.cu: routing and the routed experts */
 int k_moe_route(const k_moe_route_args *a, g4_stream st);
 int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
+/* On: a k_moe_experts call of at most 128 items (rows x top_k) on the tensor-core path lets
+ * each block of its up kernel bucket the items itself, without the bucket kernel's launch
+ * (serve.moe_bucket_in_up, default off; speed only: every item's arithmetic is the same).
+ * Process-wide. */
+void k_set_moe_bucket_in_up(int on);
 
 /* Device management: 0 when a usable sm_90 device is present. A build without nvcc links
  * kernels/no_gpu.c instead, whose k_device_init says so and whose other launchers refuse. */

@@ -11,7 +11,9 @@
  *            out = bf(sum_k y_k * w_k), the k terms summed in fp32 in rank order.
  *
  * Shape of the expert path: a single-block kernel buckets the (row, rank) items by expert and
- * lists the active experts; an up kernel (grid: output tile x active expert) computes
+ * lists the active experts (with serve.moe_bucket_in_up at decode sizes, each block of the
+ * tensor-core up kernel buckets the few items itself instead, bucket_in_block); an up kernel
+ * (grid: output tile x active expert) computes
  * h = bf(gelu(g)) * u for every item of the expert with gate and up fused; a down kernel does
  * the same for y into an fp32 workspace; one block per row then sums its top_k terms in rank
  * order. The projections run on tensor cores (mma.sync, 16 items to a tile, the same
@@ -39,6 +41,8 @@
 #define UP_OUTS 16    /* h outputs per up block: 2 per warp, ~350 blocks at one decode row */
 #define DOWN_OUTS 32  /* d_model outputs per down block: 4 per warp */
 #define COMBINE_THREADS 256
+/* the most items (rows x top_k) the up kernel buckets itself: 16 decode rows at top 8 */
+#define INBLOCK_MAX_ITEMS 128
 
 #define FULL_MASK 0xffffffffu
 
@@ -161,6 +165,66 @@ __global__ static void __launch_bounds__(BUCKET_THREADS)
         int e = idx[i];
         if (e >= 0 && e < n_expert) list[atomicAdd(&count[e], 1)] = i;
     }
+}
+
+/* The bucket of expert slot `slot` (the slot-th active expert in ascending id) from idx alone,
+ * by one block, into shared memory: s_list[0 .. n) its items in ascending item id, and s_info
+ * = {e, first, n, n_active} with first the bucket's start in moe_bucket_kernel's list (the
+ * valid items of lower experts) and e = -1 past the active experts. The same buckets and
+ * active list as moe_bucket_kernel (its order inside a bucket, atomic timing there, is
+ * ascending here), so every item's arithmetic is unchanged: a launch and a dependency fewer
+ * per layer where items are few enough for one block to scan them all. Ids outside [0,
+ * n_expert) are left out, as there. Every thread of the block calls it. */
+static __device__ void bucket_in_block(const int32_t *idx, int items, int n_expert, int slot,
+                                       int32_t *s_idx, unsigned *s_mask, int32_t *s_list,
+                                       int *s_info) {
+    const int tid = threadIdx.x, lane = tid & 31, words = (n_expert + 31) / 32;
+    for (int w = tid; w < words; w += blockDim.x)
+        s_mask[w] = 0u;
+    __syncthreads();
+    for (int i = tid; i < items; i += blockDim.x) {
+        const int e = idx[i];
+        s_idx[i] = e;
+        if (e >= 0 && e < n_expert) atomicOr(&s_mask[e >> 5], 1u << (e & 31));
+    }
+    __syncthreads();
+    if (tid < 32) {
+        /* lane l holds experts 32 l .. 32 l + 31: the active ones before its word, then the
+         * slot-th active expert where it falls in a lane's word */
+        const unsigned m = lane < words ? s_mask[lane] : 0u;
+        const int cnt = __popc(m);
+        int inc = cnt;
+        for (int off = 1; off < 32; off <<= 1) {
+            const int v = __shfl_up_sync(FULL_MASK, inc, off);
+            if (lane >= off) inc += v;
+        }
+        const int total = __shfl_sync(FULL_MASK, inc, 31), pre = inc - cnt;
+        int e = -1;
+        if (slot >= pre && slot < inc) {
+            unsigned mm = m;
+            for (int k = pre; k < slot; k++)
+                mm &= mm - 1u; /* drop the lowest active expert of the word */
+            e = lane * 32 + __ffs((int)mm) - 1;
+        }
+        const unsigned who = __ballot_sync(FULL_MASK, e >= 0);
+        e = who ? __shfl_sync(FULL_MASK, e, __ffs((int)who) - 1) : -1;
+        int n = 0, first = 0;
+        for (int i0 = 0; e >= 0 && i0 < items; i0 += 32) { /* warp-uniform */
+            const int i = i0 + lane, v = i < items ? s_idx[i] : -1;
+            const unsigned hit = __ballot_sync(FULL_MASK, v == e);
+            const unsigned below = __ballot_sync(FULL_MASK, v >= 0 && v < e);
+            if (v == e) s_list[n + __popc(hit & ((1u << lane) - 1u))] = i;
+            n += __popc(hit);
+            first += __popc(below);
+        }
+        if (lane == 0) {
+            s_info[0] = e;
+            s_info[1] = first;
+            s_info[2] = n;
+            s_info[3] = total;
+        }
+    }
+    __syncthreads();
 }
 
 /* 8 bf16 of a 16-byte word into fp32. */
@@ -301,14 +365,48 @@ __global__ static void __launch_bounds__(EXPERT_THREADS)
 #define MMA_UP_GROUP 8
 
 /* As moe_up_kernel, on tensor cores: warp w of block x owns outputs
- * [x * MMA_UP_OUTS + w * MMA_NT * 8, + MMA_NT * 8) of the gate (and the same of up). */
+ * [x * MMA_UP_OUTS + w * MMA_NT * 8, + MMA_NT * 8) of the gate (and the same of up). INBLOCK:
+ * the block buckets the items itself (bucket_in_block), and the blocks of x = 0 write their
+ * slot's bucket where moe_bucket_kernel would (block (0, 0) the active count too) for the down
+ * kernel, which runs after this grid has ended. */
+template <bool INBLOCK>
 __global__ static void __launch_bounds__(MMA_UP_THREADS)
-    moe_up_mma_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
-                      const int32_t *n_active, bf16_t *h) {
+    moe_up_mma_kernel(k_moe_experts_args a, int32_t *list, int32_t *active, int32_t *n_active,
+                      bf16_t *h) {
     K_GRID_DEPENDENCY();
-    if ((int)blockIdx.y >= *n_active) return;
-    const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
-              n = active[3 * blockIdx.y + 2];
+    int e, first, n;
+    const int32_t *items;
+    if constexpr (INBLOCK) {
+        __shared__ int32_t s_idx[INBLOCK_MAX_ITEMS], s_list[INBLOCK_MAX_ITEMS];
+        __shared__ unsigned s_mask[EXPERTS_MAX_EXPERT / 32];
+        __shared__ int s_info[4];
+        const int slot = (int)blockIdx.y;
+        bucket_in_block(a.idx, a.rows * a.top_k, a.n_expert, slot, s_idx, s_mask, s_list, s_info);
+        e = s_info[0];
+        first = s_info[1];
+        n = s_info[2];
+        if (blockIdx.x == 0) {
+            if (slot == 0 && threadIdx.x == 0) *n_active = s_info[3];
+            if (e >= 0) {
+                if (threadIdx.x == 0) {
+                    active[3 * slot] = e;
+                    active[3 * slot + 1] = first;
+                    active[3 * slot + 2] = n;
+                }
+                for (int j = threadIdx.x; j < n; j += blockDim.x)
+                    list[first + j] = s_list[j];
+            }
+        }
+        if (e < 0) return;
+        items = s_list;
+        first = 0; /* s_list holds this bucket alone */
+    } else {
+        if ((int)blockIdx.y >= *n_active) return;
+        e = active[3 * blockIdx.y];
+        first = active[3 * blockIdx.y + 1];
+        n = active[3 * blockIdx.y + 2];
+        items = list;
+    }
     const int dm = a.d_model, de = a.d_expert;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
     const int o0 = blockIdx.x * MMA_UP_OUTS + warp * MMA_NT * 8; /* the warp's first output */
@@ -323,7 +421,7 @@ __global__ static void __launch_bounds__(MMA_UP_THREADS)
     }
     for (int r0 = 0; r0 < n; r0 += 16) {
         const int rlo = r0 + g, rhi = r0 + g + 8;
-        const int ilo = rlo < n ? list[first + rlo] : -1, ihi = rhi < n ? list[first + rhi] : -1;
+        const int ilo = rlo < n ? items[first + rlo] : -1, ihi = rhi < n ? items[first + rhi] : -1;
         const bf16_t *lo = ilo >= 0 ? a.x + (size_t)(ilo / a.top_k) * (size_t)dm : NULL;
         const bf16_t *hi = ihi >= 0 ? a.x + (size_t)(ihi / a.top_k) * (size_t)dm : NULL;
         float acc[2 * MMA_NT][4];
@@ -416,6 +514,9 @@ __global__ static void __launch_bounds__(COMBINE_THREADS)
 
 /* ---- launchers ---- */
 
+static int bucket_in_up = 0; /* serve.moe_bucket_in_up's default */
+extern "C" void k_set_moe_bucket_in_up(int on) { bucket_in_up = on ? 1 : 0; }
+
 extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
     if (a->rows < 0 || a->n_expert <= 0 || a->n_expert > ROUTE_MAX_EXPERT || a->top_k <= 0 ||
         a->top_k > ROUTE_MAX_TOP_K || a->top_k > a->n_expert)
@@ -468,13 +569,21 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
     /* one grid row per possible active expert; the rows past *n_active return at once */
     unsigned slots = (unsigned)(items < (size_t)a->n_expert ? items : (size_t)a->n_expert);
 
-    CUDA_CHECK(k_launch(moe_bucket_kernel, 1, BUCKET_THREADS, 0, s, a->idx, (int)items, a->n_expert,
-                        list, active, n_active));
-    CUDA_CHECK(cudaGetLastError());
-    if (a->d_model % 32 == 0 && a->d_expert % 32 == 0) { /* the tensor-core path */
+    const bool tensor_cores = a->d_model % 32 == 0 && a->d_expert % 32 == 0;
+    const bool inblock = bucket_in_up && tensor_cores && items <= INBLOCK_MAX_ITEMS;
+    if (!inblock) {
+        CUDA_CHECK(k_launch(moe_bucket_kernel, 1, BUCKET_THREADS, 0, s, a->idx, (int)items,
+                            a->n_expert, list, active, n_active));
+        CUDA_CHECK(cudaGetLastError());
+    }
+    if (tensor_cores) {
         dim3 up((unsigned)((a->d_expert + MMA_UP_OUTS - 1) / MMA_UP_OUTS), slots);
-        CUDA_CHECK(
-            k_launch(moe_up_mma_kernel, up, MMA_UP_THREADS, 0, s, *a, list, active, n_active, h));
+        if (inblock)
+            CUDA_CHECK(k_launch(moe_up_mma_kernel<true>, up, MMA_UP_THREADS, 0, s, *a, list, active,
+                                n_active, h));
+        else
+            CUDA_CHECK(k_launch(moe_up_mma_kernel<false>, up, MMA_UP_THREADS, 0, s, *a, list,
+                                active, n_active, h));
         CUDA_CHECK(cudaGetLastError());
         dim3 down((unsigned)((a->d_model + MMA_OUTS - 1) / MMA_OUTS), slots);
         CUDA_CHECK(k_launch(moe_down_mma_kernel, down, MMA_THREADS, 0, s, *a, list, active,

@@ -20,6 +20,8 @@
  *   each add) and tanhf's last bits, so an intermediate bf16 rounding (gu, h, y) may land one ulp
  * (2^-8 relative) apart now and then; the norm ratio stays a few 1e-3 at most. No NaN from the
  * poison may be left. Batch invariance: row 0 computed alone equals row 0 of the batch bit for bit.
+ * - moe_bucket_in_up: the up kernel's own bucketing against the bucket kernel's, byte for byte
+ *   (check_bucket_in_up says why that is the rule and how a missing bucket would show).
  */
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
@@ -190,6 +192,79 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
     free(ref);
 }
 
+/* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing on or off. */
+static int experts_once(const k_moe_experts_args *a, int in_up, bf16_t *out, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = 0x7fc0;
+    k_set_moe_bucket_in_up(in_up);
+    int rc = k_copy_to_device(a->out, out, n * 2) | k_moe_experts(a, NULL) | k_sync() |
+             k_copy_to_host(out, a->out, n * 2);
+    k_set_moe_bucket_in_up(0);
+    return rc;
+}
+
+/* serve.moe_bucket_in_up: where it applies (the tensor-core path, at most 128 items), the up
+ * kernel's own buckets give the bytes of the bucket kernel's, for the router's ids and with bad
+ * ids (their rows NaN on both). Between the two runs a call with every item on expert 0 leaves
+ * other buckets and another active count in the workspace, so a bucket the up kernel failed to
+ * write for the down kernel shows as a difference. */
+static void check_bucket_in_up(const shape *s, int rows, void *d_gu, void *d_dn, const int32_t *idx,
+                               const float *w) {
+    size_t nk = (size_t)rows * (size_t)s->top_k, nx = (size_t)rows * (size_t)s->d_model;
+    if (s->d_model % 32 != 0 || s->d_expert % 32 != 0 || nk > 128) return;
+    int32_t *ids = malloc(nk * 4), *zero = calloc(nk, 4);
+    bf16_t *x = malloc(nx * 2), *off = malloc(nx * 2), *on = malloc(nx * 2);
+    fill_uniform(x, nx, 1.0f, 0.0f);
+    void *d_x = k_device_alloc(nx * 2), *d_out = k_device_alloc(nx * 2),
+         *d_idx = k_device_alloc(nk * 4), *d_w = k_device_alloc(nk * 4);
+    k_moe_experts_args a = {.out = d_out,
+                            .x = d_x,
+                            .gate_up = d_gu,
+                            .down = d_dn,
+                            .idx = d_idx,
+                            .weight = d_w,
+                            .rows = rows,
+                            .d_model = s->d_model,
+                            .d_expert = s->d_expert,
+                            .n_expert = s->n_expert,
+                            .top_k = s->top_k};
+    for (int bad = 0; bad < 2; bad++) {
+        char gate[128];
+        snprintf(gate, sizeof gate, "moe_bucket_in_up[e%d k%d dm%d de%d rows%d%s]", s->n_expert,
+                 s->top_k, s->d_model, s->d_expert, rows, bad ? " bad ids" : "");
+        memcpy(ids, idx, nk * 4);
+        if (bad) { /* row 0's second pick out of range, the last row's first negative */
+            ids[s->top_k > 1 ? 1 : 0] = s->n_expert;
+            if (rows > 1) ids[(size_t)(rows - 1) * (size_t)s->top_k] = -1;
+        }
+        int rc = (!d_x || !d_out || !d_idx || !d_w) ? K_ERR_NO_MEMORY : 0;
+        if (rc == 0)
+            rc = k_copy_to_device(d_x, x, nx * 2) | k_copy_to_device(d_w, w, nk * 4) |
+                 k_copy_to_device(d_idx, ids, nk * 4) | experts_once(&a, 0, off, nx) |
+                 k_copy_to_device(d_idx, zero, nk * 4) | experts_once(&a, 0, on, nx) |
+                 k_copy_to_device(d_idx, ids, nk * 4) | experts_once(&a, 1, on, nx);
+        size_t diff = 0, nan_rows = 0;
+        for (size_t i = 0; i < nx; i++)
+            diff += off[i] != on[i];
+        for (int r = 0; r < rows; r++)
+            nan_rows += isnan(ref_bf16_to_f32(on[(size_t)r * (size_t)s->d_model]));
+        size_t want_nan = bad ? (rows > 1 ? 2 : 1) : 0;
+        TEST_CHECK(gate, rc == 0 && diff == 0 && nan_rows == want_nan,
+                   "%zu of %zu elements differ from the bucket kernel's run, NaN rows %zu (want "
+                   "%zu), rc %d",
+                   diff, nx, nan_rows, want_nan, rc);
+    }
+    k_device_free(d_x);
+    k_device_free(d_out);
+    k_device_free(d_idx);
+    k_device_free(d_w);
+    free(ids);
+    free(zero);
+    free(x);
+    free(off);
+    free(on);
+}
+
 static void run_shape(const shape *s, uint64_t seed) {
     rng_state = seed;
     size_t ngu = (size_t)s->n_expert * 2 * (size_t)s->d_expert * (size_t)s->d_model;
@@ -204,7 +279,7 @@ static void run_shape(const shape *s, uint64_t seed) {
     int ok = d_scale && d_gu && d_dn &&
              k_copy_to_device(d_scale, scale, (size_t)s->n_expert * 2) == 0 &&
              k_copy_to_device(d_gu, gu, ngu * 2) == 0 && k_copy_to_device(d_dn, dn, ndn * 2) == 0;
-    const int rows_list[] = {1, 5, 64, s->many_rows};
+    const int rows_list[] = {1, 5, 16, 64, s->many_rows};
     for (size_t i = 0; i < sizeof rows_list / sizeof rows_list[0]; i++) {
         int rows = rows_list[i];
         if (rows == 0) continue;
@@ -218,6 +293,7 @@ static void run_shape(const shape *s, uint64_t seed) {
         float *w = malloc(nk * 4);
         check_route(s, rows, scale, d_scale, idx, w);
         check_experts(s, rows, gu, dn, d_gu, d_dn, idx, w);
+        check_bucket_in_up(s, rows, d_gu, d_dn, idx, w);
         free(idx);
         free(w);
     }

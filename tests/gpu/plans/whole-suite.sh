@@ -7,7 +7,9 @@
 #   full:     the full step for the 26B-A4B, E2B and E4B (the 31B's ran in pieces in the
 #             eighteenth session: bf16 alone in the fifteenth, fp8 and bf16 all at once)
 #   ab:       bench_decode, 26B-A4B at 1 and 16 rows and the 31B at one, this tree and the
-#             baseline alternating, three rounds: medians and spread per tree
+#             baseline alternating, three rounds: medians and spread per tree; the 26B-A4B also
+#             with serve.moe_bucket_in_up on (its gates run in the first step: test_moe,
+#             the pinned replay)
 #   geometry: last, as far as the time goes
 # The baseline builds beside the gates at nice 10.
 . tests/gpu/plans/next-31b-fold.sh --functions-only
@@ -17,14 +19,22 @@ step gates ./build.sh gpu-test test_gemm_lt test_ops test_attn test_moe test_fil
     engine_vs_hf trained dummy_weights pinned_composition reliability
 step full env FULL_MODELS="26b-a4b e2b e4b" ./build.sh gpu-test full
 await prev-build
-ab_round() { # one round: each case on both trees, one after the other
-    local mb m b tr
+ab_round() { # one round: each case on both trees one after the other, then (26B-A4B) this
+    # tree with serve.moe_bucket_in_up on
+    local mb m b tr dir label extra
     for mb in gemma4-26b-a4b:1 gemma4-26b-a4b:16 gemma4-31b:1; do
         m=${mb%:*} b=${mb#*:}
-        for tr in . .prev/src; do
-            echo "== $([ $tr = . ] && echo now || echo prev) $m batch $b"
-            (cd $tr && timeout 100 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
-                --set serve.max_context=4096 --batch $b --prompt 1024 --steps 32 | sed -n 1,2p)
+        for tr in now prev bucket; do
+            dir=. label=$tr extra=()
+            [ $tr = prev ] && dir=.prev/src
+            if [ $tr = bucket ]; then
+                [ $m = gemma4-31b ] && continue
+                label=now+bucket extra=(--set serve.moe_bucket_in_up=1)
+            fi
+            echo "== $label $m batch $b"
+            (cd $dir && timeout 100 build/tests/bench_decode -c conf/$m.ini \
+                --set model.weights=dummy --set serve.max_context=4096 "${extra[@]}" --batch $b \
+                --prompt 1024 --steps 32 | sed -n 1,2p)
         done
     done
 }
