@@ -2,9 +2,10 @@
 # benchmark that chooses serve.step_tokens' default (issue 22, docs/benchmarks.md): the
 # 26B-A4B on dummy weights, requests arriving as a seeded Poisson process at rates that keep
 # a few to ~16 requests running (prompts 128-8,192 tokens, outputs 64-512), the whole-chunk
-# step (step_tokens 0) against budgets of 256 and 1,024 tokens, two rounds (AB, BA); each run is cut
-# by --max-seconds so the plan ends inside its time. Results (JSON, markdown, PNG) under
-# release/results/, brought back in the logs.
+# step (step_tokens 0) against budgets of 256 and 1,024 tokens, two rounds (AB, BA); each
+# run is cut by --max-seconds so the plan ends inside its time. Results (JSON, markdown,
+# PNG) under build/load, brought back in the logs; the chosen default's go to
+# release/results/ in its commit.
 mkdir -p build/load
 step build ./build.sh
 for b in 256 1024; do
