@@ -1,15 +1,17 @@
-# tests/gpu/plans/whole-suite.sh - a box_queue.sh plan, ~28 min (carry .deps and .prev: the
-# baseline tree as `git archive 600d1cd | gzip > .prev/src.tgz`, the tree the decode and
-# architecture issues were measured on): `./build.sh gpu-test` in three steps, and a paired
-# decode A/B against the baseline.
+# tests/gpu/plans/whole-suite.sh - a box_queue.sh plan, ~35 min, so more than one session's
+# device time: what is left when the time runs out goes into the next plan (carry .deps and
+# .prev: the baseline tree as `git archive 600d1cd | gzip > .prev/src.tgz`, the tree the decode
+# and architecture issues were measured on). `./build.sh gpu-test` in three steps and a paired
+# decode A/B against the baseline, in this order:
 #   gates:    every GPU gate but geometry and full (op gates, tiny and trained fixtures, dummy
-#             weights, pinned recordings, reliability)
-#   full:     the full step for the 26B-A4B, E2B and E4B (the 31B's ran in pieces in the
-#             eighteenth session: bf16 alone in the fifteenth, fp8 and bf16 all at once)
+#             weights, pinned recordings, reliability), ~10 min
 #   ab:       bench_decode, 26B-A4B at 1 and 16 rows and the 31B at one, this tree and the
-#             baseline alternating, three rounds: medians and spread per tree; the 26B-A4B also
-#             with serve.moe_bucket_in_up on (its gates run in the first step: test_moe,
-#             the pinned replay)
+#             baseline alternating, two rounds: medians and spread per tree; the 26B-A4B also
+#             with serve.moe_bucket_in_up on (its gates run in the first step: test_moe, the
+#             pinned replay), ~6 min
+#   full:     the full step for the 26B-A4B, E2B and E4B (the 31B's ran in pieces in the
+#             eighteenth session: bf16 alone in the fifteenth, fp8 and bf16 all at once),
+#             ~15 min
 #   geometry: last, as far as the time goes
 # The baseline builds beside the gates at nice 10.
 . tests/gpu/plans/next-31b-fold.sh --functions-only
@@ -17,7 +19,6 @@ mkdir -p .prev/src && tar xzf .prev/src.tgz -C .prev/src && cp -r .deps .prev/sr
 step prev-build bash -c 'cd .prev/src && nice -n 10 ./build.sh tests' &
 step gates ./build.sh gpu-test test_gemm_lt test_ops test_attn test_moe test_fill test_sample \
     engine_vs_hf trained dummy_weights pinned_composition reliability
-step full env FULL_MODELS="26b-a4b e2b e4b" ./build.sh gpu-test full
 await prev-build
 ab_round() { # one round: each case on both trees one after the other, then (26B-A4B) this
     # tree with serve.moe_bucket_in_up on
@@ -38,5 +39,6 @@ ab_round() { # one round: each case on both trees one after the other, then (26B
         done
     done
 }
-step ab bash -c "$(declare -f ab_round); for r in 1 2 3; do echo \"-- round \$r\"; ab_round; done"
+step ab bash -c "$(declare -f ab_round); for r in 1 2; do echo \"-- round \$r\"; ab_round; done"
+step full env FULL_MODELS="26b-a4b e2b e4b" ./build.sh gpu-test full
 step geometry timeout 500 ./build.sh gpu-test geometry
