@@ -120,6 +120,23 @@ static void check_route(const shape *s, int rows, const bf16_t *scale_h, void *d
     free(gw);
 }
 
+/* The experts call of a shape at rows rows over the given buffers. */
+static k_moe_experts_args experts_args(const shape *s, int rows, void *out, const void *x,
+                                       const void *gu, const void *dn, const void *idx,
+                                       const void *w) {
+    return (k_moe_experts_args){.out = out,
+                                .x = x,
+                                .gate_up = gu,
+                                .down = dn,
+                                .idx = idx,
+                                .weight = w,
+                                .rows = rows,
+                                .d_model = s->d_model,
+                                .d_expert = s->d_expert,
+                                .n_expert = s->n_expert,
+                                .top_k = s->top_k};
+}
+
 /* k_moe_experts vs ref_moe_experts on the same ids and weights. */
 static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf16_t *dn_h,
                           void *d_gu, void *d_dn, const int32_t *idx, const float *w) {
@@ -137,17 +154,7 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
     if (rc == 0)
         rc |= k_copy_to_device(d_x, x, nx * 2) | k_copy_to_device(d_out, out, nx * 2) |
               k_copy_to_device(d_idx, idx, nk * 4) | k_copy_to_device(d_w, w, nk * 4);
-    k_moe_experts_args a = {.out = d_out,
-                            .x = d_x,
-                            .gate_up = d_gu,
-                            .down = d_dn,
-                            .idx = d_idx,
-                            .weight = d_w,
-                            .rows = rows,
-                            .d_model = s->d_model,
-                            .d_expert = s->d_expert,
-                            .n_expert = s->n_expert,
-                            .top_k = s->top_k};
+    k_moe_experts_args a = experts_args(s, rows, d_out, d_x, d_gu, d_dn, d_idx, d_w);
     if (rc == 0) rc |= k_moe_experts(&a, NULL) | k_sync() | k_copy_to_host(out, d_out, nx * 2);
     k_moe_experts_args ra = a;
     ra.out = ref;
@@ -217,17 +224,7 @@ static void check_bucket_in_up(const shape *s, int rows, void *d_gu, void *d_dn,
     fill_uniform(x, nx, 1.0f, 0.0f);
     void *d_x = k_device_alloc(nx * 2), *d_out = k_device_alloc(nx * 2),
          *d_idx = k_device_alloc(nk * 4), *d_w = k_device_alloc(nk * 4);
-    k_moe_experts_args a = {.out = d_out,
-                            .x = d_x,
-                            .gate_up = d_gu,
-                            .down = d_dn,
-                            .idx = d_idx,
-                            .weight = d_w,
-                            .rows = rows,
-                            .d_model = s->d_model,
-                            .d_expert = s->d_expert,
-                            .n_expert = s->n_expert,
-                            .top_k = s->top_k};
+    k_moe_experts_args a = experts_args(s, rows, d_out, d_x, d_gu, d_dn, d_idx, d_w);
     for (int bad = 0; bad < 2; bad++) {
         char gate[128];
         snprintf(gate, sizeof gate, "moe_bucket_in_up[e%d k%d dm%d de%d rows%d%s]", s->n_expert,
