@@ -13,11 +13,13 @@
 #             eighteenth session: bf16 alone in the fifteenth, fp8 and bf16 all at once),
 #             ~15 min
 #   geometry: last, as far as the time goes
-# The baseline builds beside the gates at nice 10.
+# The baseline builds beside the gates at nice 10. PLAN_STEPS picks steps (default all four, in
+# this order), so that one session's device time can end the plan where it chooses.
 . tests/gpu/plans/next-31b-fold.sh --functions-only
+want() { [[ " ${PLAN_STEPS:-gates ab full geometry} " == *" $1 "* ]]; }
 mkdir -p .prev/src && tar xzf .prev/src.tgz -C .prev/src && cp -r .deps .prev/src/
 step prev-build bash -c 'cd .prev/src && nice -n 10 ./build.sh tests' &
-step gates ./build.sh gpu-test test_gemm_lt test_ops test_attn test_moe test_fill test_sample \
+want gates && step gates ./build.sh gpu-test test_gemm_lt test_ops test_attn test_moe test_fill test_sample \
     engine_vs_hf trained dummy_weights pinned_composition reliability
 await prev-build
 ab_round() { # one round: each case on both trees one after the other, then (26B-A4B) this
@@ -39,6 +41,6 @@ ab_round() { # one round: each case on both trees one after the other, then (26B
         done
     done
 }
-step ab bash -c "$(declare -f ab_round); for r in 1 2; do echo \"-- round \$r\"; ab_round; done"
-step full env FULL_MODELS="26b-a4b e2b e4b" ./build.sh gpu-test full
-step geometry timeout 500 ./build.sh gpu-test geometry
+want ab && step ab bash -c "$(declare -f ab_round); for r in 1 2; do echo \"-- round \$r\"; ab_round; done"
+want full && step full env FULL_MODELS="26b-a4b e2b e4b" ./build.sh gpu-test full
+want geometry && step geometry timeout 500 ./build.sh gpu-test geometry
