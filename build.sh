@@ -503,7 +503,7 @@ gpu_gates() {
                 tests/proto/test_pinned.py --backend gpu
             BUILD_DIR="$B" PINNED_SET=serve.attn_fold=0 run_test python3 \
                 tests/proto/test_pinned.py --backend gpu
-            BUILD_DIR="$B" PINNED_SET=serve.moe_bucket_in_up=1 run_test python3 \
+            BUILD_DIR="$B" PINNED_SET=serve.moe_bucket_in_up=0 run_test python3 \
                 tests/proto/test_pinned.py --backend gpu
         else
             echo "SKIP gpu:pinned_composition: skipped: no GPU"

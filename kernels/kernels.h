@@ -333,7 +333,7 @@ int k_moe_route(const k_moe_route_args *a, g4_stream st);
 int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
 /* On: a k_moe_experts call of at most 128 items (rows x top_k) on the tensor-core path lets
  * each block of its up kernel bucket the items itself, without the bucket kernel's launch
- * (serve.moe_bucket_in_up, default off; speed only: every item's arithmetic is the same).
+ * (serve.moe_bucket_in_up, default on; speed only: every item's arithmetic is the same).
  * Process-wide. */
 void k_set_moe_bucket_in_up(int on);
 

@@ -206,7 +206,7 @@ static int experts_once(const k_moe_experts_args *a, int in_up, bf16_t *out, siz
     k_set_moe_bucket_in_up(in_up);
     int rc = k_copy_to_device(a->out, out, n * 2) | k_moe_experts(a, NULL) | k_sync() |
              k_copy_to_host(out, a->out, n * 2);
-    k_set_moe_bucket_in_up(0);
+    k_set_moe_bucket_in_up(1); /* back to serve.moe_bucket_in_up's default for the other gates */
     return rc;
 }
 

@@ -7,7 +7,7 @@
 #             weights, pinned recordings, reliability), ~10 min
 #   ab:       bench_decode, 26B-A4B at 1 and 16 rows and the 31B at one, this tree and the
 #             baseline alternating, two rounds: medians and spread per tree; the 26B-A4B also
-#             with serve.moe_bucket_in_up on (its gates run in the first step: test_moe, the
+#             with serve.moe_bucket_in_up off (its gates run in the first step: test_moe, the
 #             pinned replay), ~6 min
 #   full:     the full step for the 26B-A4B, E2B and E4B (the 31B's ran in pieces in the
 #             eighteenth session: bf16 alone in the fifteenth, fp8 and bf16 all at once),
@@ -24,9 +24,11 @@ mkdir -p .prev/nosmi && printf '#!/bin/sh\nexit 1\n' > .prev/nosmi/nvidia-smi &&
 step prev-build bash -c 'cd .prev/src && PATH=$PWD/../nosmi:$PATH nice -n 10 ./build.sh bench' &
 want gates && step gates ./build.sh gpu-test test_gemm_lt test_ops test_attn test_moe test_fill test_sample \
     engine_vs_hf trained dummy_weights pinned_composition reliability
+# without the gates step nothing builds this tree's tests
+want ab && ! want gates && step now-build ./build.sh tests
 want ab && await prev-build
 ab_round() { # one round: each case on both trees one after the other, then (26B-A4B) this
-    # tree with serve.moe_bucket_in_up on
+    # tree with serve.moe_bucket_in_up off
     local mb m b tr dir label extra
     for mb in gemma4-26b-a4b:1 gemma4-26b-a4b:16 gemma4-31b:1; do
         m=${mb%:*} b=${mb#*:}
@@ -35,7 +37,7 @@ ab_round() { # one round: each case on both trees one after the other, then (26B
             [ $tr = prev ] && dir=.prev/src
             if [ $tr = bucket ]; then
                 [ $m = gemma4-31b ] && continue
-                label=now+bucket extra=(--set serve.moe_bucket_in_up=1)
+                label=now-bucket extra=(--set serve.moe_bucket_in_up=0)
             fi
             echo "== $label $m batch $b"
             (cd $dir && timeout 100 build/tests/bench_decode -c conf/$m.ini \
