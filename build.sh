@@ -33,7 +33,7 @@ REF_SRC="kernels/ref/bf16_ref.c kernels/ref/norm_ref.c kernels/ref/gemm_ref.c
 kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c kernels/ref/sample_ref.c"
 GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill test_sample"
 CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/fill.cu kernels/norm.cu kernels/attn_prep.cu
-kernels/attn.cu kernels/attn_window.cu kernels/moe.cu kernels/sample.cu"
+kernels/attn.cu kernels/attn_window.cu kernels/attn_cluster.cu kernels/moe.cu kernels/sample.cu"
 # The unit tests, one line each: name | what it links besides tests/unit/<name>.c (the module
 # under test through its header, no generated code; test_loader brings its own model table) |
 # its arguments. Registering a unit test is adding its line here; build, run, the musl build
@@ -499,11 +499,14 @@ gpu_gates() {
             BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend gpu
             # the fused projections and the folded combine are speed only: the separate
             # launches answer the same bytes; likewise the experts' bucketing in the up kernel
+            # and the cluster attention kernel (off by default, on here)
             BUILD_DIR="$B" PINNED_SET=serve.fuse_projections=0 run_test python3 \
                 tests/proto/test_pinned.py --backend gpu
             BUILD_DIR="$B" PINNED_SET=serve.attn_fold=0 run_test python3 \
                 tests/proto/test_pinned.py --backend gpu
             BUILD_DIR="$B" PINNED_SET=serve.moe_bucket_in_up=0 run_test python3 \
+                tests/proto/test_pinned.py --backend gpu
+            BUILD_DIR="$B" PINNED_SET=serve.attn_cluster_rows=16 run_test python3 \
                 tests/proto/test_pinned.py --backend gpu
         else
             echo "SKIP gpu:pinned_composition: skipped: no GPU"

@@ -600,6 +600,17 @@ static __device__ __forceinline__ void pv_fold_nan(const k_attention_args &a, in
     if (blockIdx.x == 0) combine_heads<D>(a, r, rl, kvh * G, G, 0, 0, true, NULL, NULL);
 }
 
+/* The decode-sized windowed launches in one cluster kernel (attn_cluster.cu): a cluster holds a
+ * row's splits, so at most this many, the largest cluster the H200 schedules (past the portable
+ * 8): the splits of a window of 1,024 keys. */
+#define ATTN_CLUSTER_MAX 16
+/* whether a launch of rows rows and max_split splits takes the cluster kernel (the setting, the
+ * split count, and the card's answer for that instantiation) */
+template <int G, bool FP8> bool attn_cluster_takes(int max_split, int rows);
+template <int G, bool FP8>
+int attn_cluster_launch(const k_attention_args *a, int max_split, int row0, int nr, cudaStream_t s);
+int attn_cluster_setup(void);
+
 /* The fold's counters (attn.cu), zero at load and between launches. */
 unsigned *attn_fold_counters(void);
 

@@ -311,8 +311,8 @@ int k_gather_rows(const k_gather_rows_args *a, g4_stream st);
 int k_softcap(const k_softcap_args *a, g4_stream st);
 int k_row_ops(const k_row_ops_args *a, g4_stream st);
 
-/* kernels/attn_prep.cu, attn.cu, attn_window.cu: the per-family prep and the paged attention (head
- * dims 256 and 512) */
+/* kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_cluster.cu: the per-family prep and the
+ * paged attention (head dims 256 and 512) */
 int k_attn_prep(const k_attn_prep_args *a, g4_stream st);
 int k_attention(const k_attention_args *a, g4_stream st);
 /* On: an attention launch of at most K_ATTN_FOLD_PAIRS (row, KV head) pairs (a decode step) of
@@ -323,6 +323,11 @@ int k_attention(const k_attention_args *a, g4_stream st);
 #define K_ATTN_FOLD_PAIRS 4096
 #define K_ATTN_FOLD_HEAD_ELEMS 1024
 void k_set_attn_fold(int on);
+/* Attention launches of at most this many rows (decode steps) on the windowed layers of head
+ * dim 256, groups up to 4, windows up to 1,024 keys, run both passes and the combine in one
+ * kernel whose blocks meet in a thread block cluster (serve.attn_cluster_rows, 0: never; speed
+ * only: the same arithmetic in the same order, so the same bits). Process-wide. */
+void k_set_attn_cluster_rows(int rows);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

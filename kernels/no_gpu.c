@@ -75,6 +75,7 @@ int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
 }
 void k_gemm_fuse(int on) { (void)on; }
 void k_set_attn_fold(int on) { (void)on; }
+void k_set_attn_cluster_rows(int rows) { (void)rows; }
 void k_set_moe_bucket_in_up(int on) { (void)on; }
 int k_gemm_group_fuses(const k_gemm_group_args *a) {
     (void)a;

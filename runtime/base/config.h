@@ -43,12 +43,13 @@ typedef struct g4_config {
         /* rows a step may carry, decode rows first, the rest prompt tokens (at most
          * prefill_chunk): 0 (default) = prefill_chunk + max_batch, else max_batch+1..that */
         int step_tokens;
-        int max_queue;        /* 1..1000000, default 256 */
-        int cuda_graphs;      /* 0/1, default 1: replay decode-only steps from CUDA graphs */
-        int pdl;              /* 0/1, default 1: programmatic dependent launch; speed only */
-        int fuse_projections; /* 0/1, default 1: q|k|v, gate|up one launch; speed only */
-        int attn_fold;        /* 0/1, default 1: attention's combine in its P.V pass; speed only */
-        int moe_bucket_in_up; /* 0/1, default 1: experts bucketed in the up kernel; speed only */
+        int max_queue;         /* 1..1000000, default 256 */
+        int cuda_graphs;       /* 0/1, default 1: replay decode-only steps from CUDA graphs */
+        int pdl;               /* 0/1, default 1: programmatic dependent launch; speed only */
+        int fuse_projections;  /* 0/1, default 1: q|k|v, gate|up one launch; speed only */
+        int attn_fold;         /* 0/1, default 1: attention's combine in its P.V pass; speed only */
+        int moe_bucket_in_up;  /* 0/1, default 1: experts bucketed in the up kernel; speed only */
+        int attn_cluster_rows; /* 0..65535, default 0: one-launch attention up to these rows */
         int attn_splits_per_block; /* 0..16, default 0 (the launcher's choice): speed only */
         int sample_threads;        /* 0..256, default 0 (a thread per CPU): host draws */
         int text_max_tokens;       /* --text's answer limit, 1..1000000, default 512 */

@@ -63,7 +63,8 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_pdl(cfg->serve.pdl);                /* process-wide; the bits are the same either way */
     k_gemm_fuse(cfg->serve.fuse_projections); /* likewise */
     k_set_attn_fold(cfg->serve.attn_fold);    /* likewise */
-    k_set_moe_bucket_in_up(cfg->serve.moe_bucket_in_up); /* likewise */
+    k_set_moe_bucket_in_up(cfg->serve.moe_bucket_in_up);   /* likewise */
+    k_set_attn_cluster_rows(cfg->serve.attn_cluster_rows); /* likewise */
     return bk;
 }
 

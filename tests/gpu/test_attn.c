@@ -1,6 +1,7 @@
 /* tests/gpu/test_attn.c - GPU gate: the attention prep and the paged attention core
- * (kernels/attn_prep.cu, attn.cu, attn_window.cu) against their CPU twins ref_attn_prep and
- * ref_attention, on fresh random inputs over a paged KV store with shuffled page tables.
+ * (kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_cluster.cu) against their CPU twins
+ * ref_attn_prep and ref_attention, on fresh random inputs over a paged KV store with shuffled page
+ * tables.
  *
  * The store has two layers (the ops use layer 1; layer 0 stays NaN, so a wrong layer stride
  * shows), page_tokens 16, and three sequences: A with a decode row at position 3000, B with
@@ -32,6 +33,8 @@
 #define N_SEQ 3
 #define SPARE_PAGES 3
 #define BF16_NAN 0x7fc0u
+/* serve.attn_cluster_rows here: every launch of these tests may take the cluster kernel */
+#define CLUSTER_ROWS 4096
 
 typedef struct cfg {
     int d, n_rot, n_head, n_kv, k_eq_v;
@@ -450,19 +453,42 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
         for (size_t i = 0; i < qn; i++)
             again[i] = BF16_NAN;
         k_set_attn_fold(0);
+        k_set_attn_cluster_rows(0); /* else the windowed cases would run the cluster kernel twice */
         rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&a, NULL) | k_sync() |
              k_copy_to_host(again, dout, qn * 2);
         k_set_attn_fold(1);
+        k_set_attn_cluster_rows(CLUSTER_ROWS);
         for (size_t i = 0; i < qn; i++)
             fold_differ += again[i] != out[i];
     }
-    free(again);
     snprintf(sgate, sizeof sgate, "%s combine folded", gate);
     TEST_CHECK(sgate, rc == 0 && fold_differ == 0,
                "%ld output elements differ between the combine folded into the P.V pass "
                "(%s for these %d rows and this group) and its own launch (must be "
                "bit-identical), rc %d",
                fold_differ, folded ? "taken" : "not taken", n_rows, rc);
+    /* the two passes and the combine in one cluster kernel (attn_cluster.cu), which the
+     * launches above took where it applies (windowed head-dim-256 layers of groups up to 4,
+     * windows up to 1,024 keys: a grid of at most 16 splits), against the split kernels with
+     * the fold on: the same bits */
+    long cluster_differ = 0;
+    const int clustered = c->d == 256 && window > 0 && window <= 1024 && c->n_head / c->n_kv <= 4;
+    if (!rc && again) {
+        for (size_t i = 0; i < qn; i++)
+            again[i] = BF16_NAN;
+        k_set_attn_cluster_rows(0);
+        rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&a, NULL) | k_sync() |
+             k_copy_to_host(again, dout, qn * 2);
+        k_set_attn_cluster_rows(CLUSTER_ROWS);
+        for (size_t i = 0; i < qn; i++)
+            cluster_differ += again[i] != out[i];
+    }
+    free(again);
+    snprintf(sgate, sizeof sgate, "%s cluster", gate);
+    TEST_CHECK(sgate, rc == 0 && cluster_differ == 0,
+               "%ld output elements differ between the cluster kernel (%s for these %d rows, "
+               "this group and window) and the split kernels (must be bit-identical), rc %d",
+               cluster_differ, clustered ? "taken" : "not taken", n_rows, rc);
 
     cmp m = {0};
     compare(&m, out, ref, qn);
@@ -486,13 +512,14 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     free(s.tables);
 }
 
-/* The folded combine's NaN paths against the combine's own launch (serve.attn_fold 1 vs 0):
+/* The NaN paths of the folded combine and of the cluster kernel against the combine's own
+ * launch (serve.attn_fold 1 and 0, serve.attn_cluster_rows):
  * a padding row (pos -1, present in every case), a row past the grid the host sized (max_pos
  * 500: a grid of 8 splits, where the row at 3,000 has 24; only without a window, where the
  * split count grows with the position) and a row that meets an unmapped page. The engine never
  * passes the last two; the kernels answer them with NaN rather than wrong numbers. Outputs are
  * poisoned with 48.5 (beyond any weighted mean of these V values), so a row left unwritten
- * shows. Rule: the two launches bit-identical; the padding row and the row named all NaN,
+ * shows. Rule: the three launches bit-identical; the padding row and the row named all NaN,
  * every other row written and free of NaN. */
 static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed) {
     static const char *const names[] = {"padding row", "row past the grid", "unmapped page"};
@@ -506,7 +533,7 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
            per_row = (size_t)c->n_head * (size_t)c->d;
     size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
            rb = sizeof(int32_t) * (size_t)n_rows;
-    bf16_t *q = malloc(qn * 2), *out[2] = {malloc(qn * 2), malloc(qn * 2)};
+    bf16_t *q = malloc(qn * 2), *out[3] = {malloc(qn * 2), malloc(qn * 2), malloc(qn * 2)};
     bf16_t *kv = malloc(s.elems * 2);
     int32_t *tables = malloc(tb);
     fill_uniform(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
@@ -521,8 +548,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
     void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
     void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
     void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
-    int setup =
-        !q || !out[0] || !out[1] || !kv || !tables || !dq || !dout || !dkv || !dt || !dpos || !dseq;
+    int setup = !q || !out[0] || !out[1] || !out[2] || !kv || !tables || !dq || !dout || !dkv ||
+                !dt || !dpos || !dseq;
     if (!setup)
         setup = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv, kv_bytes) |
                 k_copy_to_device(dpos, row_pos, rb) | k_copy_to_device(dseq, row_seq, rb);
@@ -552,30 +579,35 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
                               .window = window,
                               .max_pos = kase == 1 ? 500 : 0};
         a.kv.elem_bytes = fp8 ? 1 : 2;
-        for (int f = 0; f < 2 && !rc; f++) {
+        /* f: 0 the combine's own launch, 1 folded, 2 the cluster kernel where it applies */
+        for (int f = 0; f < 3 && !rc; f++) {
             for (size_t i = 0; i < qn; i++)
                 out[f][i] = poison;
-            k_set_attn_fold(f);
+            k_set_attn_fold(f > 0);
+            k_set_attn_cluster_rows(f == 2 ? CLUSTER_ROWS : 0);
             rc = k_copy_to_device(dout, out[f], qn * 2) | k_attention(&a, NULL) | k_sync() |
                  k_copy_to_host(out[f], dout, qn * 2);
         }
         k_set_attn_fold(1);
+        k_set_attn_cluster_rows(CLUSTER_ROWS);
         long differ = 0, named_number = 0, other_bad = 0;
-        for (size_t i = 0; i < qn && !rc; i++) {
-            differ += out[0][i] != out[1][i];
-            const float v = ref_bf16_to_f32(out[1][i]);
-            const int row = (int)(i / per_row);
-            if (row == named || row == pad)
-                named_number += !isnan(v);
-            else
-                other_bad += isnan(v) || out[1][i] == poison;
-        }
+        for (size_t i = 0; i < qn && !rc; i++)
+            for (int f = 1; f < 3; f++) {
+                differ += out[0][i] != out[f][i];
+                const float v = ref_bf16_to_f32(out[f][i]);
+                const int row = (int)(i / per_row);
+                if (row == named || row == pad)
+                    named_number += !isnan(v);
+                else
+                    other_bad += isnan(v) || out[f][i] == poison;
+            }
         char gate[160], tag[48];
         snprintf(gate, sizeof gate, "attn_fold_nan_paths[gpu %s w%d%s %s]",
                  tag_of(c, tag, sizeof tag), window, fp8 ? " e4m3" : "", names[kase]);
         TEST_CHECK(gate,
                    rc == 0 && named >= 0 && differ == 0 && named_number == 0 && other_bad == 0,
-                   "%ld elements differ folded vs own launch (must be bit-identical); row %d and "
+                   "%ld elements differ folded or clustered vs own launch (must be bit-identical); "
+                   "row %d and "
                    "the padding row: %ld elements not NaN (must all be); other rows: %ld NaN or "
                    "unwritten; rc %d",
                    differ, named, named_number, other_bad, rc);
@@ -589,6 +621,7 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
     free(q);
     free(out[0]);
     free(out[1]);
+    free(out[2]);
     free(kv);
     free(tables);
     free(s.tables);
@@ -645,8 +678,10 @@ int main(void) {
         return 0;
     }
     printf("# device: %s\n", desc);
-    /* every launch below folds the combine where it may, and each case also runs it unfolded */
+    /* every launch below folds the combine and takes the cluster kernel where it may, and each
+     * case also runs without them */
     k_set_attn_fold(1);
+    k_set_attn_cluster_rows(CLUSTER_ROWS);
     make_rows(0);
     /* local family (hd 256, default RoPE) and global family (hd 512, proportional RoPE: 64 of
      * 256 pairs), GQA groups 1, 2, 4 and 8 (the kept-score P.V splits keys across warps up to
