@@ -12,6 +12,8 @@
 #   ./build.sh bench      tokenizer and decode figures (decode needs a GPU)
 #   ./build.sh release    static release binary under release/out/
 #   ./build.sh debug      CPU build with AddressSanitizer and UBSan under build/debug/
+#   ./build.sh trace      GPU build whose kernels stamp the global timer (bench_decode --trace)
+#                         under build/trace/
 #   ./build.sh deps       fill .deps/ with the Debian archives the offline GPU box needs
 set -eu
 cd "$(dirname "$0")"
@@ -308,6 +310,17 @@ run_test() {
         echo "FAIL $name: printed $got gate lines of the $plan it declared (see $B/tests/$name.stderr)"
     fi
     return 0
+}
+
+# The kernel trace build (./build.sh trace) must keep compiling, though only a GPU runs it.
+trace_build_check() {
+    local log="$B/trace-build.log"
+    if [ $HAVE_NVCC = 0 ]; then echo "SKIP trace_build: skipped: no nvcc (a CPU-only build)"; return; fi
+    if "$0" trace > "$log" 2>&1; then
+        echo "PASS trace_build: ./build.sh trace built build/trace/tests/bench_decode with -DG4_KERNEL_TRACE"
+    else
+        echo "FAIL trace_build: ./build.sh trace did not build (see $log)"
+    fi
 }
 
 # The ASan+UBSan build (./build.sh debug, CPU backend) answering the demo prompts and a few bad
@@ -650,6 +663,7 @@ suite_test() {
         run_test python3 tests/full/test_judge.py
         fuzz_suite "${FUZZ_SECONDS:-20}"
         sanitized_suite
+        trace_build_check
         cli_refusals
         musl_suite
         gpu_gates
@@ -687,11 +701,16 @@ debug)
     CFLAGS="$CFLAGS -O1 -fsanitize=address,undefined -fno-omit-frame-pointer"; HAVE_NVCC=0
     LINK_EXTRA="-fsanitize=address,undefined"  # link_bin and the test links take no CFLAGS
     build_all; build_tests; say "debug build in $B (the binary and the test programs)" ;;
+trace)
+    ensure_deps
+    B=build/trace; INC="-I. -I$B/gen"; [ -d "$DEPS_ROOT/usr/include" ] && INC="$INC -I$DEPS_ROOT/usr/include"
+    NVFLAGS="$NVFLAGS -DG4_KERNEL_TRACE"
+    build_all; build_tests; say "kernel trace build in $B (bench_decode --trace)" ;;
 release)
     ensure_deps; build_all
     mkdir -p release/out
     rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
     cp "$B/g4pipe" "release/out/g4pipe-$rev"
     say "release/out/g4pipe-$rev; its dynamic dependencies:"; ldd "release/out/g4pipe-$rev" >&2 || true ;;
-*) echo "usage: $0 [build|test|gpu-test [GATE...]|format|lint|release|debug|deps]" >&2; exit 2 ;;
+*) echo "usage: $0 [build|test|gpu-test [GATE...]|format|lint|release|debug|trace|deps]" >&2; exit 2 ;;
 esac

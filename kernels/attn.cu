@@ -426,3 +426,5 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     }
     return rc;
 }
+
+K_TRACE_UNIT(attn) /* the kernel trace build's binder (common.cuh) */

@@ -40,8 +40,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     __shared__ __align__(16) float qs[G * D];               /* the group's queries */
     __shared__ float ps[G * ATTN_TILE];                     /* scores, then p */
     __shared__ __align__(16) float red[ATTN_WARPS * G * D]; /* the warps' P.V sums */
-    __shared__ __align__(16) float pv[G * D];               /* this split's partial: the cluster's */
-    __shared__ float2 st[G];                                /* this split's (max, sum): likewise */
+    __shared__ __align__(16) float pv[G * D]; /* this split's partial: the cluster's */
+    __shared__ float2 st[G];                  /* this split's (max, sum): likewise */
     __shared__ long long voff[ATTN_TILE];
     __shared__ float m_run[G], l_run[G];
     __shared__ int bad, head_nan[G];
@@ -134,8 +134,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
             for (int j = 0; j < ATTN_COMBINE_BATCH; j++)
                 if (s0 + j < n_split)
-                    x[j] = *reinterpret_cast<const float2 *>(
-                        cluster.map_shared_rank(pv, s0 + j) + g * D + d);
+                    x[j] = *reinterpret_cast<const float2 *>(cluster.map_shared_rank(pv, s0 + j) +
+                                                             g * D + d);
 #pragma unroll
             for (int j = 0; j < ATTN_COMBINE_BATCH; j++)
                 if (s0 + j < n_split) { /* no + 0.0f past the last, as combine_heads */
@@ -217,3 +217,5 @@ int attn_cluster_setup(void) {
     (void)cluster_ready<4, true>();
     return K_OK;
 }
+
+K_TRACE_UNIT(attn_cluster) /* the kernel trace build's binder (common.cuh) */

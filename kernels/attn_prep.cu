@@ -115,3 +115,5 @@ extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
 
 /* The window kernels' shared memory exceeds the default 48 KB: raised once per instantiation,
  * before its first launch (plain launches at load precede any graph capture). */
+
+K_TRACE_UNIT(attn_prep) /* the kernel trace build's binder (common.cuh) */

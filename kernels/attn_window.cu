@@ -299,3 +299,5 @@ extern "C" int k_attention_setup(void) {
     if (rc == K_OK) rc = win_smem_allow<4, true, true>();
     return rc;
 }
+
+K_TRACE_UNIT(attn_window) /* the kernel trace build's binder (common.cuh) */

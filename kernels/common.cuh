@@ -59,9 +59,43 @@ int k_scratch(enum k_scratch_kind kind, size_t bytes, cudaStream_t st, void **ou
  * both instructions as no-ops. The bits are the same either way. */
 extern int k_pdl_enabled;
 
+/* The kernel trace (`./build.sh trace` defines G4_KERNEL_TRACE; docs/benchmarks.md): every
+ * kernel's first thread of its first block stamps the global timer once its wait on the grid
+ * before it ends, i.e. when that grid has finished, so the gap between two stamps is what a
+ * kernel costs the step inside a graph, PDL's overlap included (ncu times kernels one at a
+ * time, serialised). Each unit holds its own pointer to the buffer (no relocatable device code),
+ * bound through the K_TRACE_UNIT binder every kernels/ .cu file defines; the buffer's first
+ * record counts the stamps. Absent from the plain build: K_TRACE_MARK is empty there. */
+#ifdef G4_KERNEL_TRACE
+static __device__ k_trace_rec *k_trace_buf;
+static __device__ __forceinline__ void k_trace_mark(const char *name) {
+    k_trace_rec *b = k_trace_buf;
+    if (!b || (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z))
+        return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const unsigned n = atomicAdd(reinterpret_cast<unsigned *>(&b[0].t_ns), 1u) + 1;
+    if (n < K_TRACE_MAX) {
+        b[n].t_ns = t;
+        b[n].name = name;
+    }
+}
+#define K_TRACE_MARK() k_trace_mark(__func__)
+#define K_TRACE_UNIT(unit)                                                                         \
+    extern "C" int k_trace_bind_##unit(k_trace_rec *buf) {                                         \
+        return cudaMemcpyToSymbol(k_trace_buf, &buf, sizeof buf) == cudaSuccess ? 0 : -1;          \
+    }
+#else
+#define K_TRACE_MARK()                                                                             \
+    do {                                                                                           \
+    } while (0)
+#define K_TRACE_UNIT(unit)
+#endif
+
 #define K_GRID_DEPENDENCY()                                                                        \
     do {                                                                                           \
         asm volatile("griddepcontrol.wait;" ::: "memory");                                         \
+        K_TRACE_MARK();                                                                            \
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");                            \
     } while (0)
 

@@ -107,6 +107,94 @@ extern "C" int k_profiler_range(int on) {
     return K_OK;
 }
 
+/* ---- the kernel trace (./build.sh trace) ---- */
+
+#ifdef G4_KERNEL_TRACE
+#define K_TRACE_UNITS(X)                                                                           \
+    X(attn) X(attn_cluster) X(attn_prep) X(attn_window) X(fill) X(gemm_lt) X(moe) X(norm) X(sample)
+#define K_TRACE_DECLARE(u) extern "C" int k_trace_bind_##u(k_trace_rec *buf);
+K_TRACE_UNITS(K_TRACE_DECLARE)
+
+static k_trace_rec *trace_buf;
+
+/* Every unit's pointer to buf (NULL: none stamps). */
+static int trace_bind(k_trace_rec *buf) {
+    int rc = 0;
+#define K_TRACE_BIND(u) rc |= k_trace_bind_##u(buf);
+    K_TRACE_UNITS(K_TRACE_BIND)
+    return rc ? K_ERR_DEVICE : K_OK;
+}
+
+extern "C" int k_trace_start(void) {
+    if (trace_buf) return K_OK;
+    CUDA_CHECK(cudaMalloc((void **)&trace_buf, sizeof(k_trace_rec) * K_TRACE_MAX));
+    CUDA_CHECK(cudaMemset(trace_buf, 0, sizeof(k_trace_rec)));
+    return trace_bind(trace_buf);
+}
+
+/* A stamp's name: the kernel's __func__, a string in device memory, copied once per address. */
+static void trace_name(const char *dev, char *out, size_t len) {
+    static const char *seen_at[256];
+    static char seen[256][64];
+    for (int i = 0; i < 256 && seen_at[i]; i++)
+        if (seen_at[i] == dev) {
+            snprintf(out, len, "%s", seen[i]);
+            return;
+        }
+    char buf[64] = {0};
+    if (cudaMemcpy(buf, dev, sizeof buf - 1, cudaMemcpyDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(buf, sizeof buf, "kernel@%p", (const void *)dev);
+    }
+    buf[sizeof buf - 1] = 0;
+    for (int i = 0; i < 256; i++)
+        if (!seen_at[i]) {
+            seen_at[i] = dev;
+            snprintf(seen[i], sizeof seen[i], "%s", buf);
+            break;
+        }
+    snprintf(out, len, "%s", buf);
+}
+
+extern "C" int k_trace_take(k_trace_stamp *out, int max, int *n) {
+    *n = 0;
+    if (!trace_buf) return K_ERR_SHAPE;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    k_trace_rec head;
+    CUDA_CHECK(cudaMemcpy(&head, trace_buf, sizeof head, cudaMemcpyDeviceToHost));
+    int count = (int)(unsigned)head.t_ns;
+    if (count > K_TRACE_MAX - 1) count = K_TRACE_MAX - 1; /* stamps past the end were dropped */
+    if (count > max) count = max;
+    static k_trace_rec recs[K_TRACE_MAX];
+    if (count > 0)
+        CUDA_CHECK(cudaMemcpy(recs, trace_buf + 1, sizeof(k_trace_rec) * (size_t)count,
+                              cudaMemcpyDeviceToHost));
+    for (int i = 0; i < count; i++) {
+        out[i].t_ns = recs[i].t_ns;
+        trace_name(recs[i].name, out[i].name, sizeof out[i].name);
+    }
+    CUDA_CHECK(cudaMemset(trace_buf, 0, sizeof(k_trace_rec)));
+    *n = count;
+    return K_OK;
+}
+
+extern "C" void k_trace_stop(void) {
+    if (!trace_buf) return;
+    (void)trace_bind(NULL);
+    cudaFree(trace_buf);
+    trace_buf = NULL;
+}
+#else
+extern "C" int k_trace_start(void) { return K_ERR_SHAPE; } /* not a trace build */
+extern "C" int k_trace_take(k_trace_stamp *out, int max, int *n) {
+    (void)out;
+    (void)max;
+    *n = 0;
+    return K_ERR_SHAPE;
+}
+extern "C" void k_trace_stop(void) {}
+#endif
+
 /* ---- streams, pinned memory, async copies, graphs ---- */
 
 extern "C" int k_stream_create(g4_stream *out) {

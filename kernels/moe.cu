@@ -605,3 +605,5 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
+
+K_TRACE_UNIT(moe) /* the kernel trace build's binder (common.cuh) */

@@ -76,6 +76,14 @@ int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
 void k_gemm_fuse(int on) { (void)on; }
 void k_set_attn_fold(int on) { (void)on; }
 void k_set_attn_cluster_rows(int rows) { (void)rows; }
+int k_trace_start(void) { return K_ERR_DEVICE; }
+int k_trace_take(k_trace_stamp *out, int max, int *n) {
+    (void)out;
+    (void)max;
+    *n = 0;
+    return K_ERR_DEVICE;
+}
+void k_trace_stop(void) {}
 void k_set_moe_bucket_in_up(int on) { (void)on; }
 int k_gemm_group_fuses(const k_gemm_group_args *a) {
     (void)a;

@@ -14,7 +14,15 @@
  * > 1 the expected number of distinct experts when each row picks top_k of n_expert independently
  * and evenly, n_expert * (1 - (1 - top_k / n_expert)^B) (82 of 128 at B = 16 on the 26B-A4B), which
  * is what the dummy weights' router does to within sampling noise. A benchmark, not a test: it
- * prints figures only. */
+ * prints figures only.
+ *
+ * --trace T (a binary of `./build.sh trace`): T more decode steps as serving runs them (CUDA
+ * graphs as configured, no hook), every kernel of kernels/ stamped when the grid before it has
+ * finished (kernels/common.cuh, K_TRACE_MARK); the gap from one stamp to the next is what that
+ * kernel cost the step, PDL's overlap included, and the gaps are summed per kernel name over the
+ * T steps. A gap also holds any launch that is not of kernels/ (cuBLASLt's GEMMs) that follows
+ * the kernel; the step's last kernel has no next stamp and is left out. The global timer ticks
+ * in microseconds on some cards, hence several steps. */
 #include "runtime/base/config.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/kv_pool.h"
@@ -179,6 +187,48 @@ static double kv_bytes(const g4_model_desc *m, int ctx, int rows) {
     return b * rows;
 }
 
+/* The per-kernel-name sums of the trace. */
+typedef struct trace_row {
+    char name[64];
+    double us;
+    long gaps;
+} trace_row;
+
+static int cmp_trace_row(const void *a, const void *b) {
+    const trace_row *x = a, *y = b;
+    return x->us < y->us ? 1 : x->us > y->us ? -1 : 0;
+}
+
+/* Adds a step's stamps to rows (n_rows of at most max_rows); the step's span goes to *span_us. */
+static void trace_add(const k_trace_stamp *st, int n, trace_row *rows, int *n_rows, int max_rows,
+                      double *span_us) {
+    for (int i = 0; i + 1 < n; i++) {
+        int r = 0;
+        while (r < *n_rows && strcmp(rows[r].name, st[i].name) != 0)
+            r++;
+        if (r == *n_rows) {
+            if (*n_rows == max_rows) continue;
+            snprintf(rows[r].name, sizeof rows[r].name, "%s", st[i].name);
+            (*n_rows)++;
+        }
+        rows[r].us += (double)(st[i + 1].t_ns - st[i].t_ns) / 1e3;
+        rows[r].gaps++;
+    }
+    if (n > 1) *span_us += (double)(st[n - 1].t_ns - st[0].t_ns) / 1e3;
+}
+
+static void trace_print(trace_row *rows, int n_rows, int steps, int stamps, double span_us) {
+    qsort(rows, (size_t)n_rows, sizeof *rows, cmp_trace_row);
+    printf("kernel trace (%d graphed steps, %d stamps a step; first stamp to last %.1f us a "
+           "step; a gap runs from a kernel's stamp to the next):\n",
+           steps, stamps / (steps > 0 ? steps : 1), span_us / (steps > 0 ? steps : 1));
+    printf("%-44s %10s %8s %8s %10s\n", "kernel", "us/step", "share", "calls", "us/call");
+    for (int r = 0; r < n_rows; r++)
+        printf("%-44s %10.1f %7.1f%% %8.1f %10.2f\n", rows[r].name, rows[r].us / steps,
+               100 * rows[r].us / (span_us > 0 ? span_us : 1), (double)rows[r].gaps / steps,
+               rows[r].us / (double)(rows[r].gaps > 0 ? rows[r].gaps : 1));
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -187,7 +237,7 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     g4_config cfg;
     config_defaults(&cfg);
-    int batch = 1, prompt = 1024, steps = 32;
+    int batch = 1, prompt = 1024, steps = 32, trace = 0;
     double bw = 4280; /* GB/s: the H200 of record's measured copy bandwidth (docs/benchmarks.md) */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-c") && config_load(&cfg, argv[i + 1])) return 2;
@@ -196,11 +246,12 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--bw")) bw = atof(argv[i + 1]);
+        if (!strcmp(argv[i], "--trace")) trace = atoi(argv[i + 1]);
     }
-    if (batch < 1 || batch > cfg.serve.max_batch || prompt < 1 || steps < 1 ||
-        prompt + steps + 1 > cfg.serve.max_context || config_finish(&cfg) != 0) {
+    if (batch < 1 || batch > cfg.serve.max_batch || prompt < 1 || steps < 1 || trace < 0 ||
+        prompt + steps + 1 + trace > cfg.serve.max_context || config_finish(&cfg) != 0) {
         fprintf(stderr, "bench_decode: bad arguments (batch <= serve.max_batch, prompt + steps "
-                        "< serve.max_context)\n");
+                        "+ trace < serve.max_context)\n");
         return 2;
     }
     log_set_level(LOG_WARN);
@@ -258,7 +309,17 @@ int main(int argc, char **argv) {
     /* decode rows are greedy: the engine's argmax, no logits copied (as serving does) */
     int32_t *argmax = calloc((size_t)batch, sizeof *argmax);
     uint8_t *need = calloc((size_t)batch, 1);
-    for (int s = 0; s <= steps; s++) { /* the last step is the profiled one */
+    static k_trace_stamp stamps[K_TRACE_MAX];
+    static trace_row trows[256];
+    int n_trows = 0, n_stamps = 0;
+    double trace_span = 0;
+    if (trace && k_trace_start() != 0) {
+        fprintf(stderr, "bench_decode: --trace needs a binary of ./build.sh trace and a GPU\n");
+        return 2;
+    }
+    k_trace_stop(); /* no stamps in the timed steps: bound again for the traced ones */
+    /* the last step of the timed ones is the profiled one; trace steps follow it */
+    for (int s = 0; s <= steps + trace; s++) {
         for (int b = 0; b < batch; b++) {
             ids[b] = 1000 + rand() % (m->n_vocab - 1000);
             pos[b] = prompt + s;
@@ -276,6 +337,16 @@ int main(int argc, char **argv) {
                            .out_src = src,
                            .need_logits = need,
                            .argmax = argmax};
+        if (s > steps) { /* a traced step: as serving runs it */
+            int n = 0;
+            if ((s == steps + 1 && k_trace_start() != 0) ||
+                engine_step(e, &eb, logits, NULL, NULL) != 0 ||
+                k_trace_take(stamps, K_TRACE_MAX, &n) != 0)
+                return 1;
+            trace_add(stamps, n, trows, &n_trows, 256, &trace_span);
+            n_stamps += n;
+            continue;
+        }
         prof.last = now_ms();
         if (prof.gpu && s == steps && k_event_record(prof.ev[0], NULL) != 0) return 1;
         double t0 = now_ms();
@@ -313,6 +384,10 @@ int main(int argc, char **argv) {
                  : (prompt < cfg.serve.prefill_chunk ? prompt : cfg.serve.prefill_chunk),
              prompt - 1);
     profile_print(&pre, what);
+    if (trace) {
+        trace_print(trows, n_trows, trace, n_stamps, trace_span);
+        k_trace_stop();
+    }
     engine_close(e);
     kv_pool_destroy(pool);
     free(ids);
