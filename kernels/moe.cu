@@ -478,6 +478,118 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     }
 }
 
+/* ---- prefill-sized buckets: several item tiles a warp (serve.moe_prefill_tiles) ----
+ *
+ * With tens of items an expert (a prefill chunk), the kernels above re-read an expert's weight
+ * tile from L2 for every 16 items and every item row for every 8 (down) or 8 + 8 (up) outputs:
+ * ~8 and ~5.5 flops a byte of L2 traffic, which bounds them far below the tensor cores' rate
+ * (docs/perf-notes.md, nineteenth session). Here a warp takes TILES_MT tiles of 16 items against
+ * TILES_NT tiles of 8 outputs (gate and up alike in the up kernel) through mma_tiles, which
+ * loads each weight fragment once for all its item tiles: 2.7x (up) and 2.5x (down) less L2
+ * traffic a flop. Every (item tile, output tile) pair gets mma_rows' instruction sequence,
+ * operands and k order (mma.cuh), so every output is the same bits as in the kernels above
+ * (test_moe's `moe_prefill_tiles` gates, byte for byte). Decode-sized calls keep those kernels:
+ * at a few items an expert the extra tiles would be padding. */
+#define TILES_THREADS 128 /* 4 warps */
+#define TILES_WARPS (TILES_THREADS / 32)
+#define TILES_MT 4 /* 16-item tiles a warp */
+#define TILES_NT 2 /* 8-output tiles a warp (of gate, and as many of up) */
+#define TILES_U 2  /* 32-k blocks of loads in flight (registers: a, a8 for MT tiles) */
+#define TILES_OUTS (TILES_WARPS * TILES_NT * 8) /* outputs per block */
+
+/* As moe_up_mma_kernel<false>, TILES_MT item tiles at a time. */
+__global__ static void __launch_bounds__(TILES_THREADS)
+    moe_up_tiles_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                        const int32_t *n_active, bf16_t *h) {
+    K_GRID_DEPENDENCY();
+    if ((int)blockIdx.y >= *n_active) return;
+    const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
+              n = active[3 * blockIdx.y + 2];
+    const int dm = a.d_model, de = a.d_expert;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+    const int o0 = blockIdx.x * TILES_OUTS + warp * TILES_NT * 8;
+    if (o0 >= de) return; /* warp-uniform */
+    const bf16_t *wgu = a.gate_up + (size_t)e * 2 * (size_t)de * (size_t)dm;
+    const bf16_t *w[2 * TILES_NT]; /* gate tiles, then up tiles: the lane's weight row of each */
+#pragma unroll
+    for (int t = 0; t < TILES_NT; t++) {
+        const int o = o0 + 8 * t + g;
+        w[t] = o < de ? wgu + (size_t)o * (size_t)dm : NULL;
+        w[TILES_NT + t] = o < de ? wgu + (size_t)(de + o) * (size_t)dm : NULL;
+    }
+    for (int r0 = 0; r0 < n; r0 += 16 * TILES_MT) {
+        int ilo[TILES_MT], ihi[TILES_MT];
+        const bf16_t *lo[TILES_MT], *hi[TILES_MT];
+#pragma unroll
+        for (int i = 0; i < TILES_MT; i++) {
+            const int rlo = r0 + 16 * i + g, rhi = rlo + 8;
+            ilo[i] = rlo < n ? list[first + rlo] : -1;
+            ihi[i] = rhi < n ? list[first + rhi] : -1;
+            lo[i] = ilo[i] >= 0 ? a.x + (size_t)(ilo[i] / a.top_k) * (size_t)dm : NULL;
+            hi[i] = ihi[i] >= 0 ? a.x + (size_t)(ihi[i] / a.top_k) * (size_t)dm : NULL;
+        }
+        float acc[TILES_MT][2 * TILES_NT][4];
+        mma_tiles<TILES_MT, 2 * TILES_NT, TILES_U>(lo, hi, w, dm, acc);
+#pragma unroll
+        for (int i = 0; i < TILES_MT; i++)
+#pragma unroll
+            for (int t = 0; t < TILES_NT; t++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const int item = j < 2 ? ilo[i] : ihi[i], o = o0 + 8 * t + 2 * q + (j & 1);
+                    if (item >= 0 && o < de)
+                        h[(size_t)item * (size_t)de + (size_t)o] =
+                            k_f32_to_bf16(k_round_bf16(k_gelu_tanh(k_round_bf16(acc[i][t][j]))) *
+                                          k_round_bf16(acc[i][TILES_NT + t][j]));
+                }
+    }
+}
+
+/* As moe_down_mma_kernel, TILES_MT item tiles at a time. */
+__global__ static void __launch_bounds__(TILES_THREADS)
+    moe_down_tiles_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                          const int32_t *n_active, const bf16_t *h, float *ys) {
+    K_GRID_DEPENDENCY();
+    if ((int)blockIdx.y >= *n_active) return;
+    const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
+              n = active[3 * blockIdx.y + 2];
+    const int dm = a.d_model, de = a.d_expert;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+    const int t0 = blockIdx.x * TILES_OUTS + warp * TILES_NT * 8;
+    if (t0 >= dm) return; /* warp-uniform */
+    const bf16_t *wd = a.down + (size_t)e * (size_t)dm * (size_t)de;
+    const bf16_t *w[TILES_NT];
+#pragma unroll
+    for (int t = 0; t < TILES_NT; t++) {
+        const int o = t0 + 8 * t + g;
+        w[t] = o < dm ? wd + (size_t)o * (size_t)de : NULL;
+    }
+    for (int r0 = 0; r0 < n; r0 += 16 * TILES_MT) {
+        int ilo[TILES_MT], ihi[TILES_MT];
+        const bf16_t *lo[TILES_MT], *hi[TILES_MT];
+#pragma unroll
+        for (int i = 0; i < TILES_MT; i++) {
+            const int rlo = r0 + 16 * i + g, rhi = rlo + 8;
+            ilo[i] = rlo < n ? list[first + rlo] : -1;
+            ihi[i] = rhi < n ? list[first + rhi] : -1;
+            lo[i] = ilo[i] >= 0 ? h + (size_t)ilo[i] * (size_t)de : NULL;
+            hi[i] = ihi[i] >= 0 ? h + (size_t)ihi[i] * (size_t)de : NULL;
+        }
+        float acc[TILES_MT][TILES_NT][4];
+        mma_tiles<TILES_MT, TILES_NT, TILES_U>(lo, hi, w, de, acc);
+#pragma unroll
+        for (int i = 0; i < TILES_MT; i++)
+#pragma unroll
+            for (int t = 0; t < TILES_NT; t++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const int item = j < 2 ? ilo[i] : ihi[i], o = t0 + 8 * t + 2 * q + (j & 1);
+                    if (item >= 0 && o < dm)
+                        ys[(size_t)item * (size_t)dm + (size_t)o] = k_round_bf16(acc[i][t][j]);
+                }
+    }
+}
+
 /* out[r, t] = bf(sum_k ys[r*top_k + k, t] * w[r, k]) in rank order. Grid: (rows, d_model tiles
  * of COMBINE_THREADS), one output per thread. The row's ids and weights go to shared memory
  * first, then every thread issues its top_k loads before the first add, so a block waits on one
@@ -516,6 +628,8 @@ __global__ static void __launch_bounds__(COMBINE_THREADS)
 
 static int bucket_in_up = 1; /* serve.moe_bucket_in_up's default */
 extern "C" void k_set_moe_bucket_in_up(int on) { bucket_in_up = on ? 1 : 0; }
+static int prefill_tiles = 0; /* serve.moe_prefill_tiles' default */
+extern "C" void k_set_moe_prefill_tiles(int on) { prefill_tiles = on ? 1 : 0; }
 
 extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
     if (a->rows < 0 || a->n_expert <= 0 || a->n_expert > ROUTE_MAX_EXPERT || a->top_k <= 0 ||
@@ -576,7 +690,16 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
                             a->n_expert, list, active, n_active));
         CUDA_CHECK(cudaGetLastError());
     }
-    if (tensor_cores) {
+    if (tensor_cores && prefill_tiles && items > INBLOCK_MAX_ITEMS) {
+        dim3 up((unsigned)((a->d_expert + TILES_OUTS - 1) / TILES_OUTS), slots);
+        CUDA_CHECK(
+            k_launch(moe_up_tiles_kernel, up, TILES_THREADS, 0, s, *a, list, active, n_active, h));
+        CUDA_CHECK(cudaGetLastError());
+        dim3 down((unsigned)((a->d_model + TILES_OUTS - 1) / TILES_OUTS), slots);
+        CUDA_CHECK(k_launch(moe_down_tiles_kernel, down, TILES_THREADS, 0, s, *a, list, active,
+                            n_active, h, ys));
+        CUDA_CHECK(cudaGetLastError());
+    } else if (tensor_cores) {
         dim3 up((unsigned)((a->d_expert + MMA_UP_OUTS - 1) / MMA_UP_OUTS), slots);
         if (inblock)
             CUDA_CHECK(k_launch(moe_up_mma_kernel<true>, up, MMA_UP_THREADS, 0, s, *a, list, active,

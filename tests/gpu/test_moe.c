@@ -22,6 +22,8 @@
  * poison may be left. Batch invariance: row 0 computed alone equals row 0 of the batch bit for bit.
  * - moe_bucket_in_up: the up kernel's own bucketing against the bucket kernel's, byte for byte
  *   (check_bucket_in_up says why that is the rule and how a missing bucket would show).
+ * - moe_prefill_tiles: the prefill kernels of 4 item tiles a warp against the per-16-item
+ *   kernels, byte for byte (every output the same mma sequence), bad ids included.
  */
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
@@ -199,15 +201,22 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
     free(ref);
 }
 
-/* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing on or off. */
-static int experts_once(const k_moe_experts_args *a, int in_up, bf16_t *out, size_t n) {
+/* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing and the
+ * prefill tiles on or off; both switches go back to their defaults for the other gates. */
+static int experts_with(const k_moe_experts_args *a, int in_up, int tiles, bf16_t *out, size_t n) {
     for (size_t i = 0; i < n; i++)
         out[i] = 0x7fc0;
     k_set_moe_bucket_in_up(in_up);
+    k_set_moe_prefill_tiles(tiles);
     int rc = k_copy_to_device(a->out, out, n * 2) | k_moe_experts(a, NULL) | k_sync() |
              k_copy_to_host(out, a->out, n * 2);
-    k_set_moe_bucket_in_up(1); /* back to serve.moe_bucket_in_up's default for the other gates */
+    k_set_moe_bucket_in_up(1);
+    k_set_moe_prefill_tiles(0);
     return rc;
+}
+
+static int experts_once(const k_moe_experts_args *a, int in_up, bf16_t *out, size_t n) {
+    return experts_with(a, in_up, 0, out, n);
 }
 
 /* serve.moe_bucket_in_up: where it applies (the tensor-core path, at most 128 items), the up
@@ -262,6 +271,55 @@ static void check_bucket_in_up(const shape *s, int rows, void *d_gu, void *d_dn,
     free(on);
 }
 
+/* serve.moe_prefill_tiles: where it applies (the tensor-core path, more than 128 items), the
+ * kernels of 4 item tiles a warp give the bytes of the per-16-item kernels, for the router's ids
+ * and with bad ids (their rows NaN on both). */
+static void check_prefill_tiles(const shape *s, int rows, void *d_gu, void *d_dn,
+                                const int32_t *idx, const float *w) {
+    size_t nk = (size_t)rows * (size_t)s->top_k, nx = (size_t)rows * (size_t)s->d_model;
+    if (s->d_model % 32 != 0 || s->d_expert % 32 != 0 || nk <= 128) return;
+    int32_t *ids = malloc(nk * 4);
+    bf16_t *x = malloc(nx * 2), *off = malloc(nx * 2), *on = malloc(nx * 2);
+    fill_uniform(x, nx, 1.0f, 0.0f);
+    void *d_x = k_device_alloc(nx * 2), *d_out = k_device_alloc(nx * 2),
+         *d_idx = k_device_alloc(nk * 4), *d_w = k_device_alloc(nk * 4);
+    k_moe_experts_args a = experts_args(s, rows, d_out, d_x, d_gu, d_dn, d_idx, d_w);
+    for (int bad = 0; bad < 2; bad++) {
+        char gate[128];
+        snprintf(gate, sizeof gate, "moe_prefill_tiles[e%d k%d dm%d de%d rows%d%s]", s->n_expert,
+                 s->top_k, s->d_model, s->d_expert, rows, bad ? " bad ids" : "");
+        memcpy(ids, idx, nk * 4);
+        if (bad) { /* row 0's second pick out of range, the last row's first negative */
+            ids[s->top_k > 1 ? 1 : 0] = s->n_expert;
+            ids[(size_t)(rows - 1) * (size_t)s->top_k] = -1;
+        }
+        int rc =
+            (!ids || !x || !off || !on || !d_x || !d_out || !d_idx || !d_w) ? K_ERR_NO_MEMORY : 0;
+        if (rc == 0)
+            rc = k_copy_to_device(d_x, x, nx * 2) | k_copy_to_device(d_w, w, nk * 4) |
+                 k_copy_to_device(d_idx, ids, nk * 4) | experts_with(&a, 1, 0, off, nx) |
+                 experts_with(&a, 1, 1, on, nx);
+        size_t diff = 0, nan_rows = 0;
+        for (size_t i = 0; rc == 0 && i < nx; i++)
+            diff += off[i] != on[i];
+        for (int r = 0; rc == 0 && r < rows; r++)
+            nan_rows += isnan(ref_bf16_to_f32(on[(size_t)r * (size_t)s->d_model]));
+        size_t want_nan = bad ? 2 : 0;
+        TEST_CHECK(gate, rc == 0 && diff == 0 && nan_rows == want_nan,
+                   "%zu of %zu elements differ from the per-16-item kernels' run, NaN rows %zu "
+                   "(want %zu), rc %d",
+                   diff, nx, nan_rows, want_nan, rc);
+    }
+    k_device_free(d_x);
+    k_device_free(d_out);
+    k_device_free(d_idx);
+    k_device_free(d_w);
+    free(ids);
+    free(x);
+    free(off);
+    free(on);
+}
+
 static void run_shape(const shape *s, uint64_t seed) {
     rng_state = seed;
     size_t ngu = (size_t)s->n_expert * 2 * (size_t)s->d_expert * (size_t)s->d_model;
@@ -291,6 +349,7 @@ static void run_shape(const shape *s, uint64_t seed) {
         check_route(s, rows, scale, d_scale, idx, w);
         check_experts(s, rows, gu, dn, d_gu, d_dn, idx, w);
         check_bucket_in_up(s, rows, d_gu, d_dn, idx, w);
+        check_prefill_tiles(s, rows, d_gu, d_dn, idx, w);
         free(idx);
         free(w);
     }
