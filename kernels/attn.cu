@@ -146,8 +146,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
 #pragma unroll
             for (int k = 0; k < KP; k++) {
                 const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
-                if (e < G * ATTN_TILE && kk < nk)
-                    ps[e] = k_round_bf16(expf(kp[k] - m_run[g]) / l_run[g]);
+                if (e < G * ATTN_TILE && kk < nk) ps[e] = softmax_p(kp[k], m_run[g], l_run[g]);
             }
             __syncthreads();
             pv_warp_keys<G, FP8>(a, seq, kvh, t0, nk, ps, vb, acc);
@@ -190,7 +189,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
             /* p = k_round_bf16(exp(s - m) / l) as the reference rounds it, then P.V */
             for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
                 int g = e / ATTN_TILE, kk = e % ATTN_TILE;
-                if (kk < nk) ps[e] = k_round_bf16(expf(ps[e] - m_run[g]) / l_run[g]);
+                if (kk < nk) ps[e] = softmax_p(ps[e], m_run[g], l_run[g]);
             }
             __syncthreads();
 #pragma unroll 4

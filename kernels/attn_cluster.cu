@@ -95,7 +95,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     if (mine)
         for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
             const int g = e / ATTN_TILE, kk = e % ATTN_TILE;
-            if (kk < nk) ps[e] = k_round_bf16(expf(ps[e] - m_run[g]) / l_run[g]);
+            if (kk < nk) ps[e] = softmax_p(ps[e], m_run[g], l_run[g]);
         }
     __syncthreads();
     float acc[G][8];
@@ -128,21 +128,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     for (int pr = split * ATTN_THREADS + tid; pr < G * D / 2; pr += threads) {
         const int g = 2 * pr / D, d = 2 * pr % D;
         const bool nan = head_nan[g];
-        float2 o = make_float2(0.0f, 0.0f);
-        for (int s0 = 0; !nan && s0 < n_split; s0 += ATTN_COMBINE_BATCH) {
-            float2 x[ATTN_COMBINE_BATCH];
-#pragma unroll
-            for (int j = 0; j < ATTN_COMBINE_BATCH; j++)
-                if (s0 + j < n_split)
-                    x[j] = *reinterpret_cast<const float2 *>(cluster.map_shared_rank(pv, s0 + j) +
-                                                             g * D + d);
-#pragma unroll
-            for (int j = 0; j < ATTN_COMBINE_BATCH; j++)
-                if (s0 + j < n_split) { /* no + 0.0f past the last, as combine_heads */
-                    o.x += x[j].x;
-                    o.y += x[j].y;
-                }
-        }
+        const float2 o = sum_split_pairs(nan ? 0 : n_split, [&](int s) {
+            return *reinterpret_cast<const float2 *>(cluster.map_shared_rank(pv, s) + g * D + d);
+        });
         bf16_t *out = a.out + ((size_t)r * a.n_head + (size_t)kvh * G + g) * D + d;
         out[0] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(o.x);
         out[1] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(o.y);

@@ -456,6 +456,12 @@ static __device__ __forceinline__ void tile_stats(const float *ps, int nk, float
     }
 }
 
+/* A key's softmax weight as the reference rounds it, p = k_round_bf16(exp(s - m) / l), from the
+ * row's max m and sum l: one expression for every P.V path, so they round alike. */
+static __device__ __forceinline__ float softmax_p(float s, float m, float l) {
+    return k_round_bf16(expf(s - m) / l);
+}
+
 /* Row r's queries of KV head kvh's group, qs[g][d] as fp32, by the block's threads. */
 template <int D, int G>
 static __device__ __forceinline__ void load_queries(const k_attention_args &a, int r, int kvh,
@@ -521,6 +527,28 @@ static __device__ __forceinline__ void combine_head(const k_attention_args &a, i
         out[t] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(o[t]);
 }
 
+/* An element pair's sum over n_split splits' partials, 0 + split 0 + split 1 + ... in split
+ * order, with ATTN_COMBINE_BATCH of load(s)'s loads in flight at a time: the combine's sum,
+ * shared by combine_heads (partials in global memory) and the cluster kernel (in the cluster's
+ * shared memory), so the two add alike. */
+template <typename Load>
+static __device__ __forceinline__ float2 sum_split_pairs(int n_split, Load load) {
+    float2 o = make_float2(0.0f, 0.0f);
+    for (int s0 = 0; s0 < n_split; s0 += ATTN_COMBINE_BATCH) {
+        float2 x[ATTN_COMBINE_BATCH];
+#pragma unroll
+        for (int j = 0; j < ATTN_COMBINE_BATCH; j++)
+            if (s0 + j < n_split) x[j] = load(s0 + j);
+#pragma unroll
+        for (int j = 0; j < ATTN_COMBINE_BATCH; j++)
+            if (s0 + j < n_split) { /* no + 0.0f past the last: it would turn -0 into +0 */
+                o.x += x[j].x;
+                o.y += x[j].y;
+            }
+    }
+    return o;
+}
+
 /* Heads h0 .. h0 + nh - 1 of row r (rl within the launch), the folded combine: the same sums as
  * combine_head (each element's partials added to 0.0f in split order, then rounded once), a head
  * NaN when nan_row is set or any of its splits' sums is NaN. Called by every thread of the block.
@@ -547,20 +575,9 @@ combine_heads(const k_attention_args &a, int r, int rl, int h0, int nh, int max_
         const int g = 2 * pr / D, d = 2 * pr % D;
         const size_t base = ((size_t)rl * a.n_head + h0 + g) * max_split;
         const bool nan = head_nan[g];
-        float2 o = make_float2(0.0f, 0.0f);
-        for (int s0 = 0; !nan && s0 < n_split; s0 += ATTN_COMBINE_BATCH) {
-            float2 x[ATTN_COMBINE_BATCH];
-#pragma unroll
-            for (int j = 0; j < ATTN_COMBINE_BATCH; j++)
-                if (s0 + j < n_split)
-                    x[j] = __ldcg(reinterpret_cast<const float2 *>(part + (base + s0 + j) * D + d));
-#pragma unroll
-            for (int j = 0; j < ATTN_COMBINE_BATCH; j++)
-                if (s0 + j < n_split) { /* no + 0.0f past the last: it would turn -0 into +0 */
-                    o.x += x[j].x;
-                    o.y += x[j].y;
-                }
-        }
+        const float2 o = sum_split_pairs(nan ? 0 : n_split, [&](int s) {
+            return __ldcg(reinterpret_cast<const float2 *>(part + (base + s) * D + d));
+        });
         bf16_t *out = a.out + ((size_t)r * a.n_head + h0 + g) * D + d;
         out[0] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(o.x);
         out[1] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(o.y);

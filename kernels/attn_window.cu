@@ -161,8 +161,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
             for (int k = 0; k < KP; k++) {
                 const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
-                if (e < G * ATTN_TILE && kk < nk)
-                    ps[e] = k_round_bf16(expf(kp[k] - m_run[g]) / l_run[g]);
+                if (e < G * ATTN_TILE && kk < nk) ps[e] = softmax_p(kp[k], m_run[g], l_run[g]);
             }
         }
         __syncthreads(); /* every thread's copies of tile ti, and p */

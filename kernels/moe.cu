@@ -364,6 +364,19 @@ __global__ static void __launch_bounds__(EXPERT_THREADS)
 #define MMA_UP_OUTS (MMA_UP_THREADS / 32 * MMA_NT * 8)
 #define MMA_UP_GROUP 8
 
+/* The lane's weight rows of NT tiles of 8 outputs from o0 (row o0 + 8 t + g of w, rows of k
+ * elements) into rows[0 .. NT); NULL past the n_out outputs (zero in the mma). */
+template <int NT>
+static __device__ __forceinline__ void weight_rows(const bf16_t *w, int o0, int n_out, int k,
+                                                   const bf16_t **rows) {
+    const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const int o = o0 + 8 * t + g;
+        rows[t] = o < n_out ? w + (size_t)o * (size_t)k : NULL;
+    }
+}
+
 /* As moe_up_kernel, on tensor cores: warp w of block x owns outputs
  * [x * MMA_UP_OUTS + w * MMA_NT * 8, + MMA_NT * 8) of the gate (and the same of up). INBLOCK:
  * the block buckets the items itself (bucket_in_block), and the blocks of x = 0 write their
@@ -413,12 +426,8 @@ __global__ static void __launch_bounds__(MMA_UP_THREADS)
     if (o0 >= de) return;                                        /* warp-uniform */
     const bf16_t *wgu = a.gate_up + (size_t)e * 2 * (size_t)de * (size_t)dm;
     const bf16_t *w[2 * MMA_NT]; /* gate tiles, then up tiles: the lane's weight row of each */
-#pragma unroll
-    for (int t = 0; t < MMA_NT; t++) {
-        const int o = o0 + 8 * t + g;
-        w[t] = o < de ? wgu + (size_t)o * (size_t)dm : NULL;
-        w[MMA_NT + t] = o < de ? wgu + (size_t)(de + o) * (size_t)dm : NULL;
-    }
+    weight_rows<MMA_NT>(wgu, o0, de, dm, w);
+    weight_rows<MMA_NT>(wgu + (size_t)de * (size_t)dm, o0, de, dm, w + MMA_NT);
     for (int r0 = 0; r0 < n; r0 += 16) {
         const int rlo = r0 + g, rhi = r0 + g + 8;
         const int ilo = rlo < n ? items[first + rlo] : -1, ihi = rhi < n ? items[first + rhi] : -1;
@@ -455,11 +464,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     if (t0 >= dm) return; /* warp-uniform */
     const bf16_t *wd = a.down + (size_t)e * (size_t)dm * (size_t)de;
     const bf16_t *w[MMA_NT];
-#pragma unroll
-    for (int t = 0; t < MMA_NT; t++) {
-        const int o = t0 + 8 * t + g;
-        w[t] = o < dm ? wd + (size_t)o * (size_t)de : NULL;
-    }
+    weight_rows<MMA_NT>(wd, t0, dm, de, w);
     for (int r0 = 0; r0 < n; r0 += 16) {
         const int rlo = r0 + g, rhi = r0 + g + 8;
         const int ilo = rlo < n ? list[first + rlo] : -1, ihi = rhi < n ? list[first + rhi] : -1;
@@ -497,6 +502,24 @@ __global__ static void __launch_bounds__(MMA_THREADS)
 #define TILES_U 2  /* 32-k blocks of loads in flight (registers: a, a8 for MT tiles) */
 #define TILES_OUTS (TILES_WARPS * TILES_NT * 8) /* outputs per block */
 
+/* The lane's rows of MT item tiles from the bucket's items[0 .. n), starting at r0: tile i's
+ * rows r0 + 16 i + g (lo) and + 8 (hi), their item ids (-1 past the bucket) and input rows
+ * (base + item / per_row * stride; NULL past the bucket: zero rows in the mma). */
+template <int MT>
+static __device__ __forceinline__ void
+item_tiles(const int32_t *items, int n, int r0, const bf16_t *base, int per_row, int stride,
+           int (&ilo)[MT], int (&ihi)[MT], const bf16_t *(&lo)[MT], const bf16_t *(&hi)[MT]) {
+    const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        const int rlo = r0 + 16 * i + g, rhi = rlo + 8;
+        ilo[i] = rlo < n ? items[rlo] : -1;
+        ihi[i] = rhi < n ? items[rhi] : -1;
+        lo[i] = ilo[i] >= 0 ? base + (size_t)(ilo[i] / per_row) * (size_t)stride : NULL;
+        hi[i] = ihi[i] >= 0 ? base + (size_t)(ihi[i] / per_row) * (size_t)stride : NULL;
+    }
+}
+
 /* As moe_up_mma_kernel<false>, TILES_MT item tiles at a time. */
 __global__ static void __launch_bounds__(TILES_THREADS)
     moe_up_tiles_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
@@ -506,28 +529,17 @@ __global__ static void __launch_bounds__(TILES_THREADS)
     const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
               n = active[3 * blockIdx.y + 2];
     const int dm = a.d_model, de = a.d_expert;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, q = lane & 3;
     const int o0 = blockIdx.x * TILES_OUTS + warp * TILES_NT * 8;
     if (o0 >= de) return; /* warp-uniform */
     const bf16_t *wgu = a.gate_up + (size_t)e * 2 * (size_t)de * (size_t)dm;
     const bf16_t *w[2 * TILES_NT]; /* gate tiles, then up tiles: the lane's weight row of each */
-#pragma unroll
-    for (int t = 0; t < TILES_NT; t++) {
-        const int o = o0 + 8 * t + g;
-        w[t] = o < de ? wgu + (size_t)o * (size_t)dm : NULL;
-        w[TILES_NT + t] = o < de ? wgu + (size_t)(de + o) * (size_t)dm : NULL;
-    }
+    weight_rows<TILES_NT>(wgu, o0, de, dm, w);
+    weight_rows<TILES_NT>(wgu + (size_t)de * (size_t)dm, o0, de, dm, w + TILES_NT);
     for (int r0 = 0; r0 < n; r0 += 16 * TILES_MT) {
         int ilo[TILES_MT], ihi[TILES_MT];
         const bf16_t *lo[TILES_MT], *hi[TILES_MT];
-#pragma unroll
-        for (int i = 0; i < TILES_MT; i++) {
-            const int rlo = r0 + 16 * i + g, rhi = rlo + 8;
-            ilo[i] = rlo < n ? list[first + rlo] : -1;
-            ihi[i] = rhi < n ? list[first + rhi] : -1;
-            lo[i] = ilo[i] >= 0 ? a.x + (size_t)(ilo[i] / a.top_k) * (size_t)dm : NULL;
-            hi[i] = ihi[i] >= 0 ? a.x + (size_t)(ihi[i] / a.top_k) * (size_t)dm : NULL;
-        }
+        item_tiles<TILES_MT>(list + first, n, r0, a.x, a.top_k, dm, ilo, ihi, lo, hi);
         float acc[TILES_MT][2 * TILES_NT][4];
         mma_tiles<TILES_MT, 2 * TILES_NT, TILES_U>(lo, hi, w, dm, acc);
 #pragma unroll
@@ -554,27 +566,16 @@ __global__ static void __launch_bounds__(TILES_THREADS)
     const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
               n = active[3 * blockIdx.y + 2];
     const int dm = a.d_model, de = a.d_expert;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, q = lane & 3;
     const int t0 = blockIdx.x * TILES_OUTS + warp * TILES_NT * 8;
     if (t0 >= dm) return; /* warp-uniform */
     const bf16_t *wd = a.down + (size_t)e * (size_t)dm * (size_t)de;
     const bf16_t *w[TILES_NT];
-#pragma unroll
-    for (int t = 0; t < TILES_NT; t++) {
-        const int o = t0 + 8 * t + g;
-        w[t] = o < dm ? wd + (size_t)o * (size_t)de : NULL;
-    }
+    weight_rows<TILES_NT>(wd, t0, dm, de, w);
     for (int r0 = 0; r0 < n; r0 += 16 * TILES_MT) {
         int ilo[TILES_MT], ihi[TILES_MT];
         const bf16_t *lo[TILES_MT], *hi[TILES_MT];
-#pragma unroll
-        for (int i = 0; i < TILES_MT; i++) {
-            const int rlo = r0 + 16 * i + g, rhi = rlo + 8;
-            ilo[i] = rlo < n ? list[first + rlo] : -1;
-            ihi[i] = rhi < n ? list[first + rhi] : -1;
-            lo[i] = ilo[i] >= 0 ? h + (size_t)ilo[i] * (size_t)de : NULL;
-            hi[i] = ihi[i] >= 0 ? h + (size_t)ihi[i] * (size_t)de : NULL;
-        }
+        item_tiles<TILES_MT>(list + first, n, r0, h, 1, de, ilo, ihi, lo, hi);
         float acc[TILES_MT][TILES_NT][4];
         mma_tiles<TILES_MT, TILES_NT, TILES_U>(lo, hi, w, de, acc);
 #pragma unroll
