@@ -129,6 +129,7 @@ extern "C" int k_trace_start(void) {
     if (trace_buf) return K_OK;
     CUDA_CHECK(cudaMalloc((void **)&trace_buf, sizeof(k_trace_rec) * K_TRACE_MAX));
     CUDA_CHECK(cudaMemset(trace_buf, 0, sizeof(k_trace_rec)));
+    CUDA_CHECK(cudaDeviceSynchronize()); /* as in k_trace_take */
     return trace_bind(trace_buf);
 }
 
@@ -174,6 +175,9 @@ extern "C" int k_trace_take(k_trace_stamp *out, int max, int *n) {
         trace_name(recs[i].name, out[i].name, sizeof out[i].name);
     }
     CUDA_CHECK(cudaMemset(trace_buf, 0, sizeof(k_trace_rec)));
+    /* the engine's stream does not wait on the legacy stream's memset: the next step's first
+     * stamp must not land before the count is zero */
+    CUDA_CHECK(cudaDeviceSynchronize());
     *n = count;
     return K_OK;
 }

@@ -328,6 +328,8 @@ void k_set_attn_fold(int on);
  * kernel whose blocks meet in a thread block cluster (serve.attn_cluster_rows, 0: never; speed
  * only: the same arithmetic in the same order, so the same bits). Process-wide. */
 void k_set_attn_cluster_rows(int rows);
+/* 1 when the card runs the cluster kernel (every instantiation), else 0 (the split kernels). */
+int k_attn_cluster_available(void);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

@@ -217,6 +217,16 @@ static void trace_add(const k_trace_stamp *st, int n, trace_row *rows, int *n_ro
     if (n > 1) *span_us += (double)(st[n - 1].t_ns - st[0].t_ns) / 1e3;
 }
 
+/* The last traced step's first kernels in launch order with their gaps: a layer's sequence
+ * (the per-name sums above cannot say which of a name's calls is slow). */
+#define TRACE_ORDER 64
+static void trace_print_order(const k_trace_stamp *st, int n, int first) {
+    printf("kernel trace, the last step's first %d kernels in order (gap to the next, us):\n",
+           first < n - 1 ? first : n - 1);
+    for (int i = 0; i + 1 < n && i < first; i++)
+        printf("%4d %-44s %8.2f\n", i, st[i].name, (double)(st[i + 1].t_ns - st[i].t_ns) / 1e3);
+}
+
 static void trace_print(trace_row *rows, int n_rows, int steps, int stamps, double span_us) {
     qsort(rows, (size_t)n_rows, sizeof *rows, cmp_trace_row);
     printf("kernel trace (%d graphed steps, %d stamps a step; first stamp to last %.1f us a "
@@ -345,6 +355,7 @@ int main(int argc, char **argv) {
                 return 1;
             trace_add(stamps, n, trows, &n_trows, 256, &trace_span);
             n_stamps += n;
+            if (s == steps + trace) trace_print_order(stamps, n, TRACE_ORDER);
             continue;
         }
         prof.last = now_ms();

@@ -515,8 +515,9 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
 /* The NaN paths of the folded combine and of the cluster kernel against the combine's own
  * launch (serve.attn_fold 1 and 0, serve.attn_cluster_rows):
  * a padding row (pos -1, present in every case), a row past the grid the host sized (max_pos
- * 500: a grid of 8 splits, where the row at 3,000 has 24; only without a window, where the
- * split count grows with the position) and a row that meets an unmapped page. The engine never
+ * 500 without a window: a grid of 8 splits, where the row at 3,000 has 24; max_pos 700 at a
+ * window of 1,024: 11 splits against its 16, and a cluster of 11 blocks; not at the window of
+ * 8, where every row has one split) and a row that meets an unmapped page. The engine never
  * passes the last two; the kernels answer them with NaN rather than wrong numbers. Outputs are
  * poisoned with 48.5 (beyond any weighted mean of these V values), so a row left unwritten
  * shows. Rule: the three launches bit-identical; the padding row and the row named all NaN,
@@ -554,7 +555,7 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
         setup = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv, kv_bytes) |
                 k_copy_to_device(dpos, row_pos, rb) | k_copy_to_device(dseq, row_seq, rb);
     for (int kase = 0; kase < 3; kase++) {
-        if (kase == 1 && window) continue;
+        if (kase == 1 && window && window < 1024) continue;
         int named = -1, pad = -1;
         for (int r = 0; r < n_rows; r++) {
             if (row_pos[r] < 0) pad = r;
@@ -577,7 +578,9 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
                               .n_head = c->n_head,
                               .kv_layer = KV_LAYER,
                               .window = window,
-                              .max_pos = kase == 1 ? 500 : 0};
+                              /* the grid's splits: 8 without a window, 11 at W 1,024 (a
+                                 cluster of 11 blocks), where the row at 3,000 has 24 or 16 */
+                              .max_pos = kase == 1 ? (window ? 700 : 500) : 0};
         a.kv.elem_bytes = fp8 ? 1 : 2;
         /* f: 0 the combine's own launch, 1 folded, 2 the cluster kernel where it applies */
         for (int f = 0; f < 3 && !rc; f++) {
@@ -682,6 +685,10 @@ int main(void) {
      * case also runs without them */
     k_set_attn_fold(1);
     k_set_attn_cluster_rows(CLUSTER_ROWS);
+    /* else every `cluster` gate below would compare the split kernels with themselves */
+    TEST_CHECK("attn_cluster_available", k_attn_cluster_available() == 1,
+               "the card refused clusters of 16 blocks for the cluster kernel (the launcher falls "
+               "back to the split kernels)");
     make_rows(0);
     /* local family (hd 256, default RoPE) and global family (hd 512, proportional RoPE: 64 of
      * 256 pairs), GQA groups 1, 2, 4 and 8 (the kept-score P.V splits keys across warps up to
