@@ -14,14 +14,19 @@
 #include <time.h>
 
 #define SCHED_AUTO_DRAW_THREADS 32 /* serve.sample_threads = 0 on a many-core host */
+/* a long prompt's prefill is logged at most this often: a line a user watching a 30,000-token
+ * prompt sees move, few enough not to flood a log */
+#define SCHED_PROGRESS_MS 2000.0
 
 typedef struct sreq {
     proto_request req;
     int32_t *ids; /* [n_prompt + max_tokens] prompt, then the answer */
     int n_prompt, n_ids, n_written;
-    int slot;     /* engine sequence slot, -1 while queued */
-    int worst[2]; /* KV pages committed per family at admission */
-    answer ans;   /* its text and lines; ans.n_out counts the answer's tokens */
+    int slot;          /* engine sequence slot, -1 while queued */
+    int begin;         /* the first of its rows in the current step */
+    double t_progress; /* when its prefill was last logged (sched_note_prefill) */
+    int worst[2];      /* KV pages committed per family at admission */
+    answer ans;        /* its text and lines; ans.n_out counts the answer's tokens */
     double t_arrive, t_admit, t_first, t_last;
     struct sreq *next; /* queue link */
 } sreq;
@@ -351,7 +356,7 @@ static void admit(sched *s) {
         r->worst[KV_GLOBAL] = w[KV_GLOBAL];
         s->committed[KV_LOCAL] += w[KV_LOCAL];
         s->committed[KV_GLOBAL] += w[KV_GLOBAL];
-        r->t_admit = sched_now_ms();
+        r->t_admit = r->t_progress = sched_now_ms();
         s->q_head = r->next;
         if (!s->q_head) s->q_tail = NULL;
         r->next = NULL;
@@ -380,6 +385,26 @@ static int add_rows(sched *s, sreq *r, int begin, int end, int *rows) {
         (*rows)++;
     }
     return 0;
+}
+
+/* Progress of a prompt that takes more than one step to prefill, on stderr at info level: every
+ * SCHED_PROGRESS_MS while it runs, and once when it is done (the protocol has no line for it;
+ * the first token line follows). Timing only: nothing here changes what is answered. */
+static void note_prefill(sreq *r, double now) {
+    if (r->begin >= r->n_prompt) return; /* a decode row */
+    const int done = r->n_written < r->n_prompt ? r->n_written : r->n_prompt;
+    const double secs = (now - r->t_admit) / 1e3;
+    const double rate = secs > 0 ? done / secs : 0;
+    if (done >= r->n_prompt) {
+        if (r->begin > 0) /* more than one step */
+            log_msg(LOG_INFO, "sched",
+                    "request %s: prompt of %d tokens prefilled in %.1f s (%.0f tokens/s)",
+                    r->req.id_json, r->n_prompt, secs, rate);
+    } else if (now - r->t_progress >= SCHED_PROGRESS_MS) {
+        log_msg(LOG_INFO, "sched", "request %s: prompt %d of %d tokens (%.0f%%), %.0f tokens/s",
+                r->req.id_json, done, r->n_prompt, 100.0 * done / r->n_prompt, rate);
+        r->t_progress = now;
+    }
 }
 
 int sched_step(sched *s) {
@@ -415,6 +440,7 @@ int sched_step(sched *s) {
             continue;
         }
         s->in_step[n_in++] = r;
+        r->begin = begin;
         r->n_written = end;
         if (end == r->n_ids) {
             s->out_src[n_out] = rows - 1;
@@ -452,6 +478,9 @@ int sched_step(sched *s) {
             fail_request(s, s->in_step[i], msg);
         return -1;
     }
+    const double now = sched_now_ms();
+    for (int i = 0; i < n_in; i++)
+        note_prefill(s->in_step[i], now);
     for (int i = 0; i < n_out; i++) { /* a row whose logits are not finite: its request ends */
         if (!s->nonfinite[i]) continue;
         char msg[200];

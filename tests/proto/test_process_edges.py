@@ -8,6 +8,8 @@
                        non-zero exit, not a silent death by SIGPIPE
   full_stdout          stdout on /dev/full: a logged write error, exit status 1
   stdin_read_error     stdin a directory: the read error is logged, exit status 1
+  prefill_progress     a prompt of several prefill slices reports on stderr when it is in; a
+                       one-slice prompt does not; both are answered
 
 Every request line gets exactly one terminal line (done or error) wherever the run reaches it.
 """
@@ -130,12 +132,27 @@ def stdin_read_error():
                   f"stdin a directory: exit {p.returncode} (want 1), logged: {logged}")
 
 
+def prefill_progress():
+    toks = [2] + [1000 + i for i in range(298)]  # 299 tokens: 5 slices of 64
+    lines = (json.dumps({"id": "long", "tokens": toks, "max_tokens": 1}) + "\n" +
+             json.dumps({"id": "short", "tokens": [2, 5, 6], "max_tokens": 1}) + "\n")
+    p = subprocess.run([BIN, "-c", CONF, "--set", "serve.prefill_chunk=64"], input=lines,
+                       capture_output=True, text=True, timeout=300)
+    done = {d["id"] for d in map(json.loads, p.stdout.splitlines()) if d.get("event") == "done"}
+    long_logged = 'request "long": prompt of 299 tokens prefilled in' in p.stderr
+    short_logged = 'request "short": prompt' in p.stderr
+    return report(p.returncode == 0 and done == {"long", "short"} and long_logged and
+                  not short_logged, "prefill_progress",
+                  f"exit {p.returncode}, answered {sorted(done)}, long prompt logged: "
+                  f"{long_logged}, one-slice prompt logged: {short_logged}")
+
+
 def main():
     if not os.path.exists(BIN):
         print(f"FAIL process_edges: no {BIN}")
         return 1
     results = [signal_case("signal_drains", 1, 300), signal_case("second_signal", 2, 1900),
-               closed_stdout(), full_stdout(), stdin_read_error()]
+               closed_stdout(), full_stdout(), stdin_read_error(), prefill_progress()]
     return 0 if all(results) else 1
 
 
