@@ -80,7 +80,7 @@ static __device__ __forceinline__ void k_trace_mark(const char *name) {
         b[n].name = name;
     }
 }
-#define K_TRACE_MARK() k_trace_mark(__func__)
+#define K_TRACE_MARK() k_trace_mark(__PRETTY_FUNCTION__) /* template arguments included */
 #define K_TRACE_UNIT(unit)                                                                         \
     extern "C" int k_trace_bind_##unit(k_trace_rec *buf) {                                         \
         return cudaMemcpyToSymbol(k_trace_buf, &buf, sizeof buf) == cudaSuccess ? 0 : -1;          \

@@ -3,6 +3,7 @@
 #include "kernels/common.cuh"
 
 #include <cuda_profiler_api.h>
+#include <string.h>
 
 int k_pdl_enabled = 1;
 
@@ -133,21 +134,50 @@ extern "C" int k_trace_start(void) {
     return trace_bind(trace_buf);
 }
 
-/* A stamp's name: the kernel's __func__, a string in device memory, copied once per address. */
+/* "void attn_split_kernel(k_attention_args, ...) [with int D = 256; int G = 2; __nv_bool FP8 =
+ * false; ...]", a kernel's __PRETTY_FUNCTION__, as "attn_split_kernel D=256 G=2 FP8=false ..."
+ * (the instantiations of a template are different kernels with different costs). */
+static void trace_compact(const char *pretty, char *out, size_t len) {
+    const char *name = strncmp(pretty, "void ", 5) == 0 ? pretty + 5 : pretty;
+    size_t n = strcspn(name, "(");
+    int w = snprintf(out, len, "%.*s", (int)n, name);
+    const char *with = strstr(name, "[with ");
+    for (const char *p = with ? with + 6 : NULL;
+         p && *p && *p != ']' && w > 0 && (size_t)w < len;) {
+        const char *eq = strstr(p, " = "), *end = strpbrk(p, ";]");
+        if (!eq || !end || eq > end) break;
+        const char *key = eq; /* the last word before " = " */
+        while (key > p && key[-1] != ' ')
+            key--;
+        w += snprintf(out + w, len - (size_t)w, " %.*s=%.*s", (int)(eq - key), key,
+                      (int)(end - eq - 3), eq + 3);
+        p = *end == ';' ? end + 2 : end;
+    }
+}
+
+/* A stamp's name: the kernel's __PRETTY_FUNCTION__, a string in device memory, copied once per
+ * address (the longest read that succeeds: the string may end near its segment's end). */
 static void trace_name(const char *dev, char *out, size_t len) {
     static const char *seen_at[256];
-    static char seen[256][64];
+    static char seen[256][96];
     for (int i = 0; i < 256 && seen_at[i]; i++)
         if (seen_at[i] == dev) {
             snprintf(out, len, "%s", seen[i]);
             return;
         }
-    char buf[64] = {0};
-    if (cudaMemcpy(buf, dev, sizeof buf - 1, cudaMemcpyDefault) != cudaSuccess) {
-        (void)cudaGetLastError();
-        snprintf(buf, sizeof buf, "kernel@%p", (const void *)dev);
+    char raw[256] = {0}, buf[96];
+    size_t got = 0;
+    for (size_t want = sizeof raw - 1; want >= 16 && !got; want /= 2) {
+        if (cudaMemcpy(raw, dev, want, cudaMemcpyDefault) == cudaSuccess)
+            got = want;
+        else
+            (void)cudaGetLastError();
     }
-    buf[sizeof buf - 1] = 0;
+    raw[got] = 0;
+    if (got)
+        trace_compact(raw, buf, sizeof buf);
+    else
+        snprintf(buf, sizeof buf, "kernel@%p", (const void *)dev);
     for (int i = 0; i < 256; i++)
         if (!seen_at[i]) {
             seen_at[i] = dev;

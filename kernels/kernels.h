@@ -404,11 +404,11 @@ int k_profiler_range(int on);
 #define K_TRACE_MAX 16384
 typedef struct k_trace_rec {
     unsigned long long t_ns; /* the global timer; record 0: the count in its low 32 bits */
-    const char *name;        /* a device address of the kernel's name (__func__) */
+    const char *name;        /* a device address of the kernel's __PRETTY_FUNCTION__ */
 } k_trace_rec;
 typedef struct k_trace_stamp {
     unsigned long long t_ns;
-    char name[64];
+    char name[96]; /* "attn_split_kernel D=256 G=2 FP8=false PV=true KEEP=true" */
 } k_trace_stamp;
 int k_trace_start(void);
 int k_trace_take(k_trace_stamp *out, int max, int *n);

@@ -189,7 +189,7 @@ static double kv_bytes(const g4_model_desc *m, int ctx, int rows) {
 
 /* The per-kernel-name sums of the trace. */
 typedef struct trace_row {
-    char name[64];
+    char name[96];
     double us;
     long gaps;
 } trace_row;
@@ -224,7 +224,7 @@ static void trace_print_order(const k_trace_stamp *st, int n, int first) {
     printf("kernel trace, the last step's first %d kernels in order (gap to the next, us):\n",
            first < n - 1 ? first : n - 1);
     for (int i = 0; i + 1 < n && i < first; i++)
-        printf("%4d %-44s %8.2f\n", i, st[i].name, (double)(st[i + 1].t_ns - st[i].t_ns) / 1e3);
+        printf("%4d %-60s %8.2f\n", i, st[i].name, (double)(st[i + 1].t_ns - st[i].t_ns) / 1e3);
 }
 
 static void trace_print(trace_row *rows, int n_rows, int steps, int stamps, double span_us) {
@@ -232,9 +232,9 @@ static void trace_print(trace_row *rows, int n_rows, int steps, int stamps, doub
     printf("kernel trace (%d graphed steps, %d stamps a step; first stamp to last %.1f us a "
            "step; a gap runs from a kernel's stamp to the next):\n",
            steps, stamps / (steps > 0 ? steps : 1), span_us / (steps > 0 ? steps : 1));
-    printf("%-44s %10s %8s %8s %10s\n", "kernel", "us/step", "share", "calls", "us/call");
+    printf("%-60s %10s %8s %8s %10s\n", "kernel", "us/step", "share", "calls", "us/call");
     for (int r = 0; r < n_rows; r++)
-        printf("%-44s %10.1f %7.1f%% %8.1f %10.2f\n", rows[r].name, rows[r].us / steps,
+        printf("%-60s %10.1f %7.1f%% %8.1f %10.2f\n", rows[r].name, rows[r].us / steps,
                100 * rows[r].us / (span_us > 0 ? span_us : 1), (double)rows[r].gaps / steps,
                rows[r].us / (double)(rows[r].gaps > 0 ? rows[r].gaps : 1));
 }
