@@ -345,7 +345,7 @@ int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
 void k_set_moe_bucket_in_up(int on);
 /* On: a k_moe_experts call of more than 128 items (prefill) on the tensor-core path runs its
  * projections with 4 tiles of 16 items a warp, each weight fragment loaded once for all of them
- * (serve.moe_prefill_tiles, default off; speed only: every output's mma sequence is the same).
+ * (serve.moe_prefill_tiles, default on; speed only: every output's mma sequence is the same).
  * Process-wide. */
 void k_set_moe_prefill_tiles(int on);
 

@@ -137,7 +137,7 @@ void config_defaults(g4_config *c) {
     c->serve.attn_fold = 1;         /* measured on the H200 (docs/configuration.md) */
     c->serve.moe_bucket_in_up = 1;  /* measured faster (docs/configuration.md) */
     c->serve.attn_cluster_rows = 0; /* measured no faster (docs/configuration.md) */
-    c->serve.moe_prefill_tiles = 0; /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.moe_prefill_tiles = 1; /* measured faster (docs/configuration.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
     c->serve.text_max_tokens = 512;
