@@ -117,11 +117,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
 
     if (!(KEEP && PV)) load_queries<D, G>(a, r, kvh, qs, tid); /* the kept-score pass: no q.k */
     if (tid < ATTN_MAX_SPB) bad[tid] = 0;
-    if (tid < G) {
-        const float2 st = start_stats<PV>(ml + base + (size_t)tid * max_split, sp.n_split);
-        m_run[tid] = st.x;
-        l_run[tid] = st.y;
-    }
+    start_stats_block<G, PV>(ml + base, max_split, sp.n_split, m_run, l_run, tid);
     /* P.V accumulators: DPT dims of every head per thread, or (WARP_PV) 8 dims of every head
      * per lane over the keys of its warp */
     constexpr int NACC = WARP_PV ? 8 : DPT;
@@ -178,7 +174,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
             tile_scores_quad<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, split_bad, kb);
             if (t1 < k_end) quad_issue<D, FP8>(a, seq, kvh, t1, nk1, 0, kb);
         } else {
-            tile_scores_butterfly<D, G, FP8>(a, seq, kvh, t0, nk, qs, ps, voff, split_bad);
+            tile_scores_butterfly<D, G, FP8, PV ? 1 : (G < 4 ? G : 4)>(a, seq, kvh, t0, nk, qs, ps,
+                                                                       voff, split_bad);
         }
         __syncthreads();
         if (KEEP && !PV) /* for the P.V pass (read-only use of ps below: no barrier needed) */
@@ -192,18 +189,33 @@ static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
                 if (kk < nk) ps[e] = softmax_p(ps[e], m_run[g], l_run[g]);
             }
             __syncthreads();
-#pragma unroll 4
-            for (int kk = 0; kk < nk; kk++) {
-                long long vo = voff[kk];
-                if (vo < 0) continue; /* block-uniform */
-                float v[DPT];
-                load_n<FP8, DPT>(a.kv.base, vo + tid * DPT, v);
+            /* VB keys' V loads in flight before the first product, then the products in key
+             * order as one key at a time would add them: a load waited on before the next
+             * (behind each key's unmapped-key branch) made the global layers' P.V pass a chain
+             * of 64 memory latencies a tile. A key without V (unmapped, or past the tile) reads
+             * element tid * DPT of the store, in bounds, and is skipped. */
+            constexpr int VB = G * DPT >= 32 ? 4 : 8;
+            for (int k0 = 0; k0 < nk; k0 += VB) {
+                raw_n<FP8, DPT> vr[VB];
+                bool has_v[VB];
 #pragma unroll
-                for (int g = 0; g < G; g++) {
-                    const float p = ps[g * ATTN_TILE + kk];
+                for (int u = 0; u < VB; u++) {
+                    const long long vo = k0 + u < nk ? voff[k0 + u] : -1;
+                    has_v[u] = vo >= 0; /* block-uniform */
+                    vr[u] = load_raw_n<FP8, DPT>(a.kv.base, (has_v[u] ? vo : 0) + tid * DPT);
+                }
 #pragma unroll
-                    for (int t = 0; t < DPT; t++)
-                        acc[g][t] += p * v[t];
+                for (int u = 0; u < VB; u++) {
+                    if (!has_v[u]) continue;
+                    float v[DPT];
+                    cvt_n<FP8, DPT>(vr[u], v);
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        const float p = ps[g * ATTN_TILE + k0 + u];
+#pragma unroll
+                        for (int t = 0; t < DPT; t++)
+                            acc[g][t] += p * v[t];
+                    }
                 }
             }
         }
@@ -246,8 +258,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     const int h = blockIdx.x, rl = blockIdx.y, r = row0 + rl;
     const int i = a.pos[r];
     const split_plan sp = plan_split(i, a.window);
-    combine_head<D>(a, r, h, ((size_t)rl * a.n_head + h) * max_split, sp.n_split,
-                    i < 0 || sp.n_split > max_split, part, ml);
+    combine_heads<D>(a, r, rl, h, 1, max_split, sp.n_split, i < 0 || sp.n_split > max_split, part,
+                     ml);
 }
 
 /* The folded combine's counters, one per (row, KV head) of a launch: zero at load, and set back

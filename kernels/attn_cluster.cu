@@ -13,7 +13,7 @@
  * the bits are those of the two-pass launches (test_attn's `cluster` gates, bit for bit):
  *   scores  quad layout (tile_scores_quad), each rounded to bf16;
  *   stats   tile_stats over the split's one tile from (-inf, 0), the sum NaN after an unmapped
- *           key; then every block merges the splits' (max, sum) in split order (start_stats'
+ *           key; then every block merges the splits' (max, sum) in split order (start_stats_block's
  *           arithmetic), reading them from the cluster's shared memory;
  *   P.V     p = k_round_bf16(exp(s - m) / l) from the scores still in shared memory (the values
  *           the stats pass keeps), keys over warps (pv_warp_keys), warps summed in warp order
@@ -77,7 +77,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     if (tid < G) st[tid] = make_float2(m_run[tid], bad ? NAN : l_run[tid]);
     cluster.sync(); /* every split's (max, sum) */
 
-    if (tid < G) { /* the row's, merged in split order as start_stats does */
+    if (tid < G) { /* the row's, merged in split order as start_stats_block does */
         float m = -INFINITY, l = 0.0f;
         int nan = !row_ok;
         for (int t = 0; t < n_split; t++)

@@ -107,35 +107,47 @@ template <bool FP8> static __device__ __forceinline__ void cvt8(const raw8<FP8> 
     }
 }
 
-/* N (2 or 4) consecutive KV elements at element offset o as fp32. */
+/* N (2 or 4) consecutive KV elements as loaded (2N bytes of bf16, N of e4m3), converted to
+ * fp32 only at use (cvt_n), so that a batch of keys in flight costs a register or two a key. */
+template <bool FP8, int N> struct raw_n { uint32_t w[FP8 ? 1 : N / 2]; };
+
+/* Element offset o of the store. */
 template <bool FP8, int N>
-static __device__ __forceinline__ void load_n(const void *base, long long o, float *x) {
-    if (FP8) {
+static __device__ __forceinline__ raw_n<FP8, N> load_raw_n(const void *base, long long o) {
+    raw_n<FP8, N> r;
+    if constexpr (FP8) {
         const uint8_t *p = (const uint8_t *)base + o;
-        uint32_t w = N == 4 ? *reinterpret_cast<const uint32_t *>(p)
-                            : (uint32_t) * reinterpret_cast<const uint16_t *>(p);
+        r.w[0] = N == 4 ? *reinterpret_cast<const uint32_t *>(p)
+                        : (uint32_t) * reinterpret_cast<const uint16_t *>(p);
+    } else {
+        const bf16_t *p = (const bf16_t *)base + o;
+        if constexpr (N == 4) {
+            uint2 u = *reinterpret_cast<const uint2 *>(p);
+            r.w[0] = u.x;
+            r.w[1] = u.y;
+        } else {
+            r.w[0] = *reinterpret_cast<const uint32_t *>(p);
+        }
+    }
+    return r;
+}
+
+template <bool FP8, int N>
+static __device__ __forceinline__ void cvt_n(const raw_n<FP8, N> &r, float *x) {
+    if constexpr (FP8) {
 #pragma unroll
         for (int h = 0; h < N / 2; h++) {
-            __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
-                (__nv_fp8x2_storage_t)((w >> (16 * h)) & 0xffffu), __NV_E4M3);
-            float2 f = __half22float2(*reinterpret_cast<__half2 *>(&r));
+            __half2_raw c = __nv_cvt_fp8x2_to_halfraw2(
+                (__nv_fp8x2_storage_t)((r.w[0] >> (16 * h)) & 0xffffu), __NV_E4M3);
+            float2 f = __half22float2(*reinterpret_cast<__half2 *>(&c));
             x[2 * h] = f.x;
             x[2 * h + 1] = f.y;
         }
     } else {
-        const bf16_t *p = (const bf16_t *)base + o;
-        uint32_t w[2];
-        if (N == 4) {
-            uint2 u = *reinterpret_cast<const uint2 *>(p);
-            w[0] = u.x;
-            w[1] = u.y;
-        } else {
-            w[0] = *reinterpret_cast<const uint32_t *>(p);
-        }
 #pragma unroll
         for (int k = 0; k < N / 2; k++) {
-            x[2 * k] = __uint_as_float(w[k] << 16);
-            x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+            x[2 * k] = __uint_as_float(r.w[k] << 16);
+            x[2 * k + 1] = __uint_as_float(r.w[k] & 0xffff0000u);
         }
     }
 }
@@ -147,7 +159,7 @@ static __device__ __forceinline__ void load_n(const void *base, long long o, flo
  * K loads, all issued before the first dot product, so a warp waits on one memory latency per
  * batch rather than two per key (the table read and the load it addresses). Each key's
  * arithmetic is the one-key-at-a-time version's: the same dims per lane, the same butterfly. */
-template <int D, int G, bool FP8>
+template <int D, int G, bool FP8, int HG>
 static __device__ __forceinline__ void
 tile_scores_butterfly(const k_attention_args &a, int seq, int kvh, int t0, int nk, const float *qs,
                       float *ps, long long *voff, int *bad) {
@@ -164,6 +176,8 @@ tile_scores_butterfly(const k_attention_args &a, int seq, int kvh, int t0, int n
         for (int u = 0; u < KB; u++) {
             const int kk = b0 + u * ATTN_WARPS;
             ko[u] = kk < nk ? kv_view_offset(&a.kv, seq, t0 + kk, a.kv_layer, 0, kvh) : -1;
+            /* V's offset from K's, no second page-table read (-1 for an unmapped key) */
+            if (lane == 0 && kk < nk) voff[kk] = kv_v_of_k(&a.kv, ko[u]);
         }
 #pragma unroll
         for (int u = 0; u < KB; u++)
@@ -179,31 +193,45 @@ tile_scores_butterfly(const k_attention_args &a, int seq, int kvh, int t0, int n
                 if (lane == 0) *bad = 1;
                 for (int g = lane; g < G; g += 32)
                     ps[g * ATTN_TILE + kk] = -INFINITY;
-                if (lane == 0) voff[kk] = -1;
-                continue;
+                continue; /* voff[kk] is -1 already */
             }
             float kf[SL * 8];
 #pragma unroll
             for (int c = 0; c < SL; c++)
                 cvt8<FP8>(kr[u][c], kf + c * 8);
+            /* HG heads at a time (a divisor of G): their lane sums first, then their
+             * butterflies a level at a time across them, then lane 0's stores. Each head's sum
+             * is the same expression in the same order, but HG shuffle chains are in flight
+             * together instead of one after another (a store between heads kept them apart).
+             * The P.V pass, whose accumulators are live here, takes one head at a time: more
+             * spilled (-Xptxas -warn-spills) */
+            static_assert(G % HG == 0, "whole groups of heads");
 #pragma unroll
-            for (int g = 0; g < G; g++) {
-                float sum = 0.0f;
+            for (int g0 = 0; g0 < G; g0 += HG) {
+                float sum[HG];
 #pragma unroll
-                for (int c = 0; c < SL; c++) {
-                    const float4 *q4 =
-                        reinterpret_cast<const float4 *>(qs + g * D + c * 256 + lane * 8);
-                    const float *k8 = kf + c * 8;
-                    float4 qa = q4[0], qb = q4[1];
-                    sum += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] +
-                           qb.x * k8[4] + qb.y * k8[5] + qb.z * k8[6] + qb.w * k8[7];
+                for (int h = 0; h < HG; h++) {
+                    sum[h] = 0.0f;
+#pragma unroll
+                    for (int c = 0; c < SL; c++) {
+                        const float4 *q4 = reinterpret_cast<const float4 *>(qs + (g0 + h) * D +
+                                                                            c * 256 + lane * 8);
+                        const float *k8 = kf + c * 8;
+                        float4 qa = q4[0], qb = q4[1];
+                        sum[h] += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] +
+                                  qb.x * k8[4] + qb.y * k8[5] + qb.z * k8[6] + qb.w * k8[7];
+                    }
                 }
 #pragma unroll
                 for (int m = 16; m > 0; m >>= 1)
-                    sum += __shfl_xor_sync(0xffffffffu, sum, m);
-                if (lane == 0) ps[g * ATTN_TILE + kk] = k_round_bf16(sum);
+#pragma unroll
+                    for (int h = 0; h < HG; h++)
+                        sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], m);
+                if (lane == 0)
+#pragma unroll
+                    for (int h = 0; h < HG; h++)
+                        ps[(g0 + h) * ATTN_TILE + kk] = k_round_bf16(sum[h]);
             }
-            if (lane == 0) voff[kk] = kv_view_offset(&a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
         }
     }
 }
@@ -311,7 +339,7 @@ quad_score(const k_attention_args &a, int seq, int kvh, int t0, int nk, int b0,
 #pragma unroll
         for (int g = 0; g < G; g++)
             ps[g * ATTN_TILE + kk] = k_round_bf16(sum[u][g]);
-        voff[kk] = kv_view_offset(&a.kv, seq, t0 + kk, a.kv_layer, 1, kvh);
+        voff[kk] = kv_v_of_k(&a.kv, kb.ko[u]); /* no second page-table read */
     }
 }
 
@@ -462,28 +490,66 @@ static __device__ __forceinline__ float softmax_p(float s, float m, float l) {
     return k_round_bf16(expf(s - m) / l);
 }
 
-/* Row r's queries of KV head kvh's group, qs[g][d] as fp32, by the block's threads. */
+/* Row r's queries of KV head kvh's group, qs[g][d] as fp32, by the block's threads: 8 elements
+ * a 16-byte load (k_attention checks q's alignment; D is a multiple of 8), every load of a
+ * thread issued before its first store, so the block waits on one load latency rather than one
+ * per few elements. The conversion is exact: the same values as element by element. */
 template <int D, int G>
 static __device__ __forceinline__ void load_queries(const k_attention_args &a, int r, int kvh,
                                                     float *qs, int tid) {
-    for (int e = tid; e < G * D; e += ATTN_THREADS) {
-        const int g = e / D, d = e % D;
-        qs[e] = k_bf16_to_f32(a.q[((size_t)r * a.n_head + (size_t)kvh * G + g) * D + d]);
+    constexpr int N8 = G * D / 8;                                         /* 16-byte pieces */
+    constexpr int PER = (N8 + ATTN_THREADS - 1) / ATTN_THREADS;           /* pieces a thread */
+    const bf16_t *q = a.q + ((size_t)r * a.n_head + (size_t)kvh * G) * D; /* the group's heads */
+    uint4 w[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int e8 = tid + k * ATTN_THREADS;
+        if (e8 < N8) w[k] = *reinterpret_cast<const uint4 *>(q + (size_t)e8 * 8);
+    }
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int e8 = tid + k * ATTN_THREADS;
+        if (e8 >= N8) continue;
+        float x[8];
+        cvt8<false>(raw8<false>{w[k]}, x);
+        float4 *dst = reinterpret_cast<float4 *>(qs + (size_t)e8 * 8);
+        dst[0] = make_float4(x[0], x[1], x[2], x[3]);
+        dst[1] = make_float4(x[4], x[5], x[6], x[7]);
     }
 }
 
-/* A head's (max, sum) at the start of a pass. P.V: the row's, over its n_split splits'
- * statistics st[] merged in split order, the same in every block. Stats: none yet (-inf, 0). */
-template <bool PV>
-static __device__ __forceinline__ float2 start_stats(const float2 *st, int n_split) {
-    float m = -INFINITY, l = 0.0f;
-    if (PV) {
-        for (int t = 0; t < n_split; t++)
-            m = fmaxf(m, st[t].x);
-        for (int t = 0; t < n_split; t++)
-            l += st[t].y * expf(st[t].x - m);
+/* Each head's (max, sum) at the start of a pass into m_run[g], l_run[g] (g < G). P.V: the row's,
+ * head g's n_split splits' statistics ml[g * max_split + s] merged in split order, the same in
+ * every block. Stats: none yet (-inf, 0). Called by every thread of the block (a barrier
+ * inside); the caller's next barrier orders m_run and l_run before their use. The statistics
+ * come in a load a thread, all in flight together, to shared memory, and thread g merges head
+ * g's from there: a chain of loads per head (one latency per few splits) made most of a P.V
+ * block's start. The same operations in the same order, so the same values. */
+template <int G, bool PV>
+static __device__ __forceinline__ void start_stats_block(const float2 *ml, int max_split,
+                                                         int n_split, float *m_run, float *l_run,
+                                                         int tid) {
+    if constexpr (PV) {
+        __shared__ float2 st[G * ATTN_MAX_SPLIT]; /* n_split <= max_split <= ATTN_MAX_SPLIT */
+        for (int e = tid; e < G * n_split; e += ATTN_THREADS) {
+            const int g = e / n_split, s = e % n_split;
+            st[g * ATTN_MAX_SPLIT + s] = ml[(size_t)g * max_split + s];
+        }
+        __syncthreads();
+        if (tid < G) {
+            const float2 *h = st + tid * ATTN_MAX_SPLIT;
+            float m = -INFINITY, l = 0.0f;
+            for (int t = 0; t < n_split; t++)
+                m = fmaxf(m, h[t].x);
+            for (int t = 0; t < n_split; t++)
+                l += h[t].y * expf(h[t].x - m);
+            m_run[tid] = m;
+            l_run[tid] = l;
+        }
+    } else if (tid < G) {
+        m_run[tid] = -INFINITY;
+        l_run[tid] = 0.0f;
     }
-    return make_float2(m, l);
 }
 
 /* ---- the combine, alone or folded into the P.V pass ---- */
@@ -498,34 +564,6 @@ static __device__ __forceinline__ float2 start_stats(const float2 *st, int n_spl
  * 8 x 512 into one block was measured slower (docs/perf-notes.md, sixteenth session). */
 #define ATTN_FOLD_HEAD_ELEMS K_ATTN_FOLD_HEAD_ELEMS
 #define ATTN_COMBINE_BATCH 8 /* splits whose partials a thread has in flight at once */
-
-/* Head h of row r: out = k_round_bf16(sum of the row's n_split partials in split order), NaN
- * when nan is set or any split's sum is NaN (an unmapped key). base: the head's first partial,
- * (rl * n_head + h) * max_split. attn_combine_kernel's body, as run on the H200 (its loads are
- * in series: the NaN test ends each). */
-template <int D>
-static __device__ __forceinline__ void combine_head(const k_attention_args &a, int r, int h,
-                                                    size_t base, int n_split, bool nan,
-                                                    const float *part, const float2 *ml) {
-    constexpr int DPT = D / ATTN_THREADS;
-    const int tid = threadIdx.x;
-    bf16_t *out = a.out + ((size_t)r * a.n_head + h) * D + tid * DPT;
-    for (int s = 0; !nan && s < n_split; s++)
-        nan = isnan(__ldcg(ml + base + s).y);
-    float o[DPT];
-#pragma unroll
-    for (int t = 0; t < DPT; t++)
-        o[t] = 0.0f;
-    for (int s = 0; !nan && s < n_split; s++) {
-        const float *src = part + (base + s) * D + tid * DPT;
-#pragma unroll
-        for (int t = 0; t < DPT; t++)
-            o[t] += __ldcg(src + t);
-    }
-#pragma unroll
-    for (int t = 0; t < DPT; t++)
-        out[t] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(o[t]);
-}
 
 /* An element pair's sum over n_split splits' partials, 0 + split 0 + split 1 + ... in split
  * order, with ATTN_COMBINE_BATCH of load(s)'s loads in flight at a time: the combine's sum,
@@ -549,13 +587,15 @@ static __device__ __forceinline__ float2 sum_split_pairs(int n_split, Load load)
     return o;
 }
 
-/* Heads h0 .. h0 + nh - 1 of row r (rl within the launch), the folded combine: the same sums as
- * combine_head (each element's partials added to 0.0f in split order, then rounded once), a head
- * NaN when nan_row is set or any of its splits' sums is NaN. Called by every thread of the block.
- * The loads are independent of one another, so they go out together: the splits' sums a thread
- * each, then ATTN_COMBINE_BATCH partials per element pair at a time, added in split order once
- * they are in (combine_head's loop waits on each NaN test in turn). They go to L2 (__ldcg):
- * other blocks wrote them. test_attn's `combine folded` gates hold the two to the same bits. */
+/* Heads h0 .. h0 + nh - 1 of row r (rl within the launch): out = k_round_bf16(each element's
+ * partials added to 0.0f in split order), a head NaN when nan_row is set or any of its splits'
+ * sums is NaN (an unmapped key). Called by every thread of the block: by the combine launch a
+ * head a block, and by the folded combine a group of heads. The loads are independent of one
+ * another, so they go out together: the splits' sums a thread each, then ATTN_COMBINE_BATCH
+ * partials per element pair at a time, added in split order once they are in (a loop that
+ * waited on each NaN test in turn was most of the combine launch's time). They go to L2
+ * (__ldcg): other blocks wrote them. test_attn's `combine folded` gates hold the folded and the
+ * launched combine to the same bits. */
 template <int D>
 static __device__ __forceinline__ void
 combine_heads(const k_attention_args &a, int r, int rl, int h0, int nh, int max_split, int n_split,

@@ -131,11 +131,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     if (PV) load_kept(0);
     if (!PV) load_queries<D, G>(a, r, kvh, qs, tid);
     if (tid < ATTN_MAX_SPB) bad[tid] = 0;
-    if (tid < G) {
-        const float2 st = start_stats<PV>(ml + base + (size_t)tid * max_split, sp.n_split);
-        m_run[tid] = st.x;
-        l_run[tid] = st.y;
-    }
+    start_stats_block<G, PV>(ml + base, max_split, sp.n_split, m_run, l_run, tid);
     float acc[G][8];
 #pragma unroll
     for (int g = 0; g < G; g++)

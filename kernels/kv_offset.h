@@ -38,4 +38,12 @@ KV_OFFSET_FN long long kv_view_offset(const k_kv_view *kv, int seq, int pos, int
                           which, pos % kv->page_tokens, head);
 }
 
+/* The V vector beside the K vector at element offset k_off (kv_view_offset's which = 0 result)
+ * of the same token, layer and head: V is the next plane of the page's layer (the layout above),
+ * page_tokens x n_kv_head x head_dim elements on; -1 stays -1. Lets attention find V without a
+ * second page-table read. */
+KV_OFFSET_FN long long kv_v_of_k(const k_kv_view *kv, long long k_off) {
+    return k_off < 0 ? -1 : k_off + (long long)kv->page_tokens * kv->n_kv_head * kv->head_dim;
+}
+
 #endif

@@ -67,6 +67,21 @@ static void test_layout(void) {
         kv_view_offset(&v, 0, 15, 4, 1, 1) == (long long)layout_offset(&bf, 1, 4, 1, 15, 1);
     TEST_CHECK("kv_layout.view_offset", view_ok,
                "mapped %lld; unmapped, past the reach and negative positions give -1", mapped);
+
+    /* kv_v_of_k: V found from K's offset, as attention does instead of a second table read,
+     * equal to the table's own answer at every position, layer and head of the view, mapped
+     * or not */
+    int v_ok = 1, n_mapped = 0;
+    for (int seq = 0; seq < 2; seq++)
+        for (int pos = -1; pos <= 3 * 16; pos++)
+            for (int l = 0; l < v.n_layer; l++)
+                for (int h = 0; h < v.n_kv_head; h++) {
+                    long long k = kv_view_offset(&v, seq, pos, l, 0, h);
+                    v_ok &= kv_v_of_k(&v, k) == kv_view_offset(&v, seq, pos, l, 1, h);
+                    n_mapped += k >= 0;
+                }
+    TEST_CHECK("kv_layout.v_of_k", v_ok && n_mapped == 2 * 16 * 5 * 2,
+               "%d mapped (position, layer, head) triples and the unmapped ones", n_mapped);
 }
 
 static kv_layout mk(int page, int elem_bytes) {
