@@ -530,7 +530,11 @@ static __device__ __forceinline__ void start_stats_block(const float2 *ml, int m
                                                          int n_split, float *m_run, float *l_run,
                                                          int tid) {
     if constexpr (PV) {
-        __shared__ float2 st[G * ATTN_MAX_SPLIT]; /* n_split <= max_split <= ATTN_MAX_SPLIT */
+        /* n_split <= max_split <= ATTN_MAX_SPLIT. Static shared memory beside the launch's
+         * dynamic part: with the split kernel's largest (G 16 at head dim 512, 36 KB) it must
+         * stay under the 48 KB a launch gets without opting in */
+        static_assert(G * ATTN_MAX_SPLIT * sizeof(float2) <= 4096, "see the launchers' smem");
+        __shared__ float2 st[G * ATTN_MAX_SPLIT];
         for (int e = tid; e < G * n_split; e += ATTN_THREADS) {
             const int g = e / n_split, s = e % n_split;
             st[g * ATTN_MAX_SPLIT + s] = ml[(size_t)g * max_split + s];

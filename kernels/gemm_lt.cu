@@ -252,7 +252,9 @@ static __device__ __forceinline__ void prefetch_weight_rows(int bx, const bf16_t
          off += (size_t)MMA_GEMM_THREADS * PREFETCH_PIECE) {
         const unsigned piece =
             (unsigned)(bytes - off < PREFETCH_PIECE ? bytes - off : PREFETCH_PIECE);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(piece));
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
+                         (unsigned long long)__cvta_generic_to_global(p + off)),
+                     "r"(piece));
     }
 }
 
