@@ -27,7 +27,7 @@ ab_round() {
             echo "== weight_prefetch $pf, $m batch $b"
             timeout 100 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
                 --set serve.max_context=4096 --set serve.weight_prefetch=$pf --batch $b \
-                --prompt 1024 --steps 32 | grep -m6 -E "^decode step|_proj|^attention "
+                --prompt 1024 --steps 32 | grep -m8 -E "^decode step|_proj|^attention "
         done
     done
 }
