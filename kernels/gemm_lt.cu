@@ -229,40 +229,9 @@ gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n
     }
 }
 
-/* Block bx's weight rows, 8 * NB of them from bx * 8 * NB (fewer at the end of w), asked of L2
- * before the block waits on its producer (serve.weight_prefetch): with programmatic dependent
- * launch the block is resident while the kernel before it runs, mostly latency-bound row ops and
- * attention during which HBM idles, so its weights can stream then. The rows are contiguous in
- * w; the block's first threads ask for them in pieces of PREFETCH_PIECE bytes
- * (cp.async.bulk.prefetch: a hint that holds no register and waits on nothing). The weights do
- * not change during a step, so no value the kernel reads depends on it: the same bits
- * (test_gemm_lt's `gemm_weight_prefetch` gates). Only grid row 0 asks: the other rows' blocks read
- * the same weights. */
-#define PREFETCH_PIECE 16384
-template <int NB>
-static __device__ __forceinline__ void prefetch_weight_rows(int bx, const bf16_t *w, int n, int k) {
-    const int o0 = bx * 8 * NB;
-    if (blockIdx.y != 0 || o0 >= n) return;
-    const int rows = n - o0 < 8 * NB ? n - o0 : 8 * NB;
-    /* k % 32 == 0 and w on 16 bytes (k_gemm checks both): every piece starts on 64 bytes and
-     * is a multiple of 16, as the instruction needs */
-    const size_t bytes = (size_t)rows * (size_t)k * sizeof(bf16_t);
-    const char *p = (const char *)(w + (size_t)o0 * (size_t)k);
-    for (size_t off = (size_t)threadIdx.x * PREFETCH_PIECE; off < bytes;
-         off += (size_t)MMA_GEMM_THREADS * PREFETCH_PIECE) {
-        const unsigned piece =
-            (unsigned)(bytes - off < PREFETCH_PIECE ? bytes - off : PREFETCH_PIECE);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
-                         (unsigned long long)__cvta_generic_to_global(p + off)),
-                     "r"(piece));
-    }
-}
-
 template <int MT, int NB, int U>
 static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
-    gemm_mma_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy,
-                    int prefetch) {
-    if (prefetch) prefetch_weight_rows<NB>(blockIdx.x, w, n, k); /* before the wait: see above */
+    gemm_mma_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
     K_GRID_DEPENDENCY();
     gemm_mma_block<MT, NB, U>(blockIdx.x, y, x, w, m, n, k, ldy);
 }
@@ -273,7 +242,6 @@ static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
  * the small weights' blocks fill the card together (docs/perf-notes.md). */
 typedef struct mma_group_table {
     int n_members;
-    int prefetch; /* serve.weight_prefetch (prefetch_weight_rows) */
     int first[K_GEMM_GROUP_MAX + 1];
     const bf16_t *w[K_GEMM_GROUP_MAX];
     bf16_t *y[K_GEMM_GROUP_MAX];
@@ -283,18 +251,10 @@ typedef struct mma_group_table {
 template <int MT, int NB, int U>
 static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
     gemm_mma_group_kernel(mma_group_table t, const bf16_t *x, int m, int k) {
+    K_GRID_DEPENDENCY();
     /* the member by compares, and each member's fields read at constant offsets (an index into
      * the parameters would copy them to local memory) */
     const int b = blockIdx.x;
-    if (t.prefetch) { /* before the wait, as gemm_mma_kernel's */
-        if (t.n_members > 2 && b >= t.first[2])
-            prefetch_weight_rows<NB>(b - t.first[2], t.w[2], t.n[2], k);
-        else if (t.n_members > 1 && b >= t.first[1])
-            prefetch_weight_rows<NB>(b - t.first[1], t.w[1], t.n[1], k);
-        else
-            prefetch_weight_rows<NB>(b, t.w[0], t.n[0], k);
-    }
-    K_GRID_DEPENDENCY();
     if (t.n_members > 2 && b >= t.first[2])
         gemm_mma_block<MT, NB, U>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k, t.ldy[2]);
     else if (t.n_members > 1 && b >= t.first[1])
@@ -303,10 +263,7 @@ static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
         gemm_mma_block<MT, NB, U>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0]);
 }
 
-static bool fuse_groups;        /* k_gemm_fuse */
-static int weight_prefetch = 0; /* serve.weight_prefetch's default */
-
-extern "C" void k_set_weight_prefetch(int on) { weight_prefetch = on ? 1 : 0; }
+static bool fuse_groups; /* k_gemm_fuse */
 
 extern "C" void k_gemm_fuse(int on) { fuse_groups = on != 0; }
 
@@ -443,14 +400,13 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
                       (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
             CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
                                 (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
-                                (const bf16_t *)a->w, a->m, a->n, a->k, ldy, weight_prefetch));
+                                (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
         } else {
             int tiles = (a->m + 63) / 64;
             dim3 grid((unsigned)((a->n + 31) / 32), (unsigned)(tiles < 65535 ? tiles : 65535));
-            /* no prefetch: a prefill chunk's GEMM is long beside the kernel before it */
             CUDA_CHECK(k_launch(gemm_mma_kernel<4, 4, 2>, grid, MMA_GEMM_THREADS, 0,
                                 (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
-                                (const bf16_t *)a->w, a->m, a->n, a->k, ldy, 0));
+                                (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
         }
         CUDA_CHECK(cudaGetLastError());
         return K_OK;
@@ -518,7 +474,6 @@ extern "C" int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
     if (m == 0) return K_OK;
     mma_group_table t = {};
     t.n_members = a->n_gemms;
-    t.prefetch = weight_prefetch;
     for (int i = 0; i < a->n_gemms; i++) {
         const k_gemm_args *g = &a->g[i];
         t.w[i] = (const bf16_t *)g->w;

@@ -297,10 +297,6 @@ int k_gemm_group_fuses(const k_gemm_group_args *a);
  * one launch (serve.fuse_projections; the same bits either way, kernels/gemm_lt.cu).
  * Process-wide, read at each call: the last engine opened sets it for all. */
 void k_gemm_fuse(int on);
-/* on: the tensor-core kernel's decode-form blocks (m <= 32) ask L2 for their weight rows before
- * they wait on the kernel before them (serve.weight_prefetch, default off; speed only: the
- * weights do not change within a step, so the same bits). Process-wide, read at each call. */
-void k_set_weight_prefetch(int on);
 
 /* kernels/fill.cu: seeded random fill */
 int k_fill_uniform(const k_fill_args *a, g4_stream st);

@@ -74,7 +74,6 @@ int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
     return K_ERR_DEVICE;
 }
 void k_gemm_fuse(int on) { (void)on; }
-void k_set_weight_prefetch(int on) { (void)on; }
 void k_set_attn_fold(int on) { (void)on; }
 void k_set_attn_cluster_rows(int rows) { (void)rows; }
 int k_attn_cluster_available(void) { return 0; }

@@ -319,15 +319,14 @@ static void run_group_ref(void) {
  * of uneven length), as k_gemm_group against the same plans called one by one, outputs
  * poisoned first: every output bit equal. k_gemm_group_fuses must say one launch at m = 1, 16
  * and 24 (two row tiles) and separate calls at 130 (past the decode form) and when one member is
- * on cuBLASLt. With prefetch, the group runs with serve.weight_prefetch on and the calls with it
- * off: the prefetch inside the fused grid (each block its own member's rows) changes no bit. */
-static void run_group(int m, int mixed, int ragged, uint64_t seed, int prefetch) {
+ * on cuBLASLt. */
+static void run_group(int m, int mixed, int ragged, uint64_t seed) {
     enum { K = 2816 };
     const int Q = ragged ? 1004 : 4096, KV = ragged ? 518 : 2048, FF = ragged ? 2110 : 2112;
     const int want_fused = !mixed && m <= 32;
     char gate[96];
-    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s]", m, mixed ? " mixed" : "",
-             ragged ? " ragged" : "", prefetch ? " prefetch" : "");
+    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s]", m, mixed ? " mixed" : "",
+             ragged ? " ragged" : "");
     const int ns[5] = {Q, KV, KV, FF, FF};
     gemm_bufs b[5] = {0};
     int rc = 0;
@@ -376,9 +375,7 @@ static void run_group(int m, int mixed, int ragged, uint64_t seed, int prefetch)
                              .plan = plan[4]};
     k_gemm_fuse(1);
     const int fused_qkv = k_gemm_group_fuses(&qkv), fused_gu = k_gemm_group_fuses(&gup);
-    k_set_weight_prefetch(prefetch); /* the separate calls below run without it */
     if (!rc) rc |= k_gemm_group(&qkv, NULL) | k_gemm_group(&gup, NULL);
-    k_set_weight_prefetch(0);
     k_gemm_fuse(0);
     for (int i = 0; i < 3 && !rc; i++) {
         k_gemm_args one = qkv.g[i];
@@ -431,47 +428,6 @@ static void run_group(int m, int mixed, int ragged, uint64_t seed, int prefetch)
     free(poison);
 }
 
-/* serve.weight_prefetch: the decode form's blocks ask L2 for their weight rows before they wait
- * on the kernel before them, a hint that changes no value. Each projection call at m rows, with
- * the prefetch off and then on (y poisoned with NaN before each), and the fused q|k|v group
- * likewise: every output bit equal, every output written. n = 1004 leaves a last block of 4
- * weight rows, whose prefetch must stop at w's end. A fault in the prefetch (an address past w)
- * fails the call or the synchronisation after it. */
-static void run_prefetch(int m, int n, int k, uint64_t seed) {
-    char gate[96];
-    snprintf(gate, sizeof gate, "gemm_weight_prefetch[m%d n%d k%d]", m, n, k);
-    const size_t ys = (size_t)m * n;
-    gemm_bufs b;
-    int rc = gemm_bufs_make(&b, m, n, k, seed) != 0;
-    bf16_t *on = malloc(ys * 2), *poison = malloc(ys * 2);
-    k_gemm_plan *plan = NULL;
-    k_gemm_mma(1);
-    rc = rc || !on || !poison || k_gemm_plan_create(&plan, 64, n, k) != 0;
-    k_gemm_mma(0);
-    long differ = 0, unwritten = 0;
-    for (int pass = 0; pass < 2 && !rc; pass++) {
-        for (size_t j = 0; j < ys; j++)
-            poison[j] = 0x7fc0;
-        k_set_weight_prefetch(pass);
-        k_gemm_args a = {.y = b.dy, .x = b.dx, .w = b.dw, .m = m, .n = n, .k = k, .plan = plan};
-        rc |= k_copy_to_device(b.dy, poison, ys * 2) | k_gemm(&a, NULL) | k_sync() |
-              k_copy_to_host(pass ? on : b.y, b.dy, ys * 2);
-    }
-    k_set_weight_prefetch(0);
-    for (size_t j = 0; !rc && j < ys; j++) {
-        differ += b.y[j] != on[j];
-        unwritten += (on[j] & 0x7fff) > 0x7f80;
-    }
-    TEST_CHECK(gate, rc == 0 && differ == 0 && unwritten == 0,
-               "rc %d, %ld of %zu outputs differ with the prefetch on (exact rule), %ld NaN; "
-               "runs on %s",
-               rc, differ, ys, unwritten, plan ? k_gemm_plan_kernel(plan) : "(no plan)");
-    k_gemm_plan_destroy(plan);
-    gemm_bufs_free(&b);
-    free(on);
-    free(poison);
-}
-
 int main(void) {
     char desc[256];
     run_group_ref(); /* the CPU twin: needs no GPU */
@@ -484,7 +440,6 @@ int main(void) {
         test_skip("gemm_auto_kernel", "no GPU (%s)", desc);
         test_skip("gemm_auto_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_group_vs_calls", "no GPU (%s)", desc);
-        test_skip("gemm_weight_prefetch", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -564,18 +519,10 @@ int main(void) {
     run_shape("gemm_auto_vs_ref", 5, 1000, 264, 64, 6002);
     run_invariant("auto q", 4096, 2816, 6003);
     k_gemm_auto(0);
-    run_group(1, 0, 0, 7001, 0);
-    run_group(16, 0, 0, 7011, 0);
-    run_group(24, 0, 1, 7021, 0);
-    run_group(130, 0, 0, 7031, 0);
-    run_group(16, 1, 0, 7041, 0);
-    /* the fused groups with the prefetch on, against the members' own calls with it off */
-    run_group(1, 0, 0, 7051, 1);
-    run_group(24, 0, 1, 7061, 1);
-    run_prefetch(1, 4096, 2816, 7101);
-    run_prefetch(16, 2816, 4096, 7102);
-    run_prefetch(3, 1004, 288, 7103);
-    run_prefetch(1, 128, 2816, 7104);
-    run_prefetch(40, 2112, 2816, 7105); /* the prefill form: no prefetch, the same bits */
+    run_group(1, 0, 0, 7001);
+    run_group(16, 0, 0, 7011);
+    run_group(24, 0, 1, 7021);
+    run_group(130, 0, 0, 7031);
+    run_group(16, 1, 0, 7041);
     return harness_exit();
 }
