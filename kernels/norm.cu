@@ -236,6 +236,185 @@ static __global__ __launch_bounds__(RMS_THREADS) void row_ops_kernel(k_row_ops_a
     }
 }
 
+/* ---- the row-op chain (serve.row_chain) ----
+ *
+ * The same ops as row_ops_kernel, element for element the same arithmetic, in a form made for
+ * what a decode step's row ops wait on (docs/perf-notes.md, "Row ops"): the held kernels above
+ * compile to 50-65 KB of code, held slots for the widest row behind per-element branches, which
+ * every launch fetches afresh (the weights streaming through L2 evict it between layers); each
+ * op loads back the row the op before it stored; each waits on its weights after its producer.
+ * Here a thread holds HELD elements, the row's own count rounded up to one of a few sizes (a
+ * template per size, so a launch runs only the slots its row has), the ops run in a rolled
+ * loop over the parameters (__grid_constant__: indexed without a local copy), an op whose
+ * input is the previous op's output takes it from the registers that held the stored values,
+ * and the weight vectors (norm weights, mul_vec_scale's v: model constants) are read before
+ * the wait on the grid before, while it runs.
+ *
+ * Every op of a chain has one width and every activation operand is a [rows, width] buffer the
+ * ops either share exactly or do not overlap (the launcher checks both), so element j of a row
+ * is read and written by one thread in every op: no barrier between ops is needed, only the
+ * block sums', whose partials alternate between two buffers so a norm's cannot overwrite the
+ * previous norm's before every thread has read them. */
+
+/* The held sizes a chain is compiled for: the first at least the row's elements per thread. */
+#define CHAIN_SIZES(X) X(1) X(2) X(4) X(6) X(8) X(10) X(11) X(12) X(16) X(21) X(24)
+#define CHAIN_MAX_HELD 24
+/* Up to this many held elements the weight vectors wait in shared memory (K_ROW_OPS_MAX x HELD
+ * x RMS_THREADS bf16, 24 KB); above it each op loads its own. */
+#define CHAIN_PRELOAD_MAX_HELD 12
+
+static int row_chain = 1; /* serve.row_chain's default */
+extern "C" void k_set_row_chain(int on) { row_chain = on ? 1 : 0; }
+
+/* block_sum with its partials in buffer `parity` of two (see above). */
+static __device__ float block_sum2(float v, int parity) {
+    __shared__ float part[2][RMS_WARPS];
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    if ((threadIdx.x & 31) == 0) part[parity][threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int w = 0; w < RMS_WARPS; w++)
+        s += part[parity][w];
+    return s;
+}
+
+template <int HELD>
+static __device__ __forceinline__ void chain_load(float (&v)[HELD], const bf16_t *row, int width) {
+#pragma unroll
+    for (int i = 0; i < HELD; i++) {
+        const int j = threadIdx.x + i * RMS_THREADS;
+        v[i] = j < width ? k_bf16_to_f32(row[j]) : 0.0f;
+    }
+}
+
+/* An operand: the previous op's output from the registers when it is that buffer, else loaded. */
+template <int HELD>
+static __device__ __forceinline__ void
+chain_operand(float (&v)[HELD], const bf16_t *buf, const bf16_t *prev_out, const float (&cur)[HELD],
+              size_t o, int width) {
+    if (buf == prev_out) {
+#pragma unroll
+        for (int i = 0; i < HELD; i++)
+            v[i] = cur[i];
+    } else {
+        chain_load<HELD>(v, buf + o, width);
+    }
+}
+
+/* The op's weight vector (a norm's w, mul_vec_scale's v): NULL for none. */
+static __device__ __forceinline__ const bf16_t *chain_weight(const k_row_op &op) {
+    return op.kind == K_ROW_RMSNORM         ? op.u.rmsnorm.w
+           : op.kind == K_ROW_MUL_VEC_SCALE ? op.u.mul_vec_scale.v
+                                            : nullptr;
+}
+
+/* Element i of slot s's weight vector as this thread will use it. */
+template <int HELD, bool PRE>
+static __device__ __forceinline__ float chain_w(const bf16_t (*wsm)[HELD][RMS_THREADS], int s,
+                                                const bf16_t *w, int i, int width) {
+    const int j = threadIdx.x + i * RMS_THREADS;
+    if constexpr (PRE) return k_bf16_to_f32(wsm[s][i][threadIdx.x]);
+    return j < width ? k_bf16_to_f32(w[j]) : 0.0f;
+}
+
+/* A norm's outputs: stored, and kept in cur for the next op. */
+template <int HELD, bool PRE, bool HAS_W, bool HAS_RES>
+static __device__ __forceinline__ void
+chain_norm_out(float (&cur)[HELD], const float (&x)[HELD], const float (&res)[HELD], float inv,
+               const bf16_t (*wsm)[HELD][RMS_THREADS], int s, const k_rmsnorm_args &n, size_t o,
+               int width) {
+#pragma unroll
+    for (int i = 0; i < HELD; i++) {
+        const float w = HAS_W ? chain_w<HELD, PRE>(wsm, s, n.w, i, width) : 0.0f;
+        const bf16_t y = rms_out(x[i], inv, HAS_W, w, HAS_RES, HAS_RES ? res[i] : 0.0f);
+        cur[i] = k_bf16_to_f32(y);
+        const int j = threadIdx.x + i * RMS_THREADS;
+        if (j < width) n.out[o + j] = y;
+    }
+}
+
+template <int HELD>
+static __global__
+__launch_bounds__(RMS_THREADS) void row_chain_kernel(const __grid_constant__ k_row_ops_args a,
+                                                     int width) {
+    constexpr bool PRE = HELD <= CHAIN_PRELOAD_MAX_HELD;
+    __shared__ bf16_t wsm[PRE ? K_ROW_OPS_MAX : 1][HELD][RMS_THREADS];
+    if constexpr (PRE) { /* model constants: read while the grid before still runs */
+#pragma unroll
+        for (int s = 0; s < K_ROW_OPS_MAX; s++) {
+            const bf16_t *w = s < a.n_ops ? chain_weight(a.op[s]) : nullptr;
+            if (!w) continue;
+            bf16_t v[HELD]; /* all loads issued before the first store */
+#pragma unroll
+            for (int i = 0; i < HELD; i++) {
+                const int j = threadIdx.x + i * RMS_THREADS;
+                v[i] = j < width ? w[j] : (bf16_t)0;
+            }
+#pragma unroll
+            for (int i = 0; i < HELD; i++)
+                wsm[s][i][threadIdx.x] = v[i];
+        }
+    }
+    K_GRID_DEPENDENCY();
+    const size_t o = (size_t)blockIdx.x * (size_t)width;
+    float cur[HELD]; /* the previous op's output, as stored */
+    const bf16_t *prev_out = nullptr;
+    int norms = 0;
+#pragma unroll 1
+    for (int s = 0; s < a.n_ops; s++) {
+        const k_row_op &op = a.op[s];
+        float x[HELD];
+        if (op.kind == K_ROW_RMSNORM) {
+            const k_rmsnorm_args &n = op.u.rmsnorm;
+            chain_operand<HELD>(x, n.in, prev_out, cur, o, width);
+            float res[HELD];
+            if (n.residual) chain_operand<HELD>(res, n.residual, prev_out, cur, o, width);
+            float ss = 0.0f;
+#pragma unroll
+            for (int i = 0; i < HELD; i++)
+                if (threadIdx.x + i * RMS_THREADS < width)
+                    ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
+            const float inv = rms_inv(block_sum2(ss, norms++ & 1), width, n.eps);
+            /* the weight and residual tests once, not per element */
+            if (n.w && n.residual)
+                chain_norm_out<HELD, PRE, true, true>(cur, x, res, inv, wsm, s, n, o, width);
+            else if (n.w)
+                chain_norm_out<HELD, PRE, true, false>(cur, x, res, inv, wsm, s, n, o, width);
+            else if (n.residual)
+                chain_norm_out<HELD, PRE, false, true>(cur, x, res, inv, wsm, s, n, o, width);
+            else
+                chain_norm_out<HELD, PRE, false, false>(cur, x, res, inv, wsm, s, n, o, width);
+            prev_out = n.out;
+        } else if (op.kind == K_ROW_MUL_VEC_SCALE) {
+            const k_mul_vec_scale_args &m = op.u.mul_vec_scale;
+            chain_operand<HELD>(x, m.a, prev_out, cur, o, width);
+#pragma unroll
+            for (int i = 0; i < HELD; i++) {
+                const bf16_t y =
+                    mul_vec_scale_of(x[i], chain_w<HELD, PRE>(wsm, s, m.v, i, width), m.scale);
+                cur[i] = k_bf16_to_f32(y);
+                const int j = threadIdx.x + i * RMS_THREADS;
+                if (j < width) m.out[o + j] = y;
+            }
+            prev_out = m.out;
+        } else {
+            const k_scale_add_args &sa = op.u.scale_add;
+            chain_operand<HELD>(x, sa.a, prev_out, cur, o, width);
+            float b[HELD];
+            if (sa.b) chain_operand<HELD>(b, sa.b, prev_out, cur, o, width);
+#pragma unroll
+            for (int i = 0; i < HELD; i++) {
+                const bf16_t y = scale_add_of(x[i], sa.b, sa.b ? b[i] : 0.0f, sa.scale);
+                cur[i] = k_bf16_to_f32(y);
+                const int j = threadIdx.x + i * RMS_THREADS;
+                if (j < width) sa.out[o + j] = y;
+            }
+            prev_out = sa.out;
+        }
+    }
+}
+
 static __global__ __launch_bounds__(EW_THREADS) void gelu_mul_kernel(k_gelu_mul_args a) {
     K_GRID_DEPENDENCY();
     size_t n = (size_t)a.rows * (size_t)a.width;
@@ -292,6 +471,95 @@ static __global__ __launch_bounds__(EW_THREADS) void softcap_kernel(k_softcap_ar
     }
 }
 
+/* ---- the chain's launch ---- */
+
+/* The held size of a chain over rows of width elements: the smallest compiled one with at
+ * least a thread's elements, 0 when the row is wider than any. */
+static int chain_held(int width) {
+    static const int sizes[] = {
+#define CHAIN_SIZE_ENTRY(h) h,
+        CHAIN_SIZES(CHAIN_SIZE_ENTRY)
+#undef CHAIN_SIZE_ENTRY
+    };
+    const int per_thread = (width + RMS_THREADS - 1) / RMS_THREADS;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i] >= per_thread) return sizes[i];
+    return 0;
+}
+
+/* An op's row width (scale_add's from n), its activation operands and its weight vector. */
+static int chain_op_width(const k_row_op *op, int rows) {
+    return op->kind == K_ROW_RMSNORM         ? op->u.rmsnorm.width
+           : op->kind == K_ROW_MUL_VEC_SCALE ? op->u.mul_vec_scale.width
+                                             : (int)(op->u.scale_add.n / (size_t)rows);
+}
+static int chain_op_buffers(const k_row_op *op, const void *buf[3]) {
+    if (op->kind == K_ROW_RMSNORM) {
+        buf[0] = op->u.rmsnorm.out, buf[1] = op->u.rmsnorm.in, buf[2] = op->u.rmsnorm.residual;
+    } else if (op->kind == K_ROW_MUL_VEC_SCALE) {
+        buf[0] = op->u.mul_vec_scale.out, buf[1] = op->u.mul_vec_scale.a, buf[2] = NULL;
+    } else {
+        buf[0] = op->u.scale_add.out, buf[1] = op->u.scale_add.a, buf[2] = op->u.scale_add.b;
+    }
+    return 3;
+}
+
+static bool ranges_apart(const void *p, size_t pn, const void *q, size_t qn) {
+    const char *a = (const char *)p, *b = (const char *)q;
+    return a + pn <= b || b + qn <= a;
+}
+
+/* The chain's preconditions (see row_chain_kernel): rows > 0 of one width it is compiled for,
+ * every two activation buffers the same or apart, no weight vector inside a buffer an op
+ * writes (the weights are read before the ops run). The width goes to *width. */
+static bool chain_fits(const k_row_ops_args *a, int *width) {
+    if (!row_chain || a->rows <= 0) return false;
+    const int w0 = chain_op_width(&a->op[0], a->rows);
+    if (w0 <= 0 || chain_held(w0) == 0) return false;
+    const size_t bytes = (size_t)a->rows * (size_t)w0 * sizeof(bf16_t);
+    const void *buf[K_ROW_OPS_MAX * 3];
+    int nb = 0;
+    for (int i = 0; i < a->n_ops; i++) {
+        if (chain_op_width(&a->op[i], a->rows) != w0) return false;
+        nb += chain_op_buffers(&a->op[i], buf + nb);
+    }
+    for (int i = 0; i < nb; i++)
+        for (int j = i + 1; j < nb; j++)
+            if (buf[i] && buf[j] && buf[i] != buf[j] && !ranges_apart(buf[i], bytes, buf[j], bytes))
+                return false;
+    for (int i = 0; i < a->n_ops; i++) {
+        const k_row_op *op = &a->op[i];
+        const bf16_t *w = op->kind == K_ROW_RMSNORM         ? op->u.rmsnorm.w
+                          : op->kind == K_ROW_MUL_VEC_SCALE ? op->u.mul_vec_scale.v
+                                                            : NULL;
+        if (!w) continue;
+        for (int k = 0; k < a->n_ops; k++) {
+            const void *kb[3];
+            chain_op_buffers(&a->op[k], kb);
+            if (!ranges_apart(w, (size_t)w0 * sizeof(bf16_t), kb[0], bytes)) return false;
+        }
+    }
+    *width = w0;
+    return true;
+}
+
+static int launch_chain(const k_row_ops_args *a, int width, g4_stream st) {
+    const int held = chain_held(width);
+    switch (held) {
+#define CHAIN_CASE(h)                                                                              \
+    case h:                                                                                        \
+        CUDA_CHECK(k_launch(row_chain_kernel<h>, (unsigned)a->rows, RMS_THREADS, 0,                \
+                            (cudaStream_t)st, *a, width));                                         \
+        break;
+        CHAIN_SIZES(CHAIN_CASE)
+#undef CHAIN_CASE
+    default:
+        return K_ERR_SHAPE;
+    }
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
+}
+
 /* ---- launchers ---- */
 
 extern "C" int k_embed(const k_embed_args *a, g4_stream st) {
@@ -307,6 +575,10 @@ extern "C" int k_rmsnorm(const k_rmsnorm_args *a, g4_stream st) {
     if (a->rows < 0 || a->width <= 0) return K_ERR_SHAPE;
     if (a->rows == 0) return K_OK;
     if (!a->out || !a->in) return K_ERR_SHAPE;
+    const k_row_ops_args one = {
+        .rows = a->rows, .n_ops = 1, .op = {{.kind = K_ROW_RMSNORM, .u = {.rmsnorm = *a}}}};
+    int width;
+    if (chain_fits(&one, &width)) return launch_chain(&one, width, st);
     CUDA_CHECK(k_launch(rmsnorm_kernel, (unsigned)a->rows, RMS_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
@@ -389,6 +661,8 @@ extern "C" int k_row_ops(const k_row_ops_args *a, g4_stream st) {
         }
     }
     if (a->rows == 0) return K_OK;
+    int width;
+    if (chain_fits(a, &width)) return launch_chain(a, width, st);
     CUDA_CHECK(k_launch(row_ops_kernel, (unsigned)a->rows, RMS_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;

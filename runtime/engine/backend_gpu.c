@@ -66,6 +66,7 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_moe_bucket_in_up(cfg->serve.moe_bucket_in_up);   /* likewise */
     k_set_attn_cluster_rows(cfg->serve.attn_cluster_rows); /* likewise */
     k_set_moe_prefill_tiles(cfg->serve.moe_prefill_tiles); /* likewise */
+    k_set_row_chain(cfg->serve.row_chain);                 /* likewise */
     return bk;
 }
 

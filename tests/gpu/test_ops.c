@@ -461,6 +461,114 @@ static void run_softcap(size_t n, float cap, uint64_t seed) {
     free(ref);
 }
 
+/* ---- row_chain ---- */
+
+/* Rule: k_rmsnorm alone in the chain kernel gives the held kernel's bytes (the same elements
+ * per thread, sum order and rounding points), weighted or not, with or without the residual,
+ * out on in or on the residual; past 6,144 elements both run the strided loop. */
+static void run_rmsnorm_chain(int rows, int width, int has_w, int has_res, int alias,
+                              uint64_t seed) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "row_chain[rmsnorm w=%d rows=%d%s%s%s]", width, rows,
+             has_w ? "" : " unweighted", has_res ? " res" : "",
+             alias == ALIAS_IN    ? " out=in"
+             : alias == ALIAS_RES ? " out=res"
+                                  : "");
+    rng_state = seed;
+    size_t n = (size_t)rows * (size_t)width;
+    bf16_t *x = hbuf(n), *w = hbuf((size_t)width), *res = hbuf(n), *out = poisoned(n);
+    bf16_t *got[2] = {hbuf(n), hbuf(n)};
+    fill(x, n, 1.0f);
+    fill(w, (size_t)width, 1.0f);
+    fill(res, n, 4.0f);
+    int rc = 0;
+    for (int chain = 0; chain < 2; chain++) {
+        void *dx = dcopy(x, n * 2, &rc), *dw = dcopy(w, (size_t)width * 2, &rc);
+        void *dres = dcopy(res, n * 2, &rc), *dout = dcopy(out, n * 2, &rc);
+        k_rmsnorm_args a = {.out = alias == ALIAS_IN    ? dx
+                                   : alias == ALIAS_RES ? dres
+                                                        : dout,
+                            .in = dx,
+                            .w = has_w ? dw : NULL,
+                            .residual = has_res ? dres : NULL,
+                            .rows = rows,
+                            .width = width,
+                            .eps = EPS};
+        k_set_row_chain(chain);
+        if (rc == 0) rc |= k_rmsnorm(&a, NULL);
+        k_set_row_chain(1);
+        rc |= k_sync();
+        if (rc == 0) rc |= k_copy_to_host(got[chain], a.out, n * 2);
+        k_device_free(dx);
+        k_device_free(dw);
+        k_device_free(dres);
+        k_device_free(dout);
+    }
+    size_t differ = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        differ += got[0][i] != got[1][i];
+    TEST_CHECK(gate, rc == 0 && differ == 0, "rc %d, %zu of %zu elements differ", rc, differ, n);
+    free(x);
+    free(w);
+    free(res);
+    free(out);
+    free(got[0]);
+    free(got[1]);
+}
+
+/* Rule: a group whose buffers overlap without coinciding (here the second norm's output starts
+ * half a row into the residual it reads) is refused by the chain, whose threads would then
+ * touch each other's elements, and runs on the held group kernel: the separate launches'
+ * bytes. One row, so the held kernel's one block per row matches the launches' order. */
+static void run_row_chain_overlap(int width, uint64_t seed) {
+    char gate[96];
+    snprintf(gate, sizeof gate, "row_chain[overlapping buffers fall back w=%d]", width);
+    rng_state = seed;
+    const size_t n = (size_t)width * 2; /* x and the shifted xn inside one buffer */
+    bf16_t *xi = hbuf(n), *ti = hbuf((size_t)width), *w1 = hbuf((size_t)width);
+    bf16_t *w2 = hbuf((size_t)width), *got[2] = {hbuf(n), hbuf(n)};
+    fill(xi, n, 4.0f);
+    fill(ti, (size_t)width, 1.0f);
+    fill(w1, (size_t)width, 1.0f);
+    fill(w2, (size_t)width, 1.0f);
+    int rc = 0;
+    void *dw1 = dcopy(w1, (size_t)width * 2, &rc), *dw2 = dcopy(w2, (size_t)width * 2, &rc);
+    for (int pass = 0; pass < 2; pass++) { /* 0: separate held launches, 1: the group, chain on */
+        bf16_t *dx = dcopy(xi, n * 2, &rc), *dt = dcopy(ti, (size_t)width * 2, &rc);
+        k_rmsnorm_args n0 = {
+            .out = dx, .in = dt, .w = dw1, .residual = dx, .rows = 1, .width = width, .eps = EPS};
+        k_rmsnorm_args n1 = {
+            .out = dx + width / 2, .in = dx, .w = dw2, .rows = 1, .width = width, .eps = EPS};
+        if (pass == 0) {
+            k_set_row_chain(0);
+            if (rc == 0) rc |= k_rmsnorm(&n0, NULL);
+            if (rc == 0) rc |= k_rmsnorm(&n1, NULL);
+            k_set_row_chain(1);
+        } else {
+            k_row_ops_args g = {.rows = 1, .n_ops = 2};
+            g.op[0] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = n0};
+            g.op[1] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = n1};
+            if (rc == 0) rc |= k_row_ops(&g, NULL);
+        }
+        rc |= k_sync();
+        if (rc == 0) rc |= k_copy_to_host(got[pass], dx, n * 2);
+        k_device_free(dx);
+        k_device_free(dt);
+    }
+    size_t differ = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        differ += got[0][i] != got[1][i];
+    TEST_CHECK(gate, rc == 0 && differ == 0, "rc %d, %zu of %zu elements differ", rc, differ, n);
+    k_device_free(dw1);
+    k_device_free(dw2);
+    free(xi);
+    free(ti);
+    free(w1);
+    free(w2);
+    free(got[0]);
+    free(got[1]);
+}
+
 /* ---- preconditions ---- */
 
 /* ---- row_ops ---- */
@@ -507,12 +615,15 @@ static int rg_ops(int kind, bf16_t **b, const bf16_t *w1, const bf16_t *w2, int 
 }
 
 /* Rule: bit-identical to the same ops launched one by one (k_rmsnorm, k_mul_vec_scale,
- * k_scale_add), every buffer the group touches, since each op runs the separate kernel's
- * arithmetic element for element; and row 0 alone gives row 0's bits (batch invariance). The
- * separate launches are themselves gated against the twins above. */
-static void run_row_ops(int kind, int rows, int width, uint64_t seed) {
+ * k_scale_add) on the held kernels (serve.row_chain off), every buffer the group touches, since
+ * each op runs the separate kernel's arithmetic element for element, in the held group kernel
+ * (chain 0) and in the chain kernel (chain 1, where the group fits it; past 6,144 elements it
+ * falls back); and row 0 alone gives row 0's bits (batch invariance). The separate launches are
+ * themselves gated against the twins above. */
+static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed) {
     char gate[160];
-    snprintf(gate, sizeof gate, "op_vs_ops[row_ops %s w=%d rows=%d]", rg_names[kind], width, rows);
+    snprintf(gate, sizeof gate, "op_vs_ops[row_ops %s w=%d rows=%d%s]", rg_names[kind], width, rows,
+             chain ? " row_chain" : "");
     rng_state = seed;
     size_t n = (size_t)rows * (size_t)width;
     bf16_t *init[4], *got[4], *want[4], *w1 = hbuf((size_t)width), *w2 = hbuf((size_t)width);
@@ -532,13 +643,16 @@ static void run_row_ops(int kind, int rows, int width, uint64_t seed) {
     k_row_ops_args fa = {.rows = rows}, sa = {.rows = rows};
     fa.n_ops = rg_ops(kind, fused, dw1, dw2, rows, width, fa.op);
     sa.n_ops = rg_ops(kind, sep, dw1, dw2, rows, width, sa.op);
+    k_set_row_chain(chain);
     if (rc == 0) rc |= k_row_ops(&fa, NULL);
+    k_set_row_chain(0);
     for (int i = 0; rc == 0 && i < sa.n_ops; i++) {
         const k_row_op *op = &sa.op[i];
         rc |= op->kind == K_ROW_RMSNORM         ? k_rmsnorm(&op->u.rmsnorm, NULL)
               : op->kind == K_ROW_MUL_VEC_SCALE ? k_mul_vec_scale(&op->u.mul_vec_scale, NULL)
                                                 : k_scale_add(&op->u.scale_add, NULL);
     }
+    k_set_row_chain(1);
     rc |= k_sync();
     size_t differ = 0;
     for (int b = 0; b < 4 && rc == 0; b++) {
@@ -554,7 +668,9 @@ static void run_row_ops(int kind, int rows, int width, uint64_t seed) {
             rc |= k_copy_to_device(fused[b], init[b], (size_t)width * 2);
         k_row_ops_args one = {.rows = 1};
         one.n_ops = rg_ops(kind, fused, dw1, dw2, 1, width, one.op);
+        k_set_row_chain(chain);
         rc |= k_row_ops(&one, NULL);
+        k_set_row_chain(1);
         rc |= k_sync();
         bf16_t *row = hbuf((size_t)width);
         for (int b = 0; b < 4 && rc == 0; b++) {
@@ -686,12 +802,26 @@ int main(void) {
     run_softcap((size_t)262144 * 5 + 3, 30.0f, seed++);
     run_gelu_mul(257, 5376, GM_PACKED, seed++);
 
-    /* row_ops: each group a layer fuses, at the hidden sizes, ragged and past the held width */
-    static const int rg_widths[] = {2816, 5376, 33, 8192};
+    /* row_ops: each group a layer fuses, at the hidden sizes (each a held size of the chain:
+     * 1536 6, 2560 10, 2816 11, 3840 16 after 15, 5376 21), the widest the chain preloads
+     * (3072) and holds (6144), ragged, and past the held width; held and chain */
+    static const int rg_widths[] = {2816, 5376, 1536, 2560, 3840, 3072, 6144, 33, 8192};
     static const int rg_rows[] = {1, 3, 17};
-    for (int kind = 0; kind < RG_KINDS; kind++)
-        for (size_t i = 0; i < sizeof rg_widths / sizeof *rg_widths; i++)
-            for (size_t k = 0; k < sizeof rg_rows / sizeof *rg_rows; k++)
-                run_row_ops(kind, rg_rows[k], rg_widths[i], seed++);
+    for (int chain = 0; chain < 2; chain++)
+        for (int kind = 0; kind < RG_KINDS; kind++)
+            for (size_t i = 0; i < sizeof rg_widths / sizeof *rg_widths; i++)
+                for (size_t k = 0; k < sizeof rg_rows / sizeof *rg_rows; k++)
+                    run_row_ops(kind, rg_rows[k], rg_widths[i], chain, seed++);
+
+    /* the chain alone against the held norm, and a group it must refuse */
+    for (size_t i = 0; i < nw; i++) {
+        run_rmsnorm_chain(17, widths[i], 1, 1, ALIAS_NONE, seed++);
+        run_rmsnorm_chain(3, widths[i], 0, 0, ALIAS_NONE, seed++);
+        run_rmsnorm_chain(17, widths[i], 1, 0, ALIAS_IN, seed++);
+        run_rmsnorm_chain(3, widths[i], 1, 1, ALIAS_RES, seed++);
+        run_rmsnorm_chain(1, widths[i], 1, 1, ALIAS_IN, seed++);
+    }
+    run_row_chain_overlap(2816, seed++);
+    run_row_chain_overlap(64, seed++);
     return harness_exit();
 }
