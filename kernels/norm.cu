@@ -248,7 +248,14 @@ static __global__ __launch_bounds__(RMS_THREADS) void row_ops_kernel(k_row_ops_a
  * loop over the parameters (__grid_constant__: indexed without a local copy), an op whose
  * input is the previous op's output takes it from the registers that held the stored values,
  * and the weight vectors (norm weights, mul_vec_scale's v: model constants) are read before
- * the wait on the grid before, while it runs.
+ * the wait on the grid before, while it runs, into shared memory.
+ *
+ * Rows of at most CHAIN_MAX_HELD x RMS_THREADS = 3,072 elements only (E2B, E4B, the 26B-A4B); wider
+ * ones (12B, 31B) keep the held kernels. A first form held up to 6,144 with the weights loaded
+ * inside each op's output loop for the wider rows (no room for four ops' weights in shared
+ * memory), and measured slower there: the compiler cannot move a weight load above the store
+ * to out before it (out may alias w), so those loads ran one round trip at a time
+ * (docs/perf-notes.md, twenty-first session).
  *
  * Every op of a chain has one width and every activation operand is a [rows, width] buffer the
  * ops either share exactly or do not overlap (the launcher checks both), so element j of a row
@@ -256,12 +263,10 @@ static __global__ __launch_bounds__(RMS_THREADS) void row_ops_kernel(k_row_ops_a
  * block sums', whose partials alternate between two buffers so a norm's cannot overwrite the
  * previous norm's before every thread has read them. */
 
-/* The held sizes a chain is compiled for: the first at least the row's elements per thread. */
-#define CHAIN_SIZES(X) X(1) X(2) X(4) X(6) X(8) X(10) X(11) X(12) X(16) X(21) X(24)
-#define CHAIN_MAX_HELD 24
-/* Up to this many held elements the weight vectors wait in shared memory (K_ROW_OPS_MAX x HELD
- * x RMS_THREADS bf16, 24 KB); above it each op loads its own. */
-#define CHAIN_PRELOAD_MAX_HELD 12
+/* The held sizes a chain is compiled for: the first at least the row's elements per thread.
+ * The weights' shared memory is K_ROW_OPS_MAX x HELD x RMS_THREADS bf16, 24 KB at the largest. */
+#define CHAIN_SIZES(X) X(1) X(2) X(4) X(6) X(8) X(10) X(11) X(12)
+#define CHAIN_MAX_HELD 12
 
 static int row_chain = 1; /* serve.row_chain's default */
 extern "C" void k_set_row_chain(int on) { row_chain = on ? 1 : 0; }
@@ -309,24 +314,22 @@ static __device__ __forceinline__ const bf16_t *chain_weight(const k_row_op &op)
                                             : nullptr;
 }
 
-/* Element i of slot s's weight vector as this thread will use it. */
-template <int HELD, bool PRE>
+/* Element i of slot s's weight vector as this thread will use it (from shared memory). */
+template <int HELD>
 static __device__ __forceinline__ float chain_w(const bf16_t (*wsm)[HELD][RMS_THREADS], int s,
-                                                const bf16_t *w, int i, int width) {
-    const int j = threadIdx.x + i * RMS_THREADS;
-    if constexpr (PRE) return k_bf16_to_f32(wsm[s][i][threadIdx.x]);
-    return j < width ? k_bf16_to_f32(w[j]) : 0.0f;
+                                                int i) {
+    return k_bf16_to_f32(wsm[s][i][threadIdx.x]);
 }
 
 /* A norm's outputs: stored, and kept in cur for the next op. */
-template <int HELD, bool PRE, bool HAS_W, bool HAS_RES>
+template <int HELD, bool HAS_W, bool HAS_RES>
 static __device__ __forceinline__ void
 chain_norm_out(float (&cur)[HELD], const float (&x)[HELD], const float (&res)[HELD], float inv,
                const bf16_t (*wsm)[HELD][RMS_THREADS], int s, const k_rmsnorm_args &n, size_t o,
                int width) {
 #pragma unroll
     for (int i = 0; i < HELD; i++) {
-        const float w = HAS_W ? chain_w<HELD, PRE>(wsm, s, n.w, i, width) : 0.0f;
+        const float w = HAS_W ? chain_w<HELD>(wsm, s, i) : 0.0f;
         const bf16_t y = rms_out(x[i], inv, HAS_W, w, HAS_RES, HAS_RES ? res[i] : 0.0f);
         cur[i] = k_bf16_to_f32(y);
         const int j = threadIdx.x + i * RMS_THREADS;
@@ -338,23 +341,21 @@ template <int HELD>
 static __global__
 __launch_bounds__(RMS_THREADS) void row_chain_kernel(const __grid_constant__ k_row_ops_args a,
                                                      int width) {
-    constexpr bool PRE = HELD <= CHAIN_PRELOAD_MAX_HELD;
-    __shared__ bf16_t wsm[PRE ? K_ROW_OPS_MAX : 1][HELD][RMS_THREADS];
-    if constexpr (PRE) { /* model constants: read while the grid before still runs */
+    __shared__ bf16_t wsm[K_ROW_OPS_MAX][HELD][RMS_THREADS];
+    /* model constants: read while the grid before still runs */
 #pragma unroll
-        for (int s = 0; s < K_ROW_OPS_MAX; s++) {
-            const bf16_t *w = s < a.n_ops ? chain_weight(a.op[s]) : nullptr;
-            if (!w) continue;
-            bf16_t v[HELD]; /* all loads issued before the first store */
+    for (int s = 0; s < K_ROW_OPS_MAX; s++) {
+        const bf16_t *w = s < a.n_ops ? chain_weight(a.op[s]) : nullptr;
+        if (!w) continue;
+        bf16_t v[HELD]; /* all loads issued before the first store */
 #pragma unroll
-            for (int i = 0; i < HELD; i++) {
-                const int j = threadIdx.x + i * RMS_THREADS;
-                v[i] = j < width ? w[j] : (bf16_t)0;
-            }
-#pragma unroll
-            for (int i = 0; i < HELD; i++)
-                wsm[s][i][threadIdx.x] = v[i];
+        for (int i = 0; i < HELD; i++) {
+            const int j = threadIdx.x + i * RMS_THREADS;
+            v[i] = j < width ? w[j] : (bf16_t)0;
         }
+#pragma unroll
+        for (int i = 0; i < HELD; i++)
+            wsm[s][i][threadIdx.x] = v[i];
     }
     K_GRID_DEPENDENCY();
     const size_t o = (size_t)blockIdx.x * (size_t)width;
@@ -378,21 +379,20 @@ __launch_bounds__(RMS_THREADS) void row_chain_kernel(const __grid_constant__ k_r
             const float inv = rms_inv(block_sum2(ss, norms++ & 1), width, n.eps);
             /* the weight and residual tests once, not per element */
             if (n.w && n.residual)
-                chain_norm_out<HELD, PRE, true, true>(cur, x, res, inv, wsm, s, n, o, width);
+                chain_norm_out<HELD, true, true>(cur, x, res, inv, wsm, s, n, o, width);
             else if (n.w)
-                chain_norm_out<HELD, PRE, true, false>(cur, x, res, inv, wsm, s, n, o, width);
+                chain_norm_out<HELD, true, false>(cur, x, res, inv, wsm, s, n, o, width);
             else if (n.residual)
-                chain_norm_out<HELD, PRE, false, true>(cur, x, res, inv, wsm, s, n, o, width);
+                chain_norm_out<HELD, false, true>(cur, x, res, inv, wsm, s, n, o, width);
             else
-                chain_norm_out<HELD, PRE, false, false>(cur, x, res, inv, wsm, s, n, o, width);
+                chain_norm_out<HELD, false, false>(cur, x, res, inv, wsm, s, n, o, width);
             prev_out = n.out;
         } else if (op.kind == K_ROW_MUL_VEC_SCALE) {
             const k_mul_vec_scale_args &m = op.u.mul_vec_scale;
             chain_operand<HELD>(x, m.a, prev_out, cur, o, width);
 #pragma unroll
             for (int i = 0; i < HELD; i++) {
-                const bf16_t y =
-                    mul_vec_scale_of(x[i], chain_w<HELD, PRE>(wsm, s, m.v, i, width), m.scale);
+                const bf16_t y = mul_vec_scale_of(x[i], chain_w<HELD>(wsm, s, i), m.scale);
                 cur[i] = k_bf16_to_f32(y);
                 const int j = threadIdx.x + i * RMS_THREADS;
                 if (j < width) m.out[o + j] = y;
@@ -509,7 +509,8 @@ static bool ranges_apart(const void *p, size_t pn, const void *q, size_t qn) {
     return a + pn <= b || b + qn <= a;
 }
 
-/* The chain's preconditions (see row_chain_kernel): rows > 0 of one width it is compiled for,
+/* The chain's preconditions (see row_chain_kernel): rows > 0 of one width it is compiled for
+ * (at most CHAIN_MAX_HELD x RMS_THREADS elements),
  * every two activation buffers the same or apart, no weight vector inside a buffer an op
  * writes (the weights are read before the ops run). The width goes to *width. */
 static bool chain_fits(const k_row_ops_args *a, int *width) {

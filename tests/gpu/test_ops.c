@@ -179,13 +179,19 @@ static void run_embed(int rows, int width, int bad_ids, uint64_t seed) {
 
 enum { ALIAS_NONE, ALIAS_IN, ALIAS_RES };
 
-static void run_rmsnorm(int rows, int width, int has_w, int has_res, int alias, uint64_t seed) {
-    char gate[128];
-    snprintf(gate, sizeof gate, "op_vs_ref[rmsnorm w=%d rows=%d%s%s%s]", width, rows,
+/* An rmsnorm case's gate name: family[rmsnorm w=.. rows=.. and its variant]. */
+static void rmsnorm_gate(char *gate, size_t size, const char *family, int rows, int width,
+                         int has_w, int has_res, int alias) {
+    snprintf(gate, size, "%s[rmsnorm w=%d rows=%d%s%s%s]", family, width, rows,
              has_w ? "" : " unweighted", has_res ? " res" : "",
              alias == ALIAS_IN    ? " out=in"
              : alias == ALIAS_RES ? " out=res"
                                   : "");
+}
+
+static void run_rmsnorm(int rows, int width, int has_w, int has_res, int alias, uint64_t seed) {
+    char gate[128];
+    rmsnorm_gate(gate, sizeof gate, "op_vs_ref", rows, width, has_w, has_res, alias);
     rng_state = seed;
     size_t n = (size_t)rows * (size_t)width;
     bf16_t *x = hbuf(n), *w = hbuf((size_t)width), *res = hbuf(n), *out = poisoned(n);
@@ -463,17 +469,22 @@ static void run_softcap(size_t n, float cap, uint64_t seed) {
 
 /* ---- row_chain ---- */
 
+/* The gate passes when nothing failed (rc) and the two runs' n elements are the same bytes. */
+static void check_same_bytes(const char *gate, int rc, const bf16_t *a, const bf16_t *b, size_t n) {
+    size_t differ = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        differ += a[i] != b[i];
+    TEST_CHECK(gate, rc == 0 && differ == 0, "rc %d, %zu of %zu elements differ", rc, differ, n);
+}
+
 /* Rule: k_rmsnorm alone in the chain kernel gives the held kernel's bytes (the same elements
  * per thread, sum order and rounding points), weighted or not, with or without the residual,
- * out on in or on the residual; past 6,144 elements both run the strided loop. */
+ * out on in or on the residual. Past 3,072 elements the chain falls back to the held kernel (both
+ * runs are then that kernel: the fallback's gate), past 6,144 to its strided loop. */
 static void run_rmsnorm_chain(int rows, int width, int has_w, int has_res, int alias,
                               uint64_t seed) {
     char gate[128];
-    snprintf(gate, sizeof gate, "row_chain[rmsnorm w=%d rows=%d%s%s%s]", width, rows,
-             has_w ? "" : " unweighted", has_res ? " res" : "",
-             alias == ALIAS_IN    ? " out=in"
-             : alias == ALIAS_RES ? " out=res"
-                                  : "");
+    rmsnorm_gate(gate, sizeof gate, "row_chain", rows, width, has_w, has_res, alias);
     rng_state = seed;
     size_t n = (size_t)rows * (size_t)width;
     bf16_t *x = hbuf(n), *w = hbuf((size_t)width), *res = hbuf(n), *out = poisoned(n);
@@ -504,10 +515,7 @@ static void run_rmsnorm_chain(int rows, int width, int has_w, int has_res, int a
         k_device_free(dres);
         k_device_free(dout);
     }
-    size_t differ = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        differ += got[0][i] != got[1][i];
-    TEST_CHECK(gate, rc == 0 && differ == 0, "rc %d, %zu of %zu elements differ", rc, differ, n);
+    check_same_bytes(gate, rc, got[0], got[1], n);
     free(x);
     free(w);
     free(res);
@@ -555,10 +563,7 @@ static void run_row_chain_overlap(int width, uint64_t seed) {
         k_device_free(dx);
         k_device_free(dt);
     }
-    size_t differ = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        differ += got[0][i] != got[1][i];
-    TEST_CHECK(gate, rc == 0 && differ == 0, "rc %d, %zu of %zu elements differ", rc, differ, n);
+    check_same_bytes(gate, rc, got[0], got[1], n);
     k_device_free(dw1);
     k_device_free(dw2);
     free(xi);
@@ -802,9 +807,9 @@ int main(void) {
     run_softcap((size_t)262144 * 5 + 3, 30.0f, seed++);
     run_gelu_mul(257, 5376, GM_PACKED, seed++);
 
-    /* row_ops: each group a layer fuses, at the hidden sizes (each a held size of the chain:
-     * 1536 6, 2560 10, 2816 11, 3840 16 after 15, 5376 21), the widest the chain preloads
-     * (3072) and holds (6144), ragged, and past the held width; held and chain */
+    /* row_ops: each group a layer fuses, at the hidden sizes (the chain's held sizes: 1536 6,
+     * 2560 10, 2816 11; 3840 and 5376 past its widest, 3072, which fall back to the held
+     * kernels), ragged, and past the held kernels' width (6144, 8192); held and chain */
     static const int rg_widths[] = {2816, 5376, 1536, 2560, 3840, 3072, 6144, 33, 8192};
     static const int rg_rows[] = {1, 3, 17};
     for (int chain = 0; chain < 2; chain++)
