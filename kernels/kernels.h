@@ -310,13 +310,14 @@ int k_mul_vec_scale(const k_mul_vec_scale_args *a, g4_stream st);
 int k_gather_rows(const k_gather_rows_args *a, g4_stream st);
 int k_softcap(const k_softcap_args *a, g4_stream st);
 int k_row_ops(const k_row_ops_args *a, g4_stream st);
-/* on (the default): k_rmsnorm and k_row_ops run in the compact chain kernel (kernels/norm.cu,
- * row_chain_kernel) where its preconditions hold: rows of at most 3,072 elements, one width for
+/* 1 (the default): k_rmsnorm and k_row_ops run in the compact chain kernel (kernels/norm.cu,
+ * row_chain_kernel) where its preconditions hold: rows of at most 3,072 elements (6,144 and
+ * groups of at most two ops at 2; 0: never), one width for
  * every op of a group, activation buffers that coincide or do not overlap. It reads the norm
  * weights and mul_vec_scale's v before it waits on the kernel before it, so those must be
  * constants no kernel of the step writes (model weights are). The same bits either way
  * (serve.row_chain; test_ops' `row_chain` gates). Process-wide, read at each call. */
-void k_set_row_chain(int on);
+void k_set_row_chain(int mode);
 
 /* kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_cluster.cu: the per-family prep and the
  * paged attention (head dims 256 and 512) */

@@ -250,12 +250,13 @@ static __global__ __launch_bounds__(RMS_THREADS) void row_ops_kernel(k_row_ops_a
  * and the weight vectors (norm weights, mul_vec_scale's v: model constants) are read before
  * the wait on the grid before, while it runs, into shared memory.
  *
- * Rows of at most CHAIN_MAX_HELD x RMS_THREADS = 3,072 elements only (E2B, E4B, the 26B-A4B); wider
- * ones (12B, 31B) keep the held kernels. A first form held up to 6,144 with the weights loaded
- * inside each op's output loop for the wider rows (no room for four ops' weights in shared
- * memory), and measured slower there: the compiler cannot move a weight load above the store
- * to out before it (out may alias w), so those loads ran one round trip at a time
- * (docs/perf-notes.md, twenty-first session).
+ * By default (serve.row_chain = 1) rows of at most CHAIN_NARROW_MAX_HELD x RMS_THREADS = 3,072
+ * elements (E2B, E4B, the 26B-A4B); wider ones (12B, 31B) keep the held kernels unless
+ * serve.row_chain = 2, which holds rows up to 6,144 with two ops' weights in shared memory (every
+ * wide group of Gemma 4 has two ops; more fall back). A first form of the wide rows loaded the
+ * weights inside each op's output loop and measured slower: the compiler cannot move a weight
+ * load above the store to out before it (out may alias w), so those loads ran one round trip at
+ * a time (docs/perf-notes.md, twenty-first session). The two-slot form is not yet measured.
  *
  * Every op of a chain has one width and every activation operand is a [rows, width] buffer the
  * ops either share exactly or do not overlap (the launcher checks both), so element j of a row
@@ -264,12 +265,18 @@ static __global__ __launch_bounds__(RMS_THREADS) void row_ops_kernel(k_row_ops_a
  * previous norm's before every thread has read them. */
 
 /* The held sizes a chain is compiled for: the first at least the row's elements per thread.
- * The weights' shared memory is K_ROW_OPS_MAX x HELD x RMS_THREADS bf16, 24 KB at the largest. */
-#define CHAIN_SIZES(X) X(1) X(2) X(4) X(6) X(8) X(10) X(11) X(12)
-#define CHAIN_MAX_HELD 12
+ * The weights' shared memory is chain_slots(HELD) x HELD x RMS_THREADS bf16, 24 KB at most. */
+#define CHAIN_SIZES(X) X(1) X(2) X(4) X(6) X(8) X(10) X(11) X(12) X(16) X(21) X(24)
+#define CHAIN_NARROW_MAX_HELD 12 /* serve.row_chain = 1 */
+#define CHAIN_MAX_HELD 24        /* serve.row_chain = 2 */
 
-static int row_chain = 1; /* serve.row_chain's default */
-extern "C" void k_set_row_chain(int on) { row_chain = on ? 1 : 0; }
+/* How many ops' weight vectors a chain of HELD elements a thread keeps in shared memory. */
+static constexpr __host__ __device__ int chain_slots(int held) {
+    return held <= CHAIN_NARROW_MAX_HELD ? K_ROW_OPS_MAX : 2;
+}
+
+static int row_chain = 1; /* serve.row_chain's default: 0 off, 1 narrow rows, 2 all it holds */
+extern "C" void k_set_row_chain(int mode) { row_chain = mode < 0 ? 0 : mode > 2 ? 2 : mode; }
 
 /* block_sum with its partials in buffer `parity` of two (see above). */
 static __device__ float block_sum2(float v, int parity) {
@@ -341,10 +348,12 @@ template <int HELD>
 static __global__
 __launch_bounds__(RMS_THREADS) void row_chain_kernel(const __grid_constant__ k_row_ops_args a,
                                                      int width) {
-    __shared__ bf16_t wsm[K_ROW_OPS_MAX][HELD][RMS_THREADS];
-    /* model constants: read while the grid before still runs */
+    constexpr int SLOTS = chain_slots(HELD);
+    __shared__ bf16_t wsm[SLOTS][HELD][RMS_THREADS];
+    /* model constants: read while the grid before still runs; a chain has at most SLOTS ops
+     * (chain_fits) */
 #pragma unroll
-    for (int s = 0; s < K_ROW_OPS_MAX; s++) {
+    for (int s = 0; s < SLOTS; s++) {
         const bf16_t *w = s < a.n_ops ? chain_weight(a.op[s]) : nullptr;
         if (!w) continue;
         bf16_t v[HELD]; /* all loads issued before the first store */
@@ -510,13 +519,16 @@ static bool ranges_apart(const void *p, size_t pn, const void *q, size_t qn) {
 }
 
 /* The chain's preconditions (see row_chain_kernel): rows > 0 of one width it is compiled for
- * (at most CHAIN_MAX_HELD x RMS_THREADS elements),
+ * (at most CHAIN_NARROW_MAX_HELD x RMS_THREADS elements, CHAIN_MAX_HELD x RMS_THREADS with
+ * serve.row_chain = 2), no more ops than it keeps weights for,
  * every two activation buffers the same or apart, no weight vector inside a buffer an op
  * writes (the weights are read before the ops run). The width goes to *width. */
 static bool chain_fits(const k_row_ops_args *a, int *width) {
     if (!row_chain || a->rows <= 0) return false;
     const int w0 = chain_op_width(&a->op[0], a->rows);
-    if (w0 <= 0 || chain_held(w0) == 0) return false;
+    const int held = w0 > 0 ? chain_held(w0) : 0;
+    if (held == 0 || (held > CHAIN_NARROW_MAX_HELD && row_chain < 2)) return false;
+    if (a->n_ops > chain_slots(held)) return false;
     const size_t bytes = (size_t)a->rows * (size_t)w0 * sizeof(bf16_t);
     const void *buf[K_ROW_OPS_MAX * 3];
     int nb = 0;

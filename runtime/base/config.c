@@ -319,8 +319,8 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.moe_bucket_in_up, why, n);
     case CFG_SERVE_MOE_PREFILL_TILES:
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.moe_prefill_tiles, why, n);
-    case CFG_SERVE_ROW_CHAIN:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.row_chain, why, n);
+    case CFG_SERVE_ROW_CHAIN: /* 0 off, 1 rows of at most 3,072, 2 up to 6,144 */
+        return cfg_int(v, 0, 2, &c->serve.row_chain, why, n);
     case CFG_SERVE_ATTN_CLUSTER_ROWS: /* a launch's rows: the grid's z, at most 65,535 */
         return cfg_int(v, 0, 65535, &c->serve.attn_cluster_rows, why, n);
     case CFG_SERVE_ATTN_SPLITS_PER_BLOCK: /* kernels/attn_common.cuh's ATTN_MAX_SPB */

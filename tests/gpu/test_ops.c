@@ -479,12 +479,14 @@ static void check_same_bytes(const char *gate, int rc, const bf16_t *a, const bf
 
 /* Rule: k_rmsnorm alone in the chain kernel gives the held kernel's bytes (the same elements
  * per thread, sum order and rounding points), weighted or not, with or without the residual,
- * out on in or on the residual. Past 3,072 elements the chain falls back to the held kernel (both
- * runs are then that kernel: the fallback's gate), past 6,144 to its strided loop. */
-static void run_rmsnorm_chain(int rows, int width, int has_w, int has_res, int alias,
+ * out on in or on the residual, at serve.row_chain = mode. Past the mode's widest row (3,072
+ * elements at 1, 6,144 at 2) the chain falls back to the held kernel (both runs are then that
+ * kernel: the fallback's gate), past 6,144 to its strided loop. */
+static void run_rmsnorm_chain(int mode, int rows, int width, int has_w, int has_res, int alias,
                               uint64_t seed) {
-    char gate[128];
-    rmsnorm_gate(gate, sizeof gate, "row_chain", rows, width, has_w, has_res, alias);
+    char gate[128], family[32];
+    snprintf(family, sizeof family, "row_chain=%d", mode);
+    rmsnorm_gate(gate, sizeof gate, family, rows, width, has_w, has_res, alias);
     rng_state = seed;
     size_t n = (size_t)rows * (size_t)width;
     bf16_t *x = hbuf(n), *w = hbuf((size_t)width), *res = hbuf(n), *out = poisoned(n);
@@ -493,7 +495,7 @@ static void run_rmsnorm_chain(int rows, int width, int has_w, int has_res, int a
     fill(w, (size_t)width, 1.0f);
     fill(res, n, 4.0f);
     int rc = 0;
-    for (int chain = 0; chain < 2; chain++) {
+    for (int chain = 0; chain < 2; chain++) { /* held, then the chain at mode */
         void *dx = dcopy(x, n * 2, &rc), *dw = dcopy(w, (size_t)width * 2, &rc);
         void *dres = dcopy(res, n * 2, &rc), *dout = dcopy(out, n * 2, &rc);
         k_rmsnorm_args a = {.out = alias == ALIAS_IN    ? dx
@@ -505,7 +507,7 @@ static void run_rmsnorm_chain(int rows, int width, int has_w, int has_res, int a
                             .rows = rows,
                             .width = width,
                             .eps = EPS};
-        k_set_row_chain(chain);
+        k_set_row_chain(chain ? mode : 0);
         if (rc == 0) rc |= k_rmsnorm(&a, NULL);
         k_set_row_chain(1);
         rc |= k_sync();
@@ -622,13 +624,15 @@ static int rg_ops(int kind, bf16_t **b, const bf16_t *w1, const bf16_t *w2, int 
 /* Rule: bit-identical to the same ops launched one by one (k_rmsnorm, k_mul_vec_scale,
  * k_scale_add) on the held kernels (serve.row_chain off), every buffer the group touches, since
  * each op runs the separate kernel's arithmetic element for element, in the held group kernel
- * (chain 0) and in the chain kernel (chain 1, where the group fits it; past 6,144 elements it
+ * (chain 0) and in the chain kernel (chain 1 and 2, where the group fits it; past 6,144 it
  * falls back); and row 0 alone gives row 0's bits (batch invariance). The separate launches are
  * themselves gated against the twins above. */
 static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed) {
     char gate[160];
     snprintf(gate, sizeof gate, "op_vs_ops[row_ops %s w=%d rows=%d%s]", rg_names[kind], width, rows,
-             chain ? " row_chain" : "");
+             chain == 1   ? " row_chain"
+             : chain == 2 ? " row_chain=2"
+                          : "");
     rng_state = seed;
     size_t n = (size_t)rows * (size_t)width;
     bf16_t *init[4], *got[4], *want[4], *w1 = hbuf((size_t)width), *w2 = hbuf((size_t)width);
@@ -808,24 +812,26 @@ int main(void) {
     run_gelu_mul(257, 5376, GM_PACKED, seed++);
 
     /* row_ops: each group a layer fuses, at the hidden sizes (the chain's held sizes: 1536 6,
-     * 2560 10, 2816 11; 3840 and 5376 past its widest, 3072, which fall back to the held
-     * kernels), ragged, and past the held kernels' width (6144, 8192); held and chain */
+     * 2560 10, 2816 11, 3840 16, 5376 21; at serve.row_chain = 1 the last two fall back to the
+     * held kernels, at 2 the groups of three ops do), the widest of mode 1 (3072), ragged, and
+     * the widest the chain holds and past it (6144, 8192); held and both chain modes */
     static const int rg_widths[] = {2816, 5376, 1536, 2560, 3840, 3072, 6144, 33, 8192};
     static const int rg_rows[] = {1, 3, 17};
-    for (int chain = 0; chain < 2; chain++)
+    for (int chain = 0; chain < 3; chain++)
         for (int kind = 0; kind < RG_KINDS; kind++)
             for (size_t i = 0; i < sizeof rg_widths / sizeof *rg_widths; i++)
                 for (size_t k = 0; k < sizeof rg_rows / sizeof *rg_rows; k++)
                     run_row_ops(kind, rg_rows[k], rg_widths[i], chain, seed++);
 
     /* the chain alone against the held norm, and a group it must refuse */
-    for (size_t i = 0; i < nw; i++) {
-        run_rmsnorm_chain(17, widths[i], 1, 1, ALIAS_NONE, seed++);
-        run_rmsnorm_chain(3, widths[i], 0, 0, ALIAS_NONE, seed++);
-        run_rmsnorm_chain(17, widths[i], 1, 0, ALIAS_IN, seed++);
-        run_rmsnorm_chain(3, widths[i], 1, 1, ALIAS_RES, seed++);
-        run_rmsnorm_chain(1, widths[i], 1, 1, ALIAS_IN, seed++);
-    }
+    for (int mode = 1; mode <= 2; mode++)
+        for (size_t i = 0; i < nw; i++) {
+            run_rmsnorm_chain(mode, 17, widths[i], 1, 1, ALIAS_NONE, seed++);
+            run_rmsnorm_chain(mode, 3, widths[i], 0, 0, ALIAS_NONE, seed++);
+            run_rmsnorm_chain(mode, 17, widths[i], 1, 0, ALIAS_IN, seed++);
+            run_rmsnorm_chain(mode, 3, widths[i], 1, 1, ALIAS_RES, seed++);
+            run_rmsnorm_chain(mode, 1, widths[i], 1, 1, ALIAS_IN, seed++);
+        }
     run_row_chain_overlap(2816, seed++);
     run_row_chain_overlap(64, seed++);
     return harness_exit();

@@ -118,7 +118,7 @@ static void test_full_ini(void) {
                                              "moe_bucket_in_up = 0\n"
                                              "attn_cluster_rows = 16\n"
                                              "moe_prefill_tiles = 0\n"
-                                             "row_chain = 0\n"
+                                             "row_chain = 2\n"
                                              "sample_threads = 3\n"
                                              "[log]\n"
                                              "level = debug\n"
@@ -138,7 +138,7 @@ static void test_full_ini(void) {
         c.serve.max_queue == 1000000 && c.serve.attn_splits_per_block == 4 && c.serve.pdl == 0 &&
         c.serve.fuse_projections == 0 && c.serve.attn_fold == 0 && c.serve.moe_bucket_in_up == 0 &&
         c.serve.attn_cluster_rows == 16 && c.serve.moe_prefill_tiles == 0 &&
-        c.serve.row_chain == 0 && c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG &&
+        c.serve.row_chain == 2 && c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG &&
         c.debug.sync == 1 && c.debug.gemm == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
                c.model.path, c.kv.page_tokens, c.kv.budget_gb, rc ? config_last_error() : "");
@@ -194,6 +194,8 @@ static void test_load_errors(void) {
                       "cublaslt, plain, mma");
     expect_load_error("config.bad_splits_per_block", "[serve]\nattn_splits_per_block = 17\n",
                       ":2:", "serve.attn_splits_per_block", "out of range 0..16");
+    expect_load_error("config.bad_row_chain", "[serve]\nrow_chain = 3\n", ":2:", "serve.row_chain",
+                      "out of range 0..2");
     expect_load_error("config.bad_pdl", "[serve]\npdl = yes\n", ":2:", "serve.pdl", NULL);
     expect_load_error("config.bad_int_overflow", "[serve]\nmax_queue = 99999999999999999999\n",
                       ":2:", "serve.max_queue", "out of range 1..1000000");
