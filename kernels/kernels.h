@@ -318,6 +318,10 @@ int k_row_ops(const k_row_ops_args *a, g4_stream st);
  * constants no kernel of the step writes (model weights are). The same bits either way
  * (serve.row_chain; test_ops' `row_chain` gates). Process-wide, read at each call. */
 void k_set_row_chain(int mode);
+/* 1 when k_row_ops would run this group (a k_rmsnorm: a group of that one op) in the chain kernel
+ * at the current serve.row_chain, 0 when on the held kernels: for the gates, which must know the
+ * path they test. */
+int k_row_ops_chained(const k_row_ops_args *a);
 
 /* kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_cluster.cu: the per-family prep and the
  * paged attention (head dims 256 and 512) */

@@ -79,6 +79,10 @@ void k_set_attn_cluster_rows(int rows) { (void)rows; }
 int k_attn_cluster_available(void) { return 0; }
 void k_set_moe_prefill_tiles(int on) { (void)on; }
 void k_set_row_chain(int mode) { (void)mode; }
+int k_row_ops_chained(const k_row_ops_args *a) {
+    (void)a;
+    return 0;
+}
 int k_trace_start(void) { return K_ERR_DEVICE; }
 int k_trace_take(k_trace_stamp *out, int max, int *n) {
     (void)out;

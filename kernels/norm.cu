@@ -514,7 +514,7 @@ static int chain_op_buffers(const k_row_op *op, const void *buf[3]) {
 }
 
 static bool ranges_apart(const void *p, size_t pn, const void *q, size_t qn) {
-    const char *a = (const char *)p, *b = (const char *)q;
+    const uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
     return a + pn <= b || b + qn <= a;
 }
 
@@ -554,6 +554,11 @@ static bool chain_fits(const k_row_ops_args *a, int *width) {
     }
     *width = w0;
     return true;
+}
+
+extern "C" int k_row_ops_chained(const k_row_ops_args *a) {
+    int width;
+    return chain_fits(a, &width) ? 1 : 0;
 }
 
 static int launch_chain(const k_row_ops_args *a, int width, g4_stream st) {

@@ -469,12 +469,23 @@ static void run_softcap(size_t n, float cap, uint64_t seed) {
 
 /* ---- row_chain ---- */
 
-/* The gate passes when nothing failed (rc) and the two runs' n elements are the same bytes. */
-static void check_same_bytes(const char *gate, int rc, const bf16_t *a, const bf16_t *b, size_t n) {
+/* The gate passes when nothing failed (rc), the chain took the path the case is for (chained:
+ * what k_row_ops_chained said, want: what the launcher's preconditions call for; a gate that
+ * compared the held kernels with themselves would pass whatever the chain does) and the two
+ * runs' n elements are the same bytes. */
+static void check_same_bytes(const char *gate, int rc, int chained, int want, const bf16_t *a,
+                             const bf16_t *b, size_t n) {
     size_t differ = 0;
     for (size_t i = 0; rc == 0 && i < n; i++)
         differ += a[i] != b[i];
-    TEST_CHECK(gate, rc == 0 && differ == 0, "rc %d, %zu of %zu elements differ", rc, differ, n);
+    TEST_CHECK(gate, rc == 0 && chained == want && differ == 0,
+               "rc %d, path %s (want %s), %zu of %zu elements differ", rc,
+               chained ? "chain" : "held", want ? "chain" : "held", differ, n);
+}
+
+/* Whether the chain should take a group of n_ops ops over rows of width elements at mode. */
+static int chain_wanted(int mode, int width, int n_ops) {
+    return mode >= 1 && (width <= 3072 || (mode == 2 && width <= 6144 && n_ops <= 2));
 }
 
 /* Rule: k_rmsnorm alone in the chain kernel gives the held kernel's bytes (the same elements
@@ -494,7 +505,7 @@ static void run_rmsnorm_chain(int mode, int rows, int width, int has_w, int has_
     fill(x, n, 1.0f);
     fill(w, (size_t)width, 1.0f);
     fill(res, n, 4.0f);
-    int rc = 0;
+    int rc = 0, chained = 0;
     for (int chain = 0; chain < 2; chain++) { /* held, then the chain at mode */
         void *dx = dcopy(x, n * 2, &rc), *dw = dcopy(w, (size_t)width * 2, &rc);
         void *dres = dcopy(res, n * 2, &rc), *dout = dcopy(out, n * 2, &rc);
@@ -508,6 +519,9 @@ static void run_rmsnorm_chain(int mode, int rows, int width, int has_w, int has_
                             .width = width,
                             .eps = EPS};
         k_set_row_chain(chain ? mode : 0);
+        const k_row_ops_args one = {
+            .rows = rows, .n_ops = 1, .op = {{.kind = K_ROW_RMSNORM, .u.rmsnorm = a}}};
+        if (chain) chained = k_row_ops_chained(&one);
         if (rc == 0) rc |= k_rmsnorm(&a, NULL);
         k_set_row_chain(1);
         rc |= k_sync();
@@ -517,7 +531,7 @@ static void run_rmsnorm_chain(int mode, int rows, int width, int has_w, int has_
         k_device_free(dres);
         k_device_free(dout);
     }
-    check_same_bytes(gate, rc, got[0], got[1], n);
+    check_same_bytes(gate, rc, chained, chain_wanted(mode, width, 1), got[0], got[1], n);
     free(x);
     free(w);
     free(res);
@@ -543,6 +557,7 @@ static void run_row_chain_overlap(int width, uint64_t seed) {
     fill(w2, (size_t)width, 1.0f);
     int rc = 0;
     void *dw1 = dcopy(w1, (size_t)width * 2, &rc), *dw2 = dcopy(w2, (size_t)width * 2, &rc);
+    int chained = 1;
     for (int pass = 0; pass < 2; pass++) { /* 0: separate held launches, 1: the group, chain on */
         bf16_t *dx = dcopy(xi, n * 2, &rc), *dt = dcopy(ti, (size_t)width * 2, &rc);
         k_rmsnorm_args n0 = {
@@ -558,6 +573,7 @@ static void run_row_chain_overlap(int width, uint64_t seed) {
             k_row_ops_args g = {.rows = 1, .n_ops = 2};
             g.op[0] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = n0};
             g.op[1] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = n1};
+            chained = k_row_ops_chained(&g);
             if (rc == 0) rc |= k_row_ops(&g, NULL);
         }
         rc |= k_sync();
@@ -565,7 +581,7 @@ static void run_row_chain_overlap(int width, uint64_t seed) {
         k_device_free(dx);
         k_device_free(dt);
     }
-    check_same_bytes(gate, rc, got[0], got[1], n);
+    check_same_bytes(gate, rc, chained, 0, got[0], got[1], n);
     k_device_free(dw1);
     k_device_free(dw2);
     free(xi);
@@ -653,6 +669,7 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
     fa.n_ops = rg_ops(kind, fused, dw1, dw2, rows, width, fa.op);
     sa.n_ops = rg_ops(kind, sep, dw1, dw2, rows, width, sa.op);
     k_set_row_chain(chain);
+    const int chained = k_row_ops_chained(&fa), path = chain_wanted(chain, width, fa.n_ops);
     if (rc == 0) rc |= k_row_ops(&fa, NULL);
     k_set_row_chain(0);
     for (int i = 0; rc == 0 && i < sa.n_ops; i++) {
@@ -689,10 +706,11 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
         }
         free(row);
     }
-    TEST_CHECK(gate, rc == 0 && differ == 0 && alone_differ == 0,
-               "rc %d, %zu of %zu elements differ from the separate launches, row 0 alone: %zu "
-               "differ",
-               rc, differ, 4 * n, alone_differ);
+    TEST_CHECK(gate, rc == 0 && chained == path && differ == 0 && alone_differ == 0,
+               "rc %d, path %s (want %s), %zu of %zu elements differ from the separate launches, "
+               "row 0 alone: %zu differ",
+               rc, chained ? "chain" : "held", path ? "chain" : "held", differ, 4 * n,
+               alone_differ);
     for (int b = 0; b < 4; b++) {
         k_device_free(fused[b]);
         k_device_free(sep[b]);
@@ -769,8 +787,10 @@ int main(void) {
     printf("# device: %s\n", desc);
     run_preconditions();
 
-    /* 6144 is the widest row rmsnorm holds in registers, 6145 and 8192 take its strided loop */
-    static const int widths[] = {16, 33, 64, 256, 512, 2816, 5376, 6144, 6145, 8192};
+    /* 6144 is the widest row rmsnorm holds in registers, 6145 and 8192 take its strided loop;
+     * 1024, 2048 and 3072 are the chain's held sizes 4, 8 and 12 (its widest at row_chain 1) */
+    static const int widths[] = {16,   33,   64,   256,  512,  1024, 2048,
+                                 2816, 3072, 5376, 6144, 6145, 8192};
     static const int row_counts[] = {1, 3, 17};
     const size_t nw = sizeof widths / sizeof widths[0], nr = sizeof row_counts / sizeof *row_counts;
     uint64_t seed = 1000;
