@@ -355,6 +355,11 @@ int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
  * (serve.moe_bucket_in_up, default on; speed only: every item's arithmetic is the same).
  * Process-wide. */
 void k_set_moe_bucket_in_up(int on);
+/* on: k_moe_route runs its lanes form (kernels/moe.cu, moe_route_lanes_kernel: the same bits,
+ * fewer round trips in a row; serve.moe_route_lanes, default off until measured). It reads
+ * per_expert_scale before it waits on the kernel before it: a model constant no kernel of the
+ * step writes. Process-wide, read at each call. */
+void k_set_moe_route_lanes(int on);
 /* On: a k_moe_experts call of more than 128 items (prefill) on the tensor-core path runs its
  * projections with 4 tiles of 16 items a warp, each weight fragment loaded once for all of them
  * (serve.moe_prefill_tiles, default on; speed only: every output's mma sequence is the same).

@@ -124,6 +124,91 @@ __global__ static void __launch_bounds__(ROUTE_THREADS) moe_route_kernel(k_moe_r
     }
 }
 
+/* moe_route_kernel's function, the same bits, in a form with fewer round trips one after another
+ * (serve.moe_route_lanes): the per-expert scales (model constants) are read before the wait on
+ * the grid before; a lane loads its logits all at once and keeps its experts' p and taken flags
+ * in registers (the top-k scan only ever reads a lane's own experts); and the chosen weights
+ * are written by lanes 0..top_k-1 at once, each summing the chosen p in the same order lane 0
+ * did, where lane 0 wrote them one after another, each behind a load of its expert's scale
+ * that could not pass the store before it. The exponentials, the sum over experts (lane 0, in
+ * order), the butterfly and its tie rule are moe_route_kernel's. */
+#define ROUTE_PER_LANE (ROUTE_MAX_EXPERT / 32)
+__global__ static void __launch_bounds__(ROUTE_THREADS) moe_route_lanes_kernel(k_moe_route_args a) {
+    __shared__ float p[ROUTE_MAX_EXPERT];
+    __shared__ float scale[ROUTE_MAX_EXPERT];
+    __shared__ float chosen[ROUTE_MAX_TOP_K];
+    __shared__ int sel[ROUTE_MAX_TOP_K];
+    const int r = blockIdx.x, lane = threadIdx.x, n = a.n_expert;
+    for (int e = lane; e < n; e += 32) /* a model constant: before the wait */
+        scale[e] = k_bf16_to_f32(a.per_expert_scale[e]);
+    K_GRID_DEPENDENCY();
+    const bf16_t *lg = a.logits + (size_t)r * (size_t)n;
+    float v[ROUTE_PER_LANE];
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; i++) {
+        const int e = lane + 32 * i;
+        v[i] = e < n ? k_bf16_to_f32(lg[e]) : 0.0f;
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; i++)
+        if (lane + 32 * i < n) mx = fmaxf(mx, v[i]);
+    for (int off = 16; off > 0; off >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, off));
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; i++) {
+        const int e = lane + 32 * i;
+        v[i] = (float)exp((double)(v[i] - mx));
+        if (e < n) p[e] = v[i];
+    }
+    __syncwarp();
+    float sum = 0.0f;
+    if (lane == 0)
+        for (int e = 0; e < n; e++)
+            sum += p[e];
+    sum = __shfl_sync(FULL_MASK, sum, 0);
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; i++)
+        v[i] = v[i] / sum;
+
+    unsigned taken = 0; /* bit i: expert lane + 32 * i chosen */
+    for (int k = 0; k < a.top_k; k++) {
+        int be = -1;
+        float bp = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ROUTE_PER_LANE; i++)
+            if (lane + 32 * i < n && !(taken >> i & 1u) && (be < 0 || v[i] > bp)) {
+                be = lane + 32 * i;
+                bp = v[i];
+            }
+        for (int off = 16; off > 0; off >>= 1) {
+            int oe = __shfl_xor_sync(FULL_MASK, be, off);
+            float op = __shfl_xor_sync(FULL_MASK, bp, off);
+            if (oe >= 0 && (be < 0 || op > bp || (op == bp && oe < be))) {
+                be = oe;
+                bp = op;
+            }
+        }
+        /* lane 0's pair is the answer (its p moved with its id through the butterfly) */
+        be = __shfl_sync(FULL_MASK, be, 0);
+        bp = __shfl_sync(FULL_MASK, bp, 0);
+        if ((be & 31) == lane) taken |= 1u << (be >> 5);
+        if (lane == 0) {
+            sel[k] = be;
+            chosen[k] = bp;
+        }
+    }
+    __syncwarp();
+    if (lane < a.top_k) {
+        float wsum = 0.0f;
+        for (int k = 0; k < a.top_k; k++)
+            wsum += chosen[k];
+        const size_t o = (size_t)r * (size_t)a.top_k + (size_t)lane;
+        a.idx[o] = sel[lane];
+        a.weight[o] = chosen[lane] / wsum * scale[sel[lane]];
+    }
+}
+
 /* ---- experts ---- */
 
 /* One block: list = the item ids i = r * top_k + k sorted into buckets by expert, ascending
@@ -631,6 +716,8 @@ static int bucket_in_up = 1; /* serve.moe_bucket_in_up's default */
 extern "C" void k_set_moe_bucket_in_up(int on) { bucket_in_up = on ? 1 : 0; }
 static int prefill_tiles = 1; /* serve.moe_prefill_tiles' default */
 extern "C" void k_set_moe_prefill_tiles(int on) { prefill_tiles = on ? 1 : 0; }
+static int route_lanes = 0; /* serve.moe_route_lanes' default */
+extern "C" void k_set_moe_route_lanes(int on) { route_lanes = on ? 1 : 0; }
 
 extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
     if (a->rows < 0 || a->n_expert <= 0 || a->n_expert > ROUTE_MAX_EXPERT || a->top_k <= 0 ||
@@ -638,7 +725,8 @@ extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
         return K_ERR_SHAPE;
     if (a->rows == 0) return K_OK;
     if (!a->idx || !a->weight || !a->logits || !a->per_expert_scale) return K_ERR_SHAPE;
-    CUDA_CHECK(k_launch(moe_route_kernel, a->rows, ROUTE_THREADS, 0, (cudaStream_t)st, *a));
+    CUDA_CHECK(k_launch(route_lanes ? moe_route_lanes_kernel : moe_route_kernel, a->rows,
+                        ROUTE_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

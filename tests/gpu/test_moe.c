@@ -24,6 +24,9 @@
  *   (check_switch says why that is the rule and how a missing bucket would show).
  * - moe_prefill_tiles: the prefill kernels of 4 item tiles a warp against the per-16-item
  *   kernels, byte for byte (every output the same mma sequence), bad ids included.
+ * - moe_route_lanes: the router's lanes form against moe_route_kernel, ids and weights byte
+ *   for byte (the same operations in the same order), on the gate's logits and on a copy with
+ *   NaN and infinite logits in some rows.
  */
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
@@ -120,6 +123,66 @@ static void check_route(const shape *s, int rows, const bf16_t *scale_h, void *d
     free(lg);
     free(gidx);
     free(gw);
+}
+
+/* One k_moe_route call over host logits lg with serve.moe_route_lanes = lanes; the ids and the
+ * weights' bytes into idx, w. */
+static int route_once(const shape *s, int rows, const bf16_t *lg, void *d_scale, int lanes,
+                      int32_t *idx, float *w) {
+    size_t nl = (size_t)rows * (size_t)s->n_expert, nk = (size_t)rows * (size_t)s->top_k;
+    void *d_lg = k_device_alloc(nl * 2), *d_idx = k_device_alloc(nk * 4),
+         *d_w = k_device_alloc(nk * 4);
+    int rc = (!d_lg || !d_idx || !d_w) ? K_ERR_NO_MEMORY : 0;
+    if (rc == 0) rc |= k_copy_to_device(d_lg, lg, nl * 2);
+    k_moe_route_args a = {.idx = d_idx,
+                          .weight = d_w,
+                          .logits = d_lg,
+                          .per_expert_scale = d_scale,
+                          .rows = rows,
+                          .n_expert = s->n_expert,
+                          .top_k = s->top_k};
+    k_set_moe_route_lanes(lanes);
+    if (rc == 0)
+        rc |= k_moe_route(&a, NULL) | k_sync() | k_copy_to_host(idx, d_idx, nk * 4) |
+              k_copy_to_host(w, d_w, nk * 4);
+    k_set_moe_route_lanes(0);
+    k_device_free(d_lg);
+    k_device_free(d_idx);
+    k_device_free(d_w);
+    return rc;
+}
+
+/* moe_route_lanes (see the rules above): both forms on the same logits, then on a copy with a
+ * NaN logit in every third row and +inf in the next, where the two must still agree. */
+static void check_route_lanes(const shape *s, int rows, void *d_scale) {
+    size_t nl = (size_t)rows * (size_t)s->n_expert, nk = (size_t)rows * (size_t)s->top_k;
+    bf16_t *lg = malloc(nl * 2);
+    int32_t *idx[2] = {malloc(nk * 4), malloc(nk * 4)};
+    float *w[2] = {malloc(nk * 4), malloc(nk * 4)};
+    make_logits(lg, rows, s->n_expert);
+    for (int pass = 0; pass < 2; pass++) {
+        char gate[112];
+        snprintf(gate, sizeof gate, "moe_route_lanes[e%d k%d rows%d%s]", s->n_expert, s->top_k,
+                 rows, pass ? " nan/inf" : "");
+        if (pass)
+            for (int r = 1; r < rows; r += 3) {
+                lg[(size_t)r * (size_t)s->n_expert + (size_t)(r % s->n_expert)] = 0x7fc1;
+                if (r + 1 < rows)
+                    lg[(size_t)(r + 1) * (size_t)s->n_expert + (size_t)(r % s->n_expert)] = 0x7f80;
+            }
+        int rc = route_once(s, rows, lg, d_scale, 0, idx[0], w[0]) |
+                 route_once(s, rows, lg, d_scale, 1, idx[1], w[1]);
+        int same =
+            rc == 0 && memcmp(idx[0], idx[1], nk * 4) == 0 && memcmp(w[0], w[1], nk * 4) == 0;
+        TEST_CHECK(gate, same, "rc %d, ids %s, weights %s", rc,
+                   memcmp(idx[0], idx[1], nk * 4) ? "differ" : "equal",
+                   memcmp(w[0], w[1], nk * 4) ? "differ" : "equal");
+    }
+    free(lg);
+    free(idx[0]);
+    free(idx[1]);
+    free(w[0]);
+    free(w[1]);
 }
 
 /* The experts call of a shape at rows rows over the given buffers. */
@@ -303,6 +366,7 @@ static void run_shape(const shape *s, uint64_t seed) {
         int32_t *idx = malloc(nk * 4);
         float *w = malloc(nk * 4);
         check_route(s, rows, scale, d_scale, idx, w);
+        check_route_lanes(s, rows, d_scale);
         check_experts(s, rows, gu, dn, d_gu, d_dn, idx, w);
         const int mma = s->d_model % 32 == 0 && s->d_expert % 32 == 0;
         if (mma && nk <= 128) /* where the up kernel may bucket its items */
