@@ -52,7 +52,9 @@ int k_scratch(enum k_scratch_kind kind, size_t bytes, cudaStream_t st, void **ou
  * of kernels/ is launched through k_launch and opens with K_GRID_DEPENDENCY: it waits until the
  * grid before it in the stream has finished and its writes are visible (griddepcontrol.wait,
  * before any load or store, so neither a read-after-write nor a write-after-read can cross the
- * boundary), then lets the next grid be launched. The next grid's blocks are then already
+ * boundary), then lets the next grid be launched. The one exception: model constants no kernel
+ * of a step writes (the row chain's norm weights, the router's per-expert scales; kernels.h
+ * names each) may be read before the wait. The next grid's blocks are then already
  * resident when this one ends, instead of being launched after it; no block of this grid can be
  * kept waiting by them, because the release only takes effect once every block of this grid
  * has started. A kernel launched without the attribute (PDL off, or from another library) sees

@@ -125,8 +125,8 @@ static void check_route(const shape *s, int rows, const bf16_t *scale_h, void *d
     free(gw);
 }
 
-/* One k_moe_route call over host logits lg with serve.moe_route_lanes = lanes; the ids and the
- * weights' bytes into idx, w. */
+/* One k_moe_route call over host logits lg with serve.moe_route_lanes = lanes (left at 0, its
+ * default, after); the ids and the weights' bytes into idx, w. */
 static int route_once(const shape *s, int rows, const bf16_t *lg, void *d_scale, int lanes,
                       int32_t *idx, float *w) {
     size_t nl = (size_t)rows * (size_t)s->n_expert, nk = (size_t)rows * (size_t)s->top_k;
@@ -152,37 +152,48 @@ static int route_once(const shape *s, int rows, const bf16_t *lg, void *d_scale,
     return rc;
 }
 
-/* moe_route_lanes (see the rules above): both forms on the same logits, then on a copy with a
- * NaN logit in every third row and +inf in the next, where the two must still agree. */
+/* moe_route_lanes (see the rules above): both forms on fresh logits (with the gate's ties), then
+ * on a copy with a NaN logit in every third row and +inf in the next, then with every third row
+ * all -inf and -inf in one logit of the next. The case's own seed, so the draws of the gates
+ * after it do not depend on it. */
 static void check_route_lanes(const shape *s, int rows, void *d_scale) {
-    size_t nl = (size_t)rows * (size_t)s->n_expert, nk = (size_t)rows * (size_t)s->top_k;
+    const uint64_t saved = rng_state;
+    rng_state = 0x726f757465ull + (uint64_t)rows * 131u + (uint64_t)s->n_expert;
+    const size_t n = (size_t)s->n_expert;
+    size_t nl = (size_t)rows * n, nk = (size_t)rows * (size_t)s->top_k;
     bf16_t *lg = malloc(nl * 2);
-    int32_t *idx[2] = {malloc(nk * 4), malloc(nk * 4)};
-    float *w[2] = {malloc(nk * 4), malloc(nk * 4)};
+    int32_t *idx[2] = {calloc(nk, 4), calloc(nk, 4)};
+    float *w[2] = {calloc(nk, 4), calloc(nk, 4)};
     make_logits(lg, rows, s->n_expert);
-    for (int pass = 0; pass < 2; pass++) {
+    static const char *const pass_name[] = {"", " nan/inf", " -inf"};
+    for (int pass = 0; pass < 3; pass++) {
         char gate[112];
         snprintf(gate, sizeof gate, "moe_route_lanes[e%d k%d rows%d%s]", s->n_expert, s->top_k,
-                 rows, pass ? " nan/inf" : "");
-        if (pass)
-            for (int r = 1; r < rows; r += 3) {
-                lg[(size_t)r * (size_t)s->n_expert + (size_t)(r % s->n_expert)] = 0x7fc1;
-                if (r + 1 < rows)
-                    lg[(size_t)(r + 1) * (size_t)s->n_expert + (size_t)(r % s->n_expert)] = 0x7f80;
+                 rows, pass_name[pass]);
+        for (int r = 0; pass && r < rows; r += 3) {
+            bf16_t *row = lg + (size_t)r * n, *next = r + 1 < rows ? row + n : NULL;
+            if (pass == 1) {
+                row[(size_t)r % n] = 0x7fc1; /* a quiet NaN with a payload */
+                if (next) next[(size_t)r % n] = 0x7f80;
+            } else {
+                for (size_t e = 0; e < n; e++)
+                    row[e] = 0xff80;
+                if (next) next[(size_t)r % n] = 0xff80;
             }
+        }
         int rc = route_once(s, rows, lg, d_scale, 0, idx[0], w[0]) |
                  route_once(s, rows, lg, d_scale, 1, idx[1], w[1]);
-        int same =
-            rc == 0 && memcmp(idx[0], idx[1], nk * 4) == 0 && memcmp(w[0], w[1], nk * 4) == 0;
-        TEST_CHECK(gate, same, "rc %d, ids %s, weights %s", rc,
-                   memcmp(idx[0], idx[1], nk * 4) ? "differ" : "equal",
-                   memcmp(w[0], w[1], nk * 4) ? "differ" : "equal");
+        const int ids_same = memcmp(idx[0], idx[1], nk * 4) == 0;
+        const int w_same = memcmp(w[0], w[1], nk * 4) == 0;
+        TEST_CHECK(gate, rc == 0 && ids_same && w_same, "rc %d, ids %s, weights %s", rc,
+                   ids_same ? "equal" : "differ", w_same ? "equal" : "differ");
     }
     free(lg);
     free(idx[0]);
     free(idx[1]);
     free(w[0]);
     free(w[1]);
+    rng_state = saved;
 }
 
 /* The experts call of a shape at rows rows over the given buffers. */
@@ -384,6 +395,27 @@ static void run_shape(const shape *s, uint64_t seed) {
     free(dn);
 }
 
+/* The router's lanes form at routing shapes no model has: every slot of a lane (256 experts,
+ * the most), an expert count that is no multiple of 32, and top 16 (the most). */
+static void run_route_shapes(uint64_t seed) {
+    static const int route_shapes[][2] = {{256, 16}, {200, 5}, {33, 3}};
+    static const int route_rows[] = {1, 7, 64};
+    rng_state = seed;
+    for (size_t i = 0; i < sizeof route_shapes / sizeof route_shapes[0]; i++) {
+        const shape s = {.n_expert = route_shapes[i][0], .top_k = route_shapes[i][1]};
+        bf16_t *scale = malloc((size_t)s.n_expert * 2);
+        fill_uniform(scale, (size_t)s.n_expert, 0.5f, 1.0f);
+        void *d_scale = k_device_alloc((size_t)s.n_expert * 2);
+        if (!d_scale || k_copy_to_device(d_scale, scale, (size_t)s.n_expert * 2) != 0)
+            test_fail("moe_route_lanes", "device allocation or copy failed (e%d)", s.n_expert);
+        else
+            for (size_t k = 0; k < sizeof route_rows / sizeof route_rows[0]; k++)
+                check_route_lanes(&s, route_rows[k], d_scale);
+        k_device_free(d_scale);
+        free(scale);
+    }
+}
+
 int main(void) {
     char desc[256];
     if (k_device_init(desc, sizeof desc) != 0) {
@@ -403,5 +435,6 @@ int main(void) {
                             {128, 8, 2816, 712, 0}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape(&shapes[i], 4321 + i);
+    run_route_shapes(8765);
     return harness_exit();
 }
