@@ -61,6 +61,40 @@ static void make_logits(bf16_t *lg, int rows, int n) {
     }
 }
 
+/* One k_moe_route call over host logits lg with serve.moe_route_lanes = lanes (left at 0, its
+ * default, after), its outputs poisoned first (ids -1, weights NaN); the ids and the weights'
+ * bytes into idx, w. */
+static int route_once(const shape *s, int rows, const bf16_t *lg, void *d_scale, int lanes,
+                      int32_t *idx, float *w) {
+    size_t nl = (size_t)rows * (size_t)s->n_expert, nk = (size_t)rows * (size_t)s->top_k;
+    void *d_lg = k_device_alloc(nl * 2), *d_idx = k_device_alloc(nk * 4),
+         *d_w = k_device_alloc(nk * 4);
+    int rc = (!d_lg || !d_idx || !d_w) ? K_ERR_NO_MEMORY : 0;
+    for (size_t i = 0; i < nk; i++) {
+        idx[i] = -1;
+        w[i] = NAN;
+    }
+    if (rc == 0)
+        rc |= k_copy_to_device(d_lg, lg, nl * 2) | k_copy_to_device(d_idx, idx, nk * 4) |
+              k_copy_to_device(d_w, w, nk * 4);
+    k_moe_route_args a = {.idx = d_idx,
+                          .weight = d_w,
+                          .logits = d_lg,
+                          .per_expert_scale = d_scale,
+                          .rows = rows,
+                          .n_expert = s->n_expert,
+                          .top_k = s->top_k};
+    k_set_moe_route_lanes(lanes);
+    if (rc == 0)
+        rc |= k_moe_route(&a, NULL) | k_sync() | k_copy_to_host(idx, d_idx, nk * 4) |
+              k_copy_to_host(w, d_w, nk * 4);
+    k_set_moe_route_lanes(0);
+    k_device_free(d_lg);
+    k_device_free(d_idx);
+    k_device_free(d_w);
+    return rc;
+}
+
 /* k_moe_route vs ref_moe_route; leaves the reference's ids and weights in idx, w. */
 static void check_route(const shape *s, int rows, const bf16_t *scale_h, void *d_scale,
                         int32_t *idx, float *w) {
@@ -71,26 +105,7 @@ static void check_route(const shape *s, int rows, const bf16_t *scale_h, void *d
     int32_t *gidx = malloc(nk * 4);
     float *gw = malloc(nk * 4);
     make_logits(lg, rows, s->n_expert);
-    void *d_lg = k_device_alloc(nl * 2), *d_idx = k_device_alloc(nk * 4),
-         *d_w = k_device_alloc(nk * 4);
-    int rc = (!d_lg || !d_idx || !d_w) ? K_ERR_NO_MEMORY : 0;
-    for (size_t i = 0; i < nk; i++) {
-        gidx[i] = -1;
-        gw[i] = NAN;
-    }
-    if (rc == 0)
-        rc |= k_copy_to_device(d_lg, lg, nl * 2) | k_copy_to_device(d_idx, gidx, nk * 4) |
-              k_copy_to_device(d_w, gw, nk * 4);
-    k_moe_route_args a = {.idx = d_idx,
-                          .weight = d_w,
-                          .logits = d_lg,
-                          .per_expert_scale = d_scale,
-                          .rows = rows,
-                          .n_expert = s->n_expert,
-                          .top_k = s->top_k};
-    if (rc == 0)
-        rc |= k_moe_route(&a, NULL) | k_sync() | k_copy_to_host(gidx, d_idx, nk * 4) |
-              k_copy_to_host(gw, d_w, nk * 4);
+    int rc = route_once(s, rows, lg, d_scale, 0, gidx, gw);
     k_moe_route_args ra = {.idx = idx,
                            .weight = w,
                            .logits = lg,
@@ -117,39 +132,9 @@ static void check_route(const shape *s, int rows, const bf16_t *scale_h, void *d
     TEST_CHECK(gate, rc == 0 && rrc == 0 && idx_diff == 0 && nan == 0 && worst <= 1e-6,
                "ids differing %d, weights max rel err %.2e (limit 1e-6), NaN %d, rc %d/%d",
                idx_diff, worst, nan, rc, rrc);
-    k_device_free(d_lg);
-    k_device_free(d_idx);
-    k_device_free(d_w);
     free(lg);
     free(gidx);
     free(gw);
-}
-
-/* One k_moe_route call over host logits lg with serve.moe_route_lanes = lanes (left at 0, its
- * default, after); the ids and the weights' bytes into idx, w. */
-static int route_once(const shape *s, int rows, const bf16_t *lg, void *d_scale, int lanes,
-                      int32_t *idx, float *w) {
-    size_t nl = (size_t)rows * (size_t)s->n_expert, nk = (size_t)rows * (size_t)s->top_k;
-    void *d_lg = k_device_alloc(nl * 2), *d_idx = k_device_alloc(nk * 4),
-         *d_w = k_device_alloc(nk * 4);
-    int rc = (!d_lg || !d_idx || !d_w) ? K_ERR_NO_MEMORY : 0;
-    if (rc == 0) rc |= k_copy_to_device(d_lg, lg, nl * 2);
-    k_moe_route_args a = {.idx = d_idx,
-                          .weight = d_w,
-                          .logits = d_lg,
-                          .per_expert_scale = d_scale,
-                          .rows = rows,
-                          .n_expert = s->n_expert,
-                          .top_k = s->top_k};
-    k_set_moe_route_lanes(lanes);
-    if (rc == 0)
-        rc |= k_moe_route(&a, NULL) | k_sync() | k_copy_to_host(idx, d_idx, nk * 4) |
-              k_copy_to_host(w, d_w, nk * 4);
-    k_set_moe_route_lanes(0);
-    k_device_free(d_lg);
-    k_device_free(d_idx);
-    k_device_free(d_w);
-    return rc;
 }
 
 /* moe_route_lanes (see the rules above): both forms on fresh logits (with the gate's ties), then
