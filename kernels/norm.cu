@@ -315,7 +315,7 @@ chain_operand(float (&v)[HELD], const bf16_t *buf, const bf16_t *prev_out, const
 }
 
 /* The op's weight vector (a norm's w, mul_vec_scale's v): NULL for none. */
-static __device__ __forceinline__ const bf16_t *chain_weight(const k_row_op &op) {
+static __host__ __device__ __forceinline__ const bf16_t *chain_weight(const k_row_op &op) {
     return op.kind == K_ROW_RMSNORM         ? op.u.rmsnorm.w
            : op.kind == K_ROW_MUL_VEC_SCALE ? op.u.mul_vec_scale.v
                                             : nullptr;
@@ -541,10 +541,7 @@ static bool chain_fits(const k_row_ops_args *a, int *width) {
             if (buf[i] && buf[j] && buf[i] != buf[j] && !ranges_apart(buf[i], bytes, buf[j], bytes))
                 return false;
     for (int i = 0; i < a->n_ops; i++) {
-        const k_row_op *op = &a->op[i];
-        const bf16_t *w = op->kind == K_ROW_RMSNORM         ? op->u.rmsnorm.w
-                          : op->kind == K_ROW_MUL_VEC_SCALE ? op->u.mul_vec_scale.v
-                                                            : NULL;
+        const bf16_t *w = chain_weight(a->op[i]);
         if (!w) continue;
         for (int k = 0; k < a->n_ops; k++) {
             const void *kb[3];
