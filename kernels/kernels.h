@@ -310,9 +310,9 @@ int k_mul_vec_scale(const k_mul_vec_scale_args *a, g4_stream st);
 int k_gather_rows(const k_gather_rows_args *a, g4_stream st);
 int k_softcap(const k_softcap_args *a, g4_stream st);
 int k_row_ops(const k_row_ops_args *a, g4_stream st);
-/* 1 (the default): k_rmsnorm and k_row_ops run in the compact chain kernel (kernels/norm.cu,
- * row_chain_kernel) where its preconditions hold: rows of at most 3,072 elements (6,144 and
- * groups of at most two ops at 2; 0: never), one width for
+/* 2 (the default): k_rmsnorm and k_row_ops run in the compact chain kernel (kernels/norm.cu,
+ * row_chain_kernel) where its preconditions hold: rows of at most 3,072 elements, or of at most
+ * 6,144 in groups of at most two ops and 128 rows (1: only the first; 0: never), one width for
  * every op of a group, activation buffers that coincide or do not overlap. It reads the norm
  * weights and mul_vec_scale's v before it waits on the kernel before it, so those must be
  * constants no kernel of the step writes (model weights are). The same bits either way
@@ -356,7 +356,7 @@ int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
  * Process-wide. */
 void k_set_moe_bucket_in_up(int on);
 /* on: k_moe_route runs its lanes form (kernels/moe.cu, moe_route_lanes_kernel: the same bits,
- * fewer round trips in a row; serve.moe_route_lanes, default off until measured). It reads
+ * fewer round trips in a row; serve.moe_route_lanes, default on: measured faster). It reads
  * per_expert_scale before it waits on the kernel before it: a model constant no kernel of the
  * step writes. Process-wide, read at each call. */
 void k_set_moe_route_lanes(int on);

@@ -716,7 +716,7 @@ static int bucket_in_up = 1; /* serve.moe_bucket_in_up's default */
 extern "C" void k_set_moe_bucket_in_up(int on) { bucket_in_up = on ? 1 : 0; }
 static int prefill_tiles = 1; /* serve.moe_prefill_tiles' default */
 extern "C" void k_set_moe_prefill_tiles(int on) { prefill_tiles = on ? 1 : 0; }
-static int route_lanes = 0; /* serve.moe_route_lanes' default */
+static int route_lanes = 1; /* serve.moe_route_lanes' default */
 extern "C" void k_set_moe_route_lanes(int on) { route_lanes = on ? 1 : 0; }
 
 extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {

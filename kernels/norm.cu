@@ -250,13 +250,13 @@ static __global__ __launch_bounds__(RMS_THREADS) void row_ops_kernel(k_row_ops_a
  * and the weight vectors (norm weights, mul_vec_scale's v: model constants) are read before
  * the wait on the grid before, while it runs, into shared memory.
  *
- * By default (serve.row_chain = 1) rows of at most CHAIN_NARROW_MAX_HELD x RMS_THREADS = 3,072
- * elements (E2B, E4B, the 26B-A4B); wider ones (12B, 31B) keep the held kernels unless
- * serve.row_chain = 2, which holds rows up to 6,144 with two ops' weights in shared memory (every
- * wide group of Gemma 4 has two ops; more fall back). A first form of the wide rows loaded the
- * weights inside each op's output loop and measured slower: the compiler cannot move a weight
- * load above the store to out before it (out may alias w), so those loads ran one round trip at
- * a time (docs/perf-notes.md, twenty-first session). The two-slot form is not yet measured.
+ * serve.row_chain = 1 holds rows of at most CHAIN_NARROW_MAX_HELD x RMS_THREADS = 3,072 elements
+ * (E2B, E4B, the 26B-A4B); 2 (the default) also rows up to 6,144 (12B, 31B) with two ops' weights
+ * in shared memory (every wide group of Gemma 4 has two ops; more fall back), in groups of at
+ * most CHAIN_WIDE_MAX_ROWS rows. A first form of the wide rows loaded the weights inside each
+ * op's output loop and measured slower: the compiler cannot move a weight load above the store
+ * to out before it (out may alias w), so those loads ran one round trip at a time
+ * (docs/perf-notes.md, twenty-first and twenty-second sessions).
  *
  * Every op of a chain has one width and every activation operand is a [rows, width] buffer the
  * ops either share exactly or do not overlap (the launcher checks both), so element j of a row
@@ -269,13 +269,18 @@ static __global__ __launch_bounds__(RMS_THREADS) void row_ops_kernel(k_row_ops_a
 #define CHAIN_SIZES(X) X(1) X(2) X(4) X(6) X(8) X(10) X(11) X(12) X(16) X(21) X(24)
 #define CHAIN_NARROW_MAX_HELD 12 /* serve.row_chain = 1 */
 #define CHAIN_MAX_HELD 24        /* serve.row_chain = 2 */
+/* The most rows the wide sizes (HELD over CHAIN_NARROW_MAX_HELD) take: at ~154 registers a thread
+ * one block fits an SM, so past about one wave the held kernels, several blocks an SM, run a
+ * prefill chunk's rows faster (docs/perf-notes.md, twenty-second session). Bits do not depend on
+ * the path, so the choice by row count keeps batch invariance. */
+#define CHAIN_WIDE_MAX_ROWS 128
 
 /* How many ops' weight vectors a chain of HELD elements a thread keeps in shared memory. */
 static constexpr __host__ __device__ int chain_slots(int held) {
     return held <= CHAIN_NARROW_MAX_HELD ? K_ROW_OPS_MAX : 2;
 }
 
-static int row_chain = 1; /* serve.row_chain's default: 0 off, 1 narrow rows, 2 all it holds */
+static int row_chain = 2; /* serve.row_chain's default: 0 off, 1 narrow rows, 2 all it holds */
 extern "C" void k_set_row_chain(int mode) { row_chain = mode < 0 ? 0 : mode > 2 ? 2 : mode; }
 
 /* block_sum with its partials in buffer `parity` of two (see above). */
@@ -520,14 +525,17 @@ static bool ranges_apart(const void *p, size_t pn, const void *q, size_t qn) {
 
 /* The chain's preconditions (see row_chain_kernel): rows > 0 of one width it is compiled for
  * (at most CHAIN_NARROW_MAX_HELD x RMS_THREADS elements, CHAIN_MAX_HELD x RMS_THREADS with
- * serve.row_chain = 2), no more ops than it keeps weights for,
+ * serve.row_chain = 2 over at most CHAIN_WIDE_MAX_ROWS rows), no more ops than it keeps weights
+ * for,
  * every two activation buffers the same or apart, no weight vector inside a buffer an op
  * writes (the weights are read before the ops run). The width goes to *width. */
 static bool chain_fits(const k_row_ops_args *a, int *width) {
     if (!row_chain || a->rows <= 0) return false;
     const int w0 = chain_op_width(&a->op[0], a->rows);
     const int held = w0 > 0 ? chain_held(w0) : 0;
-    if (held == 0 || (held > CHAIN_NARROW_MAX_HELD && row_chain < 2)) return false;
+    if (held == 0) return false;
+    if (held > CHAIN_NARROW_MAX_HELD && (row_chain < 2 || a->rows > CHAIN_WIDE_MAX_ROWS))
+        return false;
     if (a->n_ops > chain_slots(held)) return false;
     const size_t bytes = (size_t)a->rows * (size_t)w0 * sizeof(bf16_t);
     const void *buf[K_ROW_OPS_MAX * 3];

@@ -51,8 +51,8 @@ typedef struct g4_config {
         int moe_bucket_in_up;  /* 0/1, default 1: experts bucketed in the up kernel; speed only */
         int attn_cluster_rows; /* 0..65535, default 0: one-launch attention up to these rows */
         int moe_prefill_tiles; /* 0/1, default 1: prefill experts 4 item tiles a warp */
-        int row_chain;         /* 0..2, default 1: row ops in the compact chain kernel */
-        int moe_route_lanes;   /* 0/1, default 0: the router kernel's lanes form */
+        int row_chain;         /* 0..2, default 2: row ops in the compact chain kernel */
+        int moe_route_lanes;   /* 0/1, default 1: the router kernel's lanes form */
         int attn_splits_per_block; /* 0..16, default 0 (the launcher's choice): speed only */
         int sample_threads;        /* 0..256, default 0 (a thread per CPU): host draws */
         int text_max_tokens;       /* --text's answer limit, 1..1000000, default 512 */

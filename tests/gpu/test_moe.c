@@ -61,7 +61,7 @@ static void make_logits(bf16_t *lg, int rows, int n) {
     }
 }
 
-/* One k_moe_route call over host logits lg with serve.moe_route_lanes = lanes (left at 0, its
+/* One k_moe_route call over host logits lg with serve.moe_route_lanes = lanes (left at 1, its
  * default, after), its outputs poisoned first (ids -1, weights NaN); the ids and the weights'
  * bytes into idx, w. */
 static int route_once(const shape *s, int rows, const bf16_t *lg, void *d_scale, int lanes,
@@ -88,7 +88,7 @@ static int route_once(const shape *s, int rows, const bf16_t *lg, void *d_scale,
     if (rc == 0)
         rc |= k_moe_route(&a, NULL) | k_sync() | k_copy_to_host(idx, d_idx, nk * 4) |
               k_copy_to_host(w, d_w, nk * 4);
-    k_set_moe_route_lanes(0);
+    k_set_moe_route_lanes(1);
     k_device_free(d_lg);
     k_device_free(d_idx);
     k_device_free(d_w);
@@ -105,7 +105,7 @@ static void check_route(const shape *s, int rows, const bf16_t *scale_h, void *d
     int32_t *gidx = malloc(nk * 4);
     float *gw = malloc(nk * 4);
     make_logits(lg, rows, s->n_expert);
-    int rc = route_once(s, rows, lg, d_scale, 0, gidx, gw);
+    int rc = route_once(s, rows, lg, d_scale, 1, gidx, gw);
     k_moe_route_args ra = {.idx = idx,
                            .weight = w,
                            .logits = lg,

@@ -484,8 +484,9 @@ static void check_same_bytes(const char *gate, int rc, int chained, int want, co
 }
 
 /* Whether the chain should take a group of n_ops ops over rows of width elements at mode. */
-static int chain_wanted(int mode, int width, int n_ops) {
-    return mode >= 1 && (width <= 3072 || (mode == 2 && width <= 6144 && n_ops <= 2));
+static int chain_wanted(int mode, int rows, int width, int n_ops) {
+    return mode >= 1 &&
+           (width <= 3072 || (mode == 2 && width <= 6144 && n_ops <= 2 && rows <= 128));
 }
 
 /* Rule: k_rmsnorm alone in the chain kernel gives the held kernel's bytes (the same elements
@@ -523,7 +524,7 @@ static void run_rmsnorm_chain(int mode, int rows, int width, int has_w, int has_
             .rows = rows, .n_ops = 1, .op = {{.kind = K_ROW_RMSNORM, .u.rmsnorm = a}}};
         if (chain) chained = k_row_ops_chained(&one);
         if (rc == 0) rc |= k_rmsnorm(&a, NULL);
-        k_set_row_chain(1);
+        k_set_row_chain(2); /* the default */
         rc |= k_sync();
         if (rc == 0) rc |= k_copy_to_host(got[chain], a.out, n * 2);
         k_device_free(dx);
@@ -531,7 +532,7 @@ static void run_rmsnorm_chain(int mode, int rows, int width, int has_w, int has_
         k_device_free(dres);
         k_device_free(dout);
     }
-    check_same_bytes(gate, rc, chained, chain_wanted(mode, width, 1), got[0], got[1], n);
+    check_same_bytes(gate, rc, chained, chain_wanted(mode, rows, width, 1), got[0], got[1], n);
     free(x);
     free(w);
     free(res);
@@ -568,7 +569,7 @@ static void run_row_chain_overlap(int width, uint64_t seed) {
             k_set_row_chain(0);
             if (rc == 0) rc |= k_rmsnorm(&n0, NULL);
             if (rc == 0) rc |= k_rmsnorm(&n1, NULL);
-            k_set_row_chain(1);
+            k_set_row_chain(2); /* the default */
         } else {
             k_row_ops_args g = {.rows = 1, .n_ops = 2};
             g.op[0] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = n0};
@@ -669,7 +670,7 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
     fa.n_ops = rg_ops(kind, fused, dw1, dw2, rows, width, fa.op);
     sa.n_ops = rg_ops(kind, sep, dw1, dw2, rows, width, sa.op);
     k_set_row_chain(chain);
-    const int chained = k_row_ops_chained(&fa), path = chain_wanted(chain, width, fa.n_ops);
+    const int chained = k_row_ops_chained(&fa), path = chain_wanted(chain, rows, width, fa.n_ops);
     if (rc == 0) rc |= k_row_ops(&fa, NULL);
     k_set_row_chain(0);
     for (int i = 0; rc == 0 && i < sa.n_ops; i++) {
@@ -678,7 +679,7 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
               : op->kind == K_ROW_MUL_VEC_SCALE ? k_mul_vec_scale(&op->u.mul_vec_scale, NULL)
                                                 : k_scale_add(&op->u.scale_add, NULL);
     }
-    k_set_row_chain(1);
+    k_set_row_chain(2); /* the default */
     rc |= k_sync();
     size_t differ = 0;
     for (int b = 0; b < 4 && rc == 0; b++) {
@@ -696,7 +697,7 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
         one.n_ops = rg_ops(kind, fused, dw1, dw2, 1, width, one.op);
         k_set_row_chain(chain);
         rc |= k_row_ops(&one, NULL);
-        k_set_row_chain(1);
+        k_set_row_chain(2); /* the default */
         rc |= k_sync();
         bf16_t *row = hbuf((size_t)width);
         for (int b = 0; b < 4 && rc == 0; b++) {
@@ -852,6 +853,11 @@ int main(void) {
             run_rmsnorm_chain(mode, 3, widths[i], 1, 1, ALIAS_RES, seed++);
             run_rmsnorm_chain(mode, 1, widths[i], 1, 1, ALIAS_IN, seed++);
         }
+    /* the wide sizes' row limit (128): at it the chain, one past it the held kernels */
+    run_rmsnorm_chain(2, 128, 5376, 1, 1, ALIAS_NONE, seed++);
+    run_rmsnorm_chain(2, 129, 5376, 1, 1, ALIAS_NONE, seed++);
+    run_row_ops(0, 128, 3840, 2, seed++);
+    run_row_ops(0, 129, 3840, 2, seed++);
     run_row_chain_overlap(2816, seed++);
     run_row_chain_overlap(64, seed++);
     return harness_exit();
