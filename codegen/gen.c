@@ -301,7 +301,14 @@ static void row_group_flush(FILE *f) {
     fprintf(f, "        .n_ops = %d,\n", n);
     fprintf(f, "        .op = {%s},\n", list);
     fprintf(f, "    };\n");
-    fprintf(f, "    STEP(%s, \"%s\", op_row_ops(&%s, s->stream));\n", row_group.layer, step, var);
+    /* clang-format's break for a line past the column limit (100): after the name, the call
+     * aligned under the first argument */
+    char call[64];
+    snprintf(call, sizeof call, "op_row_ops(&%s, s->stream));", var);
+    if (strlen("    STEP(, \"\", ") + strlen(row_group.layer) + strlen(step) + strlen(call) <= 100)
+        fprintf(f, "    STEP(%s, \"%s\", %s\n", row_group.layer, step, call);
+    else
+        fprintf(f, "    STEP(%s, \"%s\",\n         %s\n", row_group.layer, step, call);
 }
 
 /* Consecutive projections of a layer that read the same x with the same k (q, k and v; gate
@@ -433,8 +440,8 @@ static void emit_attention(FILE *f, const gen_model *m, int kind) {
     snprintf(hd, sizeof hd, "%s_HEAD_DIM_%s", u, fam);
     snprintf(qn, sizeof qn, "%s_N_HEAD * %s", u, hd);
     snprintf(kn, sizeof kn, "%s_N_KV_HEAD_%s * %s", u, fam, hd);
-    rmsnorm_step(f, m, "il", "input_norm", "input_layernorm (kernels/ref/norm_ref.c)", "s->xn",
-                 "s->x", "L->input_norm", NULL, "s->rows", dm);
+    /* input_layernorm ran at the end of the layer before (emit_layer_fn; layer 0's after the
+     * embedding, emit_forward), in that layer's last row-op group */
     gemm_step(f, "il", "q_proj", "self_attn.q_proj (kernels/ref/gemm_ref.c)", "s->q", "s->xn",
               "L->q", "s->rows", qn, dm, NULL, "L->plan_q");
     int own_v = owns && !(full && m->d.k_eq_v);
@@ -533,6 +540,11 @@ static void emit_ffn(FILE *f, const gen_model *m) {
         fld(f, "width", "%s", dm);
         fld(f, "scale", "%s_INV_SQRT_D_MODEL", u);
         step_end(f, "il", "mul_vec_scale", "router_scale");
+        /* the experts' input, in the router's row-op group: it reads the residual as the router
+         * norm does, into a buffer of its own (the router projection still reads xn) */
+        rmsnorm_step(f, m, "il", "pre_ff_norm_2",
+                     "pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c)",
+                     "s->xn2", "s->x", "L->pre_ff_norm_2", NULL, "s->rows", dm);
         gemm_step(f, "il", "router_proj", "router.proj (kernels/ref/gemm_ref.c)",
                   "s->router_logits", "s->xn", "L->router", "s->rows", ne, dm, NULL,
                   "L->plan_router");
@@ -546,12 +558,9 @@ static void emit_ffn(FILE *f, const gen_model *m) {
         fld(f, "n_expert", "%s_N_EXPERT", u);
         fld(f, "top_k", "%s_TOP_K", u);
         step_end(f, "il", "moe_route", "moe_route");
-        rmsnorm_step(f, m, "il", "pre_ff_norm_2",
-                     "pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c)",
-                     "s->xn", "s->x", "L->pre_ff_norm_2", NULL, "s->rows", dm);
         step_begin(f, "the routed experts (kernels/ref/moe_ref.c)", "moe_experts", "experts");
         fld(f, "out", "s->t");
-        fld(f, "x", "s->xn");
+        fld(f, "x", "s->xn2");
         fld(f, "gate_up", "L->experts_gate_up");
         fld(f, "down", "L->experts_down");
         fld(f, "idx", "s->moe_idx");
@@ -618,6 +627,17 @@ static void emit_layer_fn(FILE *f, const gen_model *m, int kind) {
     fld(f, "n", "(size_t)s->rows * %s_D_MODEL", m->upper);
     fld(f, "scale", "L->layer_scalar");
     step_end(f, "il", "scale_add", "layer_scalar");
+    /* the next layer's input_layernorm, in this layer's last row-op group: one kernel fewer a
+     * layer. The last layer's (on its own weights) is never read: one op of a group once a
+     * step, against a branch in every layer function */
+    char next_w[192];
+    snprintf(next_w, sizeof next_w, "s->w->layer[il + 1 < %s_N_LAYER ? il + 1 : il].input_norm",
+             m->upper);
+    char dm[160];
+    snprintf(dm, sizeof dm, "%s_D_MODEL", m->upper);
+    rmsnorm_step(f, m, "il", "next_input_norm",
+                 "input_layernorm of the layer after (kernels/ref/norm_ref.c)", "s->xn", "s->x",
+                 next_w, NULL, "s->rows", dm);
     gemm_group_flush(f);
     row_group_flush(f);
     row_group.on = 0;
@@ -685,6 +705,9 @@ static void emit_forward(FILE *f, const gen_model *m) {
     fld(f, "scale", "%s_EMBED_SCALE", u);
     step_end(f, "-1", "embed", "embed");
     if (m->d.d_ple) emit_ple_prep(f, m);
+    /* layer 0's input_layernorm; every later layer's runs at the end of the one before */
+    rmsnorm_step(f, m, "0", "input_norm", "input_layernorm (kernels/ref/norm_ref.c)", "s->xn",
+                 "s->x", "s->w->layer[0].input_norm", NULL, "s->rows", dm);
     for (int l = 0; l < m->d.n_layer; l++)
         fprintf(f, "    LAYER(%d, G4_FN(%s_%s));\n", l, m->lower,
                 kind_names[layer_kind_of(&m->d, l)]);

@@ -85,6 +85,7 @@ typedef struct g4_state {
     k_kv_view kv_global;       /* full family */
     bf16_t *x;                 /* [rows, H] residual stream */
     bf16_t *xn;                /* [rows, H] normed input of a block */
+    bf16_t *xn2;               /* [rows, H] the experts' normed input (MoE) */
     bf16_t *q;                 /* [rows, n_head*512] */
     bf16_t *k, *v;             /* [rows, n_kv*hd] raw projections */
     bf16_t *attn;              /* [rows, n_head*hd] attention output */

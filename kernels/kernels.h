@@ -312,7 +312,7 @@ int k_softcap(const k_softcap_args *a, g4_stream st);
 int k_row_ops(const k_row_ops_args *a, g4_stream st);
 /* 2 (the default): k_rmsnorm and k_row_ops run in the compact chain kernel (kernels/norm.cu,
  * row_chain_kernel) where its preconditions hold: rows of at most 3,072 elements, or of at most
- * 6,144 in groups of at most two ops and 128 rows (1: only the first; 0: never), one width for
+ * 6,144 in groups of at most three ops and 128 rows (1: only the first; 0: never), one width for
  * every op of a group, activation buffers that coincide or do not overlap. It reads the norm
  * weights and mul_vec_scale's v before it waits on the kernel before it, so those must be
  * constants no kernel of the step writes (model weights are). The same bits either way

@@ -251,8 +251,8 @@ static __global__ __launch_bounds__(RMS_THREADS) void row_ops_kernel(k_row_ops_a
  * the wait on the grid before, while it runs, into shared memory.
  *
  * serve.row_chain = 1 holds rows of at most CHAIN_NARROW_MAX_HELD x RMS_THREADS = 3,072 elements
- * (E2B, E4B, the 26B-A4B); 2 (the default) also rows up to 6,144 (12B, 31B) with two ops' weights
- * in shared memory (every wide group of Gemma 4 has two ops; more fall back), in groups of at
+ * (E2B, E4B, the 26B-A4B); 2 (the default) also rows up to 6,144 (12B, 31B) with three ops'
+ * weights in shared memory (the wide groups of Gemma 4 have two or three ops), in groups of at
  * most CHAIN_WIDE_MAX_ROWS rows. A first form of the wide rows loaded the weights inside each
  * op's output loop and measured slower: the compiler cannot move a weight load above the store
  * to out before it (out may alias w), so those loads ran one round trip at a time
@@ -265,7 +265,7 @@ static __global__ __launch_bounds__(RMS_THREADS) void row_ops_kernel(k_row_ops_a
  * previous norm's before every thread has read them. */
 
 /* The held sizes a chain is compiled for: the first at least the row's elements per thread.
- * The weights' shared memory is chain_slots(HELD) x HELD x RMS_THREADS bf16, 24 KB at most. */
+ * The weights' shared memory is chain_slots(HELD) x HELD x RMS_THREADS bf16, 36 KB at most. */
 #define CHAIN_SIZES(X) X(1) X(2) X(4) X(6) X(8) X(10) X(11) X(12) X(16) X(21) X(24)
 #define CHAIN_NARROW_MAX_HELD 12 /* serve.row_chain = 1 */
 #define CHAIN_MAX_HELD 24        /* serve.row_chain = 2 */
@@ -277,7 +277,7 @@ static __global__ __launch_bounds__(RMS_THREADS) void row_ops_kernel(k_row_ops_a
 
 /* How many ops' weight vectors a chain of HELD elements a thread keeps in shared memory. */
 static constexpr __host__ __device__ int chain_slots(int held) {
-    return held <= CHAIN_NARROW_MAX_HELD ? K_ROW_OPS_MAX : 2;
+    return held <= CHAIN_NARROW_MAX_HELD ? K_ROW_OPS_MAX : 3;
 }
 
 static int row_chain = 2; /* serve.row_chain's default: 0 off, 1 narrow rows, 2 all it holds */

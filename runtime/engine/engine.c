@@ -61,6 +61,7 @@ static int alloc_state(engine *e) {
     } bufs[] = {
         {(void **)&s->x, R * H * B},
         {(void **)&s->xn, R * H * B},
+        {(void **)&s->xn2, R * (m->n_expert ? H : 1) * B},
         {(void **)&s->q, R * q_w * B},
         {(void **)&s->k, R * kv_w * B},
         {(void **)&s->v, R * kv_w * B},

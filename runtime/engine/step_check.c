@@ -15,8 +15,8 @@ static const bf16_t *written(const g4_state *s, const g4_model_desc *m, int laye
     size_t hd = (size_t)(full ? m->head_dim_global : m->head_dim_local);
     size_t kv = hd * (size_t)(full ? m->n_kv_head_global : m->n_kv_head_local);
     size_t H = (size_t)m->d_model, ff = layer >= 0 ? (size_t)g4_model_d_ff(m, layer) : 0;
-    static const char *const to_xn[] = {"input_norm", "pre_ff_norm", "router_norm", "router_scale",
-                                        "pre_ff_norm_2"};
+    static const char *const to_xn[] = {"input_norm", "next_input_norm", "pre_ff_norm",
+                                        "router_norm", "router_scale"};
     static const char *const to_t[] = {"o_proj", "down_proj", "experts", "post_ff_norm_2"};
     static const char *const to_x[] = {"post_attn_norm", "post_ff_norm", "layer_scalar", "embed"};
     for (size_t i = 0; i < sizeof to_xn / sizeof *to_xn; i++)
@@ -33,6 +33,7 @@ static const bf16_t *written(const g4_state *s, const g4_model_desc *m, int laye
     if (!strcmp(step, "gate_proj") || !strcmp(step, "up_proj")) return *width = 2 * ff, s->gu;
     if (!strcmp(step, "geglu")) return *width = ff, s->act;
     if (!strcmp(step, "post_ff_norm_1")) return *width = H, s->m1;
+    if (!strcmp(step, "pre_ff_norm_2")) return *width = H, s->xn2;
     if (!strcmp(step, "router_proj")) return *width = (size_t)m->n_expert, s->router_logits;
     return NULL;
 }

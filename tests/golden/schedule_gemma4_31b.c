@@ -70,16 +70,6 @@ static const g4_layer_info gemma4_31b_layers[GEMMA4_31B_N_LAYER] = {
 static int G4_FN(gemma4_31b_sliding)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &gemma4_31b_layers[il];
-    /* input_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args input_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->input_norm,
-        .rows = s->rows,
-        .width = GEMMA4_31B_D_MODEL,
-        .eps = GEMMA4_31B_EPS,
-    };
-    STEP(il, "input_norm", op_rmsnorm(&input_norm, s->stream));
     /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args q_proj = {
         .y = s->q,
@@ -262,6 +252,15 @@ static int G4_FN(gemma4_31b_sliding)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEMMA4_31B_D_MODEL,
         .scale = L->layer_scalar,
     };
+    /* input_layernorm of the layer after (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args next_input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[il + 1 < GEMMA4_31B_N_LAYER ? il + 1 : il].input_norm,
+        .rows = s->rows,
+        .width = GEMMA4_31B_D_MODEL,
+        .eps = GEMMA4_31B_EPS,
+    };
     const k_row_op post_ff_norm_op = {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = post_ff_norm,
@@ -270,13 +269,17 @@ static int G4_FN(gemma4_31b_sliding)(g4_state *s, int il) {
         .kind = K_ROW_SCALE_ADD,
         .u.scale_add = layer_scalar,
     };
-    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_op next_input_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = next_input_norm,
+    };
+    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
     const k_row_ops_args row_ops_2 = {
         .rows = s->rows,
-        .n_ops = 2,
-        .op = {post_ff_norm_op, layer_scalar_op},
+        .n_ops = 3,
+        .op = {post_ff_norm_op, layer_scalar_op, next_input_norm_op},
     };
-    STEP(il, "post_ff_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
+    STEP(il, "post_ff_norm+layer_scalar+next_input_norm", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -284,16 +287,6 @@ static int G4_FN(gemma4_31b_sliding)(g4_state *s, int il) {
 static int G4_FN(gemma4_31b_full)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &gemma4_31b_layers[il];
-    /* input_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args input_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->input_norm,
-        .rows = s->rows,
-        .width = GEMMA4_31B_D_MODEL,
-        .eps = GEMMA4_31B_EPS,
-    };
-    STEP(il, "input_norm", op_rmsnorm(&input_norm, s->stream));
     /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args q_proj = {
         .y = s->q,
@@ -466,6 +459,15 @@ static int G4_FN(gemma4_31b_full)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEMMA4_31B_D_MODEL,
         .scale = L->layer_scalar,
     };
+    /* input_layernorm of the layer after (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args next_input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[il + 1 < GEMMA4_31B_N_LAYER ? il + 1 : il].input_norm,
+        .rows = s->rows,
+        .width = GEMMA4_31B_D_MODEL,
+        .eps = GEMMA4_31B_EPS,
+    };
     const k_row_op post_ff_norm_op = {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = post_ff_norm,
@@ -474,13 +476,17 @@ static int G4_FN(gemma4_31b_full)(g4_state *s, int il) {
         .kind = K_ROW_SCALE_ADD,
         .u.scale_add = layer_scalar,
     };
-    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_op next_input_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = next_input_norm,
+    };
+    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
     const k_row_ops_args row_ops_2 = {
         .rows = s->rows,
-        .n_ops = 2,
-        .op = {post_ff_norm_op, layer_scalar_op},
+        .n_ops = 3,
+        .op = {post_ff_norm_op, layer_scalar_op, next_input_norm_op},
     };
-    STEP(il, "post_ff_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
+    STEP(il, "post_ff_norm+layer_scalar+next_input_norm", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -498,6 +504,16 @@ static int G4_FN(gemma4_31b_forward)(g4_state *s, int local_elem_bytes) {
         .scale = GEMMA4_31B_EMBED_SCALE,
     };
     STEP(-1, "embed", op_embed(&embed, s->stream));
+    /* input_layernorm (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[0].input_norm,
+        .rows = s->rows,
+        .width = GEMMA4_31B_D_MODEL,
+        .eps = GEMMA4_31B_EPS,
+    };
+    STEP(0, "input_norm", op_rmsnorm(&input_norm, s->stream));
     LAYER(0, G4_FN(gemma4_31b_sliding));
     LAYER(1, G4_FN(gemma4_31b_sliding));
     LAYER(2, G4_FN(gemma4_31b_sliding));

@@ -16,16 +16,6 @@ static const g4_layer_info geometry_26b_a4b_layers[GEOMETRY_26B_A4B_N_LAYER] = {
 static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &geometry_26b_a4b_layers[il];
-    /* input_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args input_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->input_norm,
-        .rows = s->rows,
-        .width = GEOMETRY_26B_A4B_D_MODEL,
-        .eps = GEOMETRY_26B_A4B_EPS,
-    };
-    STEP(il, "input_norm", op_rmsnorm(&input_norm, s->stream));
     /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args q_proj = {
         .y = s->q,
@@ -217,6 +207,15 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .scale = GEOMETRY_26B_A4B_INV_SQRT_D_MODEL,
     };
+    /* pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args pre_ff_norm_2 = {
+        .out = s->xn2,
+        .in = s->x,
+        .w = L->pre_ff_norm_2,
+        .rows = s->rows,
+        .width = GEOMETRY_26B_A4B_D_MODEL,
+        .eps = GEOMETRY_26B_A4B_EPS,
+    };
     const k_row_op post_ff_norm_1_op = {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = post_ff_norm_1,
@@ -229,13 +228,18 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .kind = K_ROW_MUL_VEC_SCALE,
         .u.mul_vec_scale = router_scale,
     };
-    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_op pre_ff_norm_2_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm_2,
+    };
+    /* the 4 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
     const k_row_ops_args row_ops_2 = {
         .rows = s->rows,
-        .n_ops = 3,
-        .op = {post_ff_norm_1_op, router_norm_op, router_scale_op},
+        .n_ops = 4,
+        .op = {post_ff_norm_1_op, router_norm_op, router_scale_op, pre_ff_norm_2_op},
     };
-    STEP(il, "post_ff_norm_1+router_norm+router_scale", op_row_ops(&row_ops_2, s->stream));
+    STEP(il, "post_ff_norm_1+router_norm+router_scale+pre_ff_norm_2",
+         op_row_ops(&row_ops_2, s->stream));
     /* router.proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args router_proj = {
         .y = s->router_logits,
@@ -258,20 +262,10 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .top_k = GEOMETRY_26B_A4B_TOP_K,
     };
     STEP(il, "moe_route", op_moe_route(&moe_route, s->stream));
-    /* pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args pre_ff_norm_2 = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->pre_ff_norm_2,
-        .rows = s->rows,
-        .width = GEOMETRY_26B_A4B_D_MODEL,
-        .eps = GEOMETRY_26B_A4B_EPS,
-    };
-    STEP(il, "pre_ff_norm_2", op_rmsnorm(&pre_ff_norm_2, s->stream));
     /* the routed experts (kernels/ref/moe_ref.c) */
     const k_moe_experts_args experts = {
         .out = s->t,
-        .x = s->xn,
+        .x = s->xn2,
         .gate_up = L->experts_gate_up,
         .down = L->experts_down,
         .idx = s->moe_idx,
@@ -310,6 +304,15 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEOMETRY_26B_A4B_D_MODEL,
         .scale = L->layer_scalar,
     };
+    /* input_layernorm of the layer after (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args next_input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[il + 1 < GEOMETRY_26B_A4B_N_LAYER ? il + 1 : il].input_norm,
+        .rows = s->rows,
+        .width = GEOMETRY_26B_A4B_D_MODEL,
+        .eps = GEOMETRY_26B_A4B_EPS,
+    };
     const k_row_op post_ff_norm_2_op = {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = post_ff_norm_2,
@@ -322,13 +325,18 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .kind = K_ROW_SCALE_ADD,
         .u.scale_add = layer_scalar,
     };
-    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_op next_input_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = next_input_norm,
+    };
+    /* the 4 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
     const k_row_ops_args row_ops_3 = {
         .rows = s->rows,
-        .n_ops = 3,
-        .op = {post_ff_norm_2_op, post_ff_norm_op, layer_scalar_op},
+        .n_ops = 4,
+        .op = {post_ff_norm_2_op, post_ff_norm_op, layer_scalar_op, next_input_norm_op},
     };
-    STEP(il, "post_ff_norm_2+post_ff_norm+layer_scalar", op_row_ops(&row_ops_3, s->stream));
+    STEP(il, "post_ff_norm_2+post_ff_norm+layer_scalar+next_input_norm",
+         op_row_ops(&row_ops_3, s->stream));
     return 0;
 }
 
@@ -336,16 +344,6 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
 static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &geometry_26b_a4b_layers[il];
-    /* input_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args input_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->input_norm,
-        .rows = s->rows,
-        .width = GEOMETRY_26B_A4B_D_MODEL,
-        .eps = GEOMETRY_26B_A4B_EPS,
-    };
-    STEP(il, "input_norm", op_rmsnorm(&input_norm, s->stream));
     /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args q_proj = {
         .y = s->q,
@@ -527,6 +525,15 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .scale = GEOMETRY_26B_A4B_INV_SQRT_D_MODEL,
     };
+    /* pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args pre_ff_norm_2 = {
+        .out = s->xn2,
+        .in = s->x,
+        .w = L->pre_ff_norm_2,
+        .rows = s->rows,
+        .width = GEOMETRY_26B_A4B_D_MODEL,
+        .eps = GEOMETRY_26B_A4B_EPS,
+    };
     const k_row_op post_ff_norm_1_op = {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = post_ff_norm_1,
@@ -539,13 +546,18 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .kind = K_ROW_MUL_VEC_SCALE,
         .u.mul_vec_scale = router_scale,
     };
-    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_op pre_ff_norm_2_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm_2,
+    };
+    /* the 4 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
     const k_row_ops_args row_ops_2 = {
         .rows = s->rows,
-        .n_ops = 3,
-        .op = {post_ff_norm_1_op, router_norm_op, router_scale_op},
+        .n_ops = 4,
+        .op = {post_ff_norm_1_op, router_norm_op, router_scale_op, pre_ff_norm_2_op},
     };
-    STEP(il, "post_ff_norm_1+router_norm+router_scale", op_row_ops(&row_ops_2, s->stream));
+    STEP(il, "post_ff_norm_1+router_norm+router_scale+pre_ff_norm_2",
+         op_row_ops(&row_ops_2, s->stream));
     /* router.proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args router_proj = {
         .y = s->router_logits,
@@ -568,20 +580,10 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .top_k = GEOMETRY_26B_A4B_TOP_K,
     };
     STEP(il, "moe_route", op_moe_route(&moe_route, s->stream));
-    /* pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args pre_ff_norm_2 = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->pre_ff_norm_2,
-        .rows = s->rows,
-        .width = GEOMETRY_26B_A4B_D_MODEL,
-        .eps = GEOMETRY_26B_A4B_EPS,
-    };
-    STEP(il, "pre_ff_norm_2", op_rmsnorm(&pre_ff_norm_2, s->stream));
     /* the routed experts (kernels/ref/moe_ref.c) */
     const k_moe_experts_args experts = {
         .out = s->t,
-        .x = s->xn,
+        .x = s->xn2,
         .gate_up = L->experts_gate_up,
         .down = L->experts_down,
         .idx = s->moe_idx,
@@ -620,6 +622,15 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .n = (size_t)s->rows * GEOMETRY_26B_A4B_D_MODEL,
         .scale = L->layer_scalar,
     };
+    /* input_layernorm of the layer after (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args next_input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[il + 1 < GEOMETRY_26B_A4B_N_LAYER ? il + 1 : il].input_norm,
+        .rows = s->rows,
+        .width = GEOMETRY_26B_A4B_D_MODEL,
+        .eps = GEOMETRY_26B_A4B_EPS,
+    };
     const k_row_op post_ff_norm_2_op = {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = post_ff_norm_2,
@@ -632,13 +643,18 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .kind = K_ROW_SCALE_ADD,
         .u.scale_add = layer_scalar,
     };
-    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_op next_input_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = next_input_norm,
+    };
+    /* the 4 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
     const k_row_ops_args row_ops_3 = {
         .rows = s->rows,
-        .n_ops = 3,
-        .op = {post_ff_norm_2_op, post_ff_norm_op, layer_scalar_op},
+        .n_ops = 4,
+        .op = {post_ff_norm_2_op, post_ff_norm_op, layer_scalar_op, next_input_norm_op},
     };
-    STEP(il, "post_ff_norm_2+post_ff_norm+layer_scalar", op_row_ops(&row_ops_3, s->stream));
+    STEP(il, "post_ff_norm_2+post_ff_norm+layer_scalar+next_input_norm",
+         op_row_ops(&row_ops_3, s->stream));
     return 0;
 }
 
@@ -656,6 +672,16 @@ static int G4_FN(geometry_26b_a4b_forward)(g4_state *s, int local_elem_bytes) {
         .scale = GEOMETRY_26B_A4B_EMBED_SCALE,
     };
     STEP(-1, "embed", op_embed(&embed, s->stream));
+    /* input_layernorm (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[0].input_norm,
+        .rows = s->rows,
+        .width = GEOMETRY_26B_A4B_D_MODEL,
+        .eps = GEOMETRY_26B_A4B_EPS,
+    };
+    STEP(0, "input_norm", op_rmsnorm(&input_norm, s->stream));
     LAYER(0, G4_FN(geometry_26b_a4b_sliding));
     LAYER(1, G4_FN(geometry_26b_a4b_sliding));
     LAYER(2, G4_FN(geometry_26b_a4b_sliding));

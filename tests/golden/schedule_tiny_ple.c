@@ -16,16 +16,6 @@ static const g4_layer_info tiny_ple_layers[TINY_PLE_N_LAYER] = {
 static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &tiny_ple_layers[il];
-    /* input_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args input_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->input_norm,
-        .rows = s->rows,
-        .width = TINY_PLE_D_MODEL,
-        .eps = TINY_PLE_EPS,
-    };
-    STEP(il, "input_norm", op_rmsnorm(&input_norm, s->stream));
     /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args q_proj = {
         .y = s->q,
@@ -252,6 +242,15 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .n = (size_t)s->rows * TINY_PLE_D_MODEL,
         .scale = L->layer_scalar,
     };
+    /* input_layernorm of the layer after (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args next_input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[il + 1 < TINY_PLE_N_LAYER ? il + 1 : il].input_norm,
+        .rows = s->rows,
+        .width = TINY_PLE_D_MODEL,
+        .eps = TINY_PLE_EPS,
+    };
     const k_row_op ple_post_norm_op = {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = ple_post_norm,
@@ -260,13 +259,17 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .kind = K_ROW_SCALE_ADD,
         .u.scale_add = layer_scalar,
     };
-    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_op next_input_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = next_input_norm,
+    };
+    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
     const k_row_ops_args row_ops_2 = {
         .rows = s->rows,
-        .n_ops = 2,
-        .op = {ple_post_norm_op, layer_scalar_op},
+        .n_ops = 3,
+        .op = {ple_post_norm_op, layer_scalar_op, next_input_norm_op},
     };
-    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
+    STEP(il, "ple_post_norm+layer_scalar+next_input_norm", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -274,16 +277,6 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
 static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &tiny_ple_layers[il];
-    /* input_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args input_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->input_norm,
-        .rows = s->rows,
-        .width = TINY_PLE_D_MODEL,
-        .eps = TINY_PLE_EPS,
-    };
-    STEP(il, "input_norm", op_rmsnorm(&input_norm, s->stream));
     /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args q_proj = {
         .y = s->q,
@@ -482,6 +475,15 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .n = (size_t)s->rows * TINY_PLE_D_MODEL,
         .scale = L->layer_scalar,
     };
+    /* input_layernorm of the layer after (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args next_input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[il + 1 < TINY_PLE_N_LAYER ? il + 1 : il].input_norm,
+        .rows = s->rows,
+        .width = TINY_PLE_D_MODEL,
+        .eps = TINY_PLE_EPS,
+    };
     const k_row_op ple_post_norm_op = {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = ple_post_norm,
@@ -490,13 +492,17 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .kind = K_ROW_SCALE_ADD,
         .u.scale_add = layer_scalar,
     };
-    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_op next_input_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = next_input_norm,
+    };
+    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
     const k_row_ops_args row_ops_2 = {
         .rows = s->rows,
-        .n_ops = 2,
-        .op = {ple_post_norm_op, layer_scalar_op},
+        .n_ops = 3,
+        .op = {ple_post_norm_op, layer_scalar_op, next_input_norm_op},
     };
-    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
+    STEP(il, "ple_post_norm+layer_scalar+next_input_norm", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -504,16 +510,6 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
 static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &tiny_ple_layers[il];
-    /* input_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args input_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->input_norm,
-        .rows = s->rows,
-        .width = TINY_PLE_D_MODEL,
-        .eps = TINY_PLE_EPS,
-    };
-    STEP(il, "input_norm", op_rmsnorm(&input_norm, s->stream));
     /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args q_proj = {
         .y = s->q,
@@ -740,6 +736,15 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .n = (size_t)s->rows * TINY_PLE_D_MODEL,
         .scale = L->layer_scalar,
     };
+    /* input_layernorm of the layer after (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args next_input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[il + 1 < TINY_PLE_N_LAYER ? il + 1 : il].input_norm,
+        .rows = s->rows,
+        .width = TINY_PLE_D_MODEL,
+        .eps = TINY_PLE_EPS,
+    };
     const k_row_op ple_post_norm_op = {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = ple_post_norm,
@@ -748,13 +753,17 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .kind = K_ROW_SCALE_ADD,
         .u.scale_add = layer_scalar,
     };
-    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_op next_input_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = next_input_norm,
+    };
+    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
     const k_row_ops_args row_ops_2 = {
         .rows = s->rows,
-        .n_ops = 2,
-        .op = {ple_post_norm_op, layer_scalar_op},
+        .n_ops = 3,
+        .op = {ple_post_norm_op, layer_scalar_op, next_input_norm_op},
     };
-    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
+    STEP(il, "ple_post_norm+layer_scalar+next_input_norm", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -762,16 +771,6 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
 static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &tiny_ple_layers[il];
-    /* input_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args input_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->input_norm,
-        .rows = s->rows,
-        .width = TINY_PLE_D_MODEL,
-        .eps = TINY_PLE_EPS,
-    };
-    STEP(il, "input_norm", op_rmsnorm(&input_norm, s->stream));
     /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args q_proj = {
         .y = s->q,
@@ -970,6 +969,15 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .n = (size_t)s->rows * TINY_PLE_D_MODEL,
         .scale = L->layer_scalar,
     };
+    /* input_layernorm of the layer after (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args next_input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[il + 1 < TINY_PLE_N_LAYER ? il + 1 : il].input_norm,
+        .rows = s->rows,
+        .width = TINY_PLE_D_MODEL,
+        .eps = TINY_PLE_EPS,
+    };
     const k_row_op ple_post_norm_op = {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = ple_post_norm,
@@ -978,13 +986,17 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .kind = K_ROW_SCALE_ADD,
         .u.scale_add = layer_scalar,
     };
-    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_op next_input_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = next_input_norm,
+    };
+    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
     const k_row_ops_args row_ops_2 = {
         .rows = s->rows,
-        .n_ops = 2,
-        .op = {ple_post_norm_op, layer_scalar_op},
+        .n_ops = 3,
+        .op = {ple_post_norm_op, layer_scalar_op, next_input_norm_op},
     };
-    STEP(il, "ple_post_norm+layer_scalar", op_row_ops(&row_ops_2, s->stream));
+    STEP(il, "ple_post_norm+layer_scalar+next_input_norm", op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -1051,6 +1063,16 @@ static int G4_FN(tiny_ple_forward)(g4_state *s, int local_elem_bytes) {
         .scale = TINY_PLE_PLE_COMBINE_SCALE,
     };
     STEP(-1, "ple_combine", op_scale_add(&ple_combine, s->stream));
+    /* input_layernorm (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[0].input_norm,
+        .rows = s->rows,
+        .width = TINY_PLE_D_MODEL,
+        .eps = TINY_PLE_EPS,
+    };
+    STEP(0, "input_norm", op_rmsnorm(&input_norm, s->stream));
     LAYER(0, G4_FN(tiny_ple_sliding));
     LAYER(1, G4_FN(tiny_ple_sliding));
     LAYER(2, G4_FN(tiny_ple_full));

@@ -486,7 +486,7 @@ static void check_same_bytes(const char *gate, int rc, int chained, int want, co
 /* Whether the chain should take a group of n_ops ops over rows of width elements at mode. */
 static int chain_wanted(int mode, int rows, int width, int n_ops) {
     return mode >= 1 &&
-           (width <= 3072 || (mode == 2 && width <= 6144 && n_ops <= 2 && rows <= 128));
+           (width <= 3072 || (mode == 2 && width <= 6144 && n_ops <= 3 && rows <= 128));
 }
 
 /* Rule: k_rmsnorm alone in the chain kernel gives the held kernel's bytes (the same elements
@@ -597,45 +597,63 @@ static void run_row_chain_overlap(int width, uint64_t seed) {
 
 /* ---- row_ops ---- */
 
-/* The three groups a layer's schedule fuses (codegen/gen.c, row_group), on buffers named as
- * in g4_state: x the residual, t a branch output, xn the normed input, m1 the dense branch. */
-enum { RG_ATTN_RESIDUAL, RG_ROUTER, RG_LAYER_END, RG_KINDS };
-static const char *const rg_names[RG_KINDS] = {"post_attn_norm+pre_ff_norm",
-                                               "post_ff_norm_1+router_norm+router_scale",
-                                               "post_ff_norm_2+post_ff_norm+layer_scalar"};
+/* The groups a layer's schedule fuses (codegen/gen.c, row_group), on buffers named as in
+ * g4_state: x the residual, t a branch output, xn the normed input, m1 the dense branch, xn2 the
+ * experts' normed input. The MoE layers end in four ops, the dense and PLE layers in three (the
+ * norm before the residual add, layer_scalar, the next layer's input norm). */
+enum { RG_ATTN_RESIDUAL, RG_ROUTER, RG_LAYER_END, RG_DENSE_END, RG_KINDS };
+enum { RG_BUFS = 5 };
+static const char *const rg_names[RG_KINDS] = {
+    "post_attn_norm+pre_ff_norm", "post_ff_norm_1+router_norm+router_scale+pre_ff_norm_2",
+    "post_ff_norm_2+post_ff_norm+layer_scalar+next_input_norm",
+    "post_ff_norm+layer_scalar+next_input_norm"};
 
-static int rg_ops(int kind, bf16_t **b, const bf16_t *w1, const bf16_t *w2, int rows, int width,
-                  k_row_op *op) {
-    bf16_t *x = b[0], *t = b[1], *xn = b[2], *m1 = b[3];
-    size_t n = (size_t)rows * (size_t)width;
-    k_rmsnorm_args nm = {.rows = rows, .width = width, .eps = EPS};
-    if (kind == RG_ATTN_RESIDUAL) {
-        op[0] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
-        op[0].u.rmsnorm.out = x, op[0].u.rmsnorm.in = t, op[0].u.rmsnorm.w = w1;
-        op[0].u.rmsnorm.residual = x;
-        op[1] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
-        op[1].u.rmsnorm.out = xn, op[1].u.rmsnorm.in = x, op[1].u.rmsnorm.w = w2;
+static k_row_op rg_norm(bf16_t *out, const bf16_t *in, const bf16_t *w, const bf16_t *residual,
+                        int rows, int width) {
+    k_rmsnorm_args nm = {.out = out,
+                         .in = in,
+                         .w = w,
+                         .residual = residual,
+                         .rows = rows,
+                         .width = width,
+                         .eps = EPS};
+    return (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
+}
+
+static k_row_op rg_layer_scalar(bf16_t *x, int rows, int width) {
+    k_scale_add_args sa = {
+        .out = x, .a = x, .n = (size_t)rows * (size_t)width, .scale = ref_round_bf16(0.37f)};
+    return (k_row_op){.kind = K_ROW_SCALE_ADD, .u.scale_add = sa};
+}
+
+static int rg_ops(int kind, bf16_t **b, const bf16_t *const *w, int rows, int width, k_row_op *op) {
+    bf16_t *x = b[0], *t = b[1], *xn = b[2], *m1 = b[3], *xn2 = b[4];
+    switch (kind) {
+    case RG_ATTN_RESIDUAL:
+        op[0] = rg_norm(x, t, w[0], x, rows, width);
+        op[1] = rg_norm(xn, x, w[1], NULL, rows, width);
         return 2;
-    }
-    if (kind == RG_ROUTER) {
-        op[0] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
-        op[0].u.rmsnorm.out = m1, op[0].u.rmsnorm.in = t, op[0].u.rmsnorm.w = w1;
-        op[1] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
-        op[1].u.rmsnorm.out = xn, op[1].u.rmsnorm.in = x;
+    case RG_ROUTER: {
+        op[0] = rg_norm(m1, t, w[0], NULL, rows, width);
+        op[1] = rg_norm(xn, x, NULL, NULL, rows, width);
         k_mul_vec_scale_args mv = {
-            .out = xn, .a = xn, .v = w2, .rows = rows, .width = width, .scale = 0.0188445f};
+            .out = xn, .a = xn, .v = w[1], .rows = rows, .width = width, .scale = 0.0188445f};
         op[2] = (k_row_op){.kind = K_ROW_MUL_VEC_SCALE, .u.mul_vec_scale = mv};
+        op[3] = rg_norm(xn2, x, w[2], NULL, rows, width);
+        return 4;
+    }
+    case RG_LAYER_END:
+        op[0] = rg_norm(t, t, w[0], m1, rows, width);
+        op[1] = rg_norm(x, t, w[1], x, rows, width);
+        op[2] = rg_layer_scalar(x, rows, width);
+        op[3] = rg_norm(xn, x, w[2], NULL, rows, width);
+        return 4;
+    default:
+        op[0] = rg_norm(x, t, w[0], x, rows, width);
+        op[1] = rg_layer_scalar(x, rows, width);
+        op[2] = rg_norm(xn, x, w[1], NULL, rows, width);
         return 3;
     }
-    op[0] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
-    op[0].u.rmsnorm.out = t, op[0].u.rmsnorm.in = t, op[0].u.rmsnorm.w = w1;
-    op[0].u.rmsnorm.residual = m1;
-    op[1] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = nm};
-    op[1].u.rmsnorm.out = x, op[1].u.rmsnorm.in = t, op[1].u.rmsnorm.w = w2;
-    op[1].u.rmsnorm.residual = x;
-    k_scale_add_args sa = {.out = x, .a = x, .n = n, .scale = ref_round_bf16(0.37f)};
-    op[2] = (k_row_op){.kind = K_ROW_SCALE_ADD, .u.scale_add = sa};
-    return 3;
 }
 
 /* Rule: bit-identical to the same ops launched one by one (k_rmsnorm, k_mul_vec_scale,
@@ -652,23 +670,26 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
                           : "");
     rng_state = seed;
     size_t n = (size_t)rows * (size_t)width;
-    bf16_t *init[4], *got[4], *want[4], *w1 = hbuf((size_t)width), *w2 = hbuf((size_t)width);
-    for (int b = 0; b < 4; b++) {
+    bf16_t *init[RG_BUFS], *got[RG_BUFS], *want[RG_BUFS], *w[3];
+    for (int b = 0; b < RG_BUFS; b++) {
         init[b] = hbuf(n), got[b] = hbuf(n), want[b] = hbuf(n);
         fill(init[b], n, b == 0 ? 4.0f : 1.0f);
     }
-    fill(w1, (size_t)width, 1.0f);
-    fill(w2, (size_t)width, 1.0f);
     int rc = 0;
-    bf16_t *fused[4], *sep[4];
-    void *dw1 = dcopy(w1, (size_t)width * 2, &rc), *dw2 = dcopy(w2, (size_t)width * 2, &rc);
-    for (int b = 0; b < 4; b++) {
+    const bf16_t *dw[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = hbuf((size_t)width);
+        fill(w[i], (size_t)width, 1.0f);
+        dw[i] = dcopy(w[i], (size_t)width * 2, &rc);
+    }
+    bf16_t *fused[RG_BUFS], *sep[RG_BUFS];
+    for (int b = 0; b < RG_BUFS; b++) {
         fused[b] = dcopy(init[b], n * 2, &rc);
         sep[b] = dcopy(init[b], n * 2, &rc);
     }
     k_row_ops_args fa = {.rows = rows}, sa = {.rows = rows};
-    fa.n_ops = rg_ops(kind, fused, dw1, dw2, rows, width, fa.op);
-    sa.n_ops = rg_ops(kind, sep, dw1, dw2, rows, width, sa.op);
+    fa.n_ops = rg_ops(kind, fused, dw, rows, width, fa.op);
+    sa.n_ops = rg_ops(kind, sep, dw, rows, width, sa.op);
     k_set_row_chain(chain);
     const int chained = k_row_ops_chained(&fa), path = chain_wanted(chain, rows, width, fa.n_ops);
     if (rc == 0) rc |= k_row_ops(&fa, NULL);
@@ -682,7 +703,7 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
     k_set_row_chain(2); /* the default */
     rc |= k_sync();
     size_t differ = 0;
-    for (int b = 0; b < 4 && rc == 0; b++) {
+    for (int b = 0; b < RG_BUFS && rc == 0; b++) {
         rc |= k_copy_to_host(got[b], fused[b], n * 2);
         rc |= k_copy_to_host(want[b], sep[b], n * 2);
         for (size_t i = 0; i < n; i++)
@@ -691,16 +712,16 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
     /* row 0 alone, from the initial row 0 */
     size_t alone_differ = 0;
     if (rows > 1 && rc == 0) {
-        for (int b = 0; b < 4; b++)
+        for (int b = 0; b < RG_BUFS; b++)
             rc |= k_copy_to_device(fused[b], init[b], (size_t)width * 2);
         k_row_ops_args one = {.rows = 1};
-        one.n_ops = rg_ops(kind, fused, dw1, dw2, 1, width, one.op);
+        one.n_ops = rg_ops(kind, fused, dw, 1, width, one.op);
         k_set_row_chain(chain);
         rc |= k_row_ops(&one, NULL);
         k_set_row_chain(2); /* the default */
         rc |= k_sync();
         bf16_t *row = hbuf((size_t)width);
-        for (int b = 0; b < 4 && rc == 0; b++) {
+        for (int b = 0; b < RG_BUFS && rc == 0; b++) {
             rc |= k_copy_to_host(row, fused[b], (size_t)width * 2);
             for (int j = 0; j < width; j++)
                 alone_differ += row[j] != want[b][j];
@@ -710,19 +731,19 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
     TEST_CHECK(gate, rc == 0 && chained == path && differ == 0 && alone_differ == 0,
                "rc %d, path %s (want %s), %zu of %zu elements differ from the separate launches, "
                "row 0 alone: %zu differ",
-               rc, chained ? "chain" : "held", path ? "chain" : "held", differ, 4 * n,
+               rc, chained ? "chain" : "held", path ? "chain" : "held", differ, (size_t)RG_BUFS * n,
                alone_differ);
-    for (int b = 0; b < 4; b++) {
+    for (int b = 0; b < RG_BUFS; b++) {
         k_device_free(fused[b]);
         k_device_free(sep[b]);
         free(init[b]);
         free(got[b]);
         free(want[b]);
     }
-    k_device_free(dw1);
-    k_device_free(dw2);
-    free(w1);
-    free(w2);
+    for (int i = 0; i < 3; i++) {
+        k_device_free((void *)dw[i]);
+        free(w[i]);
+    }
 }
 
 static void run_preconditions(void) {
@@ -834,7 +855,7 @@ int main(void) {
 
     /* row_ops: each group a layer fuses, at the hidden sizes (the chain's held sizes: 1536 6,
      * 2560 10, 2816 11, 3840 16, 5376 21; at serve.row_chain = 1 the last two fall back to the
-     * held kernels, at 2 the groups of three ops do), the widest of mode 1 (3072), ragged, and
+     * held kernels, at 2 the groups of four ops do), the widest of mode 1 (3072), ragged, and
      * the widest the chain holds and past it (6144, 8192); held and both chain modes */
     static const int rg_widths[] = {2816, 5376, 1536, 2560, 3840, 3072, 6144, 33, 8192};
     static const int rg_rows[] = {1, 3, 17};
@@ -856,8 +877,8 @@ int main(void) {
     /* the wide sizes' row limit (128): at it the chain, one past it the held kernels */
     run_rmsnorm_chain(2, 128, 5376, 1, 1, ALIAS_NONE, seed++);
     run_rmsnorm_chain(2, 129, 5376, 1, 1, ALIAS_NONE, seed++);
-    run_row_ops(0, 128, 3840, 2, seed++);
-    run_row_ops(0, 129, 3840, 2, seed++);
+    run_row_ops(RG_DENSE_END, 128, 5376, 2, seed++);
+    run_row_ops(RG_DENSE_END, 129, 5376, 2, seed++);
     run_row_chain_overlap(2816, seed++);
     run_row_chain_overlap(64, seed++);
     return harness_exit();
