@@ -65,12 +65,14 @@ extern int k_pdl_enabled;
  * kernel's first thread of its first block stamps the global timer once its wait on the grid
  * before it ends, i.e. when that grid has finished, so the gap between two stamps is what a
  * kernel costs the step inside a graph, PDL's overlap included (ncu times kernels one at a
- * time, serialised). Each unit holds its own pointer to the buffer (no relocatable device code),
- * bound through the K_TRACE_UNIT binder every kernels/ .cu file defines; the buffer's first
- * record counts the stamps. Absent from the plain build: K_TRACE_MARK is empty there. */
+ * time, serialised); and once as it reaches that wait, so the time between the two is how long
+ * the kernel was resident, its loads before the wait in flight, before it could go on. Each unit
+ * holds its own pointer to the buffer (no relocatable device code), bound through the K_TRACE_UNIT
+ * binder every kernels/ .cu file defines; the buffer's first record counts the stamps. Absent from
+ * the plain build: K_TRACE_MARK is empty there. */
 #ifdef G4_KERNEL_TRACE
 static __device__ k_trace_rec *k_trace_buf;
-static __device__ __forceinline__ void k_trace_mark(const char *name) {
+static __device__ __forceinline__ void k_trace_mark(const char *name, unsigned at_wait) {
     k_trace_rec *b = k_trace_buf;
     if (!b || (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z))
         return;
@@ -80,9 +82,12 @@ static __device__ __forceinline__ void k_trace_mark(const char *name) {
     if (n < K_TRACE_MAX) {
         b[n].t_ns = t;
         b[n].name = name;
+        b[n].at_wait = at_wait;
     }
 }
-#define K_TRACE_MARK() k_trace_mark(__PRETTY_FUNCTION__) /* template arguments included */
+/* template arguments included in the name */
+#define K_TRACE_MARK() k_trace_mark(__PRETTY_FUNCTION__, 0u)
+#define K_TRACE_MARK_AT_WAIT() k_trace_mark(__PRETTY_FUNCTION__, 1u)
 #define K_TRACE_UNIT(unit)                                                                         \
     extern "C" int k_trace_bind_##unit(k_trace_rec *buf) {                                         \
         return cudaMemcpyToSymbol(k_trace_buf, &buf, sizeof buf) == cudaSuccess ? 0 : -1;          \
@@ -91,11 +96,13 @@ static __device__ __forceinline__ void k_trace_mark(const char *name) {
 #define K_TRACE_MARK()                                                                             \
     do {                                                                                           \
     } while (0)
+#define K_TRACE_MARK_AT_WAIT() K_TRACE_MARK()
 #define K_TRACE_UNIT(unit)
 #endif
 
 #define K_GRID_DEPENDENCY()                                                                        \
     do {                                                                                           \
+        K_TRACE_MARK_AT_WAIT();                                                                    \
         asm volatile("griddepcontrol.wait;" ::: "memory");                                         \
         K_TRACE_MARK();                                                                            \
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");                            \

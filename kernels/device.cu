@@ -202,6 +202,7 @@ extern "C" int k_trace_take(k_trace_stamp *out, int max, int *n) {
                               cudaMemcpyDeviceToHost));
     for (int i = 0; i < count; i++) {
         out[i].t_ns = recs[i].t_ns;
+        out[i].at_wait = recs[i].at_wait ? 1 : 0;
         trace_name(recs[i].name, out[i].name, sizeof out[i].name);
     }
     CUDA_CHECK(cudaMemset(trace_buf, 0, sizeof(k_trace_rec)));

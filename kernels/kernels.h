@@ -413,8 +413,10 @@ int k_event_elapsed_ms(k_event *a, k_event *b, float *ms);
  * (ncu --profile-from-start off), so bench_decode can hand it one decode step. */
 int k_profiler_range(int on);
 
-/* The kernel trace of `./build.sh trace` (kernels/common.cuh, K_TRACE_MARK): a stamp per kernel
- * launch of kernels/, taken when the grid before it has finished. k_trace_start binds a buffer of
+/* The kernel trace of `./build.sh trace` (kernels/common.cuh, K_TRACE_MARK): two stamps per
+ * kernel launch of kernels/, one when its first block reaches the wait on the grid before it (it
+ * is resident, its loads before the wait issued) and one when that grid has finished and the
+ * wait ends. k_trace_start binds a buffer of
  * K_TRACE_MAX - 1 stamps; k_trace_take copies the stamps since the last take into out (names
  * resolved to the kernels' function names) and empties the buffer; k_trace_stop unbinds and
  * frees. In a plain build k_trace_start answers K_ERR_SHAPE ("not a trace build"). */
@@ -422,10 +424,12 @@ int k_profiler_range(int on);
 typedef struct k_trace_rec {
     unsigned long long t_ns; /* the global timer; record 0: the count in its low 32 bits */
     const char *name;        /* a device address of the kernel's __PRETTY_FUNCTION__ */
+    unsigned at_wait;        /* 1: reached the wait, 0: the wait ended */
 } k_trace_rec;
 typedef struct k_trace_stamp {
     unsigned long long t_ns;
     char name[96]; /* "attn_split_kernel D=256 G=2 FP8=false PV=true KEEP=true" */
+    int at_wait;   /* 1: the kernel's first block reached its wait, 0: the wait ended */
 } k_trace_stamp;
 int k_trace_start(void);
 int k_trace_take(k_trace_stamp *out, int max, int *n);

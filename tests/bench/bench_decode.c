@@ -190,8 +190,10 @@ static double kv_bytes(const g4_model_desc *m, int ctx, int rows) {
 /* The per-kernel-name sums of the trace. */
 typedef struct trace_row {
     char name[96];
-    double us;
+    double us; /* gaps from the kernel's end of wait to the next kernel's */
     long gaps;
+    double held_us; /* from its first block reaching the wait to the wait's end */
+    long held;
 } trace_row;
 
 static int cmp_trace_row(const void *a, const void *b) {
@@ -199,44 +201,87 @@ static int cmp_trace_row(const void *a, const void *b) {
     return x->us < y->us ? 1 : x->us > y->us ? -1 : 0;
 }
 
-/* Adds a step's stamps to rows (n_rows of at most max_rows); the step's span goes to *span_us. */
-static void trace_add(const k_trace_stamp *st, int n, trace_row *rows, int *n_rows, int max_rows,
+/* The stamps' launches in order: each kernel's end-of-wait stamp (at_wait 0) with the time its
+ * first block reached the wait (the at_wait stamp of the same name since the previous end of
+ * wait: with PDL a kernel is launched once the one before it has passed its own wait, so one
+ * kernel at most is resident ahead), or a negative held time where it has none. */
+typedef struct trace_launch {
+    const char *name;
+    unsigned long long end_wait_ns;
+    double held_us;
+} trace_launch;
+
+static int trace_launches(const k_trace_stamp *st, int n, trace_launch *out) {
+    int k = 0, pending = -1;
+    for (int i = 0; i < n; i++) {
+        if (st[i].at_wait) {
+            pending = i;
+            continue;
+        }
+        out[k].name = st[i].name;
+        out[k].end_wait_ns = st[i].t_ns;
+        out[k].held_us = pending >= 0 && strcmp(st[pending].name, st[i].name) == 0 &&
+                                 st[pending].t_ns <= st[i].t_ns
+                             ? (double)(st[i].t_ns - st[pending].t_ns) / 1e3
+                             : -1.0;
+        pending = -1;
+        k++;
+    }
+    return k;
+}
+
+/* Adds a step's launches to rows (n_rows of at most max_rows); the step's span goes to *span_us. */
+static void trace_add(const trace_launch *l, int n, trace_row *rows, int *n_rows, int max_rows,
                       double *span_us) {
     for (int i = 0; i + 1 < n; i++) {
         int r = 0;
-        while (r < *n_rows && strcmp(rows[r].name, st[i].name) != 0)
+        while (r < *n_rows && strcmp(rows[r].name, l[i].name) != 0)
             r++;
         if (r == *n_rows) {
             if (*n_rows == max_rows) continue;
-            snprintf(rows[r].name, sizeof rows[r].name, "%s", st[i].name);
+            snprintf(rows[r].name, sizeof rows[r].name, "%s", l[i].name);
             (*n_rows)++;
         }
-        rows[r].us += (double)(st[i + 1].t_ns - st[i].t_ns) / 1e3;
+        rows[r].us += (double)(l[i + 1].end_wait_ns - l[i].end_wait_ns) / 1e3;
         rows[r].gaps++;
+        if (l[i].held_us >= 0) {
+            rows[r].held_us += l[i].held_us;
+            rows[r].held++;
+        }
     }
-    if (n > 1) *span_us += (double)(st[n - 1].t_ns - st[0].t_ns) / 1e3;
+    if (n > 1) *span_us += (double)(l[n - 1].end_wait_ns - l[0].end_wait_ns) / 1e3;
 }
 
 /* The last traced step's first kernels in launch order with their gaps: a layer's sequence
  * (the per-name sums above cannot say which of a name's calls is slow). */
 #define TRACE_ORDER 64
-static void trace_print_order(const k_trace_stamp *st, int n, int first) {
-    printf("kernel trace, the last step's first %d kernels in order (gap to the next, us):\n",
+static void trace_print_order(const trace_launch *l, int n, int first) {
+    printf("kernel trace, the last step's first %d kernels in order (gap to the next and time "
+           "resident before its wait ended, us; - where not stamped):\n",
            first < n - 1 ? first : n - 1);
-    for (int i = 0; i + 1 < n && i < first; i++)
-        printf("%4d %-60s %8.2f\n", i, st[i].name, (double)(st[i + 1].t_ns - st[i].t_ns) / 1e3);
+    for (int i = 0; i + 1 < n && i < first; i++) {
+        printf("%4d %-60s %8.2f", i, l[i].name,
+               (double)(l[i + 1].end_wait_ns - l[i].end_wait_ns) / 1e3);
+        if (l[i].held_us >= 0)
+            printf(" %8.2f\n", l[i].held_us);
+        else
+            printf(" %8s\n", "-");
+    }
 }
 
-static void trace_print(trace_row *rows, int n_rows, int steps, int stamps, double span_us) {
+static void trace_print(trace_row *rows, int n_rows, int steps, int launches, double span_us) {
     qsort(rows, (size_t)n_rows, sizeof *rows, cmp_trace_row);
-    printf("kernel trace (%d graphed steps, %d stamps a step; first stamp to last %.1f us a "
-           "step; a gap runs from a kernel's stamp to the next):\n",
-           steps, stamps / (steps > 0 ? steps : 1), span_us / (steps > 0 ? steps : 1));
-    printf("%-60s %10s %8s %8s %10s\n", "kernel", "us/step", "share", "calls", "us/call");
+    printf("kernel trace (%d graphed steps, %d kernels a step; first end of wait to last %.1f us "
+           "a step; a gap runs from a kernel's end of wait to the next's; resident: from its "
+           "first block reaching the wait to the wait's end, a call):\n",
+           steps, launches / (steps > 0 ? steps : 1), span_us / (steps > 0 ? steps : 1));
+    printf("%-60s %10s %8s %8s %10s %10s\n", "kernel", "us/step", "share", "calls", "us/call",
+           "resident");
     for (int r = 0; r < n_rows; r++)
-        printf("%-60s %10.1f %7.1f%% %8.1f %10.2f\n", rows[r].name, rows[r].us / steps,
+        printf("%-60s %10.1f %7.1f%% %8.1f %10.2f %10.2f\n", rows[r].name, rows[r].us / steps,
                100 * rows[r].us / (span_us > 0 ? span_us : 1), (double)rows[r].gaps / steps,
-               rows[r].us / (double)(rows[r].gaps > 0 ? rows[r].gaps : 1));
+               rows[r].us / (double)(rows[r].gaps > 0 ? rows[r].gaps : 1),
+               rows[r].held_us / (double)(rows[r].held > 0 ? rows[r].held : 1));
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -320,8 +365,9 @@ int main(int argc, char **argv) {
     int32_t *argmax = calloc((size_t)batch, sizeof *argmax);
     uint8_t *need = calloc((size_t)batch, 1);
     static k_trace_stamp stamps[K_TRACE_MAX];
+    static trace_launch launches[K_TRACE_MAX];
     static trace_row trows[256];
-    int n_trows = 0, n_stamps = 0;
+    int n_trows = 0, n_launches = 0;
     double trace_span = 0;
     if (trace && k_trace_start() != 0) {
         fprintf(stderr, "bench_decode: --trace needs a binary of ./build.sh trace and a GPU\n");
@@ -353,9 +399,10 @@ int main(int argc, char **argv) {
                 engine_step(e, &eb, logits, NULL, NULL) != 0 ||
                 k_trace_take(stamps, K_TRACE_MAX, &n) != 0)
                 return 1;
-            trace_add(stamps, n, trows, &n_trows, 256, &trace_span);
-            n_stamps += n;
-            if (s == steps + trace) trace_print_order(stamps, n, TRACE_ORDER);
+            const int nl = trace_launches(stamps, n, launches);
+            trace_add(launches, nl, trows, &n_trows, 256, &trace_span);
+            n_launches += nl;
+            if (s == steps + trace) trace_print_order(launches, nl, TRACE_ORDER);
             continue;
         }
         prof.last = now_ms();
@@ -396,7 +443,7 @@ int main(int argc, char **argv) {
              prompt - 1);
     profile_print(&pre, what);
     if (trace) {
-        trace_print(trows, n_trows, trace, n_stamps, trace_span);
+        trace_print(trows, n_trows, trace, n_launches, trace_span);
         k_trace_stop();
     }
     engine_close(e);
