@@ -514,7 +514,7 @@ gpu_gates() {
             # launches answer the same bytes; likewise the experts' bucketing in the up kernel
             # and the prefill experts' tiles and the row-op chain (on by default, off here) and
             # the router's lanes form (on by default, off here) and the cluster attention kernel
-            # (off by default, on here)
+            # and the decode k loops' wide load groups (off by default, on here)
             BUILD_DIR="$B" PINNED_SET=serve.fuse_projections=0 run_test python3 \
                 tests/proto/test_pinned.py --backend gpu
             BUILD_DIR="$B" PINNED_SET=serve.attn_fold=0 run_test python3 \
@@ -528,6 +528,8 @@ gpu_gates() {
             BUILD_DIR="$B" PINNED_SET=serve.row_chain=0 run_test python3 \
                 tests/proto/test_pinned.py --backend gpu
             BUILD_DIR="$B" PINNED_SET=serve.moe_route_lanes=0 run_test python3 \
+                tests/proto/test_pinned.py --backend gpu
+            BUILD_DIR="$B" PINNED_SET=serve.wide_loads=1 run_test python3 \
                 tests/proto/test_pinned.py --backend gpu
         else
             echo "SKIP gpu:pinned_composition: skipped: no GPU"

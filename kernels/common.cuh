@@ -60,6 +60,8 @@ int k_scratch(enum k_scratch_kind kind, size_t bytes, cudaStream_t st, void **ou
  * has started. A kernel launched without the attribute (PDL off, or from another library) sees
  * both instructions as no-ops. The bits are the same either way. */
 extern int k_pdl_enabled;
+/* serve.wide_loads (kernels.h, k_set_wide_loads): tiles of at most 8 rows take mma_rows_lo. */
+extern int k_wide_loads;
 
 /* The kernel trace (`./build.sh trace` defines G4_KERNEL_TRACE; docs/benchmarks.md): every
  * kernel's first thread of its first block stamps the global timer once its wait on the grid

@@ -179,11 +179,20 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
 #define MMA_GEMM_THREADS (32 * MMA_GEMM_WARPS)
 #define MMA_GEMM_ROW_BLOCKS 16 /* grid.y of the decode form: bits do not depend on it */
 #define MMA_GEMM_DECODE_M 32   /* the most rows the decode form (MT = NB = 1) takes */
+/* serve.wide_loads: at most 8 rows (a tile's lo half) take the lo form, 12 32-k blocks a group:
+ * a warp's quarter of k in two round trips at k = 2,816 (three in groups of 8) at the registers
+ * that keep four blocks of 128 threads an SM, as the narrow form has (at 16 a group, three: the
+ * fused q|k|v and gate|up grids would take a wave more) */
+#define MMA_GEMM_LO_M 8
+#define MMA_GEMM_LO_U 12
 
-/* Block bx's outputs of one projection: the body of both kernels below. */
-template <int MT, int NB, int U>
+/* Block bx's outputs of one projection: the body of both kernels below. LO (MT = 1, m <= 8: the
+ * tile's rows past the 8th are padding) takes the k loop through mma_rows_lo, U 32-k blocks a
+ * group, which gives every output mma_tiles<1, NB, U>'s sums (mma.cuh). */
+template <int MT, int NB, int U, bool LO = false>
 static __device__ __forceinline__ void
 gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
+    static_assert(!LO || MT == 1, "the lo form holds one row tile");
     constexpr int VALS = MT * NB * 4; /* a lane's accumulators */
     __shared__ float part[MMA_GEMM_WARPS][VALS][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
@@ -205,7 +214,10 @@ gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n
             hi[i] = rhi < m ? x + (size_t)rhi * (size_t)k + off : NULL;
         }
         float acc[MT][NB][4];
-        mma_tiles<MT, NB, U>(lo, hi, wrow, (kb1 - kb0) * 32, acc);
+        if constexpr (LO)
+            mma_rows_lo<NB, U>(lo[0], wrow, (kb1 - kb0) * 32, acc[0]);
+        else
+            mma_tiles<MT, NB, U>(lo, hi, wrow, (kb1 - kb0) * 32, acc);
 #pragma unroll
         for (int i = 0; i < MT; i++)
 #pragma unroll
@@ -229,11 +241,11 @@ gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n
     }
 }
 
-template <int MT, int NB, int U>
+template <int MT, int NB, int U, bool LO = false>
 static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
     gemm_mma_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
     K_GRID_DEPENDENCY();
-    gemm_mma_block<MT, NB, U>(blockIdx.x, y, x, w, m, n, k, ldy);
+    gemm_mma_block<MT, NB, U, LO>(blockIdx.x, y, x, w, m, n, k, ldy);
 }
 
 /* The members of a k_gemm_group in one grid: member i owns blocks first[i] .. first[i + 1] - 1
@@ -248,7 +260,7 @@ typedef struct mma_group_table {
     int n[K_GEMM_GROUP_MAX], ldy[K_GEMM_GROUP_MAX];
 } mma_group_table;
 
-template <int MT, int NB, int U>
+template <int MT, int NB, int U, bool LO = false>
 static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
     gemm_mma_group_kernel(mma_group_table t, const bf16_t *x, int m, int k) {
     K_GRID_DEPENDENCY();
@@ -256,11 +268,11 @@ static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
      * the parameters would copy them to local memory) */
     const int b = blockIdx.x;
     if (t.n_members > 2 && b >= t.first[2])
-        gemm_mma_block<MT, NB, U>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k, t.ldy[2]);
+        gemm_mma_block<MT, NB, U, LO>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k, t.ldy[2]);
     else if (t.n_members > 1 && b >= t.first[1])
-        gemm_mma_block<MT, NB, U>(b - t.first[1], t.y[1], x, t.w[1], m, t.n[1], k, t.ldy[1]);
+        gemm_mma_block<MT, NB, U, LO>(b - t.first[1], t.y[1], x, t.w[1], m, t.n[1], k, t.ldy[1]);
     else
-        gemm_mma_block<MT, NB, U>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0]);
+        gemm_mma_block<MT, NB, U, LO>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0]);
 }
 
 static bool fuse_groups; /* k_gemm_fuse */
@@ -398,9 +410,15 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
             int tiles = (a->m + 15) / 16;
             dim3 grid((unsigned)((a->n + 7) / 8),
                       (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
-            CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
-                                (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
-                                (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
+            if (k_wide_loads && a->m <= MMA_GEMM_LO_M)
+                CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, MMA_GEMM_LO_U, true>, grid,
+                                    MMA_GEMM_THREADS, 0, (cudaStream_t)st, (bf16_t *)a->y,
+                                    (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n, a->k,
+                                    ldy));
+            else
+                CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
+                                    (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
+                                    (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
         } else {
             int tiles = (a->m + 63) / 64;
             dim3 grid((unsigned)((a->n + 31) / 32), (unsigned)(tiles < 65535 ? tiles : 65535));
@@ -486,8 +504,12 @@ extern "C" int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
     int tiles = (m + 15) / 16;
     dim3 grid((unsigned)t.first[a->n_gemms],
               (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
-    CUDA_CHECK(k_launch(gemm_mma_group_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0, (cudaStream_t)st,
-                        t, x, m, k));
+    if (k_wide_loads && m <= MMA_GEMM_LO_M)
+        CUDA_CHECK(k_launch(gemm_mma_group_kernel<1, 1, MMA_GEMM_LO_U, true>, grid,
+                            MMA_GEMM_THREADS, 0, (cudaStream_t)st, t, x, m, k));
+    else
+        CUDA_CHECK(k_launch(gemm_mma_group_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
+                            (cudaStream_t)st, t, x, m, k));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

@@ -70,6 +70,45 @@ static __device__ __forceinline__ void mma_rows(const bf16_t *lo, const bf16_t *
     }
 }
 
+/* mma_rows for a tile whose rows past the 8th are all padding (hi NULL: a tile of at most 8
+ * rows, as a decode step's are), written without hi's registers so that a group can hold U
+ * 32-k blocks of loads in the registers mma_rows spends on hi: at one decode row
+ * a warp's k loop is a chain of groups, each one round trip of loads, and more bytes a group
+ * means fewer of them (serve.wide_loads). Every mma gets mma_rows' operands (hi's zero) in
+ * mma_rows' order, so the sums are the same bits. */
+template <int NB, int U>
+static __device__ __forceinline__ void mma_rows_lo(const bf16_t *lo, const bf16_t *const (&w)[NB],
+                                                   int k, float (&acc)[NB][4]) {
+    const int q = threadIdx.x & 3;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int t = 0; t < NB; t++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            acc[t][j] = 0.0f;
+    for (int g0 = 0; g0 < k; g0 += 32 * U) {
+        uint4 a[U], b[U][NB];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int o = g0 + 32 * u + 8 * q;
+            const bool in = g0 + 32 * u < k; /* warp-uniform */
+            a[u] = in && lo ? __ldg((const uint4 *)(lo + o)) : zero;
+#pragma unroll
+            for (int t = 0; t < NB; t++)
+                b[u][t] = in && w[t] ? __ldg((const uint4 *)(w[t] + o)) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (g0 + 32 * u >= k) break; /* warp-uniform */
+#pragma unroll
+            for (int t = 0; t < NB; t++) {
+                mma_16816(acc[t], a[u].x, 0u, a[u].y, 0u, b[u][t].x, b[u][t].y);
+                mma_16816(acc[t], a[u].z, 0u, a[u].w, 0u, b[u][t].z, b[u][t].w);
+            }
+        }
+    }
+}
+
 /* acc[i][t] += rows of m tile i (lo[i]: the lane's row, hi[i]: row + 8; NULL: padding) . w[t]
  * over k: mma_rows for MT row tiles at once, each weight fragment loaded once for all of them
  * (the large-m form of the projections). Every (i, t) pair gets exactly mma_rows' instruction

@@ -448,6 +448,16 @@ __global__ static void __launch_bounds__(EXPERT_THREADS)
 #define MMA_UP_THREADS 64
 #define MMA_UP_OUTS (MMA_UP_THREADS / 32 * MMA_NT * 8)
 #define MMA_UP_GROUP 8
+/* serve.wide_loads (kernels.h): an expert's bucket of at most 8 items (its tile's hi rows all
+ * padding) loads WIDE_U (up) or WIDE_DOWN_U (down) 32-k blocks a group through mma_rows_lo: the
+ * up kernel's k loop at one 26B-A4B row in 6 round trips instead of 11, the down kernel's (k =
+ * 704) in 2 instead of 3 at the registers that keep four of its blocks an SM. Launched for calls
+ * of at most WIDE_MAX_ITEMS items (one 26B-A4B decode row): the wide up kernel's registers leave
+ * four blocks an SM, where one row's 352 blocks fit in one wave and two rows' 704 would not (six
+ * an SM at the narrow groups' registers); the bits are the same either way. */
+#define WIDE_U 16
+#define WIDE_DOWN_U 12
+#define WIDE_MAX_ITEMS 8
 
 /* The lane's weight rows of NT tiles of 8 outputs from o0 (row o0 + 8 t + g of w, rows of k
  * elements) into rows[0 .. NT); NULL past the n_out outputs (zero in the mma). */
@@ -467,7 +477,7 @@ static __device__ __forceinline__ void weight_rows(const bf16_t *w, int o0, int 
  * the block buckets the items itself (bucket_in_block), and the blocks of x = 0 write their
  * slot's bucket where moe_bucket_kernel would (block (0, 0) the active count too) for the down
  * kernel, which runs after this grid has ended. */
-template <bool INBLOCK>
+template <bool INBLOCK, bool WIDE = false>
 __global__ static void __launch_bounds__(MMA_UP_THREADS)
     moe_up_mma_kernel(k_moe_experts_args a, int32_t *list, int32_t *active, int32_t *n_active,
                       bf16_t *h) {
@@ -519,7 +529,11 @@ __global__ static void __launch_bounds__(MMA_UP_THREADS)
         const bf16_t *lo = ilo >= 0 ? a.x + (size_t)(ilo / a.top_k) * (size_t)dm : NULL;
         const bf16_t *hi = ihi >= 0 ? a.x + (size_t)(ihi / a.top_k) * (size_t)dm : NULL;
         float acc[2 * MMA_NT][4];
-        mma_rows<2 * MMA_NT, MMA_UP_GROUP>(lo, hi, w, dm, acc);
+        if (WIDE && n <= 8) { /* hi is NULL in every lane */
+            mma_rows_lo<2 * MMA_NT, WIDE_U>(lo, w, dm, acc);
+        } else {
+            mma_rows<2 * MMA_NT, MMA_UP_GROUP>(lo, hi, w, dm, acc);
+        }
         /* d[0], d[1]: the lane's row, outputs 2q and 2q + 1 of the tile; d[2], d[3]: row + 8 */
 #pragma unroll
         for (int t = 0; t < MMA_NT; t++)
@@ -536,6 +550,7 @@ __global__ static void __launch_bounds__(MMA_UP_THREADS)
 
 /* As moe_down_kernel, on tensor cores: warp w of block x owns outputs
  * [x * MMA_OUTS + w * MMA_NT * 8, + MMA_NT * 8) of d_model. */
+template <bool WIDE = false>
 __global__ static void __launch_bounds__(MMA_THREADS)
     moe_down_mma_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                         const int32_t *n_active, const bf16_t *h, float *ys) {
@@ -556,7 +571,10 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         const bf16_t *lo = ilo >= 0 ? h + (size_t)ilo * (size_t)de : NULL;
         const bf16_t *hi = ihi >= 0 ? h + (size_t)ihi * (size_t)de : NULL;
         float acc[MMA_NT][4];
-        mma_rows<MMA_NT>(lo, hi, w, de, acc);
+        if (WIDE && n <= 8) /* hi is NULL in every lane */
+            mma_rows_lo<MMA_NT, WIDE_DOWN_U>(lo, w, de, acc);
+        else
+            mma_rows<MMA_NT>(lo, hi, w, de, acc);
 #pragma unroll
         for (int t = 0; t < MMA_NT; t++)
 #pragma unroll
@@ -790,16 +808,27 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
         CUDA_CHECK(cudaGetLastError());
     } else if (tensor_cores) {
         dim3 up((unsigned)((a->d_expert + MMA_UP_OUTS - 1) / MMA_UP_OUTS), slots);
-        if (inblock)
+        const bool wide = k_wide_loads && items <= WIDE_MAX_ITEMS;
+        if (inblock && wide)
+            CUDA_CHECK(k_launch(moe_up_mma_kernel<true, true>, up, MMA_UP_THREADS, 0, s, *a, list,
+                                active, n_active, h));
+        else if (inblock)
             CUDA_CHECK(k_launch(moe_up_mma_kernel<true>, up, MMA_UP_THREADS, 0, s, *a, list, active,
                                 n_active, h));
+        else if (wide)
+            CUDA_CHECK(k_launch(moe_up_mma_kernel<false, true>, up, MMA_UP_THREADS, 0, s, *a, list,
+                                active, n_active, h));
         else
             CUDA_CHECK(k_launch(moe_up_mma_kernel<false>, up, MMA_UP_THREADS, 0, s, *a, list,
                                 active, n_active, h));
         CUDA_CHECK(cudaGetLastError());
         dim3 down((unsigned)((a->d_model + MMA_OUTS - 1) / MMA_OUTS), slots);
-        CUDA_CHECK(k_launch(moe_down_mma_kernel, down, MMA_THREADS, 0, s, *a, list, active,
-                            n_active, h, ys));
+        if (wide)
+            CUDA_CHECK(k_launch(moe_down_mma_kernel<true>, down, MMA_THREADS, 0, s, *a, list,
+                                active, n_active, h, ys));
+        else
+            CUDA_CHECK(k_launch(moe_down_mma_kernel<>, down, MMA_THREADS, 0, s, *a, list, active,
+                                n_active, h, ys));
         CUDA_CHECK(cudaGetLastError());
     } else {
         dim3 up((unsigned)((a->d_expert + UP_OUTS - 1) / UP_OUTS), slots);

@@ -22,6 +22,8 @@
  * poison may be left. Batch invariance: row 0 computed alone equals row 0 of the batch bit for bit.
  * - moe_bucket_in_up: the up kernel's own bucketing against the bucket kernel's, byte for byte
  *   (check_switch says why that is the rule and how a missing bucket would show).
+ * - wide_loads: the decode kernels' wider load groups against the narrow ones, byte for byte
+ *   (the same mma operands in the same order; check_switch).
  * - moe_prefill_tiles: the prefill kernels of 4 item tiles a warp against the per-16-item
  *   kernels, byte for byte (every output the same mma sequence), bad ids included.
  * - moe_route_lanes: the router's lanes form against moe_route_kernel, ids and weights byte
@@ -260,32 +262,42 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
     free(ref);
 }
 
-/* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing and the
- * prefill tiles on or off; both switches go back to their defaults for the other gates. */
-static int experts_with(const k_moe_experts_args *a, int in_up, int tiles, bf16_t *out, size_t n) {
+/* The speed-only switches of k_moe_experts a call runs with. */
+typedef struct switches {
+    int in_up, tiles, wide;
+} switches;
+
+/* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing, the
+ * prefill tiles and the wide load groups on or off; the switches go back to their defaults for
+ * the other gates. */
+static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, size_t n) {
     for (size_t i = 0; i < n; i++)
         out[i] = 0x7fc0;
-    k_set_moe_bucket_in_up(in_up);
-    k_set_moe_prefill_tiles(tiles);
+    k_set_moe_bucket_in_up(sw.in_up);
+    k_set_moe_prefill_tiles(sw.tiles);
+    k_set_wide_loads(sw.wide);
     int rc = k_copy_to_device(a->out, out, n * 2) | k_moe_experts(a, NULL) | k_sync() |
              k_copy_to_host(out, a->out, n * 2);
     k_set_moe_bucket_in_up(1);
     k_set_moe_prefill_tiles(0);
+    k_set_wide_loads(0);
     return rc;
 }
 
 /* A speed-only switch of k_moe_experts against its other setting, byte for byte: the call with
- * (off_in_up, off_tiles), then one with every item on expert 0, which leaves other buckets and
+ * the switches off, then one with every item on expert 0, which leaves other buckets and
  * another active count in the workspace (so a bucket the up kernel failed to write for the down
- * kernel shows as a difference), then the call with (on_in_up, on_tiles); for the router's ids,
+ * kernel shows as a difference), then the call with the switches on; for the router's ids,
  * and with bad ids, whose rows must be NaN on both.
  * - moe_bucket_in_up, where it applies (the tensor-core path, at most 128 items): the up
  *   kernel's own buckets against the bucket kernel's;
  * - moe_prefill_tiles, where it applies (the tensor-core path, more than 128 items): 4 item
- *   tiles a warp against the per-16-item kernels. */
+ *   tiles a warp against the per-16-item kernels;
+ * - wide_loads, where it applies (the tensor-core path, at most 8 items: each expert's bucket
+ *   one tile whose hi rows are padding), with the up kernel's buckets and with the bucket
+ *   kernel's: the k loop's wider load groups (mma_rows_lo) against mma_rows. */
 static void check_switch(const char *name, const shape *s, int rows, void *d_gu, void *d_dn,
-                         const int32_t *idx, const float *w, int off_in_up, int off_tiles,
-                         int on_in_up, int on_tiles) {
+                         const int32_t *idx, const float *w, switches sw_off, switches sw_on) {
     size_t nk = (size_t)rows * (size_t)s->top_k, nx = (size_t)rows * (size_t)s->d_model;
     int32_t *ids = malloc(nk * 4), *zero = calloc(nk, 4);
     bf16_t *x = malloc(nx * 2), *off = malloc(nx * 2), *on = malloc(nx * 2);
@@ -306,12 +318,9 @@ static void check_switch(const char *name, const shape *s, int rows, void *d_gu,
                 if (rows > 1) ids[(size_t)(rows - 1) * (size_t)s->top_k] = -1;
             }
             rc = k_copy_to_device(d_x, x, nx * 2) | k_copy_to_device(d_w, w, nk * 4) |
-                 k_copy_to_device(d_idx, ids, nk * 4) |
-                 experts_with(&a, off_in_up, off_tiles, off, nx) |
-                 k_copy_to_device(d_idx, zero, nk * 4) |
-                 experts_with(&a, off_in_up, off_tiles, on, nx) |
-                 k_copy_to_device(d_idx, ids, nk * 4) |
-                 experts_with(&a, on_in_up, on_tiles, on, nx);
+                 k_copy_to_device(d_idx, ids, nk * 4) | experts_with(&a, sw_off, off, nx) |
+                 k_copy_to_device(d_idx, zero, nk * 4) | experts_with(&a, sw_off, on, nx) |
+                 k_copy_to_device(d_idx, ids, nk * 4) | experts_with(&a, sw_on, on, nx);
         }
         size_t diff = 0, nan_rows = 0;
         for (size_t i = 0; rc == 0 && i < nx; i++)
@@ -366,9 +375,29 @@ static void run_shape(const shape *s, uint64_t seed) {
         check_experts(s, rows, gu, dn, d_gu, d_dn, idx, w);
         const int mma = s->d_model % 32 == 0 && s->d_expert % 32 == 0;
         if (mma && nk <= 128) /* where the up kernel may bucket its items */
-            check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w, 0, 0, 1, 0);
+            check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w, (switches){0, 0, 0},
+                         (switches){1, 0, 0});
         if (mma && nk > 128) /* prefill-sized calls */
-            check_switch("moe_prefill_tiles", s, rows, d_gu, d_dn, idx, w, 1, 0, 1, 1);
+            check_switch("moe_prefill_tiles", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
+                         (switches){1, 1, 0});
+        if (mma && nk <= 8) { /* one decode row: where serve.wide_loads applies */
+            check_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
+                         (switches){1, 0, 1});
+            check_switch("wide_loads+bucket_kernel", s, rows, d_gu, d_dn, idx, w,
+                         (switches){0, 0, 0}, (switches){0, 0, 1});
+            /* the router's ids give each expert one item, so lanes 1-7 of the lo form would
+             * hold padding only: every item on expert 0 fills all eight */
+            int32_t *one = calloc(nk, 4);
+            if (one)
+                check_switch("wide_loads(one expert)", s, rows, d_gu, d_dn, one, w,
+                             (switches){1, 0, 0}, (switches){1, 0, 1});
+            else
+                test_fail("wide_loads(one expert)", "out of host memory");
+            free(one);
+        }
+        if (mma && nk > 8 && nk <= 128) /* past it the narrow groups run: the switch is inert */
+            check_switch("wide_loads(inert)", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
+                         (switches){1, 0, 1});
         free(idx);
         free(w);
     }
