@@ -291,7 +291,7 @@ void k_set_pdl(int on);
  * with at most 8 items) load their k loop in groups of 16 (the experts' up) or 12 32-k blocks
  * through mma_rows_lo (kernels/mma.cuh) instead of 8 with registers for 16 rows: fewer
  * round trips of loads one after another at one decode row. The same mma operands in the same
- * order, so the same bits (serve.wide_loads, default off until measured). Process-wide. */
+ * order, so the same bits (serve.wide_loads, default on). Process-wide. */
 void k_set_wide_loads(int on);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 int k_gemm_group(const k_gemm_group_args *a, g4_stream st);

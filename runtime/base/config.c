@@ -146,7 +146,7 @@ void config_defaults(g4_config *c) {
     c->serve.moe_prefill_tiles = 1; /* measured faster (docs/configuration.md) */
     c->serve.row_chain = 2;         /* measured faster (docs/configuration.md) */
     c->serve.moe_route_lanes = 1;   /* measured faster (docs/configuration.md) */
-    c->serve.wide_loads = 0;        /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.wide_loads = 1;        /* measured faster (docs/configuration.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
     c->serve.text_max_tokens = 512;
