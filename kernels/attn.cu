@@ -56,21 +56,10 @@
  * KEEP (windowed layers, whose keys per row are at most the window W): the stats pass also
  * writes each score to keep[rl][h][key - j0] (W floats per head), and the P.V pass reads them
  * back instead of loading K again: K read once, the same scores bit for bit. */
-/* The one instantiation whose P.V pass the prefetch's code pushes past the 128 registers of four
- * blocks an SM (-Xptxas -warn-spills): e4m3 keys of head dim 256 without a window, in groups of
- * 4, a shape no Gemma 4 layer has (windowless layers are of head dim 512). It runs unprefetched. */
-#define PF_SPILLS(D, G, FP8, PV, KEEP) ((D) == 256 && (G) == 4 && (FP8) && (PV) && !(KEEP))
-
-template <int D, int G, bool FP8, bool PV, bool KEEP, bool PF = false>
+template <int D, int G, bool FP8, bool PV, bool KEEP>
 static __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS(G, D))
     attn_split_kernel(k_attention_args a, int row0, int max_split, int spb, float *part, float2 *ml,
                       float *keep, unsigned *done) {
-    /* PF (serve.l2_prefetch): the keys this block reads after the wait, asked of L2 while the
-     * grid before runs: K for the stats pass, V for the P.V pass (where it scores again, the
-     * stats pass has just brought K into L2) */
-    if constexpr (PF && !PF_SPILLS(D, G, FP8, PV, KEEP))
-        attn_prefetch_keys<D, FP8>(a, row0 + (int)blockIdx.z, (int)blockIdx.y,
-                                   (int)blockIdx.x * spb, spb, PV);
     K_GRID_DEPENDENCY();
     constexpr int DPT = D / ATTN_THREADS; /* dims per thread in P.V: 2 or 4 */
     /* the kept-score P.V pass of small groups splits the keys across warps (pv_warp_keys) */
@@ -298,25 +287,22 @@ extern "C" void k_set_attn_fold(int on) { attn_fold_on = on ? 1 : 0; }
 /* The stats and P.V passes of one (KEEP or not) instantiation. The kept-score P.V pass of a
  * small group sums its warps' partials in shared memory (pv_warp_keys), which sizes it; in the
  * e4m3 pool the windowed layers of head dim 256 and small groups run the window kernels instead. */
-template <int D, int G, bool FP8, bool KEEP, bool PF>
+template <int D, int G, bool FP8, bool KEEP>
 static int launch_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
                          float2 *ml, float *keep, unsigned *done, int row0, cudaStream_t s) {
-    if constexpr (KEEP && FP8 && D == 256 && G <= ATTN_WARP_PV_MAX_G) { /* tiles in shared memory */
-        return attn_window_passes<G, FP8, PF>(a, grid, max_split, spb, part, ml, keep, done, row0,
-                                              s);
-    } else { /* (else: the split kernels of these shapes are never built) */
-        const size_t smem = (size_t)G * (D + ATTN_TILE) * sizeof(float);
-        size_t pv_smem = smem;
-        if constexpr (KEEP && D == 256 && G <= ATTN_WARP_PV_MAX_G)
-            pv_smem = (size_t)ATTN_WARPS * G * D * sizeof(float);
-        CUDA_CHECK(k_launch(attn_split_kernel<D, G, FP8, false, KEEP, PF>, grid, ATTN_THREADS, smem,
-                            s, *a, row0, max_split, spb, part, ml, keep, (unsigned *)NULL));
-        CUDA_CHECK(cudaGetLastError());
-        CUDA_CHECK(k_launch(attn_split_kernel<D, G, FP8, true, KEEP, PF>, grid, ATTN_THREADS,
-                            pv_smem, s, *a, row0, max_split, spb, part, ml, keep, done));
-        CUDA_CHECK(cudaGetLastError());
-        return K_OK;
-    }
+    if constexpr (KEEP && FP8 && D == 256 && G <= ATTN_WARP_PV_MAX_G) /* tiles in shared memory */
+        return attn_window_passes<G, FP8>(a, grid, max_split, spb, part, ml, keep, done, row0, s);
+    const size_t smem = (size_t)G * (D + ATTN_TILE) * sizeof(float);
+    size_t pv_smem = smem;
+    if constexpr (KEEP && D == 256 && G <= ATTN_WARP_PV_MAX_G)
+        pv_smem = (size_t)ATTN_WARPS * G * D * sizeof(float);
+    CUDA_CHECK(k_launch(attn_split_kernel<D, G, FP8, false, KEEP>, grid, ATTN_THREADS, smem, s, *a,
+                        row0, max_split, spb, part, ml, keep, (unsigned *)NULL));
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(k_launch(attn_split_kernel<D, G, FP8, true, KEEP>, grid, ATTN_THREADS, pv_smem, s,
+                        *a, row0, max_split, spb, part, ml, keep, done));
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
 }
 
 /* Splits a block takes in turn: a power of two up to ATTN_MAX_SPB, the largest that still
@@ -361,24 +347,14 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
             return attn_cluster_launch<G, FP8>(a, max_split, row0, nr, s);
     dim3 grid((unsigned)((max_split + spb - 1) / spb), (unsigned)a->kv.n_kv_head, (unsigned)nr);
     int rc;
-    const bool pf = k_l2_prefetch && nr <= ATTN_PREFETCH_ROWS;
-    if constexpr (D == 256) { /* the windowed families keep their scores between the passes */
-        if (keep)
-            rc = pf ? launch_passes<D, G, FP8, true, true>(a, grid, max_split, spb, part, ml, keep,
-                                                           done, row0, s)
-                    : launch_passes<D, G, FP8, true, false>(a, grid, max_split, spb, part, ml, keep,
-                                                            done, row0, s);
-        else
-            rc = pf ? launch_passes<D, G, FP8, false, true>(a, grid, max_split, spb, part, ml, NULL,
-                                                            done, row0, s)
-                    : launch_passes<D, G, FP8, false, false>(a, grid, max_split, spb, part, ml,
-                                                             NULL, done, row0, s);
-    } else {
-        rc = pf ? launch_passes<D, G, FP8, false, true>(a, grid, max_split, spb, part, ml, NULL,
-                                                        done, row0, s)
-                : launch_passes<D, G, FP8, false, false>(a, grid, max_split, spb, part, ml, NULL,
-                                                         done, row0, s);
-    }
+    if constexpr (D == 256) /* the windowed families keep their scores between the passes */
+        rc = keep ? launch_passes<D, G, FP8, true>(a, grid, max_split, spb, part, ml, keep, done,
+                                                   row0, s)
+                  : launch_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL, done,
+                                                    row0, s);
+    else
+        rc =
+            launch_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL, done, row0, s);
     if (rc != K_OK || done) return rc; /* folded: the P.V pass's last blocks combined */
     CUDA_CHECK(k_launch(attn_combine_kernel<D>, dim3((unsigned)a->n_head, (unsigned)nr),
                         ATTN_THREADS, 0, s, *a, row0, max_split, part, ml));

@@ -556,36 +556,6 @@ static __device__ __forceinline__ void start_stats_block(const float2 *ml, int m
     }
 }
 
-/* Launches of at most this many rows ask L2 for their keys before the grid dependency
- * (serve.l2_prefetch): decode steps, whose attention waits on memory a tile at a time. A prefill
- * chunk's rows share their keys, which its blocks would each ask for again. */
-#define ATTN_PREFETCH_ROWS 64
-
-/* Before the grid dependency (serve.l2_prefetch; common.cuh): the K (which 0) or V (1) vectors
- * of head kvh for the keys of row r's splits [s_first, s_first + spb), a key a thread,
- * asked of L2. The row's position and sequence and the page tables are the step's inputs,
- * complete before the grid before this one started; the page the grid before writes (the step's
- * own key) is asked too, and read after the wait as written (L2 is coherent). Unmapped keys are
- * skipped (the kernel reports them after the wait). */
-template <int D, bool FP8>
-static __device__ __forceinline__ void attn_prefetch_keys(const k_attention_args &a, int r, int kvh,
-                                                          int s_first, int spb, int which) {
-    constexpr unsigned BYTES = D * (FP8 ? 1 : 2);
-    const int i = a.pos[r];
-    if (i < 0) return;
-    const int seq = a.seq[r];
-    const split_plan sp = plan_split(i, a.window);
-    if (s_first >= sp.n_split) return;
-    const int k0 = sp.j0 + s_first * sp.per_split;
-    const int k1 = min(sp.j0 + min(s_first + spb, sp.n_split) * sp.per_split, i + 1);
-    const unsigned char *base = (const unsigned char *)a.kv.base;
-#pragma unroll 1
-    for (int j = k0 + (int)threadIdx.x; j < k1; j += ATTN_THREADS) {
-        const long long o = kv_view_offset(&a.kv, seq, j, a.kv_layer, which, kvh);
-        if (o >= 0) k_prefetch_l2(base + o * (FP8 ? 1 : 2), BYTES);
-    }
-}
-
 /* ---- the combine, alone or folded into the P.V pass ---- */
 
 #define BF16_NAN 0x7fc0u
@@ -723,8 +693,8 @@ static inline bool kv_shape_ok(const k_kv_view *kv, int kv_layer) {
 
 /* The windowed layers' two passes on their shared-memory kernels (attn_window.cu; the e4m3
  * pool's head-dim-256 layers of groups up to ATTN_WARP_PV_MAX_G): instantiated there for the
- * groups 1, 2 and 4, with and without the prefetch (PF). */
-template <int G, bool FP8, bool PF>
+ * groups 1, 2 and 4. */
+template <int G, bool FP8>
 int attn_window_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
                        float2 *ml, float *keep, unsigned *done, int row0, cudaStream_t s);
 

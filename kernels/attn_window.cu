@@ -43,14 +43,10 @@ template <int G, bool FP8, bool PV> static __host__ __device__ constexpr size_t 
            sizeof(float) * ((PV ? 0 : G * 256) + G * ATTN_TILE + (PV ? ATTN_WARPS * G * 256 : 0));
 }
 
-template <int G, bool FP8, bool PV, bool PF = false>
+template <int G, bool FP8, bool PV>
 static __global__ void __launch_bounds__(ATTN_THREADS)
     attn_window_kernel(k_attention_args a, int row0, int max_split, int spb, float *part,
                        float2 *ml, float *keep, unsigned *done) {
-    /* PF (serve.l2_prefetch): this pass's K (stats) or V (P.V) asked of L2 before the wait */
-    if constexpr (PF)
-        attn_prefetch_keys<256, FP8>(a, row0 + (int)blockIdx.z, (int)blockIdx.y,
-                                     (int)blockIdx.x * spb, spb, PV);
     K_GRID_DEPENDENCY();
     constexpr int D = 256;
     constexpr int EB = FP8 ? 1 : 2;           /* bytes per element */
@@ -247,10 +243,10 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
                           ml, done);
 }
 
-template <int G, bool FP8, bool PV, bool PF> static int win_smem_allow(void) {
+template <int G, bool FP8, bool PV> static int win_smem_allow(void) {
     static bool done = false;
     if (!done) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_window_kernel<G, FP8, PV, PF>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_window_kernel<G, FP8, PV>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)win_smem_bytes<G, FP8, PV>()));
         done = true;
@@ -258,43 +254,29 @@ template <int G, bool FP8, bool PV, bool PF> static int win_smem_allow(void) {
     return K_OK;
 }
 
-template <int G, bool FP8, bool PF>
+template <int G, bool FP8>
 int attn_window_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
                        float2 *ml, float *keep, unsigned *done, int row0, cudaStream_t s) {
-    int rc = win_smem_allow<G, FP8, false, PF>();
-    if (rc == K_OK) rc = win_smem_allow<G, FP8, true, PF>();
+    int rc = win_smem_allow<G, FP8, false>();
+    if (rc == K_OK) rc = win_smem_allow<G, FP8, true>();
     if (rc != K_OK) return rc;
-    CUDA_CHECK(k_launch(attn_window_kernel<G, FP8, false, PF>, grid, ATTN_THREADS,
+    CUDA_CHECK(k_launch(attn_window_kernel<G, FP8, false>, grid, ATTN_THREADS,
                         win_smem_bytes<G, FP8, false>(), s, *a, row0, max_split, spb, part, ml,
                         keep, (unsigned *)NULL));
     CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(k_launch(attn_window_kernel<G, FP8, true, PF>, grid, ATTN_THREADS,
+    CUDA_CHECK(k_launch(attn_window_kernel<G, FP8, true>, grid, ATTN_THREADS,
                         win_smem_bytes<G, FP8, true>(), s, *a, row0, max_split, spb, part, ml, keep,
                         done));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
 
-#define WIN_PASSES(G, PF)                                                                          \
-    template int attn_window_passes<G, true, PF>(const k_attention_args *, dim3, int, int,         \
-                                                 float *, float2 *, float *, unsigned *, int,      \
-                                                 cudaStream_t);
-WIN_PASSES(1, false)
-WIN_PASSES(2, false)
-WIN_PASSES(4, false)
-WIN_PASSES(1, true)
-WIN_PASSES(2, true)
-WIN_PASSES(4, true)
-
-/* The four window kernels of a group in the e4m3 pool: both passes, with and without the
- * prefetch (serve.l2_prefetch may be set after start-up). */
-template <int G> static int win_setup(void) {
-    int rc = win_smem_allow<G, true, false, false>();
-    if (rc == K_OK) rc = win_smem_allow<G, true, true, false>();
-    if (rc == K_OK) rc = win_smem_allow<G, true, false, true>();
-    if (rc == K_OK) rc = win_smem_allow<G, true, true, true>();
-    return rc;
-}
+template int attn_window_passes<1, true>(const k_attention_args *, dim3, int, int, float *,
+                                         float2 *, float *, unsigned *, int, cudaStream_t);
+template int attn_window_passes<2, true>(const k_attention_args *, dim3, int, int, float *,
+                                         float2 *, float *, unsigned *, int, cudaStream_t);
+template int attn_window_passes<4, true>(const k_attention_args *, dim3, int, int, float *,
+                                         float2 *, float *, unsigned *, int, cudaStream_t);
 
 /* Every window kernel's shared-memory limit raised at start-up (k_workspace_reserve), so no
  * first launch of one happens inside a CUDA graph capture with the attribute still unset. Only
@@ -304,9 +286,12 @@ extern "C" int k_attention_setup(void) {
     int rc = K_OK;
     (void)attn_fold_counters(); /* the symbol looked up here, outside any graph capture */
     rc = attn_cluster_setup();
-    if (rc == K_OK) rc = win_setup<1>();
-    if (rc == K_OK) rc = win_setup<2>();
-    if (rc == K_OK) rc = win_setup<4>();
+    if (rc == K_OK) rc = win_smem_allow<1, true, false>();
+    if (rc == K_OK) rc = win_smem_allow<1, true, true>();
+    if (rc == K_OK) rc = win_smem_allow<2, true, false>();
+    if (rc == K_OK) rc = win_smem_allow<2, true, true>();
+    if (rc == K_OK) rc = win_smem_allow<4, true, false>();
+    if (rc == K_OK) rc = win_smem_allow<4, true, true>();
     return rc;
 }
 

@@ -110,34 +110,6 @@ static __device__ __forceinline__ void k_trace_mark(const char *name, unsigned a
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");                            \
     } while (0)
 
-/* serve.l2_prefetch (kernels.h, k_set_l2_prefetch). The grid dependency above leaves a kernel
- * resident and idle while the grid before it runs; a kernel whose reads do not depend on that
- * grid (weights, and the keys of positions an earlier step wrote) can spend the time asking L2
- * for them, so its loads after the wait meet L2 rather than memory. A prefetch reads nothing into
- * a register and L2 is the point of coherence, so a line the grid before it then writes (the
- * step's own key) is read after the wait as written: no value changes, only where it comes from. */
-extern int k_l2_prefetch;
-#define K_PREFETCH_PIECE 16384u /* bytes one request asks for */
-
-/* Asks L2 for [p, p + bytes) without waiting, one request per K_PREFETCH_PIECE bytes spread over
- * the calling warp's lanes (every lane of the warp calls it with the same arguments). p and bytes
- * multiples of 16 (cp.async.bulk's rule). No memory clobber: a prefetch orders nothing, and loads
- * that compute its addresses may move past it (volatile keeps it before the grid dependency). */
-static __device__ __forceinline__ void k_prefetch_l2_warp(const void *p, size_t bytes) {
-    const size_t lane = threadIdx.x & 31;
-    const unsigned long long g = (unsigned long long)__cvta_generic_to_global(p);
-    for (size_t o = lane * K_PREFETCH_PIECE; o < bytes; o += 32 * (size_t)K_PREFETCH_PIECE) {
-        const unsigned n = (unsigned)(bytes - o < K_PREFETCH_PIECE ? bytes - o : K_PREFETCH_PIECE);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g + o), "r"(n));
-    }
-}
-
-/* The same for one range asked by one thread. */
-static __device__ __forceinline__ void k_prefetch_l2(const void *p, unsigned bytes) {
-    const unsigned long long g = (unsigned long long)__cvta_generic_to_global(p);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g), "r"(bytes));
-}
-
 template <typename... Params, typename... Args>
 static inline cudaError_t k_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                                    cudaStream_t st, Args &&...args) {

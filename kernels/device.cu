@@ -8,10 +8,8 @@
 int k_pdl_enabled = 1;
 
 extern "C" void k_set_pdl(int on) { k_pdl_enabled = on ? 1 : 0; }
-int k_wide_loads = 0; /* until set: the engine sets serve.wide_loads (on), op gates per gate */
+int k_wide_loads = 0; /* serve.wide_loads' default: off until measured */
 extern "C" void k_set_wide_loads(int on) { k_wide_loads = on ? 1 : 0; }
-int k_l2_prefetch = 0; /* serve.l2_prefetch's default: off until measured */
-extern "C" void k_set_l2_prefetch(int on) { k_l2_prefetch = on ? 1 : 0; }
 
 extern "C" int k_device_init(char *desc, size_t desc_len) {
     int n = 0;

@@ -241,20 +241,9 @@ gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n
     }
 }
 
-/* Before the grid dependency (PF, serve.l2_prefetch; common.cuh): block bx's weight rows, 8 NB
- * consecutive rows of w, one range, asked of L2 by the block's first warp. The blocks of the
- * other row tiles (grid.y) read the same rows and leave it to the first. */
-template <int NB>
-static __device__ __forceinline__ void gemm_prefetch_rows(int bx, const bf16_t *w, int n, int k) {
-    const int o0 = bx * 8 * NB, rows = min(8 * NB, n - o0);
-    if (blockIdx.y == 0 && threadIdx.x < 32 && rows > 0)
-        k_prefetch_l2_warp(w + (size_t)o0 * (size_t)k, (size_t)rows * (size_t)k * sizeof(bf16_t));
-}
-
-template <int MT, int NB, int U, bool LO = false, bool PF = false>
+template <int MT, int NB, int U, bool LO = false>
 static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
     gemm_mma_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
-    if constexpr (PF) gemm_prefetch_rows<NB>(blockIdx.x, w, n, k);
     K_GRID_DEPENDENCY();
     gemm_mma_block<MT, NB, U, LO>(blockIdx.x, y, x, w, m, n, k, ldy);
 }
@@ -271,26 +260,13 @@ typedef struct mma_group_table {
     int n[K_GEMM_GROUP_MAX], ldy[K_GEMM_GROUP_MAX];
 } mma_group_table;
 
-template <int MT, int NB, int U, bool LO = false, bool PF = false>
+template <int MT, int NB, int U, bool LO = false>
 static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
     gemm_mma_group_kernel(mma_group_table t, const bf16_t *x, int m, int k) {
+    K_GRID_DEPENDENCY();
     /* the member by compares, and each member's fields read at constant offsets (an index into
      * the parameters would copy them to local memory) */
     const int b = blockIdx.x;
-    if constexpr (PF) { /* the member's fields by selects: one prefetch, few registers */
-        const int i = t.n_members > 2 && b >= t.first[2] ? 2 : t.n_members > 1 && b >= t.first[1];
-        gemm_prefetch_rows<NB>(b - (i == 2 ? t.first[2]
-                                    : i    ? t.first[1]
-                                           : 0),
-                               i == 2 ? t.w[2]
-                               : i    ? t.w[1]
-                                      : t.w[0],
-                               i == 2 ? t.n[2]
-                               : i    ? t.n[1]
-                                      : t.n[0],
-                               k);
-    }
-    K_GRID_DEPENDENCY();
     if (t.n_members > 2 && b >= t.first[2])
         gemm_mma_block<MT, NB, U, LO>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k, t.ldy[2]);
     else if (t.n_members > 1 && b >= t.first[1])
@@ -434,13 +410,15 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
             int tiles = (a->m + 15) / 16;
             dim3 grid((unsigned)((a->n + 7) / 8),
                       (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
-            const bool lo = k_wide_loads && a->m <= MMA_GEMM_LO_M;
-            auto *kernel = lo ? (k_l2_prefetch ? gemm_mma_kernel<1, 1, MMA_GEMM_LO_U, true, true>
-                                               : gemm_mma_kernel<1, 1, MMA_GEMM_LO_U, true>)
-                              : (k_l2_prefetch ? gemm_mma_kernel<1, 1, 8, false, true>
-                                               : gemm_mma_kernel<1, 1, 8>);
-            CUDA_CHECK(k_launch(kernel, grid, MMA_GEMM_THREADS, 0, (cudaStream_t)st, (bf16_t *)a->y,
-                                (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
+            if (k_wide_loads && a->m <= MMA_GEMM_LO_M)
+                CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, MMA_GEMM_LO_U, true>, grid,
+                                    MMA_GEMM_THREADS, 0, (cudaStream_t)st, (bf16_t *)a->y,
+                                    (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n, a->k,
+                                    ldy));
+            else
+                CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
+                                    (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
+                                    (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
         } else {
             int tiles = (a->m + 63) / 64;
             dim3 grid((unsigned)((a->n + 31) / 32), (unsigned)(tiles < 65535 ? tiles : 65535));
@@ -526,12 +504,12 @@ extern "C" int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
     int tiles = (m + 15) / 16;
     dim3 grid((unsigned)t.first[a->n_gemms],
               (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
-    const bool lo = k_wide_loads && m <= MMA_GEMM_LO_M;
-    auto *kernel = lo ? (k_l2_prefetch ? gemm_mma_group_kernel<1, 1, MMA_GEMM_LO_U, true, true>
-                                       : gemm_mma_group_kernel<1, 1, MMA_GEMM_LO_U, true>)
-                      : (k_l2_prefetch ? gemm_mma_group_kernel<1, 1, 8, false, true>
-                                       : gemm_mma_group_kernel<1, 1, 8>);
-    CUDA_CHECK(k_launch(kernel, grid, MMA_GEMM_THREADS, 0, (cudaStream_t)st, t, x, m, k));
+    if (k_wide_loads && m <= MMA_GEMM_LO_M)
+        CUDA_CHECK(k_launch(gemm_mma_group_kernel<1, 1, MMA_GEMM_LO_U, true>, grid,
+                            MMA_GEMM_THREADS, 0, (cudaStream_t)st, t, x, m, k));
+    else
+        CUDA_CHECK(k_launch(gemm_mma_group_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
+                            (cudaStream_t)st, t, x, m, k));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

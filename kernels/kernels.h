@@ -293,11 +293,6 @@ void k_set_pdl(int on);
  * round trips of loads one after another at one decode row. The same mma operands in the same
  * order, so the same bits (serve.wide_loads, default on). Process-wide. */
 void k_set_wide_loads(int on);
-/* on: kernels whose reads do not depend on the grid before them ask L2 for them before their
- * grid dependency (kernels/common.cuh, k_prefetch_l2): the decode projections their weight rows
- * (k_gemm, k_gemm_group at m <= 32), attention its rows' keys and values. A prefetch changes no
- * value read, so the same bits (serve.l2_prefetch, default off until measured). Process-wide. */
-void k_set_l2_prefetch(int on);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 int k_gemm_group(const k_gemm_group_args *a, g4_stream st);
 /* 1 when k_gemm_group would run this group as one launch: fusing on, more than one member, a

@@ -64,7 +64,6 @@ const char *k_gemm_plan_kernel(const k_gemm_plan *plan) {
 }
 void k_set_pdl(int on) { (void)on; }
 void k_set_wide_loads(int on) { (void)on; }
-void k_set_l2_prefetch(int on) { (void)on; }
 
 int k_gemm(const k_gemm_args *a, g4_stream st) {
     (void)a, (void)st;

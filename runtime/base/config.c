@@ -52,7 +52,6 @@ enum cfg_key_id {
     CFG_SERVE_ROW_CHAIN,
     CFG_SERVE_MOE_ROUTE_LANES,
     CFG_SERVE_WIDE_LOADS,
-    CFG_SERVE_L2_PREFETCH,
     CFG_SERVE_ATTN_SPLITS_PER_BLOCK,
     CFG_SERVE_SAMPLE_THREADS,
     CFG_SERVE_TEXT_MAX_TOKENS,
@@ -92,7 +91,6 @@ static const struct cfg_key {
     {"serve", "row_chain", CFG_SERVE_ROW_CHAIN},
     {"serve", "moe_route_lanes", CFG_SERVE_MOE_ROUTE_LANES},
     {"serve", "wide_loads", CFG_SERVE_WIDE_LOADS},
-    {"serve", "l2_prefetch", CFG_SERVE_L2_PREFETCH},
     {"serve", "attn_splits_per_block", CFG_SERVE_ATTN_SPLITS_PER_BLOCK},
     {"serve", "sample_threads", CFG_SERVE_SAMPLE_THREADS},
     {"serve", "text_max_tokens", CFG_SERVE_TEXT_MAX_TOKENS},
@@ -149,7 +147,6 @@ void config_defaults(g4_config *c) {
     c->serve.row_chain = 2;         /* measured faster (docs/configuration.md) */
     c->serve.moe_route_lanes = 1;   /* measured faster (docs/configuration.md) */
     c->serve.wide_loads = 1;        /* measured faster (docs/configuration.md) */
-    c->serve.l2_prefetch = 0;       /* not yet run on the GPU (docs/configuration.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
     c->serve.text_max_tokens = 512;
@@ -334,8 +331,6 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.moe_route_lanes, why, n);
     case CFG_SERVE_WIDE_LOADS:
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.wide_loads, why, n);
-    case CFG_SERVE_L2_PREFETCH:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.l2_prefetch, why, n);
     case CFG_SERVE_ATTN_CLUSTER_ROWS: /* a launch's rows: the grid's z, at most 65,535 */
         return cfg_int(v, 0, 65535, &c->serve.attn_cluster_rows, why, n);
     case CFG_SERVE_ATTN_SPLITS_PER_BLOCK: /* kernels/attn_common.cuh's ATTN_MAX_SPB */

@@ -222,24 +222,15 @@ static void run_invariant(const char *name, int n, int k, uint64_t seed) {
     free(row);
 }
 
-/* A speed switch of the tensor-core kernel against its off state, outputs poisoned first so an
- * unwritten one cannot pass: every output bit equal. serve.wide_loads (the lo form at m <= 8,
- * inert at 9): the same mma operands in the same order. serve.l2_prefetch (the decode form at
- * m <= 32, inert at 33): a prefetch changes no value read. */
-typedef struct speed_switch {
-    const char *name;
-    void (*set)(int on);
-    int ms[4]; /* row counts, the last past the switch's reach */
-} speed_switch;
-
-static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, {1, 2, 8, 9}};
-static const speed_switch prefetch_switch = {"l2_prefetch", k_set_l2_prefetch, {1, 8, 32, 33}};
-
-static void run_switch(const speed_switch *sw, const char *name, int n, int k, uint64_t seed) {
-    for (size_t t = 0; t < sizeof sw->ms / sizeof sw->ms[0]; t++) {
-        const int m = sw->ms[t];
+/* serve.wide_loads (kernels/gemm_lt.cu, the lo form at m <= 8): k_gemm with it on gives every
+ * output bit of the call with it off (the same mma operands in the same order), outputs
+ * poisoned first so an unwritten one cannot pass; at m = 9 the switch is inert. */
+static void run_wide(const char *name, int n, int k, uint64_t seed) {
+    static const int ms[] = {1, 2, 8, 9};
+    for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
+        const int m = ms[t];
         char gate[128];
-        snprintf(gate, sizeof gate, "gemm_%s[%s m%d n%d k%d]", sw->name, name, m, n, k);
+        snprintf(gate, sizeof gate, "gemm_wide_loads[%s m%d n%d k%d]", name, m, n, k);
         gemm_bufs g;
         int rc = gemm_bufs_make(&g, m, n, k, seed + (uint64_t)t) != 0;
         const size_t ys = (size_t)m * n;
@@ -249,18 +240,18 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
         for (size_t j = 0; !rc && j < ys; j++)
             poison[j] = 0x7fc0;
         k_gemm_args a = {.y = g.dy, .x = g.dx, .w = g.dw, .m = m, .n = n, .k = k, .plan = plan};
-        for (int on = 0; on < 2 && !rc; on++) {
-            sw->set(on);
+        for (int wide = 0; wide < 2 && !rc; wide++) {
+            k_set_wide_loads(wide);
             rc |= k_copy_to_device(g.dy, poison, ys * 2) | k_gemm(&a, NULL) | k_sync() |
-                  k_copy_to_host(on ? g.y : off, g.dy, ys * 2);
-            sw->set(0);
+                  k_copy_to_host(wide ? g.y : off, g.dy, ys * 2);
+            k_set_wide_loads(0);
         }
         long differ = 0;
         for (size_t j = 0; !rc && j < ys; j++)
             differ += g.y[j] != off[j];
         const char *kernel = plan ? k_gemm_plan_kernel(plan) : NULL;
         TEST_CHECK(gate, rc == 0 && differ == 0 && kernel && strcmp(kernel, "mma") == 0,
-                   "rc %d, %ld of %zu outputs differ from the switch off's (exact rule); on %s "
+                   "rc %d, %ld of %zu outputs differ from the narrow groups' (exact rule); on %s "
                    "(want mma)",
                    rc, differ, ys, kernel ? kernel : "(no plan)");
         k_gemm_plan_destroy(plan);
@@ -368,13 +359,13 @@ static void run_group_ref(void) {
  * poisoned first: every output bit equal. k_gemm_group_fuses must say one launch at m = 1, 16
  * and 24 (two row tiles) and separate calls at 130 (past the decode form) and when one member is
  * on cuBLASLt. */
-static void run_group(int m, int mixed, int ragged, int wide, int prefetch, uint64_t seed) {
+static void run_group(int m, int mixed, int ragged, int wide, uint64_t seed) {
     enum { K = 2816 };
     const int Q = ragged ? 1004 : 4096, KV = ragged ? 518 : 2048, FF = ragged ? 2110 : 2112;
     const int want_fused = !mixed && m <= 32;
     char gate[96];
-    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s%s]", m, mixed ? " mixed" : "",
-             ragged ? " ragged" : "", wide ? " wide_loads" : "", prefetch ? " l2_prefetch" : "");
+    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s]", m, mixed ? " mixed" : "",
+             ragged ? " ragged" : "", wide ? " wide_loads" : "");
     const int ns[5] = {Q, KV, KV, FF, FF};
     gemm_bufs b[5] = {0};
     int rc = 0;
@@ -422,13 +413,10 @@ static void run_group(int m, int mixed, int ragged, int wide, int prefetch, uint
                              .ldy = 2 * FF,
                              .plan = plan[4]};
     k_gemm_fuse(1);
-    /* the group's launch only: the members' own calls keep 8 a group and no prefetch */
-    k_set_wide_loads(wide);
-    k_set_l2_prefetch(prefetch);
+    k_set_wide_loads(wide); /* the group's launch only: the members' own calls keep 8 a group */
     const int fused_qkv = k_gemm_group_fuses(&qkv), fused_gu = k_gemm_group_fuses(&gup);
     if (!rc) rc |= k_gemm_group(&qkv, NULL) | k_gemm_group(&gup, NULL);
     k_set_wide_loads(0);
-    k_set_l2_prefetch(0);
     k_gemm_fuse(0);
     for (int i = 0; i < 3 && !rc; i++) {
         k_gemm_args one = qkv.g[i];
@@ -494,7 +482,6 @@ int main(void) {
         test_skip("gemm_auto_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_group_vs_calls", "no GPU (%s)", desc);
         test_skip("gemm_wide_loads", "no GPU (%s)", desc);
-        test_skip("gemm_l2_prefetch", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -574,45 +561,28 @@ int main(void) {
     run_shape("gemm_auto_vs_ref", 5, 1000, 264, 64, 6002);
     run_invariant("auto q", 4096, 2816, 6003);
     k_gemm_auto(0);
-    run_group(1, 0, 0, 0, 0, 7001);
-    run_group(16, 0, 0, 0, 0, 7011);
-    run_group(24, 0, 1, 0, 0, 7021);
-    run_group(130, 0, 0, 0, 0, 7031);
-    run_group(16, 1, 0, 0, 0, 7041);
+    run_group(1, 0, 0, 0, 7001);
+    run_group(16, 0, 0, 0, 7011);
+    run_group(24, 0, 1, 0, 7021);
+    run_group(130, 0, 0, 0, 7031);
+    run_group(16, 1, 0, 0, 7041);
     /* serve.wide_loads: the group's one launch in the lo form at up to 8 rows, against the
      * members' calls in the narrow groups; at 16 rows the switch is inert */
-    run_group(1, 0, 0, 1, 0, 7051);
-    run_group(8, 0, 1, 1, 0, 7061);
-    run_group(16, 0, 0, 1, 0, 7071);
+    run_group(1, 0, 0, 1, 7051);
+    run_group(8, 0, 1, 1, 7061);
+    run_group(16, 0, 0, 1, 7071);
     /* and k_gemm alone: every 26B-A4B projection shape and the 31B's mma ones, wide against
      * narrow at 1, 2 and 8 rows (the lo form) and 9 (inert), and the batch-invariance rule with
      * it on (the 1-row steps in the lo form against the 2,047-row step's tile form) */
     k_gemm_mma(1);
     for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++)
-        run_switch(&wide_switch, proj[i].name, proj[i].n, proj[i].k, 9001 + i);
-    run_switch(&wide_switch, "31B k", 4096, 5376, 9100);
-    run_switch(&wide_switch, "ragged", 1004, 288, 9101);
+        run_wide(proj[i].name, proj[i].n, proj[i].k, 9001 + i);
+    run_wide("31B k", 4096, 5376, 9100);
+    run_wide("ragged", 1004, 288, 9101);
     k_set_wide_loads(1);
     run_invariant("mma wide_loads q", 4096, 2816, 9200);
     run_invariant("mma wide_loads o_global", 2816, 8192, 9201);
     k_set_wide_loads(0);
-    /* serve.l2_prefetch: the decode form's calls and groups with their weight rows asked of L2
-     * before the grid dependency, against the same without; both load-group widths (the lo
-     * form at 1 and 8 rows with wide_loads on), a ragged last block (n % 8 != 0), and the rule
-     * of batch invariance with it on */
-    for (int wide = 0; wide < 2; wide++) {
-        k_set_wide_loads(wide);
-        run_switch(&prefetch_switch, wide ? "q wide" : "q", 4096, 2816, 9300 + wide);
-        run_switch(&prefetch_switch, wide ? "ragged wide" : "ragged", 1004, 288, 9302 + wide);
-        run_switch(&prefetch_switch, wide ? "o_global wide" : "o_global", 2816, 8192, 9304 + wide);
-    }
-    k_set_wide_loads(0);
-    k_set_l2_prefetch(1);
-    run_invariant("mma l2_prefetch q", 4096, 2816, 9310);
-    k_set_l2_prefetch(0);
     k_gemm_mma(0);
-    run_group(1, 0, 0, 0, 1, 7081);
-    run_group(8, 0, 1, 1, 1, 7091);
-    run_group(24, 0, 1, 0, 1, 7101);
     return harness_exit();
 }
