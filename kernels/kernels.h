@@ -316,11 +316,12 @@ int k_mul_vec_scale(const k_mul_vec_scale_args *a, g4_stream st);
 int k_gather_rows(const k_gather_rows_args *a, g4_stream st);
 int k_softcap(const k_softcap_args *a, g4_stream st);
 int k_row_ops(const k_row_ops_args *a, g4_stream st);
-/* 2 (the default): k_rmsnorm and k_row_ops run in the compact chain kernel (kernels/norm.cu,
+/* 2: k_rmsnorm and k_row_ops run in the compact chain kernel (kernels/norm.cu,
  * row_chain_kernel) where its preconditions hold: rows of at most 3,072 elements, or of at most
  * 6,144 in groups of at most three ops and 128 rows (1: only the first; 0: never), one width for
- * every op of a group, activation buffers that coincide or do not overlap. It reads the norm
- * weights and mul_vec_scale's v before it waits on the kernel before it, so those must be
+ * every op of a group, activation buffers that coincide or do not overlap; 3 as 2, with a
+ * decode-sized group's operands from outside the group loaded at once (the default). It reads the
+ * norm weights and mul_vec_scale's v before it waits on the kernel before it, so those must be
  * constants no kernel of the step writes (model weights are). The same bits either way
  * (serve.row_chain; test_ops' `row_chain` gates). Process-wide, read at each call. */
 void k_set_row_chain(int mode);

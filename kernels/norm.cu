@@ -21,6 +21,7 @@
 #include "kernels/bf16.cuh"
 
 #include <cuda_bf16.h>
+#include <string.h>
 
 /* RMSNorm: one block per row. 256 threads cover the widest row (5376) in 21 strided steps
  * and still leave the head norms (width 16..512) one block each; the fixed block shape fixes
@@ -251,12 +252,13 @@ static __global__ __launch_bounds__(RMS_THREADS) void row_ops_kernel(k_row_ops_a
  * the wait on the grid before, while it runs, into shared memory.
  *
  * serve.row_chain = 1 holds rows of at most CHAIN_NARROW_MAX_HELD x RMS_THREADS = 3,072 elements
- * (E2B, E4B, the 26B-A4B); 2 (the default) also rows up to 6,144 (12B, 31B) with three ops'
+ * (E2B, E4B, the 26B-A4B); 2 also rows up to 6,144 (12B, 31B) with three ops'
  * weights in shared memory (the wide groups of Gemma 4 have two or three ops), in groups of at
  * most CHAIN_WIDE_MAX_ROWS rows. A first form of the wide rows loaded the weights inside each
  * op's output loop and measured slower: the compiler cannot move a weight load above the store
  * to out before it (out may alias w), so those loads ran one round trip at a time
- * (docs/perf-notes.md, twenty-first and twenty-second sessions).
+ * (docs/perf-notes.md, twenty-first and twenty-second sessions); 3 (the default) is 2 with the
+ * operands of decode-sized groups loaded at once (chain_pre, below).
  *
  * Every op of a chain has one width and every activation operand is a [rows, width] buffer the
  * ops either share exactly or do not overlap (the launcher checks both), so element j of a row
@@ -280,8 +282,26 @@ static constexpr __host__ __device__ int chain_slots(int held) {
     return held <= CHAIN_NARROW_MAX_HELD ? K_ROW_OPS_MAX : 3;
 }
 
-static int row_chain = 2; /* serve.row_chain's default: 0 off, 1 narrow rows, 2 all it holds */
-extern "C" void k_set_row_chain(int mode) { row_chain = mode < 0 ? 0 : mode > 2 ? 2 : mode; }
+static int row_chain = 3; /* serve.row_chain's default: 0 off, 1 narrow rows, 2 all it holds, 3
+                             2 with the operands loaded at once (chain_pre) */
+extern "C" void k_set_row_chain(int mode) { row_chain = mode < 0 ? 0 : mode > 3 ? 3 : mode; }
+
+/* serve.row_chain = 3: in decode-sized launches (at most CHAIN_PRE_MAX_ROWS rows of a narrow
+ * size) every operand that no earlier op of the chain writes is loaded right after the grid
+ * dependency, all at once, instead of when its op comes: an op that read a buffer other than
+ * its predecessor's output waited a round trip of its own after the previous op's block sum
+ * (the router group two, the layer's end one; docs/perf-notes.md, twenty-third session). The
+ * same values (no op before it wrote the buffer), the same arithmetic. src per op and operand
+ * (0: in or a, 1: residual or b): CHAIN_SRC_LOAD loads it when its op comes (the existing rule:
+ * the previous op's output from the registers, else from memory), CHAIN_SRC_EXT + k takes
+ * buffer ext[k] as loaded at the start. The launcher fills it (chain_plan_pre). */
+#define CHAIN_PRE_MAX_ROWS 64
+#define CHAIN_PRE_EXT 3 /* distinct buffers loaded at the start */
+enum { CHAIN_SRC_LOAD = 0, CHAIN_SRC_EXT = 1 };
+typedef struct chain_pre {
+    const bf16_t *ext[CHAIN_PRE_EXT];
+    signed char src[K_ROW_OPS_MAX][2];
+} chain_pre;
 
 /* block_sum with its partials in buffer `parity` of two (see above). */
 static __device__ float block_sum2(float v, int parity) {
@@ -319,6 +339,30 @@ chain_operand(float (&v)[HELD], const bf16_t *buf, const bf16_t *prev_out, const
     }
 }
 
+/* Operand k of op s: from the buffers loaded at the start (PRE, where the plan says so), else as
+ * chain_operand takes it. */
+template <int HELD, bool PRE>
+static __device__ __forceinline__ void
+chain_source(float (&v)[HELD], const chain_pre &p, const float (&ext)[CHAIN_PRE_EXT][HELD], int s,
+             int k, const bf16_t *buf, const bf16_t *prev_out, const float (&cur)[HELD], size_t o,
+             int width) {
+    if constexpr (PRE) {
+        const int src = p.src[s][k];
+        if (src != CHAIN_SRC_LOAD) { /* selects, not an index: ext stays in registers */
+#pragma unroll
+            for (int i = 0; i < HELD; i++) {
+                float x = ext[0][i];
+#pragma unroll
+                for (int e = 1; e < CHAIN_PRE_EXT; e++)
+                    x = src == CHAIN_SRC_EXT + e ? ext[e][i] : x;
+                v[i] = x;
+            }
+            return;
+        }
+    }
+    chain_operand<HELD>(v, buf, prev_out, cur, o, width);
+}
+
 /* The op's weight vector (a norm's w, mul_vec_scale's v): NULL for none. */
 static __host__ __device__ __forceinline__ const bf16_t *chain_weight(const k_row_op &op) {
     return op.kind == K_ROW_RMSNORM         ? op.u.rmsnorm.w
@@ -349,10 +393,9 @@ chain_norm_out(float (&cur)[HELD], const float (&x)[HELD], const float (&res)[HE
     }
 }
 
-template <int HELD>
-static __global__
-__launch_bounds__(RMS_THREADS) void row_chain_kernel(const __grid_constant__ k_row_ops_args a,
-                                                     int width) {
+template <int HELD, bool PRE = false>
+static __global__ __launch_bounds__(RMS_THREADS) void row_chain_kernel(
+    const __grid_constant__ k_row_ops_args a, int width, const __grid_constant__ chain_pre p) {
     constexpr int SLOTS = chain_slots(HELD);
     __shared__ bf16_t wsm[SLOTS][HELD][RMS_THREADS];
     /* model constants: read while the grid before still runs; a chain has at most SLOTS ops
@@ -373,6 +416,17 @@ __launch_bounds__(RMS_THREADS) void row_chain_kernel(const __grid_constant__ k_r
     }
     K_GRID_DEPENDENCY();
     const size_t o = (size_t)blockIdx.x * (size_t)width;
+    float ext[CHAIN_PRE_EXT][HELD]; /* PRE: the buffers loaded at the start */
+    if constexpr (PRE) {
+#pragma unroll
+        for (int e = 0; e < CHAIN_PRE_EXT; e++)
+            if (p.ext[e])
+                chain_load<HELD>(ext[e], p.ext[e] + o, width);
+            else
+#pragma unroll
+                for (int i = 0; i < HELD; i++)
+                    ext[e][i] = 0.0f; /* never taken (chain_plan_pre fills ext from 0) */
+    }
     float cur[HELD]; /* the previous op's output, as stored */
     const bf16_t *prev_out = nullptr;
     int norms = 0;
@@ -382,9 +436,10 @@ __launch_bounds__(RMS_THREADS) void row_chain_kernel(const __grid_constant__ k_r
         float x[HELD];
         if (op.kind == K_ROW_RMSNORM) {
             const k_rmsnorm_args &n = op.u.rmsnorm;
-            chain_operand<HELD>(x, n.in, prev_out, cur, o, width);
+            chain_source<HELD, PRE>(x, p, ext, s, 0, n.in, prev_out, cur, o, width);
             float res[HELD];
-            if (n.residual) chain_operand<HELD>(res, n.residual, prev_out, cur, o, width);
+            if (n.residual)
+                chain_source<HELD, PRE>(res, p, ext, s, 1, n.residual, prev_out, cur, o, width);
             float ss = 0.0f;
 #pragma unroll
             for (int i = 0; i < HELD; i++)
@@ -403,7 +458,7 @@ __launch_bounds__(RMS_THREADS) void row_chain_kernel(const __grid_constant__ k_r
             prev_out = n.out;
         } else if (op.kind == K_ROW_MUL_VEC_SCALE) {
             const k_mul_vec_scale_args &m = op.u.mul_vec_scale;
-            chain_operand<HELD>(x, m.a, prev_out, cur, o, width);
+            chain_source<HELD, PRE>(x, p, ext, s, 0, m.a, prev_out, cur, o, width);
 #pragma unroll
             for (int i = 0; i < HELD; i++) {
                 const bf16_t y = mul_vec_scale_of(x[i], chain_w<HELD>(wsm, s, i), m.scale);
@@ -414,9 +469,9 @@ __launch_bounds__(RMS_THREADS) void row_chain_kernel(const __grid_constant__ k_r
             prev_out = m.out;
         } else {
             const k_scale_add_args &sa = op.u.scale_add;
-            chain_operand<HELD>(x, sa.a, prev_out, cur, o, width);
+            chain_source<HELD, PRE>(x, p, ext, s, 0, sa.a, prev_out, cur, o, width);
             float b[HELD];
-            if (sa.b) chain_operand<HELD>(b, sa.b, prev_out, cur, o, width);
+            if (sa.b) chain_source<HELD, PRE>(b, p, ext, s, 1, sa.b, prev_out, cur, o, width);
 #pragma unroll
             for (int i = 0; i < HELD; i++) {
                 const bf16_t y = scale_add_of(x[i], sa.b, sa.b ? b[i] : 0.0f, sa.scale);
@@ -566,13 +621,57 @@ extern "C" int k_row_ops_chained(const k_row_ops_args *a) {
     return chain_fits(a, &width) ? 1 : 0;
 }
 
+/* The chain_pre of a chain that chain_fits: an operand that no earlier op writes (the buffers are
+ * the same or apart, so equality decides) and that is not the previous op's output is taken
+ * from the start's loads, up to CHAIN_PRE_EXT distinct buffers; the rest keep CHAIN_SRC_LOAD.
+ * Returns whether any operand is taken so. */
+static bool chain_plan_pre(const k_row_ops_args *a, chain_pre *p) {
+    memset(p, 0, sizeof *p);
+    int n_ext = 0;
+    bool any = false;
+    for (int s = 0; s < a->n_ops; s++) {
+        const void *buf[3];
+        chain_op_buffers(&a->op[s], buf);
+        for (int k = 0; k < 2; k++) {
+            const bf16_t *b = (const bf16_t *)buf[1 + k];
+            if (!b) continue;
+            bool written = false; /* by an earlier op of the chain */
+            for (int t = 0; t < s; t++) {
+                const void *tb[3];
+                chain_op_buffers(&a->op[t], tb);
+                written |= tb[0] == b;
+            }
+            if (written) continue;
+            int e = 0;
+            while (e < n_ext && p->ext[e] != b)
+                e++;
+            if (e == n_ext) {
+                if (n_ext == CHAIN_PRE_EXT) continue;
+                p->ext[n_ext++] = b;
+            }
+            p->src[s][k] = (signed char)(CHAIN_SRC_EXT + e);
+            any = true;
+        }
+    }
+    return any;
+}
+
 static int launch_chain(const k_row_ops_args *a, int width, g4_stream st) {
     const int held = chain_held(width);
+    chain_pre pre;
+    const bool use_pre = row_chain == 3 && held <= CHAIN_NARROW_MAX_HELD &&
+                         a->rows <= CHAIN_PRE_MAX_ROWS && chain_plan_pre(a, &pre);
+    if (!use_pre) memset(&pre, 0, sizeof pre);
     switch (held) {
 #define CHAIN_CASE(h)                                                                              \
     case h:                                                                                        \
-        CUDA_CHECK(k_launch(row_chain_kernel<h>, (unsigned)a->rows, RMS_THREADS, 0,                \
-                            (cudaStream_t)st, *a, width));                                         \
+        if (use_pre)                                                                               \
+            CUDA_CHECK(k_launch(row_chain_kernel<h, h <= CHAIN_NARROW_MAX_HELD>,                   \
+                                (unsigned)a->rows, RMS_THREADS, 0, (cudaStream_t)st, *a, width,    \
+                                pre));                                                             \
+        else                                                                                       \
+            CUDA_CHECK(k_launch(row_chain_kernel<h>, (unsigned)a->rows, RMS_THREADS, 0,            \
+                                (cudaStream_t)st, *a, width, pre));                                \
         break;
         CHAIN_SIZES(CHAIN_CASE)
 #undef CHAIN_CASE

@@ -144,7 +144,7 @@ void config_defaults(g4_config *c) {
     c->serve.moe_bucket_in_up = 1;  /* measured faster (docs/configuration.md) */
     c->serve.attn_cluster_rows = 0; /* measured no faster (docs/configuration.md) */
     c->serve.moe_prefill_tiles = 1; /* measured faster (docs/configuration.md) */
-    c->serve.row_chain = 2;         /* measured faster (docs/configuration.md) */
+    c->serve.row_chain = 3;         /* measured faster (docs/configuration.md) */
     c->serve.moe_route_lanes = 1;   /* measured faster (docs/configuration.md) */
     c->serve.wide_loads = 1;        /* measured faster (docs/configuration.md) */
     c->serve.attn_splits_per_block = 0;
@@ -325,8 +325,8 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.moe_bucket_in_up, why, n);
     case CFG_SERVE_MOE_PREFILL_TILES:
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.moe_prefill_tiles, why, n);
-    case CFG_SERVE_ROW_CHAIN: /* 0 off, 1 rows of at most 3,072, 2 up to 6,144 */
-        return cfg_int(v, 0, 2, &c->serve.row_chain, why, n);
+    case CFG_SERVE_ROW_CHAIN: /* 0 off, 1 rows of at most 3,072, 2 up to 6,144, 3 2 preloaded */
+        return cfg_int(v, 0, 3, &c->serve.row_chain, why, n);
     case CFG_SERVE_MOE_ROUTE_LANES:
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.moe_route_lanes, why, n);
     case CFG_SERVE_WIDE_LOADS:

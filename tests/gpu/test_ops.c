@@ -486,7 +486,7 @@ static void check_same_bytes(const char *gate, int rc, int chained, int want, co
 /* Whether the chain should take a group of n_ops ops over rows of width elements at mode. */
 static int chain_wanted(int mode, int rows, int width, int n_ops) {
     return mode >= 1 &&
-           (width <= 3072 || (mode == 2 && width <= 6144 && n_ops <= 3 && rows <= 128));
+           (width <= 3072 || (mode >= 2 && width <= 6144 && n_ops <= 3 && rows <= 128));
 }
 
 /* Rule: k_rmsnorm alone in the chain kernel gives the held kernel's bytes (the same elements
@@ -524,7 +524,7 @@ static void run_rmsnorm_chain(int mode, int rows, int width, int has_w, int has_
             .rows = rows, .n_ops = 1, .op = {{.kind = K_ROW_RMSNORM, .u.rmsnorm = a}}};
         if (chain) chained = k_row_ops_chained(&one);
         if (rc == 0) rc |= k_rmsnorm(&a, NULL);
-        k_set_row_chain(2); /* the default */
+        k_set_row_chain(3); /* the default */
         rc |= k_sync();
         if (rc == 0) rc |= k_copy_to_host(got[chain], a.out, n * 2);
         k_device_free(dx);
@@ -569,7 +569,7 @@ static void run_row_chain_overlap(int width, uint64_t seed) {
             k_set_row_chain(0);
             if (rc == 0) rc |= k_rmsnorm(&n0, NULL);
             if (rc == 0) rc |= k_rmsnorm(&n1, NULL);
-            k_set_row_chain(2); /* the default */
+            k_set_row_chain(3); /* the default */
         } else {
             k_row_ops_args g = {.rows = 1, .n_ops = 2};
             g.op[0] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = n0};
@@ -667,6 +667,7 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
     snprintf(gate, sizeof gate, "op_vs_ops[row_ops %s w=%d rows=%d%s]", rg_names[kind], width, rows,
              chain == 1   ? " row_chain"
              : chain == 2 ? " row_chain=2"
+             : chain == 3 ? " row_chain=3"
                           : "");
     rng_state = seed;
     size_t n = (size_t)rows * (size_t)width;
@@ -700,7 +701,7 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
               : op->kind == K_ROW_MUL_VEC_SCALE ? k_mul_vec_scale(&op->u.mul_vec_scale, NULL)
                                                 : k_scale_add(&op->u.scale_add, NULL);
     }
-    k_set_row_chain(2); /* the default */
+    k_set_row_chain(3); /* the default */
     rc |= k_sync();
     size_t differ = 0;
     for (int b = 0; b < RG_BUFS && rc == 0; b++) {
@@ -718,7 +719,7 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
         one.n_ops = rg_ops(kind, fused, dw, 1, width, one.op);
         k_set_row_chain(chain);
         rc |= k_row_ops(&one, NULL);
-        k_set_row_chain(2); /* the default */
+        k_set_row_chain(3); /* the default */
         rc |= k_sync();
         bf16_t *row = hbuf((size_t)width);
         for (int b = 0; b < RG_BUFS && rc == 0; b++) {
@@ -859,14 +860,14 @@ int main(void) {
      * the widest the chain holds and past it (6144, 8192); held and both chain modes */
     static const int rg_widths[] = {2816, 5376, 1536, 2560, 3840, 3072, 6144, 33, 8192};
     static const int rg_rows[] = {1, 3, 17};
-    for (int chain = 0; chain < 3; chain++)
+    for (int chain = 0; chain < 4; chain++)
         for (int kind = 0; kind < RG_KINDS; kind++)
             for (size_t i = 0; i < sizeof rg_widths / sizeof *rg_widths; i++)
                 for (size_t k = 0; k < sizeof rg_rows / sizeof *rg_rows; k++)
                     run_row_ops(kind, rg_rows[k], rg_widths[i], chain, seed++);
 
     /* the chain alone against the held norm, and a group it must refuse */
-    for (int mode = 1; mode <= 2; mode++)
+    for (int mode = 1; mode <= 3; mode++)
         for (size_t i = 0; i < nw; i++) {
             run_rmsnorm_chain(mode, 17, widths[i], 1, 1, ALIAS_NONE, seed++);
             run_rmsnorm_chain(mode, 3, widths[i], 0, 0, ALIAS_NONE, seed++);
@@ -879,6 +880,12 @@ int main(void) {
     run_rmsnorm_chain(2, 129, 5376, 1, 1, ALIAS_NONE, seed++);
     run_row_ops(RG_DENSE_END, 128, 5376, 2, seed++);
     run_row_ops(RG_DENSE_END, 129, 5376, 2, seed++);
+    /* serve.row_chain = 3's limit (64 rows): at it the operands loaded at once, one past it as
+     * at 2 */
+    for (int kind = 0; kind < RG_KINDS; kind++) {
+        run_row_ops(kind, 64, 2816, 3, seed++);
+        run_row_ops(kind, 65, 2816, 3, seed++);
+    }
     run_row_chain_overlap(2816, seed++);
     run_row_chain_overlap(64, seed++);
     return harness_exit();

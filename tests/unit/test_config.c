@@ -72,7 +72,7 @@ static void test_defaults(void) {
         c.serve.max_context == 32768 && c.serve.prefill_chunk == 2048 && c.serve.max_queue == 256 &&
         c.serve.attn_splits_per_block == 0 && c.serve.pdl == 1 && c.serve.fuse_projections == 1 &&
         c.serve.attn_fold == 1 && c.serve.moe_bucket_in_up == 1 && c.serve.attn_cluster_rows == 0 &&
-        c.serve.moe_prefill_tiles == 1 && c.serve.row_chain == 2 && c.serve.moe_route_lanes == 1 &&
+        c.serve.moe_prefill_tiles == 1 && c.serve.row_chain == 3 && c.serve.moe_route_lanes == 1 &&
         c.serve.wide_loads == 1 && c.serve.sample_threads == 0 && c.log.level == LOG_INFO &&
         c.debug.sync == 0 && c.debug.gemm == 3;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
@@ -198,8 +198,8 @@ static void test_load_errors(void) {
                       "cublaslt, plain, mma");
     expect_load_error("config.bad_splits_per_block", "[serve]\nattn_splits_per_block = 17\n",
                       ":2:", "serve.attn_splits_per_block", "out of range 0..16");
-    expect_load_error("config.bad_row_chain", "[serve]\nrow_chain = 3\n", ":2:", "serve.row_chain",
-                      "out of range 0..2");
+    expect_load_error("config.bad_row_chain", "[serve]\nrow_chain = 4\n", ":2:", "serve.row_chain",
+                      "out of range 0..3");
     expect_load_error("config.bad_pdl", "[serve]\npdl = yes\n", ":2:", "serve.pdl", NULL);
     expect_load_error("config.bad_int_overflow", "[serve]\nmax_queue = 99999999999999999999\n",
                       ":2:", "serve.max_queue", "out of range 1..1000000");
