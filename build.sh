@@ -533,6 +533,8 @@ gpu_gates() {
                 tests/proto/test_pinned.py --backend gpu
             BUILD_DIR="$B" PINNED_SET=serve.row_chain=2 run_test python3 \
                 tests/proto/test_pinned.py --backend gpu
+            BUILD_DIR="$B" PINNED_SET=serve.early_weights=1 run_test python3 \
+                tests/proto/test_pinned.py --backend gpu
         else
             echo "SKIP gpu:pinned_composition: skipped: no GPU"
         fi

@@ -185,26 +185,57 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
  * fused q|k|v and gate|up grids would take a wave more) */
 #define MMA_GEMM_LO_M 8
 #define MMA_GEMM_LO_U 12
+/* serve.early_weights' kernels hold the first weight group across the wait; bounded to the four
+ * blocks an SM the lo form has without it (left to itself the compiler took 186-214 registers) */
+#define MMA_GEMM_EW_BLOCKS 4
 
 /* Block bx's outputs of one projection: the body of both kernels below. LO (MT = 1, m <= 8: the
  * tile's rows past the 8th are padding) takes the k loop through mma_rows_lo, U 32-k blocks a
  * group, which gives every output mma_tiles<1, NB, U>'s sums (mma.cuh). */
-template <int MT, int NB, int U, bool LO = false>
-static __device__ __forceinline__ void
-gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
-    static_assert(!LO || MT == 1, "the lo form holds one row tile");
-    constexpr int VALS = MT * NB * 4; /* a lane's accumulators */
-    __shared__ float part[MMA_GEMM_WARPS][VALS][32];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+/* This warp's quarter of k, 32-k blocks [*kb0, *kb1), and the lane's row of each of block bx's NB
+ * weight tiles from there (NULL past n). */
+template <int NB>
+static __device__ __forceinline__ void gemm_warp_rows(int bx, const bf16_t *w, int n, int k,
+                                                      const bf16_t *(&wrow)[NB], int *kb0,
+                                                      int *kb1) {
+    const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) >> 2;
     const int o0 = bx * (8 * NB), nb = k / 32;
-    const int kb0 = nb * warp / MMA_GEMM_WARPS, kb1 = nb * (warp + 1) / MMA_GEMM_WARPS;
-    const size_t off = (size_t)kb0 * 32;
-    const bf16_t *wrow[NB];
+    *kb0 = nb * warp / MMA_GEMM_WARPS, *kb1 = nb * (warp + 1) / MMA_GEMM_WARPS;
+    const size_t off = (size_t)*kb0 * 32;
 #pragma unroll
     for (int t = 0; t < NB; t++) {
         const int o = o0 + 8 * t + g;
         wrow[t] = o < n ? w + (size_t)o * (size_t)k + off : NULL;
     }
+}
+
+/* serve.early_weights: block bx's first group of the lo form's weight loads (mma_lo_weights),
+ * issued before the kernel waits on the grid before it. */
+template <int NB, int U>
+static __device__ __forceinline__ void gemm_early_weights(int bx, const bf16_t *w, int n, int k,
+                                                          uint4 (&pre)[U][NB]) {
+    const bf16_t *wrow[NB];
+    int kb0, kb1;
+    gemm_warp_rows<NB>(bx, w, n, k, wrow, &kb0, &kb1);
+    mma_lo_weights<NB, U>(wrow, (kb1 - kb0) * 32, pre);
+}
+
+/* EW (LO only): pre holds the first group's weights (gemm_early_weights), loaded before the
+ * wait; every row tile uses them, the weights being the same for all. */
+template <int MT, int NB, int U, bool LO = false, bool EW = false>
+static __device__ __forceinline__ void gemm_mma_block(int bx, bf16_t *y, const bf16_t *x,
+                                                      const bf16_t *w, int m, int n, int k, int ldy,
+                                                      const uint4 (&pre)[U][NB]) {
+    static_assert(!LO || MT == 1, "the lo form holds one row tile");
+    static_assert(!EW || LO, "early weights are the lo form's");
+    constexpr int VALS = MT * NB * 4; /* a lane's accumulators */
+    __shared__ float part[MMA_GEMM_WARPS][VALS][32];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+    const int o0 = bx * (8 * NB);
+    const bf16_t *wrow[NB];
+    int kb0, kb1;
+    gemm_warp_rows<NB>(bx, w, n, k, wrow, &kb0, &kb1);
+    const size_t off = (size_t)kb0 * 32;
     for (int r0 = blockIdx.y * 16 * MT; r0 < m; r0 += gridDim.y * 16 * MT) {
         const bf16_t *lo[MT], *hi[MT];
 #pragma unroll
@@ -215,7 +246,7 @@ gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n
         }
         float acc[MT][NB][4];
         if constexpr (LO)
-            mma_rows_lo<NB, U>(lo[0], wrow, (kb1 - kb0) * 32, acc[0]);
+            mma_rows_lo_from<NB, U, EW>(lo[0], wrow, (kb1 - kb0) * 32, acc[0], pre);
         else
             mma_tiles<MT, NB, U>(lo, hi, wrow, (kb1 - kb0) * 32, acc);
 #pragma unroll
@@ -238,14 +269,19 @@ gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n
             if (r < m && o < n) y[(size_t)r * (size_t)ldy + (size_t)o] = k_f32_to_bf16(s);
         }
         __syncthreads(); /* part is reused by the next row tile */
+        /* EW launches hold at most 8 rows, one tile: pre must not outlive it (held across the
+         * loop, beside a group's loads, it spilled) */
+        if constexpr (EW) break;
     }
 }
 
-template <int MT, int NB, int U, bool LO = false>
-static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
+template <int MT, int NB, int U, bool LO = false, bool EW = false>
+static __global__ void __launch_bounds__(MMA_GEMM_THREADS, EW ? MMA_GEMM_EW_BLOCKS : 0)
     gemm_mma_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
+    uint4 pre[U][NB];
+    if constexpr (EW) gemm_early_weights<NB, U>(blockIdx.x, w, n, k, pre);
     K_GRID_DEPENDENCY();
-    gemm_mma_block<MT, NB, U, LO>(blockIdx.x, y, x, w, m, n, k, ldy);
+    gemm_mma_block<MT, NB, U, LO, EW>(blockIdx.x, y, x, w, m, n, k, ldy, pre); /* EW: read */
 }
 
 /* The members of a k_gemm_group in one grid: member i owns blocks first[i] .. first[i + 1] - 1
@@ -260,19 +296,35 @@ typedef struct mma_group_table {
     int n[K_GEMM_GROUP_MAX], ldy[K_GEMM_GROUP_MAX];
 } mma_group_table;
 
-template <int MT, int NB, int U, bool LO = false>
-static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
+template <int MT, int NB, int U, bool LO = false, bool EW = false>
+static __global__ void __launch_bounds__(MMA_GEMM_THREADS, EW ? MMA_GEMM_EW_BLOCKS : 0)
     gemm_mma_group_kernel(mma_group_table t, const bf16_t *x, int m, int k) {
-    K_GRID_DEPENDENCY();
     /* the member by compares, and each member's fields read at constant offsets (an index into
      * the parameters would copy them to local memory) */
     const int b = blockIdx.x;
+    uint4 pre[U][NB];
+    if constexpr (EW) { /* the member's weights by selects, before the wait */
+        const int i = t.n_members > 2 && b >= t.first[2] ? 2 : t.n_members > 1 && b >= t.first[1];
+        gemm_early_weights<NB, U>(b - (i == 2 ? t.first[2]
+                                       : i    ? t.first[1]
+                                              : 0),
+                                  i == 2 ? t.w[2]
+                                  : i    ? t.w[1]
+                                         : t.w[0],
+                                  i == 2 ? t.n[2]
+                                  : i    ? t.n[1]
+                                         : t.n[0],
+                                  k, pre);
+    }
+    K_GRID_DEPENDENCY();
     if (t.n_members > 2 && b >= t.first[2])
-        gemm_mma_block<MT, NB, U, LO>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k, t.ldy[2]);
+        gemm_mma_block<MT, NB, U, LO, EW>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k, t.ldy[2],
+                                          pre);
     else if (t.n_members > 1 && b >= t.first[1])
-        gemm_mma_block<MT, NB, U, LO>(b - t.first[1], t.y[1], x, t.w[1], m, t.n[1], k, t.ldy[1]);
+        gemm_mma_block<MT, NB, U, LO, EW>(b - t.first[1], t.y[1], x, t.w[1], m, t.n[1], k, t.ldy[1],
+                                          pre);
     else
-        gemm_mma_block<MT, NB, U, LO>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0]);
+        gemm_mma_block<MT, NB, U, LO, EW>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0], pre);
 }
 
 static bool fuse_groups; /* k_gemm_fuse */
@@ -411,10 +463,11 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
             dim3 grid((unsigned)((a->n + 7) / 8),
                       (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
             if (k_wide_loads && a->m <= MMA_GEMM_LO_M)
-                CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, MMA_GEMM_LO_U, true>, grid,
-                                    MMA_GEMM_THREADS, 0, (cudaStream_t)st, (bf16_t *)a->y,
-                                    (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n, a->k,
-                                    ldy));
+                CUDA_CHECK(
+                    k_launch(k_early_weights ? gemm_mma_kernel<1, 1, MMA_GEMM_LO_U, true, true>
+                                             : gemm_mma_kernel<1, 1, MMA_GEMM_LO_U, true>,
+                             grid, MMA_GEMM_THREADS, 0, (cudaStream_t)st, (bf16_t *)a->y,
+                             (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
             else
                 CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
                                     (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
@@ -505,8 +558,9 @@ extern "C" int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
     dim3 grid((unsigned)t.first[a->n_gemms],
               (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
     if (k_wide_loads && m <= MMA_GEMM_LO_M)
-        CUDA_CHECK(k_launch(gemm_mma_group_kernel<1, 1, MMA_GEMM_LO_U, true>, grid,
-                            MMA_GEMM_THREADS, 0, (cudaStream_t)st, t, x, m, k));
+        CUDA_CHECK(k_launch(k_early_weights ? gemm_mma_group_kernel<1, 1, MMA_GEMM_LO_U, true, true>
+                                            : gemm_mma_group_kernel<1, 1, MMA_GEMM_LO_U, true>,
+                            grid, MMA_GEMM_THREADS, 0, (cudaStream_t)st, t, x, m, k));
     else
         CUDA_CHECK(k_launch(gemm_mma_group_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
                             (cudaStream_t)st, t, x, m, k));

@@ -293,6 +293,12 @@ void k_set_pdl(int on);
  * round trips of loads one after another at one decode row. The same mma operands in the same
  * order, so the same bits (serve.wide_loads, default on). Process-wide. */
 void k_set_wide_loads(int on);
+/* on: the lo form of the decode projections (k_gemm, k_gemm_group at m <= 8 with wide loads) issues
+ * its first group of weight loads before it waits on the kernel before it, into the registers the
+ * k loop then uses: weights are model constants no kernel of a step writes. The same operands in
+ * the same order, so the same bits (serve.early_weights, default off until measured).
+ * Process-wide. */
+void k_set_early_weights(int on);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 int k_gemm_group(const k_gemm_group_args *a, g4_stream st);
 /* 1 when k_gemm_group would run this group as one launch: fusing on, more than one member, a

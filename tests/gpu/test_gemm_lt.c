@@ -222,15 +222,25 @@ static void run_invariant(const char *name, int n, int k, uint64_t seed) {
     free(row);
 }
 
-/* serve.wide_loads (kernels/gemm_lt.cu, the lo form at m <= 8): k_gemm with it on gives every
- * output bit of the call with it off (the same mma operands in the same order), outputs
- * poisoned first so an unwritten one cannot pass; at m = 9 the switch is inert. */
-static void run_wide(const char *name, int n, int k, uint64_t seed) {
+/* A speed switch of the tensor-core kernel against its off state, outputs poisoned first so an
+ * unwritten one cannot pass: every output bit equal (the same mma operands in the same order).
+ * serve.wide_loads: the lo form at m <= 8. serve.early_weights: the lo form's first weight group
+ * loaded before the grid wait (with wide_loads on). At m = 9 both are inert. */
+typedef struct speed_switch {
+    const char *name;
+    void (*set)(int on);
+    int with_wide; /* wide_loads on for both runs */
+} speed_switch;
+
+static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0};
+static const speed_switch early_switch = {"early_weights", k_set_early_weights, 1};
+
+static void run_switch(const speed_switch *sw, const char *name, int n, int k, uint64_t seed) {
     static const int ms[] = {1, 2, 8, 9};
     for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
         const int m = ms[t];
         char gate[128];
-        snprintf(gate, sizeof gate, "gemm_wide_loads[%s m%d n%d k%d]", name, m, n, k);
+        snprintf(gate, sizeof gate, "gemm_%s[%s m%d n%d k%d]", sw->name, name, m, n, k);
         gemm_bufs g;
         int rc = gemm_bufs_make(&g, m, n, k, seed + (uint64_t)t) != 0;
         const size_t ys = (size_t)m * n;
@@ -240,10 +250,12 @@ static void run_wide(const char *name, int n, int k, uint64_t seed) {
         for (size_t j = 0; !rc && j < ys; j++)
             poison[j] = 0x7fc0;
         k_gemm_args a = {.y = g.dy, .x = g.dx, .w = g.dw, .m = m, .n = n, .k = k, .plan = plan};
-        for (int wide = 0; wide < 2 && !rc; wide++) {
-            k_set_wide_loads(wide);
+        for (int on = 0; on < 2 && !rc; on++) {
+            k_set_wide_loads(sw->with_wide);
+            sw->set(on);
             rc |= k_copy_to_device(g.dy, poison, ys * 2) | k_gemm(&a, NULL) | k_sync() |
-                  k_copy_to_host(wide ? g.y : off, g.dy, ys * 2);
+                  k_copy_to_host(on ? g.y : off, g.dy, ys * 2);
+            sw->set(0);
             k_set_wide_loads(0);
         }
         long differ = 0;
@@ -251,7 +263,7 @@ static void run_wide(const char *name, int n, int k, uint64_t seed) {
             differ += g.y[j] != off[j];
         const char *kernel = plan ? k_gemm_plan_kernel(plan) : NULL;
         TEST_CHECK(gate, rc == 0 && differ == 0 && kernel && strcmp(kernel, "mma") == 0,
-                   "rc %d, %ld of %zu outputs differ from the narrow groups' (exact rule); on %s "
+                   "rc %d, %ld of %zu outputs differ from the switch off's (exact rule); on %s "
                    "(want mma)",
                    rc, differ, ys, kernel ? kernel : "(no plan)");
         k_gemm_plan_destroy(plan);
@@ -359,13 +371,13 @@ static void run_group_ref(void) {
  * poisoned first: every output bit equal. k_gemm_group_fuses must say one launch at m = 1, 16
  * and 24 (two row tiles) and separate calls at 130 (past the decode form) and when one member is
  * on cuBLASLt. */
-static void run_group(int m, int mixed, int ragged, int wide, uint64_t seed) {
+static void run_group(int m, int mixed, int ragged, int wide, int early, uint64_t seed) {
     enum { K = 2816 };
     const int Q = ragged ? 1004 : 4096, KV = ragged ? 518 : 2048, FF = ragged ? 2110 : 2112;
     const int want_fused = !mixed && m <= 32;
     char gate[96];
-    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s]", m, mixed ? " mixed" : "",
-             ragged ? " ragged" : "", wide ? " wide_loads" : "");
+    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s%s]", m, mixed ? " mixed" : "",
+             ragged ? " ragged" : "", wide ? " wide_loads" : "", early ? " early_weights" : "");
     const int ns[5] = {Q, KV, KV, FF, FF};
     gemm_bufs b[5] = {0};
     int rc = 0;
@@ -413,10 +425,14 @@ static void run_group(int m, int mixed, int ragged, int wide, uint64_t seed) {
                              .ldy = 2 * FF,
                              .plan = plan[4]};
     k_gemm_fuse(1);
-    k_set_wide_loads(wide); /* the group's launch only: the members' own calls keep 8 a group */
+    /* the group's launch only: the members' own calls keep 8 a group, their weights after the
+     * wait */
+    k_set_wide_loads(wide);
+    k_set_early_weights(early);
     const int fused_qkv = k_gemm_group_fuses(&qkv), fused_gu = k_gemm_group_fuses(&gup);
     if (!rc) rc |= k_gemm_group(&qkv, NULL) | k_gemm_group(&gup, NULL);
     k_set_wide_loads(0);
+    k_set_early_weights(0);
     k_gemm_fuse(0);
     for (int i = 0; i < 3 && !rc; i++) {
         k_gemm_args one = qkv.g[i];
@@ -482,6 +498,7 @@ int main(void) {
         test_skip("gemm_auto_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_group_vs_calls", "no GPU (%s)", desc);
         test_skip("gemm_wide_loads", "no GPU (%s)", desc);
+        test_skip("gemm_early_weights", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -561,28 +578,43 @@ int main(void) {
     run_shape("gemm_auto_vs_ref", 5, 1000, 264, 64, 6002);
     run_invariant("auto q", 4096, 2816, 6003);
     k_gemm_auto(0);
-    run_group(1, 0, 0, 0, 7001);
-    run_group(16, 0, 0, 0, 7011);
-    run_group(24, 0, 1, 0, 7021);
-    run_group(130, 0, 0, 0, 7031);
-    run_group(16, 1, 0, 0, 7041);
+    run_group(1, 0, 0, 0, 0, 7001);
+    run_group(16, 0, 0, 0, 0, 7011);
+    run_group(24, 0, 1, 0, 0, 7021);
+    run_group(130, 0, 0, 0, 0, 7031);
+    run_group(16, 1, 0, 0, 0, 7041);
     /* serve.wide_loads: the group's one launch in the lo form at up to 8 rows, against the
      * members' calls in the narrow groups; at 16 rows the switch is inert */
-    run_group(1, 0, 0, 1, 7051);
-    run_group(8, 0, 1, 1, 7061);
-    run_group(16, 0, 0, 1, 7071);
+    run_group(1, 0, 0, 1, 0, 7051);
+    run_group(8, 0, 1, 1, 0, 7061);
+    run_group(16, 0, 0, 1, 0, 7071);
     /* and k_gemm alone: every 26B-A4B projection shape and the 31B's mma ones, wide against
      * narrow at 1, 2 and 8 rows (the lo form) and 9 (inert), and the batch-invariance rule with
      * it on (the 1-row steps in the lo form against the 2,047-row step's tile form) */
     k_gemm_mma(1);
     for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++)
-        run_wide(proj[i].name, proj[i].n, proj[i].k, 9001 + i);
-    run_wide("31B k", 4096, 5376, 9100);
-    run_wide("ragged", 1004, 288, 9101);
+        run_switch(&wide_switch, proj[i].name, proj[i].n, proj[i].k, 9001 + i);
+    run_switch(&wide_switch, "31B k", 4096, 5376, 9100);
+    run_switch(&wide_switch, "ragged", 1004, 288, 9101);
     k_set_wide_loads(1);
     run_invariant("mma wide_loads q", 4096, 2816, 9200);
     run_invariant("mma wide_loads o_global", 2816, 8192, 9201);
     k_set_wide_loads(0);
+    /* serve.early_weights: every 26B-A4B projection shape (k of 2,816 to 8,192: one to six
+     * groups a warp after the preloaded one), the 31B's k, a ragged one (k = 288: a warp's
+     * quarter of k shorter than the first group), and the batch-invariance rule with it on */
+    for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++)
+        run_switch(&early_switch, proj[i].name, proj[i].n, proj[i].k, 9401 + i);
+    run_switch(&early_switch, "31B k", 4096, 5376, 9500);
+    run_switch(&early_switch, "ragged", 1004, 288, 9501);
+    k_set_wide_loads(1);
+    k_set_early_weights(1);
+    run_invariant("mma early_weights q", 4096, 2816, 9502);
+    k_set_early_weights(0);
+    k_set_wide_loads(0);
     k_gemm_mma(0);
+    run_group(1, 0, 0, 1, 1, 7081);
+    run_group(8, 0, 1, 1, 1, 7091);
+    run_group(16, 0, 0, 1, 1, 7101);
     return harness_exit();
 }
