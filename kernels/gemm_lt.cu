@@ -218,10 +218,11 @@ static __device__ __forceinline__ void gemm_early_weights(int bx, const bf16_t *
     int kb0, kb1;
     gemm_warp_rows<NB>(bx, w, n, k, wrow, &kb0, &kb1);
     mma_lo_weights<NB, U>(wrow, (kb1 - kb0) * 32, pre);
+    mma_lo_weights_landed<NB, U>(pre);
 }
 
 /* EW (LO only): pre holds the first group's weights (gemm_early_weights), loaded before the
- * wait; every row tile uses them, the weights being the same for all. */
+ * wait; the launcher gives EW kernels one row tile (m <= 8), and the loop ends after it. */
 template <int MT, int NB, int U, bool LO = false, bool EW = false>
 static __device__ __forceinline__ void gemm_mma_block(int bx, bf16_t *y, const bf16_t *x,
                                                       const bf16_t *w, int m, int n, int k, int ldy,

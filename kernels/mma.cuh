@@ -159,6 +159,24 @@ static __device__ __forceinline__ void mma_lo_weights(const bf16_t *const (&w)[N
             pre[u][t] = 32 * u < k && w[t] ? __ldg((const uint4 *)(w[t] + 32 * u + 8 * q)) : zero;
 }
 
+/* Holds the thread until pre's loads have landed, so that a kernel calling it before its grid
+ * dependency waits for them there: left to itself ptxas sinks loads whose values are first used
+ * after griddepcontrol.wait below it, where they would start only once the producer has ended.
+ * The values are folded into a predicate guarding a fence, which runs only if the fold equals an
+ * arbitrary constant and changes no value either way. */
+template <int NB, int U>
+static __device__ __forceinline__ void mma_lo_weights_landed(const uint4 (&pre)[U][NB]) {
+    uint32_t f = 0;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+            f ^= pre[u][t].x ^ pre[u][t].y ^ pre[u][t].z ^ pre[u][t].w;
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %0, 0x9e3779b9;\n\t@p membar.cta;\n\t}" ::"r"(f)
+        : "memory");
+}
+
 /* acc[i][t] += rows of m tile i (lo[i]: the lane's row, hi[i]: row + 8; NULL: padding) . w[t]
  * over k: mma_rows for MT row tiles at once, each weight fragment loaded once for all of them
  * (the large-m form of the projections). Every (i, t) pair gets exactly mma_rows' instruction

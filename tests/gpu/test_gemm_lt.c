@@ -235,6 +235,10 @@ typedef struct speed_switch {
 static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0};
 static const speed_switch early_switch = {"early_weights", k_set_early_weights, 1};
 
+/* Both runs take x from a kernel launched just before the gemm, no synchronisation between them
+ * (x poisoned with NaN before that kernel), as a step's projections take theirs: a switch that
+ * read x before its grid dependency would meet the NaN, and no output of the switch-off run may
+ * be NaN. */
 static void run_switch(const speed_switch *sw, const char *name, int n, int k, uint64_t seed) {
     static const int ms[] = {1, 2, 8, 9};
     for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
@@ -243,31 +247,40 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
         snprintf(gate, sizeof gate, "gemm_%s[%s m%d n%d k%d]", sw->name, name, m, n, k);
         gemm_bufs g;
         int rc = gemm_bufs_make(&g, m, n, k, seed + (uint64_t)t) != 0;
-        const size_t ys = (size_t)m * n;
-        bf16_t *off = malloc(ys * 2), *poison = malloc(ys * 2);
+        const size_t ys = (size_t)m * n, xs = (size_t)m * k;
+        bf16_t *off = malloc(ys * 2), *poison = malloc((ys > xs ? ys : xs) * 2);
+        bf16_t *dsrc = k_device_alloc(xs * 2);
         k_gemm_plan *plan = NULL;
-        rc = rc || !off || !poison || k_gemm_plan_create(&plan, 64, n, k) != 0;
-        for (size_t j = 0; !rc && j < ys; j++)
+        rc = rc || !off || !poison || !dsrc || k_gemm_plan_create(&plan, 64, n, k) != 0;
+        for (size_t j = 0; !rc && j < (ys > xs ? ys : xs); j++)
             poison[j] = 0x7fc0;
+        if (!rc) rc |= k_copy_to_device(dsrc, g.x, xs * 2);
         k_gemm_args a = {.y = g.dy, .x = g.dx, .w = g.dw, .m = m, .n = n, .k = k, .plan = plan};
+        /* x = bf(src * 1.0): src exactly */
+        const k_scale_add_args produce = {.out = g.dx, .a = dsrc, .n = xs, .scale = 1.0f};
         for (int on = 0; on < 2 && !rc; on++) {
             k_set_wide_loads(sw->with_wide);
             sw->set(on);
-            rc |= k_copy_to_device(g.dy, poison, ys * 2) | k_gemm(&a, NULL) | k_sync() |
+            rc |= k_copy_to_device(g.dy, poison, ys * 2) | k_copy_to_device(g.dx, poison, xs * 2) |
+                  k_scale_add(&produce, NULL) | k_gemm(&a, NULL) | k_sync() |
                   k_copy_to_host(on ? g.y : off, g.dy, ys * 2);
             sw->set(0);
             k_set_wide_loads(0);
         }
-        long differ = 0;
-        for (size_t j = 0; !rc && j < ys; j++)
+        long differ = 0, nan_off = 0;
+        for (size_t j = 0; !rc && j < ys; j++) {
             differ += g.y[j] != off[j];
+            nan_off += (off[j] & 0x7f80) == 0x7f80 && (off[j] & 0x7f);
+        }
         const char *kernel = plan ? k_gemm_plan_kernel(plan) : NULL;
-        TEST_CHECK(gate, rc == 0 && differ == 0 && kernel && strcmp(kernel, "mma") == 0,
-                   "rc %d, %ld of %zu outputs differ from the switch off's (exact rule); on %s "
-                   "(want mma)",
-                   rc, differ, ys, kernel ? kernel : "(no plan)");
+        TEST_CHECK(gate,
+                   rc == 0 && differ == 0 && nan_off == 0 && kernel && strcmp(kernel, "mma") == 0,
+                   "rc %d, %ld of %zu outputs differ from the switch off's (exact rule), %ld NaN "
+                   "in the switch off's (want none); on %s (want mma)",
+                   rc, differ, ys, nan_off, kernel ? kernel : "(no plan)");
         k_gemm_plan_destroy(plan);
         gemm_bufs_free(&g);
+        k_device_free(dsrc);
         free(off);
         free(poison);
     }
@@ -600,13 +613,16 @@ int main(void) {
     run_invariant("mma wide_loads q", 4096, 2816, 9200);
     run_invariant("mma wide_loads o_global", 2816, 8192, 9201);
     k_set_wide_loads(0);
-    /* serve.early_weights: every 26B-A4B projection shape (k of 2,816 to 8,192: one to six
+    /* serve.early_weights: every 26B-A4B projection shape (k of 2,112 to 8,192: up to six
      * groups a warp after the preloaded one), the 31B's k, a ragged one (k = 288: a warp's
      * quarter of k shorter than the first group), and the batch-invariance rule with it on */
     for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++)
         run_switch(&early_switch, proj[i].name, proj[i].n, proj[i].k, 9401 + i);
     run_switch(&early_switch, "31B k", 4096, 5376, 9500);
     run_switch(&early_switch, "ragged", 1004, 288, 9501);
+    /* k = 32: three warps without a block; k = 1,536: each warp exactly the preloaded group */
+    run_switch(&early_switch, "k32", 64, 32, 9503);
+    run_switch(&early_switch, "k1536", 520, 1536, 9504);
     k_set_wide_loads(1);
     k_set_early_weights(1);
     run_invariant("mma early_weights q", 4096, 2816, 9502);
