@@ -510,31 +510,20 @@ gpu_gates() {
     if [ "$want" = "  " ] || [ "${want#* pinned_composition }" != "$want" ]; then
         if nvidia-smi -L >/dev/null 2>&1; then
             BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend gpu
-            # the fused projections and the folded combine are speed only: the separate
-            # launches answer the same bytes; likewise the experts' bucketing in the up kernel
-            # and the prefill experts' tiles and the row-op chain (on by default, off here) and
-            # the router's lanes form (on by default, off here) and the cluster attention kernel
-            # and the decode k loops' wide load groups (off by default, on here)
-            BUILD_DIR="$B" PINNED_SET=serve.fuse_projections=0 run_test python3 \
-                tests/proto/test_pinned.py --backend gpu
-            BUILD_DIR="$B" PINNED_SET=serve.attn_fold=0 run_test python3 \
-                tests/proto/test_pinned.py --backend gpu
-            BUILD_DIR="$B" PINNED_SET=serve.moe_bucket_in_up=0 run_test python3 \
-                tests/proto/test_pinned.py --backend gpu
-            BUILD_DIR="$B" PINNED_SET=serve.attn_cluster_rows=16 run_test python3 \
-                tests/proto/test_pinned.py --backend gpu
-            BUILD_DIR="$B" PINNED_SET=serve.moe_prefill_tiles=0 run_test python3 \
-                tests/proto/test_pinned.py --backend gpu
-            BUILD_DIR="$B" PINNED_SET=serve.row_chain=0 run_test python3 \
-                tests/proto/test_pinned.py --backend gpu
-            BUILD_DIR="$B" PINNED_SET=serve.moe_route_lanes=0 run_test python3 \
-                tests/proto/test_pinned.py --backend gpu
-            BUILD_DIR="$B" PINNED_SET=serve.wide_loads=0 run_test python3 \
-                tests/proto/test_pinned.py --backend gpu
-            BUILD_DIR="$B" PINNED_SET=serve.row_chain=2 run_test python3 \
-                tests/proto/test_pinned.py --backend gpu
-            BUILD_DIR="$B" PINNED_SET=serve.early_weights=1 run_test python3 \
-                tests/proto/test_pinned.py --backend gpu
+            # the speed switches answer the same bytes either way, each replayed at its other
+            # setting: the fused projections, the folded combine, the experts' bucketing in the
+            # up kernel, the cluster attention kernel (off by default, on here), the prefill
+            # experts' tiles, the row-op chain (off, then at 2 without the preloaded operands),
+            # the router's lanes form, the decode k loops' wide load groups, and the early
+            # weight loads (off by default, on here)
+            local set
+            for set in serve.fuse_projections=0 serve.attn_fold=0 serve.moe_bucket_in_up=0 \
+                serve.attn_cluster_rows=16 serve.moe_prefill_tiles=0 serve.row_chain=0 \
+                serve.moe_route_lanes=0 serve.wide_loads=0 serve.row_chain=2 \
+                serve.early_weights=1; do
+                BUILD_DIR="$B" PINNED_SET=$set run_test python3 tests/proto/test_pinned.py \
+                    --backend gpu
+            done
         else
             echo "SKIP gpu:pinned_composition: skipped: no GPU"
         fi
