@@ -12,6 +12,8 @@
 #   e4b    the E4B's, ~5 min (issue 18's two fp8 cases at 2,047 tokens expected, nothing else)
 #   26b    the 26B-A4B's, ~10 min (not run since 0a7f15d)
 #   31b    the 31B's, ~20 min with its make: a session's call of its own (PLAN_STEPS=31b)
+#   t31    (not in the default) the 31B's graphed timeline at one row, ~3 min: the trace build
+#          now stamps each cuBLASLt call, so its projections get their own lines
 want() { [[ " ${PLAN_STEPS:-early e2b e4b 26b} " == *" $1 "* ]]; }
 want early && step early-gates ./build.sh gpu-test test_gemm_lt pinned_composition
 early_ab() {
@@ -31,3 +33,7 @@ want e2b && step full-e2b env FULL_MODELS="e2b" ./build.sh gpu-test full
 want e4b && step full-e4b env FULL_MODELS="e4b" ./build.sh gpu-test full
 want 26b && step full-26b env FULL_MODELS="26b-a4b" ./build.sh gpu-test full
 want 31b && step full-31b env FULL_MODELS=31b ./build.sh gpu-test full
+want t31 && step t31-trace-build ./build.sh trace
+want t31 && step t31-trace bash -c "timeout 150 build/trace/tests/bench_decode -c conf/gemma4-31b.ini \
+    --set model.weights=dummy --set serve.max_context=4096 --batch 1 --prompt 1024 --steps 32 \
+    --trace 16 | sed -n '2p;/^kernel trace/,\$p'"
