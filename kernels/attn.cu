@@ -281,6 +281,8 @@ unsigned *attn_fold_counters(void) {
 
 static int attn_fold_on = 1; /* serve.attn_fold's default */
 extern "C" void k_set_attn_fold(int on) { attn_fold_on = on ? 1 : 0; }
+static int attn_mma_on = 1; /* serve.attn_mma's default */
+extern "C" void k_set_attn_mma(int on) { attn_mma_on = on ? 1 : 0; }
 
 /* ---- the launcher ---- */
 
@@ -343,11 +345,21 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
     /* decode-sized windowed launches: both passes and the combine in one cluster kernel, the
      * same bits (attn_cluster.cu); a forced split count per block keeps the split kernels */
     if constexpr (D == 256 && G <= ATTN_WARP_PV_MAX_G)
-        if (keep && a->splits_per_block == 0 && attn_cluster_takes<G, FP8>(max_split, nr))
+        if (!attn_mma_on && keep && a->splits_per_block == 0 &&
+            attn_cluster_takes<G, FP8>(max_split, nr))
             return attn_cluster_launch<G, FP8>(a, max_split, row0, nr, s);
     dim3 grid((unsigned)((max_split + spb - 1) / spb), (unsigned)a->kv.n_kv_head, (unsigned)nr);
     int rc;
-    if constexpr (D == 256) /* the windowed families keep their scores between the passes */
+    if (attn_mma_on) { /* the products on tensor cores: every row of the layer, any launch */
+        if constexpr (D == 256)
+            rc = keep ? attn_mma_passes<D, G, FP8, true>(a, grid, max_split, spb, part, ml, keep,
+                                                         done, row0, s)
+                      : attn_mma_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL,
+                                                          done, row0, s);
+        else
+            rc = attn_mma_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL, done,
+                                                   row0, s);
+    } else if constexpr (D == 256) /* the windowed families keep their scores between the passes */
         rc = keep ? launch_passes<D, G, FP8, true>(a, grid, max_split, spb, part, ml, keep, done,
                                                    row0, s)
                   : launch_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL, done,

@@ -556,6 +556,19 @@ static __device__ __forceinline__ void start_stats_block(const float2 *ml, int m
     }
 }
 
+/* ---- cp.async: the shared-memory tile kernels' copies (attn_window.cu, attn_mma.cu) ---- */
+
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+static __device__ __forceinline__ void cp_async_wait_one() { /* all but the newest group */
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
 /* ---- the combine, alone or folded into the P.V pass ---- */
 
 #define BF16_NAN 0x7fc0u
@@ -690,6 +703,14 @@ static inline bool kv_shape_ok(const k_kv_view *kv, int kv_layer) {
            kv->page_tokens > 0 && kv->n_layer > 0 && kv_layer >= 0 && kv_layer < kv->n_layer &&
            kv->max_pages > 0 && kv->tables && kv->base && aligned16(kv->base);
 }
+
+/* The two passes with their products on tensor cores (attn_mma.cu, serve.attn_mma): instantiated
+ * there for head dims 256 (kept scores or not) and 512 (not), groups 1 to 16, both pools; and
+ * their shared-memory limits raised at start-up. */
+template <int D, int G, bool FP8, bool KEEP>
+int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
+                    float2 *ml, float *keep, unsigned *done, int row0, cudaStream_t s);
+int attn_mma_setup(void);
 
 /* The windowed layers' two passes on their shared-memory kernels (attn_window.cu; the e4m3
  * pool's head-dim-256 layers of groups up to ATTN_WARP_PV_MAX_G): instantiated there for the

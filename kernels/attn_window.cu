@@ -19,17 +19,6 @@
 #define WIN_STAGES 2 /* tiles in shared memory: the one in use and the one landing */
 #define WIN_SLOTS 3  /* key offsets: in use, landing, and being looked up */
 
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-static __device__ __forceinline__ void cp_async_wait_one() { /* all but the newest group */
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
-
 /* A key row's stride in a stage: its 256 elements, plus 16 bytes for e4m3, whose 8-byte score
  * reads put two rows in one half-warp phase (rows 256 bytes apart would share banks). */
 template <bool FP8> static __host__ __device__ constexpr int win_row_stride() {
@@ -286,6 +275,7 @@ extern "C" int k_attention_setup(void) {
     int rc = K_OK;
     (void)attn_fold_counters(); /* the symbol looked up here, outside any graph capture */
     rc = attn_cluster_setup();
+    if (rc == K_OK) rc = attn_mma_setup();
     if (rc == K_OK) rc = win_smem_allow<1, true, false>();
     if (rc == K_OK) rc = win_smem_allow<1, true, true>();
     if (rc == K_OK) rc = win_smem_allow<2, true, false>();

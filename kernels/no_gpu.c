@@ -78,6 +78,7 @@ int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
 void k_gemm_fuse(int on) { (void)on; }
 void k_set_attn_fold(int on) { (void)on; }
 void k_set_attn_cluster_rows(int rows) { (void)rows; }
+void k_set_attn_mma(int on) { (void)on; }
 int k_attn_cluster_available(void) { return 0; }
 void k_set_moe_prefill_tiles(int on) { (void)on; }
 void k_set_row_chain(int mode) { (void)mode; }

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MAX_ROWS 8192 /* the geometry fixtures' 4W prompts are 4096 tokens */
 #define MAX_ENGINES 8 /* engines open at once in one test program */
@@ -68,6 +69,18 @@ engine *fx_open_engine(const char *dir, int max_context, int chunk, int fp8,
             fprintf(stderr, "fixture_run: G4_FIXTURE_GEMM: %s\n", config_last_error());
             return NULL;
         }
+    }
+    /* G4_FIXTURE_SET: further settings, "key=value ..." (serve.attn_mma=1: the engine gates on
+     * the tensor-core attention), through the same parser */
+    const char *sets = getenv("G4_FIXTURE_SET");
+    if (sets && *sets) {
+        char buf[512], *save = NULL;
+        snprintf(buf, sizeof buf, "%s", sets);
+        for (char *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save))
+            if (config_set(&c, kv) != 0) {
+                fprintf(stderr, "fixture_run: G4_FIXTURE_SET: %s\n", config_last_error());
+                return NULL;
+            }
     }
     if (config_finish(&c) != 0) return NULL;
     engine *e = NULL;

@@ -164,8 +164,13 @@ static void compare(cmp *m, const bf16_t *out, const bf16_t *ref, size_t n) {
 
 static double rel_of(const cmp *m) { return sqrt(m->num / (m->den > 0 ? m->den : 1)); }
 
+/* serve.attn_mma as this run has set it: the tensor-core passes (attn_mma.cu) take every
+ * attention launch, and the gates' names say so */
+static int attn_mma;
+
 static const char *tag_of(const cfg *c, char *buf, size_t len) {
-    snprintf(buf, len, "hd%d g%d%s", c->d, c->n_head / c->n_kv, c->k_eq_v ? " k=v" : "");
+    snprintf(buf, len, "hd%d g%d%s%s", c->d, c->n_head / c->n_kv, c->k_eq_v ? " k=v" : "",
+             attn_mma ? " mma" : "");
     return buf;
 }
 
@@ -674,6 +679,41 @@ static void run_refusals(void) {
                hd128, ragged_group, prep_width3, prep_hd384);
 }
 
+/* The attention cases: the first row set over every window and pool, the later prefill chunk,
+ * rows of 32 splits, and the folded combine's NaN paths. */
+static void run_attention_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
+    static const int windows[] = {0, 8, 1024, 2500};
+    make_rows(0);
+    for (size_t i = 0; i < n_cfg; i++) {
+        for (size_t k = 0; k < sizeof windows / sizeof windows[0]; k++)
+            run_attention(&cfgs[i], windows[k], (*seed)++, 0);
+        run_attention(&cfgs[i], 0, (*seed)++, 1);
+        run_attention(&cfgs[i], 1024, (*seed)++, 1);
+        run_attention(&cfgs[i], 2500, (*seed)++, 1);
+    }
+    /* the later prefill chunk: windowed and full attention, both pools */
+    make_rows(1);
+    for (size_t i = 0; i < n_cfg; i++) {
+        run_attention(&cfgs[i], 1024, (*seed)++, 0);
+        run_attention(&cfgs[i], 0, (*seed)++, 0);
+        run_attention(&cfgs[i], 1024, (*seed)++, 1);
+    }
+    /* rows of 32 splits beside a longer row of 24 (the grid's split count is not the longest
+     * row's: a step of a 2,049-token prompt once wrote NaN for its rows of 1,088-2,048 keys) */
+    make_rows(2);
+    for (size_t i = 0; i < n_cfg; i++) {
+        run_attention(&cfgs[i], 0, (*seed)++, 0);
+        run_attention(&cfgs[i], 0, (*seed)++, 1);
+    }
+    /* the folded combine's NaN paths: groups of 2 and 4 at head dim 256 (the sliding layers),
+     * the split kernel (bf16, with and without a window) and the window kernel (e4m3, W 1024) */
+    for (size_t i = 0; i <= 2; i += 2) {
+        run_fold_nan_paths(&cfgs[i], 0, 0, (*seed)++);
+        run_fold_nan_paths(&cfgs[i], 1024, 0, (*seed)++);
+        run_fold_nan_paths(&cfgs[i], 1024, 1, (*seed)++);
+    }
+}
+
 int main(void) {
     char desc[256];
     if (k_device_init(desc, sizeof desc) != 0) {
@@ -702,38 +742,17 @@ int main(void) {
         {.d = 512, .n_rot = 64, .n_head = 16, .n_kv = 2, .k_eq_v = 1, .base = 1e6f},
         {.d = 512, .n_rot = 64, .n_head = 8, .n_kv = 4, .base = 1e6f},
     };
-    static const int windows[] = {0, 8, 1024, 2500};
     uint64_t seed = 4242;
-    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
         for (int w = 0; w <= 1; w++)
             run_prep(&cfgs[i], w, seed++);
-        for (size_t k = 0; k < sizeof windows / sizeof windows[0]; k++)
-            run_attention(&cfgs[i], windows[k], seed++, 0);
-        run_attention(&cfgs[i], 0, seed++, 1);
-        run_attention(&cfgs[i], 1024, seed++, 1);
-        run_attention(&cfgs[i], 2500, seed++, 1);
+    /* every attention case twice: on the CUDA-core kernels, then with their products on tensor
+     * cores (serve.attn_mma), each against the reference and its own speed switches */
+    for (attn_mma = 0; attn_mma <= 1; attn_mma++) {
+        k_set_attn_mma(attn_mma);
+        run_attention_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
     }
-    /* the later prefill chunk: windowed and full attention, both pools */
-    make_rows(1);
-    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
-        run_attention(&cfgs[i], 1024, seed++, 0);
-        run_attention(&cfgs[i], 0, seed++, 0);
-        run_attention(&cfgs[i], 1024, seed++, 1);
-    }
-    /* rows of 32 splits beside a longer row of 24 (the grid's split count is not the longest
-     * row's: a step of a 2,049-token prompt once wrote NaN for its rows of 1,088-2,048 keys) */
-    make_rows(2);
-    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
-        run_attention(&cfgs[i], 0, seed++, 0);
-        run_attention(&cfgs[i], 0, seed++, 1);
-    }
-    /* the folded combine's NaN paths: groups of 2 and 4 at head dim 256 (the sliding layers),
-     * the split kernel (bf16, with and without a window) and the window kernel (e4m3, W 1024) */
-    for (size_t i = 0; i <= 2; i += 2) {
-        run_fold_nan_paths(&cfgs[i], 0, 0, seed++);
-        run_fold_nan_paths(&cfgs[i], 1024, 0, seed++);
-        run_fold_nan_paths(&cfgs[i], 1024, 1, seed++);
-    }
+    k_set_attn_mma(0);
     run_refusals();
     return harness_exit();
 }

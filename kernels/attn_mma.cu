@@ -1,0 +1,452 @@
+/* kernels/attn_mma.cu - the split-KV passes with their products on tensor cores (serve.attn_mma):
+ * the scores S = Q K^T and the P.V sums by mma.sync m16n8k16 (bf16 in, fp32 accumulate), K and V
+ * brought into shared memory by cp.async a chunk of keys ahead. Everything around the products is
+ * attn.cu's: the split plan, the (max, sum) per split and its merge, the kept scores of windowed
+ * layers, p = k_round_bf16(exp(s - m) / l), the partials and their combine (launched or folded),
+ * the scratch layout and the NaN answers. docs/attention-design.md says why and what changes.
+ *
+ * The products and their order. A block serves one row and one KV head, as the split kernels
+ * do: the M side of every mma is the group's G query heads (rows G..15 zero), so a row's sums
+ * are the same instructions whatever else the step holds (batch invariance, docs/gates.md).
+ *   scores  s = k_round_bf16(q . k): per key, D / 16 mmas in ascending k order, each adding its
+ *           16 products to the fp32 accumulator; q and k are bf16, so every product is exact.
+ *   P.V     per split, o[d] = sum over the split's keys of p . v: an mma per 16 keys in key
+ *           order into the same accumulator, tile after tile; p is the bf16 weight itself.
+ * So the sums are fp32 over exact products, as the reference's (HF eager on a GPU runs the same
+ * bf16 GEMMs); only their order differs from the CUDA-core kernels, which is why the switch
+ * moves bits and the pinned recordings with it.
+ *
+ * The pipeline. A pass walks its keys in units: a chunk of CK keys of K (scores) or of V (P.V);
+ * the P.V pass of unkept layers walks K and V of each chunk in turn (it recomputes the scores).
+ * A unit's copies go out two units ahead into the stage the unit before last used, so while one
+ * unit is computed the next is in flight. Keys that are unmapped, or past the block's last key,
+ * get a zero row instead of a copy: their weight is 0 (and their score -inf), and a zero row
+ * keeps 0 x (whatever the slot held) out of the sums. The e4m3 pool's units are widened to bf16
+ * in shared memory once landed (exact: every e4m3 value is a bf16 value), then take the same
+ * path. */
+#include "kernels/attn_common.cuh"
+
+#define MMA_STAGES 2 /* units in shared memory: the one in use and the one landing */
+#define MMA_SLOTS 3  /* key offsets: in use, landing, and being looked up */
+
+/* Keys a unit holds: a 64-key tile at head dim 256, half of one at 512 (so a stage is ~33 KB
+ * either way and three blocks of the windowed layers fit an SM). */
+template <int D> static __host__ __device__ constexpr int mma_chunk() { return D == 256 ? 64 : 32; }
+/* A bf16 key row's stride in shared memory: 16 bytes over the row, so the 8 rows an ldmatrix
+ * reads start 4 banks apart and do not conflict. */
+template <int D> static __host__ __device__ constexpr int mma_bf_stride() { return D * 2 + 16; }
+/* A staged key row's stride: bf16 rows are used where they land; e4m3 rows are widened first. */
+template <int D, bool FP8> static __host__ __device__ constexpr int mma_stage_stride() {
+    return FP8 ? D + 16 : mma_bf_stride<D>();
+}
+/* The queries' row stride in bf16 elements: 8 over the row, so the fragment loads of 8 heads x
+ * 4 lanes fall in distinct banks. */
+template <int D> static __host__ __device__ constexpr int mma_q_stride() { return D + 8; }
+
+/* Dynamic shared memory: the stages, the widened unit (e4m3), the queries (passes that score),
+ * then the tile's scores or weights ps[G][ATTN_TILE]. */
+template <int D, int G, bool FP8, bool PV, bool KEEP>
+static __host__ __device__ constexpr size_t mma_smem_bytes() {
+    return (size_t)MMA_STAGES * mma_chunk<D>() * mma_stage_stride<D, FP8>() +
+           (FP8 ? (size_t)mma_chunk<D>() * mma_bf_stride<D>() : 0) +
+           (PV && KEEP ? 0 : (size_t)G * mma_q_stride<D>() * 2) + sizeof(float) * G * ATTN_TILE;
+}
+
+static __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+static __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(s));
+}
+static __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+
+static __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two weights that are bf16 values already (p, or 0) as the A operand's pair: the lower k in
+ * the low half. Exact: the top 16 bits of such a float are the value. */
+static __device__ __forceinline__ uint32_t pack_bf16_exact(float lo, float hi) {
+    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+}
+
+/* Eight e4m3 values to eight bf16 (16 bytes), exactly: e4m3 -> f16 is exact, f16 -> f32 too, and
+ * every such value is a bf16 value. */
+static __device__ __forceinline__ uint4 widen_e4m3x8(uint2 w) {
+    uint32_t in[2] = {w.x, w.y}, out[4];
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            __half2_raw c = __nv_cvt_fp8x2_to_halfraw2(
+                (__nv_fp8x2_storage_t)((in[k] >> (16 * h)) & 0xffffu), __NV_E4M3);
+            const float2 f = __half22float2(*reinterpret_cast<__half2 *>(&c));
+            out[2 * k + h] = pack_bf16_exact(f.x, f.y);
+        }
+    return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+/* PV = false: the stats pass (ml per split; KEEP: the scores kept too). PV = true: the P.V pass
+ * (part per split; the combine folded where done is set). Arguments as attn_split_kernel's. */
+template <int D, int G, bool FP8, bool PV, bool KEEP>
+static __global__ void __launch_bounds__(ATTN_THREADS)
+    attn_mma_kernel(k_attention_args a, int row0, int max_split, int spb, float *part, float2 *ml,
+                    float *keep, unsigned *done) {
+    K_GRID_DEPENDENCY();
+    static_assert(G <= 16, "a group's heads are the M rows of one mma");
+    static_assert(!KEEP || D == 256, "kept scores: windowed layers of head dim 256");
+    constexpr int CK = mma_chunk<D>();
+    constexpr int CPT = ATTN_TILE / CK;            /* units of a tile */
+    constexpr bool SCORES = !(PV && KEEP);         /* the pass computes scores from K */
+    constexpr int UPC = SCORES && PV ? 2 : 1;      /* units a chunk: K, then V */
+    constexpr int EB = FP8 ? 1 : 2;                /* bytes per stored element */
+    constexpr int SEGS = D * EB / 16;              /* 16-byte copies per key row */
+    constexpr int RS = mma_stage_stride<D, FP8>(); /* a staged row's stride */
+    constexpr int BS = mma_bf_stride<D>();         /* a bf16 row's stride */
+    constexpr int STAGE = CK * RS;
+    constexpr int QS = mma_q_stride<D>();
+    constexpr int KW = CK / ATTN_WARPS; /* keys a warp scores in a unit: 16 or 8 */
+    constexpr int NTS = KW / 8;         /* their n tiles */
+    constexpr int DW = D / ATTN_WARPS;  /* dims a warp sums in P.V */
+    constexpr int NTO = DW / 8;         /* their n tiles */
+    constexpr int KP = (G * ATTN_TILE + ATTN_THREADS - 1) / ATTN_THREADS; /* kept scores/thread */
+    extern __shared__ __align__(16) unsigned char mma_smem[];
+    unsigned char *stages = mma_smem;
+    unsigned char *wide = stages + MMA_STAGES * STAGE; /* the e4m3 unit widened */
+    bf16_t *qsb = (bf16_t *)(wide + (FP8 ? CK * BS : 0));
+    float *ps = (float *)((unsigned char *)qsb + (SCORES ? G * QS * 2 : 0)); /* [G][ATTN_TILE] */
+    __shared__ long long koff[MMA_SLOTS][CK]; /* element offsets; -1: unmapped or past */
+    __shared__ float m_run[G], l_run[G];
+    __shared__ int bad[ATTN_MAX_SPB];
+    const int kvh = blockIdx.y, rl = blockIdx.z, r = row0 + rl;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
+    const int g0 = lane >> 2, qd = lane & 3; /* the lane's fragment row and column pair */
+    const int i = a.pos[r], seq = a.seq[r];
+    const split_plan sp = plan_split(i, a.window);
+    const int s_first = blockIdx.x * spb;
+    if constexpr (PV && G * D <= ATTN_FOLD_HEAD_ELEMS)
+        if (done && (i < 0 || sp.n_split > max_split)) { /* folded: the combine's NaN here */
+            pv_fold_nan<D, G>(a, r, rl, kvh);
+            return;
+        }
+    if (i < 0 || s_first >= sp.n_split || sp.n_split > max_split) return; /* combine: NaN */
+    const int s_last = min(s_first + spb, sp.n_split);
+    const int k_begin = sp.j0 + s_first * sp.per_split;
+    const int k_end = min(sp.j0 + s_last * sp.per_split, i + 1);
+    const int n_chunks = (k_end - k_begin + CK - 1) / CK;
+    const int n_units = n_chunks * UPC;
+    const size_t base = ((size_t)rl * a.n_head + (size_t)kvh * G) * max_split;
+    float *keep_row = KEEP ? keep + ((size_t)rl * a.n_head + (size_t)kvh * G) * a.window : NULL;
+
+    /* unit u's store plane: K (0) or V (1) */
+    auto plane_of = [&](int u) -> int { return UPC == 2 ? u % 2 : (SCORES ? 0 : 1); };
+    /* the offset of key kk of unit u (-1: unmapped, or past the block's keys) */
+    auto offset_of = [&](int u, int kk) -> long long {
+        const int k0 = k_begin + (u / UPC) * CK;
+        return kk >= 0 && kk < CK && u < n_units && k0 + kk < k_end
+                   ? kv_view_offset(&a.kv, seq, k0 + kk, a.kv_layer, plane_of(u), kvh)
+                   : -1;
+    };
+    auto look_up = [&](int u, int first) {
+        const int kk = tid - first;
+        if (kk >= 0 && kk < CK) koff[u % MMA_SLOTS][kk] = offset_of(u, kk);
+    };
+    /* unit u's copies into stage u % MMA_STAGES (zero rows for keys without one), then a group */
+    auto copy = [&](int u) {
+        if (u < n_units) {
+            unsigned char *st = stages + (u % MMA_STAGES) * STAGE;
+            const long long *ko = koff[u % MMA_SLOTS];
+            for (int c = tid; c < CK * SEGS; c += ATTN_THREADS) {
+                const int kk = c / SEGS, seg = c % SEGS;
+                const long long o = ko[kk];
+                if (o >= 0)
+                    cp_async16(st + kk * RS + seg * 16,
+                               (const unsigned char *)a.kv.base + o * EB + seg * 16);
+                else
+                    *reinterpret_cast<uint4 *>(st + kk * RS + seg * 16) = make_uint4(0, 0, 0, 0);
+            }
+        }
+        cp_async_commit();
+    };
+    float kp[KP]; /* the kept scores of the next tile (KEEP's P.V pass) */
+    auto load_kept = [&](int ti) {
+        const int t0 = k_begin + ti * ATTN_TILE, nk = min(ATTN_TILE, k_end - t0);
+#pragma unroll
+        for (int k = 0; k < KP; k++) {
+            const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
+            kp[k] = ti * CPT < n_chunks && e < G * ATTN_TILE && kk < nk
+                        ? keep_row[(size_t)g * a.window + (t0 - sp.j0) + kk]
+                        : 0.0f;
+        }
+    };
+
+    look_up(0, 0);
+    look_up(1, CK);
+    if constexpr (PV && KEEP) load_kept(0);
+    if constexpr (SCORES) { /* the group's queries, bf16 as stored */
+        const bf16_t *q = a.q + ((size_t)r * a.n_head + (size_t)kvh * G) * D;
+        for (int e8 = tid; e8 < G * D / 8; e8 += ATTN_THREADS) {
+            const int g = e8 / (D / 8), d = e8 % (D / 8) * 8;
+            *reinterpret_cast<uint4 *>(qsb + g * QS + d) =
+                *reinterpret_cast<const uint4 *>(q + (size_t)g * D + d);
+        }
+    }
+    if (tid < ATTN_MAX_SPB) bad[tid] = 0;
+    start_stats_block<G, PV>(ml + base, max_split, sp.n_split, m_run, l_run, tid);
+    float o[NTO][4]; /* P.V: rows g0, g0 + 8 of the warp's dims */
+#pragma unroll
+    for (int n = 0; n < NTO; n++)
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+            o[n][t] = 0.0f;
+    __syncthreads(); /* slots 0 and 1, the queries, m_run / l_run */
+    copy(0);
+    copy(1);
+
+    for (int u = 0; u < n_units; u++) {
+        const int c = u / UPC, plane = plane_of(u);
+        const int ti = c / CPT, t0 = k_begin + ti * ATTN_TILE;
+        const int nk = min(ATTN_TILE, k_end - t0);           /* the tile's keys */
+        const int kc = (c % CPT) * CK;                       /* the unit's first key in the tile */
+        const int nkc = min(CK, k_end - (k_begin + c * CK)); /* the unit's keys */
+        const bool tile_end = c % CPT == CPT - 1 || c == n_chunks - 1;
+        const bool unit_end = !PV || plane == 1; /* the chunk's last unit */
+        const int split = (t0 - sp.j0) / sp.per_split;
+        /* the split's place in the block's run, from blockIdx again: s_first held across the
+         * loop cost a spill (ptxas) */
+        const int split_rel = split - (int)blockIdx.x * spb;
+        const bool split_done =
+            tile_end && unit_end &&
+            (t0 + ATTN_TILE >= k_end || (t0 + ATTN_TILE - sp.j0) % sp.per_split == 0);
+        const unsigned char *st = stages + (u % MMA_STAGES) * STAGE;
+        const long long *ko = koff[u % MMA_SLOTS];
+        const long long off_next = offset_of(u + 2, tid); /* stored before the second barrier */
+        cp_async_wait_one(); /* this thread's copies of unit u have landed */
+        if constexpr (PV &&
+                      KEEP) { /* p = k_round_bf16(exp(s - m) / l) as the reference rounds it */
+#pragma unroll
+            for (int k = 0; k < KP; k++) {
+                const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
+                if (e < G * ATTN_TILE)
+                    ps[e] = kk < nk ? softmax_p(kp[k], m_run[g], l_run[g]) : 0.0f;
+            }
+        }
+        __syncthreads(); /* every thread's copies of unit u, and p */
+        const unsigned char *tile = st;
+        if constexpr (FP8) { /* widen the unit to bf16 rows */
+            for (int e = tid; e < CK * D / 8; e += ATTN_THREADS) {
+                const int kk = e / (D / 8), d = e % (D / 8) * 8;
+                *reinterpret_cast<uint4 *>(wide + kk * BS + d * 2) =
+                    widen_e4m3x8(*reinterpret_cast<const uint2 *>(st + kk * RS + d));
+            }
+            __syncthreads();
+            tile = wide;
+        }
+        if (plane == 0) { /* scores of the warp's KW keys: D / 16 mmas each, in k order */
+            float s[NTS][4];
+#pragma unroll
+            for (int n = 0; n < NTS; n++)
+#pragma unroll
+                for (int t = 0; t < 4; t++)
+                    s[n][t] = 0.0f;
+            /* ldmatrix rows: lane l reads key (l / 16) * 8 + l % 8 of the warp's, dims + 8 for
+             * lanes 8-15 and 24-31: matrices (keys 0-7, dims 0-7), (0-7, 8-15), (8-15, 0-7),
+             * (8-15, 8-15), the b0 b1 pairs of the warp's two n tiles */
+            const unsigned char *kb =
+                tile + (warp * KW + (NTS == 2 ? (lane >> 4) * 8 : 0) + (lane & 7)) * BS +
+                ((lane >> 3) & 1) * 16;
+#pragma unroll 4
+            for (int ks = 0; ks < D / 16; ks++) {
+                uint32_t af[4];
+                af[0] = g0 < G
+                            ? *reinterpret_cast<const uint32_t *>(qsb + g0 * QS + ks * 16 + 2 * qd)
+                            : 0u;
+                af[2] =
+                    g0 < G
+                        ? *reinterpret_cast<const uint32_t *>(qsb + g0 * QS + ks * 16 + 8 + 2 * qd)
+                        : 0u;
+                af[1] = g0 + 8 < G ? *reinterpret_cast<const uint32_t *>(qsb + (g0 + 8) * QS +
+                                                                         ks * 16 + 2 * qd)
+                                   : 0u;
+                af[3] = g0 + 8 < G ? *reinterpret_cast<const uint32_t *>(qsb + (g0 + 8) * QS +
+                                                                         ks * 16 + 8 + 2 * qd)
+                                   : 0u;
+                if constexpr (NTS == 2) {
+                    uint32_t b[4];
+                    ldsm_x4(b, kb + ks * 32);
+                    mma_bf16(s[0], af, b[0], b[1]);
+                    mma_bf16(s[1], af, b[2], b[3]);
+                } else {
+                    uint32_t b[2];
+                    ldsm_x2(b, kb + ks * 32);
+                    mma_bf16(s[0], af, b[0], b[1]);
+                }
+            }
+            /* s[n][t]: head g0 (t < 2) or g0 + 8, key warp * KW + n * 8 + 2 qd + t % 2 */
+#pragma unroll
+            for (int n = 0; n < NTS; n++)
+#pragma unroll
+                for (int t = 0; t < 4; t++) {
+                    const int g = g0 + (t >> 1) * 8, kk = warp * KW + n * 8 + 2 * qd + (t & 1);
+                    if (g >= G) continue;
+                    const bool mapped = ko[kk] >= 0, in = kk < nkc;
+                    const float sc = k_round_bf16(s[n][t]);
+                    if constexpr (PV) /* the weight itself, 0 for a key without one */
+                        ps[g * ATTN_TILE + kc + kk] =
+                            in && mapped ? softmax_p(sc, m_run[g], l_run[g]) : 0.0f;
+                    else
+                        ps[g * ATTN_TILE + kc + kk] = in && mapped ? sc : -INFINITY;
+                    if (!PV && in && !mapped) bad[split_rel] = 1; /* an unmapped key */
+                }
+        }
+        if (plane == 1) { /* (the K unit that wrote these weights ended in a barrier) */
+            /* P.V over the unit's keys, 16 a step in key order, for the warp's DW dims. The
+             * ldmatrix.trans rows: lane l reads key ((l / 8) % 2) * 8 + l % 8 of the step, dims
+             * + 8 for lanes 16-31: the b0 b1 pairs of two n tiles. */
+            const unsigned char *vb = tile + (((lane >> 3) & 1) * 8 + (lane & 7)) * BS +
+                                      (warp * DW + (lane >> 4) * 8) * 2;
+#pragma unroll
+            for (int ks = 0; ks < CK / 16; ks++) {
+                const float *p0 = ps + g0 * ATTN_TILE + kc + ks * 16 + 2 * qd;
+                const float *p1 = p0 + 8 * ATTN_TILE;
+                uint32_t af[4];
+                af[0] = g0 < G ? pack_bf16_exact(p0[0], p0[1]) : 0u;
+                af[2] = g0 < G ? pack_bf16_exact(p0[8], p0[9]) : 0u;
+                af[1] = g0 + 8 < G ? pack_bf16_exact(p1[0], p1[1]) : 0u;
+                af[3] = g0 + 8 < G ? pack_bf16_exact(p1[8], p1[9]) : 0u;
+#pragma unroll
+                for (int n = 0; n < NTO; n += 2) {
+                    uint32_t b[4];
+                    ldsm_x4_trans(b, vb + ks * 16 * BS + n * 16);
+                    mma_bf16(o[n], af, b[0], b[1]);
+                    mma_bf16(o[n + 1], af, b[2], b[3]);
+                }
+            }
+            if constexpr (PV && KEEP)
+                if (tile_end) load_kept(ti + 1);
+        }
+        /* slot (u + 2) % MMA_SLOTS was last read before the previous unit's second barrier */
+        if (tid < CK) koff[(u + 2) % MMA_SLOTS][tid] = off_next;
+        __syncthreads(); /* the stage, the widened unit, ps and the looked-up slot */
+        copy(u + 2);     /* into the stage just read */
+        if constexpr (!PV) {
+            if (tile_end) {
+                if constexpr (KEEP) keep_scores<G>(keep_row, a.window, t0 - sp.j0, ps, nk, tid);
+                /* the next unit's scores overwrite ps only after its first barrier */
+                tile_stats<G>(ps, nk, m_run, l_run, warp, lane);
+            }
+            if (split_done) {
+                __syncthreads(); /* every head's (max, sum) */
+                if (tid < G) {   /* this split's, then fresh ones for the next */
+                    ml[base + (size_t)tid * max_split + split] =
+                        make_float2(m_run[tid], bad[split_rel] ? NAN : l_run[tid]);
+                    m_run[tid] = -INFINITY;
+                    l_run[tid] = 0.0f;
+                }
+            }
+        } else if (split_done) { /* this split's partial from the accumulators, then fresh ones */
+#pragma unroll
+            for (int n = 0; n < NTO; n++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int g = g0 + h * 8, d = warp * DW + n * 8 + 2 * qd;
+                    if (g < G)
+                        *reinterpret_cast<float2 *>(
+                            part + (base + (size_t)g * max_split + split) * D + d) =
+                            make_float2(o[n][2 * h], o[n][2 * h + 1]);
+                    o[n][2 * h] = 0.0f;
+                    o[n][2 * h + 1] = 0.0f;
+                }
+        }
+    }
+    if constexpr (PV && G * D <= ATTN_FOLD_HEAD_ELEMS)
+        if (done)
+            pv_fold<D, G>(a, r, rl, kvh, max_split, sp.n_split, (sp.n_split + spb - 1) / spb, part,
+                          ml, done);
+}
+
+template <int D, int G, bool FP8, bool PV, bool KEEP> static int mma_smem_allow(void) {
+    static bool set = false;
+    if (!set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<D, G, FP8, PV, KEEP>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)mma_smem_bytes<D, G, FP8, PV, KEEP>()));
+        set = true;
+    }
+    return K_OK;
+}
+
+template <int D, int G, bool FP8, bool KEEP> static int mma_allow_both(void) {
+    int rc = mma_smem_allow<D, G, FP8, false, KEEP>();
+    return rc == K_OK ? mma_smem_allow<D, G, FP8, true, KEEP>() : rc;
+}
+
+template <int D, int G, bool FP8, bool KEEP>
+int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
+                    float2 *ml, float *keep, unsigned *done, int row0, cudaStream_t s) {
+    int rc = mma_allow_both<D, G, FP8, KEEP>();
+    if (rc != K_OK) return rc;
+    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, false, KEEP>, grid, ATTN_THREADS,
+                        mma_smem_bytes<D, G, FP8, false, KEEP>(), s, *a, row0, max_split, spb, part,
+                        ml, keep, (unsigned *)NULL));
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, true, KEEP>, grid, ATTN_THREADS,
+                        mma_smem_bytes<D, G, FP8, true, KEEP>(), s, *a, row0, max_split, spb, part,
+                        ml, keep, done));
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
+}
+
+#define MMA_PASSES(D, G, FP8, KEEP)                                                                \
+    template int attn_mma_passes<D, G, FP8, KEEP>(const k_attention_args *, dim3, int, int,        \
+                                                  float *, float2 *, float *, unsigned *, int,     \
+                                                  cudaStream_t);
+#define MMA_GROUPS(D, FP8, KEEP)                                                                   \
+    MMA_PASSES(D, 1, FP8, KEEP)                                                                    \
+    MMA_PASSES(D, 2, FP8, KEEP)                                                                    \
+    MMA_PASSES(D, 4, FP8, KEEP)                                                                    \
+    MMA_PASSES(D, 8, FP8, KEEP) MMA_PASSES(D, 16, FP8, KEEP)
+MMA_GROUPS(256, false, true)
+MMA_GROUPS(256, true, true)
+MMA_GROUPS(256, false, false)
+MMA_GROUPS(256, true, false)
+MMA_GROUPS(512, false, false)
+MMA_GROUPS(512, true, false)
+
+/* Every instantiation's shared-memory limit raised at start-up (k_attention_setup), so that no
+ * first launch happens inside a CUDA graph capture with the attribute unset. */
+template <int D, bool FP8, bool KEEP> static int mma_allow_groups(void) {
+    int rc = mma_allow_both<D, 1, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_both<D, 2, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_both<D, 4, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_both<D, 8, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_both<D, 16, FP8, KEEP>();
+    return rc;
+}
+
+int attn_mma_setup(void) {
+    int rc = mma_allow_groups<256, false, true>();
+    if (rc == K_OK) rc = mma_allow_groups<256, true, true>();
+    if (rc == K_OK) rc = mma_allow_groups<256, false, false>();
+    if (rc == K_OK) rc = mma_allow_groups<256, true, false>();
+    if (rc == K_OK) rc = mma_allow_groups<512, false, false>();
+    if (rc == K_OK) rc = mma_allow_groups<512, true, false>();
+    return rc;
+}
+
+K_TRACE_UNIT(attn_mma) /* the kernel trace build's binder (common.cuh) */
