@@ -514,13 +514,13 @@ gpu_gates() {
             # setting: the fused projections, the folded combine, the experts' bucketing in the
             # up kernel, the cluster attention kernel (off by default, on here), the prefill
             # experts' tiles, the row-op chain (off, then at 2 without the preloaded operands),
-            # the router's lanes form, the decode k loops' wide load groups, and the early
-            # weight loads (off by default, on here)
+            # the router's lanes form, the decode k loops' wide load groups, the early
+            # weight loads and the attention's query tiles (both off by default, on here)
             local set
             for set in serve.fuse_projections=0 serve.attn_fold=0 serve.moe_bucket_in_up=0 \
                 serve.attn_cluster_rows=16 serve.moe_prefill_tiles=0 serve.row_chain=0 \
                 serve.moe_route_lanes=0 serve.wide_loads=0 serve.row_chain=2 \
-                serve.early_weights=1; do
+                serve.early_weights=1 serve.attn_query_tiles=1; do
                 BUILD_DIR="$B" PINNED_SET=$set run_test python3 tests/proto/test_pinned.py \
                     --backend gpu
             done

@@ -283,6 +283,8 @@ static int attn_fold_on = 1; /* serve.attn_fold's default */
 extern "C" void k_set_attn_fold(int on) { attn_fold_on = on ? 1 : 0; }
 static int attn_mma_on = 1; /* serve.attn_mma's default */
 extern "C" void k_set_attn_mma(int on) { attn_mma_on = on ? 1 : 0; }
+static int attn_tile_min_rows = 0; /* serve.attn_query_tiles' default: never */
+extern "C" void k_set_attn_query_tiles(int rows) { attn_tile_min_rows = rows > 0 ? rows : 0; }
 
 /* ---- the launcher ---- */
 
@@ -337,7 +339,7 @@ static int attn_splits_per_block(int max_split, long long pairs) {
 
 template <int D, int G, bool FP8>
 static int launch_group(const k_attention_args *a, int max_split, float *part, float2 *ml,
-                        float *keep, unsigned *done, int row0, int nr, cudaStream_t s) {
+                        float *keep, unsigned *done, int row0, int nr, bool tiles, cudaStream_t s) {
     if constexpr (G * D > ATTN_FOLD_HEAD_ELEMS) done = NULL; /* the combine keeps its launch */
     const int spb = a->splits_per_block > 0
                         ? a->splits_per_block
@@ -350,7 +352,24 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
             return attn_cluster_launch<G, FP8>(a, max_split, row0, nr, s);
     dim3 grid((unsigned)((max_split + spb - 1) / spb), (unsigned)a->kv.n_kv_head, (unsigned)nr);
     int rc;
-    if (attn_mma_on) { /* the products on tensor cores: every row of the layer, any launch */
+    if (attn_mma_on && tiles) { /* query tiles: rows of one sequence share a block where they may */
+        constexpr int R = attn_tile_rows<G>();
+        done = NULL; /* never folded: the combine launch below */
+        const long long tiles_n = (nr + R - 1) / R;
+        const int tspb = a->splits_per_block > 0
+                             ? a->splits_per_block
+                             : attn_splits_per_block(max_split, tiles_n * a->kv.n_kv_head);
+        const dim3 tgrid((unsigned)((max_split + tspb - 1) / tspb), (unsigned)a->kv.n_kv_head,
+                         (unsigned)tiles_n);
+        if constexpr (D == 256)
+            rc = keep ? attn_mma_tile_passes<D, G, FP8, true>(a, tgrid, max_split, tspb, part, ml,
+                                                              keep, row0, s)
+                      : attn_mma_tile_passes<D, G, FP8, false>(a, tgrid, max_split, tspb, part, ml,
+                                                               NULL, row0, s);
+        else
+            rc = attn_mma_tile_passes<D, G, FP8, false>(a, tgrid, max_split, tspb, part, ml, NULL,
+                                                        row0, s);
+    } else if (attn_mma_on) { /* the products on tensor cores: every row of the layer, any launch */
         if constexpr (D == 256)
             rc = keep ? attn_mma_passes<D, G, FP8, true>(a, grid, max_split, spb, part, ml, keep,
                                                          done, row0, s)
@@ -376,19 +395,19 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
 
 template <int D, bool FP8>
 static int launch_attention(const k_attention_args *a, int group, int max_split, float *part,
-                            float2 *ml, float *keep, unsigned *done, int row0, int nr,
+                            float2 *ml, float *keep, unsigned *done, int row0, int nr, bool tiles,
                             cudaStream_t s) {
     switch (group) {
     case 1:
-        return launch_group<D, 1, FP8>(a, max_split, part, ml, keep, done, row0, nr, s);
+        return launch_group<D, 1, FP8>(a, max_split, part, ml, keep, done, row0, nr, tiles, s);
     case 2:
-        return launch_group<D, 2, FP8>(a, max_split, part, ml, keep, done, row0, nr, s);
+        return launch_group<D, 2, FP8>(a, max_split, part, ml, keep, done, row0, nr, tiles, s);
     case 4:
-        return launch_group<D, 4, FP8>(a, max_split, part, ml, keep, done, row0, nr, s);
+        return launch_group<D, 4, FP8>(a, max_split, part, ml, keep, done, row0, nr, tiles, s);
     case 8:
-        return launch_group<D, 8, FP8>(a, max_split, part, ml, keep, done, row0, nr, s);
+        return launch_group<D, 8, FP8>(a, max_split, part, ml, keep, done, row0, nr, tiles, s);
     default:
-        return launch_group<D, 16, FP8>(a, max_split, part, ml, keep, done, row0, nr, s);
+        return launch_group<D, 16, FP8>(a, max_split, part, ml, keep, done, row0, nr, tiles, s);
     }
 }
 
@@ -420,6 +439,11 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     if (chunk < 1) chunk = 1;
     if (chunk > a->rows) chunk = a->rows;
     if (chunk > 65535) chunk = 65535;
+    /* query tiles: a prefill-sized launch on the tensor-core passes, its row chunks whole tiles
+     * (every chunk but the step's last a multiple of 16 rows) */
+    const bool tiles = attn_mma_on && attn_tile_min_rows > 0 && a->rows >= attn_tile_min_rows &&
+                       chunk >= 16 && group < 16;
+    if (tiles && chunk < a->rows) chunk -= chunk % 16;
     cudaStream_t s = (cudaStream_t)st;
     void *ws = NULL;
     rc = k_scratch(K_SCRATCH_ATTN, per_row * (size_t)chunk, s, &ws);
@@ -430,7 +454,8 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     bool fp8 = a->kv.elem_bytes == 1;
     /* the combine folded into the P.V pass where the counters cover the launch (decode steps);
      * the same bits either way (test_attn's `combine folded` gates) */
-    unsigned *done = attn_fold_on && (long long)chunk * a->kv.n_kv_head <= ATTN_FOLD_MAX &&
+    unsigned *done = !tiles && attn_fold_on &&
+                             (long long)chunk * a->kv.n_kv_head <= ATTN_FOLD_MAX &&
                              group * d <= ATTN_FOLD_HEAD_ELEMS
                          ? attn_fold_counters()
                          : NULL;
@@ -438,14 +463,14 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
         int nr = a->rows - row0 < chunk ? a->rows - row0 : chunk;
         if (d == 256)
             rc = fp8 ? launch_attention<256, true>(a, group, max_split, part, ml, kept, done, row0,
-                                                   nr, s)
+                                                   nr, tiles, s)
                      : launch_attention<256, false>(a, group, max_split, part, ml, kept, done, row0,
-                                                    nr, s);
+                                                    nr, tiles, s);
         else
             rc = fp8 ? launch_attention<512, true>(a, group, max_split, part, ml, kept, done, row0,
-                                                   nr, s)
+                                                   nr, tiles, s)
                      : launch_attention<512, false>(a, group, max_split, part, ml, kept, done, row0,
-                                                    nr, s);
+                                                    nr, tiles, s);
     }
     return rc;
 }

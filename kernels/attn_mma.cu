@@ -44,12 +44,13 @@ template <int D, bool FP8> static __host__ __device__ constexpr int mma_stage_st
 template <int D> static __host__ __device__ constexpr int mma_q_stride() { return D + 8; }
 
 /* Dynamic shared memory: the stages, the widened unit (e4m3), the queries (passes that score),
- * then the tile's scores or weights ps[G][ATTN_TILE]. */
-template <int D, int G, bool FP8, bool PV, bool KEEP>
+ * then the tile's scores or weights ps[R x G][ATTN_TILE] (R rows a block). */
+template <int D, int G, bool FP8, bool PV, bool KEEP, int R>
 static __host__ __device__ constexpr size_t mma_smem_bytes() {
     return (size_t)MMA_STAGES * mma_chunk<D>() * mma_stage_stride<D, FP8>() +
            (FP8 ? (size_t)mma_chunk<D>() * mma_bf_stride<D>() : 0) +
-           (PV && KEEP ? 0 : (size_t)G * mma_q_stride<D>() * 2) + sizeof(float) * G * ATTN_TILE;
+           (PV && KEEP ? 0 : (size_t)R * G * mma_q_stride<D>() * 2) +
+           sizeof(float) * R * G * ATTN_TILE;
 }
 
 static __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
@@ -380,12 +381,402 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
                           ml, done);
 }
 
+/* Rows of a query tile: RR rows share a block when they hold one sequence's keys on one tile
+ * grid (tile_rows_share), the M side of every mma their G heads each, row after row. Per row,
+ * tiles, units and splits are the ones the row's own block would take (the same keys at the
+ * same positions), and rows are independent in an mma, so a row's results are the same bits
+ * alone or in a tile: a unit past a row's last key has weight 0 (and score -inf) for it, which
+ * leaves its sums and statistics as they were (up to an fp32 accumulator of exactly -0, which
+ * a nonzero weight never leaves). The grid's rows are cut into tiles of RR consecutive ones. */
+/* Whether the nrow rows from r0 may share a block: one sequence, every row's key tiles starting
+ * at key 0 (the global layers, and windowed rows before the window fills: plan_split's j0), the
+ * same split size, and no row the grid cannot hold. Every thread computes the same answer. */
+static __device__ __forceinline__ bool tile_rows_share(const k_attention_args &a, int r0, int nrow,
+                                                       int max_split) {
+    if (nrow < 2) return false;
+    const int seq = a.seq[r0];
+    const int per_split = plan_split(a.pos[r0], a.window).per_split;
+    for (int k = 0; k < nrow; k++) {
+        const int i = a.pos[r0 + k];
+        const split_plan p = plan_split(i, a.window);
+        if (i < 0 || a.seq[r0 + k] != seq || p.j0 != 0 || p.per_split != per_split ||
+            p.n_split > max_split)
+            return false;
+    }
+    return true;
+}
+
+/* The online max and sum of tile_stats for M rows of scores, row m's keys the first nk_of(m)
+ * of the tile (the rest are -inf and count nothing, as tile_stats' keys past nk). */
+template <int M, typename NK>
+static __device__ __forceinline__ void
+tile_stats_rows(const float *ps, int mv, NK nk_of, float *m_run, float *l_run, int warp, int lane) {
+    for (int m = warp; m < mv; m += ATTN_WARPS) {
+        const int nk = nk_of(m);
+        float s0 = lane < nk ? ps[m * ATTN_TILE + lane] : -INFINITY;
+        float s1 = lane + 32 < nk ? ps[m * ATTN_TILE + lane + 32] : -INFINITY;
+        float mt = fmaxf(s0, s1);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+        const float m_old = m_run[m], m_new = fmaxf(m_old, mt);
+        float sum =
+            (lane < nk ? expf(s0 - m_new) : 0.0f) + (lane + 32 < nk ? expf(s1 - m_new) : 0.0f);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        __syncwarp();
+        if (lane == 0) {
+            l_run[m] = (m_old == -INFINITY ? 0.0f : l_run[m] * expf(m_old - m_new)) + sum;
+            m_run[m] = m_new;
+        }
+    }
+}
+
+/* A query tile's pass: rows rl0 .. rl0 + nrow - 1 of the launch (nrow <= RR), which
+ * tile_rows_share, or one row alone (nrow = 1). attn_mma_kernel's pass with M = nrow x G rows
+ * (row k's heads at k x G ..), each row's keys masked at its own position and its (max, sum)
+ * and partials stored only for its own splits. PV = false: the stats pass (ml per split; KEEP:
+ * the scores kept too); PV = true: the P.V pass (part per split, never folded). */
+template <int D, int G, bool FP8, bool PV, bool KEEP, int RR>
+static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int row0, int max_split,
+                                                int spb, float *part, float2 *ml, float *keep,
+                                                int rl0, int nrow) {
+    static_assert(G * RR <= 16, "a tile's heads are the M rows of one mma");
+    static_assert(!KEEP || D == 256, "kept scores: windowed layers of head dim 256");
+    constexpr int M = RR * G; /* M rows: G heads of each row */
+    constexpr int CK = mma_chunk<D>();
+    constexpr int CPT = ATTN_TILE / CK;            /* units of a tile */
+    constexpr bool SCORES = !(PV && KEEP);         /* the pass computes scores from K */
+    constexpr int UPC = SCORES && PV ? 2 : 1;      /* units a chunk: K, then V */
+    constexpr int EB = FP8 ? 1 : 2;                /* bytes per stored element */
+    constexpr int SEGS = D * EB / 16;              /* 16-byte copies per key row */
+    constexpr int RS = mma_stage_stride<D, FP8>(); /* a staged row's stride */
+    constexpr int BS = mma_bf_stride<D>();         /* a bf16 row's stride */
+    constexpr int STAGE = CK * RS;
+    constexpr int QS = mma_q_stride<D>();
+    constexpr int KW = CK / ATTN_WARPS; /* keys a warp scores in a unit: 16 or 8 */
+    constexpr int NTS = KW / 8;         /* their n tiles */
+    constexpr int DW = D / ATTN_WARPS;  /* dims a warp sums in P.V */
+    constexpr int NTO = DW / 8;         /* their n tiles */
+    constexpr int KP = (M * ATTN_TILE + ATTN_THREADS - 1) / ATTN_THREADS; /* kept scores/thread */
+    extern __shared__ __align__(16) unsigned char mma_smem[];
+    unsigned char *stages = mma_smem;
+    unsigned char *wide = stages + MMA_STAGES * STAGE; /* the e4m3 unit widened */
+    bf16_t *qsb = (bf16_t *)(wide + (FP8 ? CK * BS : 0));
+    float *ps = (float *)((unsigned char *)qsb + (SCORES ? M * QS * 2 : 0)); /* [M][ATTN_TILE] */
+    __shared__ long long koff[MMA_SLOTS][CK]; /* element offsets; -1: unmapped or past */
+    __shared__ float m_run[M], l_run[M];
+    __shared__ int bad[RR][ATTN_MAX_SPB];
+    __shared__ int row_end[RR], row_splits[RR]; /* a tile row's key end (i + 1) and splits */
+    const int kvh = blockIdx.y, rl = rl0, r = row0 + rl;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
+    const int g0 = lane >> 2, qd = lane & 3; /* the lane's fragment row and column pair */
+    const int mv = nrow * G;                 /* the M rows in use */
+    int i = a.pos[r];
+    const int seq = a.seq[r];
+    split_plan sp = plan_split(i, a.window);
+    const int s_first = blockIdx.x * spb;
+    { /* the tile's reach: its longest row (the rows share j0 and split size) */
+#pragma unroll
+        for (int k = 1; k < RR; k++)
+            if (k < nrow) {
+                const int ik = a.pos[r + k];
+                if (ik > i) i = ik;
+            }
+        sp = plan_split(i, a.window);
+    }
+    if (i < 0 || s_first >= sp.n_split || sp.n_split > max_split) return; /* combine: NaN */
+    const int s_last = min(s_first + spb, sp.n_split);
+    const int k_begin = sp.j0 + s_first * sp.per_split;
+    const int k_end = min(sp.j0 + s_last * sp.per_split, i + 1);
+    const int n_chunks = (k_end - k_begin + CK - 1) / CK;
+    const int n_units = n_chunks * UPC;
+    /* a tile row's first (max, sum) or partial (row k, head g at base_of(k) + g * max_split),
+     * and its kept scores */
+    auto base_of = [&](int k) -> size_t {
+        return ((size_t)(rl + k) * a.n_head + (size_t)kvh * G) * max_split;
+    };
+    auto keep_of = [&](int k) -> float * {
+        return KEEP ? keep + ((size_t)(rl + k) * a.n_head + (size_t)kvh * G) * a.window : NULL;
+    };
+    /* M row m's keys in the tile at t0 (of nk) */
+    auto nk_row = [&](int m, int t0, int nk) -> int {
+        return max(0, min(nk, row_end[m / G] - t0));
+    };
+
+    /* unit u's store plane: K (0) or V (1) */
+    auto plane_of = [&](int u) -> int { return UPC == 2 ? u % 2 : (SCORES ? 0 : 1); };
+    /* the offset of key kk of unit u (-1: unmapped, or past the block's keys) */
+    auto offset_of = [&](int u, int kk) -> long long {
+        const int k0 = k_begin + (u / UPC) * CK;
+        return kk >= 0 && kk < CK && u < n_units && k0 + kk < k_end
+                   ? kv_view_offset(&a.kv, seq, k0 + kk, a.kv_layer, plane_of(u), kvh)
+                   : -1;
+    };
+    auto look_up = [&](int u, int first) {
+        const int kk = tid - first;
+        if (kk >= 0 && kk < CK) koff[u % MMA_SLOTS][kk] = offset_of(u, kk);
+    };
+    /* unit u's copies into stage u % MMA_STAGES (zero rows for keys without one), then a group */
+    auto copy = [&](int u) {
+        if (u < n_units) {
+            unsigned char *st = stages + (u % MMA_STAGES) * STAGE;
+            const long long *ko = koff[u % MMA_SLOTS];
+            for (int c = tid; c < CK * SEGS; c += ATTN_THREADS) {
+                const int kk = c / SEGS, seg = c % SEGS;
+                const long long o = ko[kk];
+                if (o >= 0)
+                    cp_async16(st + kk * RS + seg * 16,
+                               (const unsigned char *)a.kv.base + o * EB + seg * 16);
+                else
+                    *reinterpret_cast<uint4 *>(st + kk * RS + seg * 16) = make_uint4(0, 0, 0, 0);
+            }
+        }
+        cp_async_commit();
+    };
+    float kp[KP]; /* the kept scores of the next tile (KEEP's P.V pass) */
+    auto load_kept = [&](int ti) {
+        const int t0 = k_begin + ti * ATTN_TILE, nk = min(ATTN_TILE, k_end - t0);
+#pragma unroll
+        for (int k = 0; k < KP; k++) {
+            const int e = tid + k * ATTN_THREADS, m = e / ATTN_TILE, kk = e % ATTN_TILE;
+            kp[k] = ti * CPT < n_chunks && m < mv && kk < nk_row(m, t0, nk)
+                        ? keep_of(m / G)[(size_t)(m % G) * a.window + (t0 - sp.j0) + kk]
+                        : 0.0f;
+        }
+    };
+
+    if (tid < nrow) { /* every row's key end and splits, for the per-row masks and stores */
+        const int ik = a.pos[r + tid];
+        row_end[tid] = ik + 1;
+        row_splits[tid] = plan_split(ik, a.window).n_split;
+    }
+    __syncthreads();
+    look_up(0, 0);
+    look_up(1, CK);
+    if constexpr (PV && KEEP) load_kept(0);
+    if constexpr (SCORES) { /* the rows' queries, bf16 as stored, row after row */
+        for (int e8 = tid; e8 < mv * D / 8; e8 += ATTN_THREADS) {
+            const int m = e8 / (D / 8), d = e8 % (D / 8) * 8;
+            const bf16_t *q = a.q + ((size_t)(r + m / G) * a.n_head + (size_t)kvh * G) * D;
+            *reinterpret_cast<uint4 *>(qsb + m * QS + d) =
+                *reinterpret_cast<const uint4 *>(q + (size_t)(m % G) * D + d);
+        }
+    }
+    for (int e = tid; e < RR * ATTN_MAX_SPB; e += ATTN_THREADS) /* 256 flags at 16 rows */
+        bad[e / ATTN_MAX_SPB][e % ATTN_MAX_SPB] = 0;
+#pragma unroll
+    for (int k = 0; k < RR; k++) {        /* each row's statistics: its own splits' merge (P.V) */
+        if (k > 0 && PV) __syncthreads(); /* start_stats_block's staging is shared */
+        if (k < nrow)
+            start_stats_block<G, PV>(ml + base_of(k), max_split, row_splits[k], m_run + k * G,
+                                     l_run + k * G, tid);
+    }
+    float o[NTO][4]; /* P.V: rows g0, g0 + 8 of the warp's dims */
+#pragma unroll
+    for (int n = 0; n < NTO; n++)
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+            o[n][t] = 0.0f;
+    __syncthreads(); /* slots 0 and 1, the queries, m_run / l_run */
+    copy(0);
+    copy(1);
+
+    for (int u = 0; u < n_units; u++) {
+        const int c = u / UPC, plane = plane_of(u);
+        const int ti = c / CPT, t0 = k_begin + ti * ATTN_TILE;
+        const int nk = min(ATTN_TILE, k_end - t0);           /* the tile's keys */
+        const int kc = (c % CPT) * CK;                       /* the unit's first key in the tile */
+        const int nkc = min(CK, k_end - (k_begin + c * CK)); /* the unit's keys */
+        const bool tile_end = c % CPT == CPT - 1 || c == n_chunks - 1;
+        const bool unit_end = !PV || plane == 1; /* the chunk's last unit */
+        const int split = (t0 - sp.j0) / sp.per_split;
+        /* the split's place in the block's run, from blockIdx again: s_first held across the
+         * loop cost a spill (ptxas) */
+        const int split_rel = split - (int)blockIdx.x * spb;
+        const bool split_done =
+            tile_end && unit_end &&
+            (t0 + ATTN_TILE >= k_end || (t0 + ATTN_TILE - sp.j0) % sp.per_split == 0);
+        const unsigned char *st = stages + (u % MMA_STAGES) * STAGE;
+        const long long *ko = koff[u % MMA_SLOTS];
+        const long long off_next = offset_of(u + 2, tid); /* stored before the second barrier */
+        cp_async_wait_one(); /* this thread's copies of unit u have landed */
+        if constexpr (PV &&
+                      KEEP) { /* p = k_round_bf16(exp(s - m) / l) as the reference rounds it */
+#pragma unroll
+            for (int k = 0; k < KP; k++) {
+                const int e = tid + k * ATTN_THREADS, m = e / ATTN_TILE, kk = e % ATTN_TILE;
+                if (e < M * ATTN_TILE)
+                    ps[e] = m < mv && kk < nk_row(m, t0, nk) ? softmax_p(kp[k], m_run[m], l_run[m])
+                                                             : 0.0f;
+            }
+        }
+        __syncthreads(); /* every thread's copies of unit u, and p */
+        const unsigned char *tile = st;
+        if constexpr (FP8) { /* widen the unit to bf16 rows */
+            for (int e = tid; e < CK * D / 8; e += ATTN_THREADS) {
+                const int kk = e / (D / 8), d = e % (D / 8) * 8;
+                *reinterpret_cast<uint4 *>(wide + kk * BS + d * 2) =
+                    widen_e4m3x8(*reinterpret_cast<const uint2 *>(st + kk * RS + d));
+            }
+            __syncthreads();
+            tile = wide;
+        }
+        if (plane == 0) { /* scores of the warp's KW keys: D / 16 mmas each, in k order */
+            float s[NTS][4];
+#pragma unroll
+            for (int n = 0; n < NTS; n++)
+#pragma unroll
+                for (int t = 0; t < 4; t++)
+                    s[n][t] = 0.0f;
+            /* ldmatrix rows: lane l reads key (l / 16) * 8 + l % 8 of the warp's, dims + 8 for
+             * lanes 8-15 and 24-31: matrices (keys 0-7, dims 0-7), (0-7, 8-15), (8-15, 0-7),
+             * (8-15, 8-15), the b0 b1 pairs of the warp's two n tiles */
+            const unsigned char *kb =
+                tile + (warp * KW + (NTS == 2 ? (lane >> 4) * 8 : 0) + (lane & 7)) * BS +
+                ((lane >> 3) & 1) * 16;
+#pragma unroll 4
+            for (int ks = 0; ks < D / 16; ks++) {
+                uint32_t af[4];
+                af[0] = g0 < mv
+                            ? *reinterpret_cast<const uint32_t *>(qsb + g0 * QS + ks * 16 + 2 * qd)
+                            : 0u;
+                af[2] =
+                    g0 < mv
+                        ? *reinterpret_cast<const uint32_t *>(qsb + g0 * QS + ks * 16 + 8 + 2 * qd)
+                        : 0u;
+                af[1] = g0 + 8 < mv ? *reinterpret_cast<const uint32_t *>(qsb + (g0 + 8) * QS +
+                                                                          ks * 16 + 2 * qd)
+                                    : 0u;
+                af[3] = g0 + 8 < mv ? *reinterpret_cast<const uint32_t *>(qsb + (g0 + 8) * QS +
+                                                                          ks * 16 + 8 + 2 * qd)
+                                    : 0u;
+                if constexpr (NTS == 2) {
+                    uint32_t b[4];
+                    ldsm_x4(b, kb + ks * 32);
+                    mma_bf16(s[0], af, b[0], b[1]);
+                    mma_bf16(s[1], af, b[2], b[3]);
+                } else {
+                    uint32_t b[2];
+                    ldsm_x2(b, kb + ks * 32);
+                    mma_bf16(s[0], af, b[0], b[1]);
+                }
+            }
+            /* s[n][t]: M row g0 (t < 2) or g0 + 8, key warp * KW + n * 8 + 2 qd + t % 2 */
+#pragma unroll
+            for (int n = 0; n < NTS; n++)
+#pragma unroll
+                for (int t = 0; t < 4; t++) {
+                    const int m = g0 + (t >> 1) * 8, kk = warp * KW + n * 8 + 2 * qd + (t & 1);
+                    if (m >= mv) continue;
+                    /* the key is the row's (a tile row's keys end at its own position) */
+                    const bool own = k_begin + c * CK + kk < row_end[m / G];
+                    const bool mapped = ko[kk] >= 0, in = kk < nkc && own;
+                    const float sc = k_round_bf16(s[n][t]);
+                    if constexpr (PV) /* the weight itself, 0 for a key without one */
+                        ps[m * ATTN_TILE + kc + kk] =
+                            in && mapped ? softmax_p(sc, m_run[m], l_run[m]) : 0.0f;
+                    else
+                        ps[m * ATTN_TILE + kc + kk] = in && mapped ? sc : -INFINITY;
+                    if (!PV && in && !mapped) bad[m / G][split_rel] = 1; /* an unmapped key */
+                }
+        }
+        if (plane == 1) { /* (the K unit that wrote these weights ended in a barrier) */
+            /* P.V over the unit's keys, 16 a step in key order, for the warp's DW dims. The
+             * ldmatrix.trans rows: lane l reads key ((l / 8) % 2) * 8 + l % 8 of the step, dims
+             * + 8 for lanes 16-31: the b0 b1 pairs of two n tiles. */
+            const unsigned char *vb = tile + (((lane >> 3) & 1) * 8 + (lane & 7)) * BS +
+                                      (warp * DW + (lane >> 4) * 8) * 2;
+#pragma unroll
+            for (int ks = 0; ks < CK / 16; ks++) {
+                const float *p0 = ps + g0 * ATTN_TILE + kc + ks * 16 + 2 * qd;
+                const float *p1 = p0 + 8 * ATTN_TILE;
+                uint32_t af[4];
+                af[0] = g0 < mv ? pack_bf16_exact(p0[0], p0[1]) : 0u;
+                af[2] = g0 < mv ? pack_bf16_exact(p0[8], p0[9]) : 0u;
+                af[1] = g0 + 8 < mv ? pack_bf16_exact(p1[0], p1[1]) : 0u;
+                af[3] = g0 + 8 < mv ? pack_bf16_exact(p1[8], p1[9]) : 0u;
+#pragma unroll
+                for (int n = 0; n < NTO; n += 2) {
+                    uint32_t b[4];
+                    ldsm_x4_trans(b, vb + ks * 16 * BS + n * 16);
+                    mma_bf16(o[n], af, b[0], b[1]);
+                    mma_bf16(o[n + 1], af, b[2], b[3]);
+                }
+            }
+            if constexpr (PV && KEEP)
+                if (tile_end) load_kept(ti + 1);
+        }
+        /* slot (u + 2) % MMA_SLOTS was last read before the previous unit's second barrier */
+        if (tid < CK) koff[(u + 2) % MMA_SLOTS][tid] = off_next;
+        __syncthreads(); /* the stage, the widened unit, ps and the looked-up slot */
+        copy(u + 2);     /* into the stage just read */
+        if constexpr (!PV) {
+            if (tile_end) {
+                if constexpr (KEEP)
+                    for (int k = 0; k < nrow; k++)
+                        keep_scores<G>(keep_of(k), a.window, t0 - sp.j0, ps + k * G * ATTN_TILE,
+                                       nk_row(k * G, t0, nk), tid);
+                /* the next unit's scores overwrite ps only after its first barrier */
+                tile_stats_rows<M>(
+                    ps, mv, [&](int m) { return nk_row(m, t0, nk); }, m_run, l_run, warp, lane);
+            }
+            if (split_done) {
+                __syncthreads(); /* every head's (max, sum) */
+                if (tid < mv) {  /* this split's, then fresh ones for the next */
+                    const int k = tid / G, g = tid % G;
+                    if (split < row_splits[k])
+                        ml[base_of(k) + (size_t)g * max_split + split] =
+                            make_float2(m_run[tid], bad[k][split_rel] ? NAN : l_run[tid]);
+                    m_run[tid] = -INFINITY;
+                    l_run[tid] = 0.0f;
+                }
+            }
+        } else if (split_done) { /* this split's partial from the accumulators, then fresh ones */
+#pragma unroll
+            for (int n = 0; n < NTO; n++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int m = g0 + h * 8, d = warp * DW + n * 8 + 2 * qd;
+                    if (m < mv && split < row_splits[m / G])
+                        *reinterpret_cast<float2 *>(
+                            part + (base_of(m / G) + (size_t)(m % G) * max_split + split) * D + d) =
+                            make_float2(o[n][2 * h], o[n][2 * h + 1]);
+                    o[n][2 * h] = 0.0f;
+                    o[n][2 * h + 1] = 0.0f;
+                }
+        }
+    }
+}
+
+/* A block per query tile of R consecutive rows of the launch (R > 1), which share it where
+ * tile_rows_share says they may and otherwise take it in turn, each as a tile of one row (the
+ * same units, mmas and order as attn_mma_kernel's block of its own); the launch's row count is a
+ * multiple of R except the step's last. */
+template <int D, int G, bool FP8, bool PV, bool KEEP, int R>
+static __global__ void __launch_bounds__(ATTN_THREADS, 1)
+    attn_mma_tile_kernel(k_attention_args a, int row0, int max_split, int spb, float *part,
+                         float2 *ml, float *keep) {
+    K_GRID_DEPENDENCY();
+    static_assert(R > 1, "one-row blocks are attn_mma_kernel's");
+    const int rl0 = (int)blockIdx.z * R, nrow = min(R, a.rows - row0 - rl0);
+    if (tile_rows_share(a, row0 + rl0, nrow, max_split)) {
+        mma_pass<D, G, FP8, PV, KEEP, R>(a, row0, max_split, spb, part, ml, keep, rl0, nrow);
+    } else {
+        for (int k = 0; k < nrow; k++) {
+            if (k > 0) __syncthreads(); /* shared memory reused row after row */
+            mma_pass<D, G, FP8, PV, KEEP, R>(a, row0, max_split, spb, part, ml, keep, rl0 + k, 1);
+        }
+    }
+}
+
 template <int D, int G, bool FP8, bool PV, bool KEEP> static int mma_smem_allow(void) {
     static bool set = false;
     if (!set) {
         CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<D, G, FP8, PV, KEEP>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)mma_smem_bytes<D, G, FP8, PV, KEEP>()));
+                                        (int)mma_smem_bytes<D, G, FP8, PV, KEEP, 1>()));
         set = true;
     }
     return K_OK;
@@ -402,20 +793,64 @@ int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb
     int rc = mma_allow_both<D, G, FP8, KEEP>();
     if (rc != K_OK) return rc;
     CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, false, KEEP>, grid, ATTN_THREADS,
-                        mma_smem_bytes<D, G, FP8, false, KEEP>(), s, *a, row0, max_split, spb, part,
-                        ml, keep, (unsigned *)NULL));
+                        mma_smem_bytes<D, G, FP8, false, KEEP, 1>(), s, *a, row0, max_split, spb,
+                        part, ml, keep, (unsigned *)NULL));
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, true, KEEP>, grid, ATTN_THREADS,
-                        mma_smem_bytes<D, G, FP8, true, KEEP>(), s, *a, row0, max_split, spb, part,
-                        ml, keep, done));
+                        mma_smem_bytes<D, G, FP8, true, KEEP, 1>(), s, *a, row0, max_split, spb,
+                        part, ml, keep, done));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
+}
+
+template <int D, int G, bool FP8, bool PV, bool KEEP> static int mma_tile_smem_allow(void) {
+    constexpr int R = attn_tile_rows<G>();
+    static bool set = false;
+    if (!set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_tile_kernel<D, G, FP8, PV, KEEP, R>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)mma_smem_bytes<D, G, FP8, PV, KEEP, R>()));
+        set = true;
+    }
+    return K_OK;
+}
+
+template <int D, int G, bool FP8, bool KEEP> static int mma_tile_allow_both(void) {
+    int rc = mma_tile_smem_allow<D, G, FP8, false, KEEP>();
+    return rc == K_OK ? mma_tile_smem_allow<D, G, FP8, true, KEEP>() : rc;
+}
+
+/* Query tiles: the grid's z counts tiles of attn_tile_rows<G>() rows (the launcher's rows, a
+ * multiple of it but for the step's last launch). The combine is never folded here. A group of
+ * 16 has tiles of one row: attn_mma_passes. */
+template <int D, int G, bool FP8, bool KEEP>
+int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
+                         float2 *ml, float *keep, int row0, cudaStream_t s) {
+    constexpr int R = attn_tile_rows<G>();
+    if constexpr (R == 1) {
+        return attn_mma_passes<D, G, FP8, KEEP>(a, grid, max_split, spb, part, ml, keep, NULL, row0,
+                                                s);
+    } else {
+        int rc = mma_tile_allow_both<D, G, FP8, KEEP>();
+        if (rc != K_OK) return rc;
+        CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, false, KEEP, R>, grid, ATTN_THREADS,
+                            mma_smem_bytes<D, G, FP8, false, KEEP, R>(), s, *a, row0, max_split,
+                            spb, part, ml, keep));
+        CUDA_CHECK(cudaGetLastError());
+        CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R>, grid, ATTN_THREADS,
+                            mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a, row0, max_split, spb,
+                            part, ml, keep));
+        CUDA_CHECK(cudaGetLastError());
+        return K_OK;
+    }
 }
 
 #define MMA_PASSES(D, G, FP8, KEEP)                                                                \
     template int attn_mma_passes<D, G, FP8, KEEP>(const k_attention_args *, dim3, int, int,        \
                                                   float *, float2 *, float *, unsigned *, int,     \
-                                                  cudaStream_t);
+                                                  cudaStream_t);                                   \
+    template int attn_mma_tile_passes<D, G, FP8, KEEP>(                                            \
+        const k_attention_args *, dim3, int, int, float *, float2 *, float *, int, cudaStream_t);
 #define MMA_GROUPS(D, FP8, KEEP)                                                                   \
     MMA_PASSES(D, 1, FP8, KEEP)                                                                    \
     MMA_PASSES(D, 2, FP8, KEEP)                                                                    \
@@ -430,12 +865,19 @@ MMA_GROUPS(512, true, false)
 
 /* Every instantiation's shared-memory limit raised at start-up (k_attention_setup), so that no
  * first launch happens inside a CUDA graph capture with the attribute unset. */
+template <int D, int G, bool FP8, bool KEEP> static int mma_allow_group(void) {
+    int rc = mma_allow_both<D, G, FP8, KEEP>();
+    if constexpr (attn_tile_rows<G>() > 1)
+        if (rc == K_OK) rc = mma_tile_allow_both<D, G, FP8, KEEP>();
+    return rc;
+}
+
 template <int D, bool FP8, bool KEEP> static int mma_allow_groups(void) {
-    int rc = mma_allow_both<D, 1, FP8, KEEP>();
-    if (rc == K_OK) rc = mma_allow_both<D, 2, FP8, KEEP>();
-    if (rc == K_OK) rc = mma_allow_both<D, 4, FP8, KEEP>();
-    if (rc == K_OK) rc = mma_allow_both<D, 8, FP8, KEEP>();
-    if (rc == K_OK) rc = mma_allow_both<D, 16, FP8, KEEP>();
+    int rc = mma_allow_group<D, 1, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_group<D, 2, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_group<D, 4, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_group<D, 8, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_group<D, 16, FP8, KEEP>();
     return rc;
 }
 

@@ -359,6 +359,11 @@ int k_attn_cluster_available(void);
  * serve.attn_mma): the same rounding points, other fp32 summation orders, so other bits than the
  * CUDA-core kernels' (both within the op gate's bound of the reference). Process-wide. */
 void k_set_attn_mma(int on);
+/* With attn_mma on, attention launches of at least this many rows (prefill chunks; 0: none) let
+ * consecutive rows of one sequence whose key tiles start at key 0 share a block, 16 / group rows
+ * a block (serve.attn_query_tiles; speed only: each row's products and order are its own block's,
+ * so the same bits). Process-wide. */
+void k_set_attn_query_tiles(int rows);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

@@ -79,6 +79,7 @@ void k_gemm_fuse(int on) { (void)on; }
 void k_set_attn_fold(int on) { (void)on; }
 void k_set_attn_cluster_rows(int rows) { (void)rows; }
 void k_set_attn_mma(int on) { (void)on; }
+void k_set_attn_query_tiles(int rows) { (void)rows; }
 int k_attn_cluster_available(void) { return 0; }
 void k_set_moe_prefill_tiles(int on) { (void)on; }
 void k_set_row_chain(int mode) { (void)mode; }

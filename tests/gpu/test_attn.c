@@ -488,6 +488,25 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
         for (size_t i = 0; i < qn; i++)
             cluster_differ += again[i] != out[i];
     }
+    /* query tiles (serve.attn_query_tiles, the tensor-core passes only): consecutive rows of one
+     * sequence whose key tiles start at key 0 share a block, the others take theirs in turn; every
+     * output bit must equal the one-row blocks' above */
+    long tiles_differ = 0;
+    if (!rc && again && attn_mma) {
+        for (size_t i = 0; i < qn; i++)
+            again[i] = BF16_NAN;
+        k_set_attn_query_tiles(1);
+        rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&a, NULL) | k_sync() |
+             k_copy_to_host(again, dout, qn * 2);
+        k_set_attn_query_tiles(0);
+        for (size_t i = 0; i < qn; i++)
+            tiles_differ += again[i] != out[i];
+        snprintf(sgate, sizeof sgate, "%s query tiles", gate);
+        TEST_CHECK(sgate, rc == 0 && tiles_differ == 0,
+                   "%ld output elements differ between query tiles of %d rows and a block per row "
+                   "(must be bit-identical), rc %d",
+                   tiles_differ, 16 / (c->n_head / c->n_kv), rc);
+    }
     free(again);
     snprintf(sgate, sizeof sgate, "%s cluster", gate);
     TEST_CHECK(sgate, rc == 0 && cluster_differ == 0,

@@ -1,7 +1,12 @@
 # tests/gpu/plans/next-session.sh - a box_queue.sh plan for the twenty-fifth session's device
 # time, written by the twenty-fourth (carry .deps; follow `start` with `wait` calls back to back:
 # a machine idle for 30 s goes back with the plan). PLAN_STEPS picks; default
-# "ncu e4b 26bfp8 geometry", in order:
+# "tiles ncu e4b 26bfp8 geometry", in order:
+#   tiles    serve.attn_query_tiles (written after the device time was spent, off): test_attn's
+#            `query tiles` gates (bits equal to a block per row) and the pinned replay with it on,
+#            the engine gates with it on, then bench_decode's prefill at 0 against 64 rows (26B-A4B
+#            and 31B, 1,024 tokens, two rounds; predicted 26B-A4B attention ~38 -> ~10-15 ms a
+#            chunk); the default flips only on a measured gain, ~6 min
 #   ncu      where the tensor-core attention (serve.attn_mma, on since 8675712) spends a 26B-A4B
 #            step at 1 and 16 rows: ncu over attn_mma_kernel (docs/perf-notes.md, M16), ~2 min
 #   e4b      the E4B's full step with attn_mma on, ~5 min (issue 18's two fp8 cases at 2,047
@@ -12,7 +17,21 @@
 #            (PLAN_STEPS=31b)
 #   t31      (not in the default) the 31B's graphed timeline at one row, ~3 min: the trace build
 #            stamps each cuBLASLt call, so its projections get their own lines
-want() { [[ " ${PLAN_STEPS:-ncu e4b 26bfp8 geometry} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-tiles ncu e4b 26bfp8 geometry} " == *" $1 "* ]]; }
+want tiles && step tiles-gates ./build.sh gpu-test test_attn pinned_composition
+want tiles && step tiles-engine env G4_FIXTURE_SET=serve.attn_query_tiles=1 ./build.sh gpu-test engine_vs_hf
+tiles_ab() {
+    local m t
+    for m in gemma4-26b-a4b gemma4-31b; do
+        for t in 0 64; do
+            echo "== attn_query_tiles $t, $m, one 1,024-token prompt"
+            timeout 150 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
+                --set serve.max_context=4096 --set serve.attn_query_tiles=$t --batch 1 \
+                --prompt 1024 --steps 8 | grep -E "^decode step|^prefill|attention"
+        done
+    done
+}
+want tiles && step tiles-ab bash -c "$(declare -f tiles_ab); for r in 1 2; do echo \"-- round \$r\"; tiles_ab; done"
 mma_ncu() {
     local b
     for b in 1 16; do
