@@ -458,12 +458,15 @@ static __device__ __forceinline__ void keep_scores(float *keep_row, int window, 
     }
 }
 
-/* The online max and sum over a tile's nk scores ps[G][ATTN_TILE], one warp per head: each
- * head's running (m_run, l_run) rescaled to the new max and the tile's exp-sum added. */
-template <int G>
-static __device__ __forceinline__ void tile_stats(const float *ps, int nk, float *m_run,
-                                                  float *l_run, int warp, int lane) {
-    for (int g = warp; g < G; g += ATTN_WARPS) {
+/* The online max and sum over a tile's scores ps[m][ATTN_TILE] for rows m < mv, one warp per
+ * row: each row's running (m_run, l_run) rescaled to the new max and the tile's exp-sum added,
+ * row m's keys the first nk_of(m) of the tile (keys past them count nothing; a row with none
+ * keeps its (max, sum) as they were). */
+template <int M, typename NK>
+static __device__ __forceinline__ void
+tile_stats_rows(const float *ps, int mv, NK nk_of, float *m_run, float *l_run, int warp, int lane) {
+    for (int g = warp; g < mv; g += ATTN_WARPS) {
+        const int nk = nk_of(g);
         float s0 = lane < nk ? ps[g * ATTN_TILE + lane] : -INFINITY;
         float s1 = lane + 32 < nk ? ps[g * ATTN_TILE + lane + 32] : -INFINITY;
         float mt = fmaxf(s0, s1);
@@ -482,6 +485,15 @@ static __device__ __forceinline__ void tile_stats(const float *ps, int nk, float
             m_run[g] = m_new;
         }
     }
+}
+
+/* The online max and sum over a tile's nk scores ps[G][ATTN_TILE], one warp per head (every head
+ * the tile's nk keys). */
+template <int G>
+static __device__ __forceinline__ void tile_stats(const float *ps, int nk, float *m_run,
+                                                  float *l_run, int warp, int lane) {
+    tile_stats_rows<G>(
+        ps, G, [nk](int) { return nk; }, m_run, l_run, warp, lane);
 }
 
 /* A key's softmax weight as the reference rounds it, p = k_round_bf16(exp(s - m) / l), from the

@@ -406,33 +406,6 @@ static __device__ __forceinline__ bool tile_rows_share(const k_attention_args &a
     return true;
 }
 
-/* The online max and sum of tile_stats for M rows of scores, row m's keys the first nk_of(m)
- * of the tile (the rest are -inf and count nothing, as tile_stats' keys past nk). */
-template <int M, typename NK>
-static __device__ __forceinline__ void
-tile_stats_rows(const float *ps, int mv, NK nk_of, float *m_run, float *l_run, int warp, int lane) {
-    for (int m = warp; m < mv; m += ATTN_WARPS) {
-        const int nk = nk_of(m);
-        float s0 = lane < nk ? ps[m * ATTN_TILE + lane] : -INFINITY;
-        float s1 = lane + 32 < nk ? ps[m * ATTN_TILE + lane + 32] : -INFINITY;
-        float mt = fmaxf(s0, s1);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
-        const float m_old = m_run[m], m_new = fmaxf(m_old, mt);
-        float sum =
-            (lane < nk ? expf(s0 - m_new) : 0.0f) + (lane + 32 < nk ? expf(s1 - m_new) : 0.0f);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        __syncwarp();
-        if (lane == 0) {
-            l_run[m] = (m_old == -INFINITY ? 0.0f : l_run[m] * expf(m_old - m_new)) + sum;
-            m_run[m] = m_new;
-        }
-    }
-}
-
 /* A query tile's pass: rows rl0 .. rl0 + nrow - 1 of the launch (nrow <= RR), which
  * tile_rows_share, or one row alone (nrow = 1). attn_mma_kernel's pass with M = nrow x G rows
  * (row k's heads at k x G ..), each row's keys masked at its own position and its (max, sum)

@@ -1,8 +1,7 @@
-# tests/gpu/plans/attn-ncu.sh - a box_queue.sh plan (twenty-fourth session): next-session.sh's
-# early-weights steps, then where the decode attention's time goes at 1 and 16 rows (ncu over
-# the attention kernels of a 26B-A4B step, bf16 pool), for the tensor-core attention design
-# (docs/attention-design.md, step 1).
-PLAN_STEPS=early . tests/gpu/plans/next-session.sh
+# tests/gpu/plans/attn-ncu.sh - a box_queue.sh plan (twenty-fourth session): where the decode
+# attention's time goes at 1 and 16 rows, ncu over the first 36 attention launches of a 26B-A4B
+# step (bf16 pool, no graphs). Sourced with ATTN_NCU_DEFINE_ONLY set, it only defines attn_ncu
+# (next-session.sh runs it after its own build).
 attn_ncu() {
     local b
     for b in 1 16; do
@@ -17,4 +16,7 @@ attn_ncu() {
             --batch $b --prompt 1024 --steps 2
     done
 }
-step attn-ncu bash -c "$(declare -f attn_ncu); attn_ncu"
+if [ -z "${ATTN_NCU_DEFINE_ONLY:-}" ]; then
+    step build ./build.sh gpu-test test_sample # builds the test programs (bench_decode)
+    step attn-ncu bash -c "$(declare -f attn_ncu); attn_ncu"
+fi

@@ -32,22 +32,9 @@ tiles_ab() {
     done
 }
 want tiles && step tiles-ab bash -c "$(declare -f tiles_ab); for r in 1 2; do echo \"-- round \$r\"; tiles_ab; done"
-mma_ncu() {
-    local b
-    for b in 1 16; do
-        echo "== ncu attention kernels (tensor-core passes), gemma4-26b-a4b batch $b"
-        timeout 200 ncu --clock-control none --profile-from-start off \
-            --kernel-name "regex:attn" --launch-skip 0 --launch-count 36 \
-            --section SpeedOfLight --section Occupancy --section LaunchStats \
-            --section WarpStateStats --section MemoryWorkloadAnalysis \
-            --section ComputeWorkloadAnalysis --section SchedulerStats \
-            build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
-            --set serve.max_context=4096 --set serve.cuda_graphs=0 \
-            --batch $b --prompt 1024 --steps 2
-    done
-}
+ATTN_NCU_DEFINE_ONLY=1 && . tests/gpu/plans/attn-ncu.sh && unset ATTN_NCU_DEFINE_ONLY
 want ncu && step build ./build.sh gpu-test test_sample # builds the test programs (bench_decode)
-want ncu && step mma-ncu bash -c "$(declare -f mma_ncu); mma_ncu"
+want ncu && step mma-ncu bash -c "$(declare -f attn_ncu); attn_ncu"
 want e4b && step full-e4b env FULL_MODELS="e4b" ./build.sh gpu-test full
 want 26bfp8 && step full-26b-fp8-mixed env FULL_MODELS="26b-a4b" FULL_POOLS=fp8 FULL_MODES=mixed ./build.sh gpu-test full
 want geometry && step geometry ./build.sh gpu-test geometry
