@@ -283,7 +283,7 @@ static int attn_fold_on = 1; /* serve.attn_fold's default */
 extern "C" void k_set_attn_fold(int on) { attn_fold_on = on ? 1 : 0; }
 static int attn_mma_on = 1; /* serve.attn_mma's default */
 extern "C" void k_set_attn_mma(int on) { attn_mma_on = on ? 1 : 0; }
-static int attn_tile_min_rows = 0; /* serve.attn_query_tiles' default: never */
+static int attn_tile_min_rows = 64; /* serve.attn_query_tiles' default */
 extern "C" void k_set_attn_query_tiles(int rows) { attn_tile_min_rows = rows > 0 ? rows : 0; }
 
 /* ---- the launcher ---- */

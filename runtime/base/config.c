@@ -155,7 +155,7 @@ void config_defaults(g4_config *c) {
     c->serve.wide_loads = 1;        /* measured faster (docs/configuration.md) */
     c->serve.early_weights = 0;     /* measured no faster (docs/configuration.md) */
     c->serve.attn_mma = 1;          /* measured faster (docs/configuration.md) */
-    c->serve.attn_query_tiles = 0;  /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.attn_query_tiles = 64; /* prefill-sized launches (docs/configuration.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
     c->serve.text_max_tokens = 512;

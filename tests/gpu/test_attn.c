@@ -744,6 +744,8 @@ int main(void) {
      * case also runs without them */
     k_set_attn_fold(1);
     k_set_attn_cluster_rows(CLUSTER_ROWS);
+    /* each case's own launch takes a block per row; its `query tiles` gate turns the tiles on */
+    k_set_attn_query_tiles(0);
     /* else every `cluster` gate below would compare the split kernels with themselves */
     TEST_CHECK("attn_cluster_available", k_attn_cluster_available() == 1,
                "the card refused clusters of 16 blocks for the cluster kernel (the launcher falls "
