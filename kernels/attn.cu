@@ -11,6 +11,7 @@
  * silently wrong). The engine never passes unmapped positions. Likewise a position outside
  * [0, max_pages * page_tokens). */
 #include "kernels/attn_common.cuh"
+#include "kernels/attn_split_choice.h"
 
 /* Split-KV attention, one kernel family for decode and prefill rows alike. The keys of a row are
  * cut into tiles of ATTN_TILE and the tiles into at most ATTN_MAX_SPLIT splits; both counts are
@@ -330,20 +331,33 @@ static int attn_splits_per_block(int max_split, long long pairs) {
         }
         slots = 4 * sms;
     }
-    int spb = 1;
-    while (spb * 2 <= ATTN_MAX_SPB && spb * 2 <= max_split &&
-           pairs * ((max_split + spb * 2 - 1) / (spb * 2)) * 10 >= (long long)slots * 9)
-        spb *= 2;
-    return spb;
+    return attn_split_choice(max_split, pairs, slots, 9, ATTN_MAX_SPB);
+}
+
+/* The tensor-core passes' choice: waves counted in the blocks their shared memory lets the card
+ * hold (attn_mma_slots: 3 an SM at head dim 256, 2 at 512, not the CUDA-core kernels' 4). The
+ * windowed layers keep at least 1.5 waves, the global ones 0.9: the choices that measured
+ * fastest in paired graphed steps at 1, 4 and 16 rows of the 26B-A4B and 16 of the 31B (16
+ * 26B-A4B rows: 2 splits a block at both head dims, where counting 4 blocks an SM took 4 and 1;
+ * docs/perf-notes.md, "Attention"). */
+template <int D, int G, bool FP8>
+static int attn_mma_splits_per_block(int max_split, long long pairs, bool keep) {
+    const int slots = D == 256 && keep ? attn_mma_slots<D, G, FP8, D == 256>()
+                                       : attn_mma_slots<D, G, FP8, false>();
+    return attn_split_choice(max_split, pairs, slots, D == 256 ? 15 : 9, ATTN_MAX_SPB);
 }
 
 template <int D, int G, bool FP8>
 static int launch_group(const k_attention_args *a, int max_split, float *part, float2 *ml,
                         float *keep, unsigned *done, int row0, int nr, bool tiles, cudaStream_t s) {
     if constexpr (G * D > ATTN_FOLD_HEAD_ELEMS) done = NULL; /* the combine keeps its launch */
-    const int spb = a->splits_per_block > 0
-                        ? a->splits_per_block
-                        : attn_splits_per_block(max_split, (long long)nr * a->kv.n_kv_head);
+    const long long pairs = (long long)nr * a->kv.n_kv_head;
+    int spb = a->splits_per_block;
+    if (spb <= 0) {
+        spb = attn_mma_on && !tiles
+                  ? attn_mma_splits_per_block<D, G, FP8>(max_split, pairs, keep != NULL)
+                  : attn_splits_per_block(max_split, pairs);
+    }
     /* decode-sized windowed launches: both passes and the combine in one cluster kernel, the
      * same bits (attn_cluster.cu); a forced split count per block keeps the split kernels */
     if constexpr (D == 256 && G <= ATTN_WARP_PV_MAX_G)

@@ -723,6 +723,9 @@ template <int D, int G, bool FP8, bool KEEP>
 int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
                     float2 *ml, float *keep, unsigned *done, int row0, cudaStream_t s);
 int attn_mma_setup(void);
+/* How many blocks of those passes the card holds at once (their shared memory allows 2 or 3 an
+ * SM), known after attn_mma_setup: the launcher's splits-per-block choice counts waves by it. */
+template <int D, int G, bool FP8, bool KEEP> int attn_mma_slots(void);
 /* Query tiles (serve.attn_query_tiles): rows of one sequence sharing a block of the tensor-core
  * passes, attn_tile_rows<G>() of them (16 M rows of G heads each), the same bits per row as a
  * block of their own. The grid's z counts tiles; the combine is never folded. */

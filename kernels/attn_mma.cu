@@ -755,9 +755,47 @@ template <int D, int G, bool FP8, bool PV, bool KEEP> static int mma_smem_allow(
     return K_OK;
 }
 
+/* Blocks of one instantiation's passes the card holds at once (the fewer of its two kernels'),
+ * asked once, at start-up through mma_allow_both, so that no query runs inside a graph capture. */
+template <int D, int G, bool FP8, bool KEEP> static int &mma_slots_cached(void) {
+    static int slots = 0;
+    return slots;
+}
+
+template <int D, int G, bool FP8, bool PV, bool KEEP> static int mma_blocks_per_sm(void) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &n, attn_mma_kernel<D, G, FP8, PV, KEEP>, ATTN_THREADS,
+            mma_smem_bytes<D, G, FP8, PV, KEEP, 1>()) != cudaSuccess ||
+        n <= 0) {
+        (void)cudaGetLastError(); /* the query's failure is not a launch's: assume one */
+        n = 1;
+    }
+    return n;
+}
+
 template <int D, int G, bool FP8, bool KEEP> static int mma_allow_both(void) {
     int rc = mma_smem_allow<D, G, FP8, false, KEEP>();
-    return rc == K_OK ? mma_smem_allow<D, G, FP8, true, KEEP>() : rc;
+    if (rc == K_OK) rc = mma_smem_allow<D, G, FP8, true, KEEP>();
+    int &slots = mma_slots_cached<D, G, FP8, KEEP>();
+    if (rc == K_OK && slots == 0) {
+        int dev = 0, sms = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            sms <= 0) {
+            (void)cudaGetLastError();
+            sms = 132;
+        }
+        const int a = mma_blocks_per_sm<D, G, FP8, false, KEEP>();
+        const int b = mma_blocks_per_sm<D, G, FP8, true, KEEP>();
+        slots = (a < b ? a : b) * sms;
+    }
+    return rc;
+}
+
+template <int D, int G, bool FP8, bool KEEP> int attn_mma_slots(void) {
+    const int slots = mma_slots_cached<D, G, FP8, KEEP>();
+    return slots > 0 ? slots : 132; /* before start-up's query: a block an SM */
 }
 
 template <int D, int G, bool FP8, bool KEEP>
@@ -823,7 +861,8 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
                                                   float *, float2 *, float *, unsigned *, int,     \
                                                   cudaStream_t);                                   \
     template int attn_mma_tile_passes<D, G, FP8, KEEP>(                                            \
-        const k_attention_args *, dim3, int, int, float *, float2 *, float *, int, cudaStream_t);
+        const k_attention_args *, dim3, int, int, float *, float2 *, float *, int, cudaStream_t);  \
+    template int attn_mma_slots<D, G, FP8, KEEP>(void);
 #define MMA_GROUPS(D, FP8, KEEP)                                                                   \
     MMA_PASSES(D, 1, FP8, KEEP)                                                                    \
     MMA_PASSES(D, 2, FP8, KEEP)                                                                    \
