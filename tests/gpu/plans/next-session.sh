@@ -9,6 +9,8 @@
 #            chunk); the default flips only on a measured gain, ~6 min
 #   ncu      where the tensor-core attention (serve.attn_mma, on since 8675712) spends a 26B-A4B
 #            step at 1 and 16 rows: ncu over attn_mma_kernel (docs/perf-notes.md, M16), ~2 min
+#   spb      (not in the default) bench_decode at 16 26B-A4B rows with the splits a block forced
+#            to 1, 2, 8 against the launcher's choice (M16 (a)), ~2 min
 #   e4b      the E4B's full step with attn_mma on, ~5 min (issue 18's two fp8 cases at 2,047
 #            tokens expected, nothing else)
 #   26bfp8   the 26B-A4B's fp8 mixed cases, the part of its full step the last session lost, ~4 min
@@ -35,6 +37,16 @@ want tiles && step tiles-ab bash -c "$(declare -f tiles_ab); for r in 1 2; do ec
 ATTN_NCU_DEFINE_ONLY=1 && . tests/gpu/plans/attn-ncu.sh && unset ATTN_NCU_DEFINE_ONLY
 want ncu && step build ./build.sh gpu-test test_sample # builds the test programs (bench_decode)
 want ncu && step mma-ncu bash -c "$(declare -f attn_ncu); attn_ncu"
+spb_ab() {
+    local b
+    for b in 0 1 2 8; do
+        echo "== attn_splits_per_block $b, gemma4-26b-a4b, 16 rows"
+        timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
+            --set serve.max_context=4096 --set serve.attn_splits_per_block=$b --batch 16 \
+            --prompt 1024 --steps 32 | grep -E "^decode step|attention"
+    done
+}
+want spb && step spb-ab bash -c "$(declare -f spb_ab); spb_ab"
 want e4b && step full-e4b env FULL_MODELS="e4b" ./build.sh gpu-test full
 want 26bfp8 && step full-26b-fp8-mixed env FULL_MODELS="26b-a4b" FULL_POOLS=fp8 FULL_MODES=mixed ./build.sh gpu-test full
 want geometry && step geometry ./build.sh gpu-test geometry
