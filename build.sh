@@ -516,7 +516,8 @@ gpu_gates() {
             # up kernel, the cluster attention kernel (off by default, on here), the prefill
             # experts' tiles, the row-op chain (off, then at 2 without the preloaded operands),
             # the router's lanes form, the decode k loops' wide load groups, the early
-            # weight loads and the attention's query tiles (both off by default, on here)
+            # weight loads (off by default, on here) and the attention's query tiles (at 64 rows by
+            # default; at 1 here, so that the recording's short prompts take them too)
             local set
             for set in serve.fuse_projections=0 serve.attn_fold=0 serve.moe_bucket_in_up=0 \
                 serve.attn_cluster_rows=16 serve.moe_prefill_tiles=0 serve.row_chain=0 \

@@ -43,12 +43,12 @@ template <int D, bool FP8> static __host__ __device__ constexpr int mma_stage_st
  * 4 lanes fall in distinct banks. */
 template <int D> static __host__ __device__ constexpr int mma_q_stride() { return D + 8; }
 
-/* Dynamic shared memory: the stages, the widened unit (e4m3), the queries (passes that score),
- * then the tile's scores or weights ps[R x G][ATTN_TILE] (R rows a block). */
-template <int D, int G, bool FP8, bool PV, bool KEEP, int R>
+/* Dynamic shared memory: the stages, the widened unit (e4m3 without FRAG8), the queries (passes
+ * that score), then the tile's scores or weights ps[R x G][ATTN_TILE] (R rows a block). */
+template <int D, int G, bool FP8, bool PV, bool KEEP, int R, bool FRAG8 = false>
 static __host__ __device__ constexpr size_t mma_smem_bytes() {
     return (size_t)MMA_STAGES * mma_chunk<D>() * mma_stage_stride<D, FP8>() +
-           (FP8 ? (size_t)mma_chunk<D>() * mma_bf_stride<D>() : 0) +
+           (FP8 && !FRAG8 ? (size_t)mma_chunk<D>() * mma_bf_stride<D>() : 0) +
            (PV && KEEP ? 0 : (size_t)R * G * mma_q_stride<D>() * 2) +
            sizeof(float) * R * G * ATTN_TILE;
 }
@@ -102,14 +102,40 @@ static __device__ __forceinline__ uint4 widen_e4m3x8(uint2 w) {
     return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
+/* Two e4m3 values (the lower address in the low byte) as a bf16 pair, exactly as widen_e4m3x8
+ * gives them: the register an ldmatrix of the widened rows would have loaded. */
+static __device__ __forceinline__ uint32_t widen_e4m3x2(uint32_t w) {
+    __half2_raw c = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3);
+    const float2 f = __half22float2(*reinterpret_cast<__half2 *>(&c));
+    return pack_bf16_exact(f.x, f.y);
+}
+
+/* The P.V pass's B operands straight from e4m3 rows (FRAG8). An ldmatrix.trans of 8 keys x 16
+ * bytes gives a lane, per 16-bit element, two adjacent dims (2 g0, 2 g0 + 1) of keys 2 qd and
+ * 2 qd + 1: the even dim's pair of keys is bytes 0 and 2, the odd dim's bytes 1 and 3. So one
+ * load feeds two n tiles, the even and the odd dims of 16; each dim's column of the mma gets
+ * the same keys in the same k slots, hence the same products and sums, as from widened rows. */
+static __device__ __forceinline__ uint32_t frag8_even(uint32_t m) {
+    return widen_e4m3x2(__byte_perm(m, 0u, 0x4420));
+}
+static __device__ __forceinline__ uint32_t frag8_odd(uint32_t m) {
+    return widen_e4m3x2(__byte_perm(m, 0u, 0x4431));
+}
+
 /* PV = false: the stats pass (ml per split; KEEP: the scores kept too). PV = true: the P.V pass
- * (part per split; the combine folded where done is set). Arguments as attn_split_kernel's. */
-template <int D, int G, bool FP8, bool PV, bool KEEP>
+ * (part per split; the combine folded where done is set). Arguments as attn_split_kernel's.
+ * FRAG8 (the e4m3 pool, serve.attn_fp8_frags): the mmas' key and value operands are converted
+ * from the staged e4m3 rows as they are loaded, not widened into a bf16 unit first: no widening
+ * pass, no barrier after it, no widened unit in shared memory (more blocks an SM); the
+ * operands, so the bits, are the same. */
+template <int D, int G, bool FP8, bool PV, bool KEEP, bool FRAG8 = false>
 static __global__ void __launch_bounds__(ATTN_THREADS)
     attn_mma_kernel(k_attention_args a, int row0, int max_split, int spb, float *part, float2 *ml,
                     float *keep, unsigned *done) {
     K_GRID_DEPENDENCY();
     static_assert(G <= 16, "a group's heads are the M rows of one mma");
+    static_assert(FP8 || !FRAG8, "operands from e4m3 rows: the e4m3 pool");
+    constexpr bool WIDEN = FP8 && !FRAG8; /* the unit widened to bf16 rows first */
     static_assert(!KEEP || D == 256, "kept scores: windowed layers of head dim 256");
     constexpr int CK = mma_chunk<D>();
     constexpr int CPT = ATTN_TILE / CK;            /* units of a tile */
@@ -129,7 +155,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     extern __shared__ __align__(16) unsigned char mma_smem[];
     unsigned char *stages = mma_smem;
     unsigned char *wide = stages + MMA_STAGES * STAGE; /* the e4m3 unit widened */
-    bf16_t *qsb = (bf16_t *)(wide + (FP8 ? CK * BS : 0));
+    bf16_t *qsb = (bf16_t *)(wide + (WIDEN ? CK * BS : 0));
     float *ps = (float *)((unsigned char *)qsb + (SCORES ? G * QS * 2 : 0)); /* [G][ATTN_TILE] */
     __shared__ long long koff[MMA_SLOTS][CK]; /* element offsets; -1: unmapped or past */
     __shared__ float m_run[G], l_run[G];
@@ -249,7 +275,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
         }
         __syncthreads(); /* every thread's copies of unit u, and p */
         const unsigned char *tile = st;
-        if constexpr (FP8) { /* widen the unit to bf16 rows */
+        if constexpr (WIDEN) { /* widen the unit to bf16 rows */
             for (int e = tid; e < CK * D / 8; e += ATTN_THREADS) {
                 const int kk = e / (D / 8), d = e % (D / 8) * 8;
                 *reinterpret_cast<uint4 *>(wide + kk * BS + d * 2) =
@@ -287,7 +313,18 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
                 af[3] = g0 + 8 < G ? *reinterpret_cast<const uint32_t *>(qsb + (g0 + 8) * QS +
                                                                          ks * 16 + 8 + 2 * qd)
                                    : 0u;
-                if constexpr (NTS == 2) {
+                if constexpr (FRAG8) {
+                    /* key warp * KW + n * 8 + g0, dims 2 qd, 2 qd + 1 and those + 8: what
+                     * ldmatrix gives from the widened rows */
+#pragma unroll
+                    for (int n = 0; n < NTS; n++) {
+                        const unsigned char *kr = st + (warp * KW + n * 8 + g0) * RS + ks * 16;
+                        mma_bf16(
+                            s[n], af,
+                            widen_e4m3x2(*reinterpret_cast<const uint16_t *>(kr + 2 * qd)),
+                            widen_e4m3x2(*reinterpret_cast<const uint16_t *>(kr + 8 + 2 * qd)));
+                    }
+                } else if constexpr (NTS == 2) {
                     uint32_t b[4];
                     ldsm_x4(b, kb + ks * 32);
                     mma_bf16(s[0], af, b[0], b[1]);
@@ -321,6 +358,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
              * + 8 for lanes 16-31: the b0 b1 pairs of two n tiles. */
             const unsigned char *vb = tile + (((lane >> 3) & 1) * 8 + (lane & 7)) * BS +
                                       (warp * DW + (lane >> 4) * 8) * 2;
+            /* FRAG8's e4m3 rows: the same keys, 16 dims (bytes) a matrix */
+            const unsigned char *vb8 =
+                st + (((lane >> 3) & 1) * 8 + (lane & 7)) * RS + warp * DW + (lane >> 4) * 16;
 #pragma unroll
             for (int ks = 0; ks < CK / 16; ks++) {
                 const float *p0 = ps + g0 * ATTN_TILE + kc + ks * 16 + 2 * qd;
@@ -330,12 +370,25 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
                 af[2] = g0 < G ? pack_bf16_exact(p0[8], p0[9]) : 0u;
                 af[1] = g0 + 8 < G ? pack_bf16_exact(p1[0], p1[1]) : 0u;
                 af[3] = g0 + 8 < G ? pack_bf16_exact(p1[8], p1[9]) : 0u;
+                if constexpr (FRAG8) {
+                    /* 16 dims a 16-byte column: o[2 bb] their even dims, o[2 bb + 1] the odd */
 #pragma unroll
-                for (int n = 0; n < NTO; n += 2) {
-                    uint32_t b[4];
-                    ldsm_x4_trans(b, vb + ks * 16 * BS + n * 16);
-                    mma_bf16(o[n], af, b[0], b[1]);
-                    mma_bf16(o[n + 1], af, b[2], b[3]);
+                    for (int bb = 0; bb < DW / 16; bb += 2) {
+                        uint32_t b[4];
+                        ldsm_x4_trans(b, vb8 + ks * 16 * RS + bb * 16);
+                        mma_bf16(o[2 * bb], af, frag8_even(b[0]), frag8_even(b[1]));
+                        mma_bf16(o[2 * bb + 1], af, frag8_odd(b[0]), frag8_odd(b[1]));
+                        mma_bf16(o[2 * bb + 2], af, frag8_even(b[2]), frag8_even(b[3]));
+                        mma_bf16(o[2 * bb + 3], af, frag8_odd(b[2]), frag8_odd(b[3]));
+                    }
+                } else {
+#pragma unroll
+                    for (int n = 0; n < NTO; n += 2) {
+                        uint32_t b[4];
+                        ldsm_x4_trans(b, vb + ks * 16 * BS + n * 16);
+                        mma_bf16(o[n], af, b[0], b[1]);
+                        mma_bf16(o[n + 1], af, b[2], b[3]);
+                    }
                 }
             }
             if constexpr (PV && KEEP)
@@ -360,6 +413,23 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
                     l_run[tid] = 0.0f;
                 }
             }
+        } else if (split_done && FRAG8) { /* o[2 bb], o[2 bb + 1]: the even and odd dims */
+#pragma unroll
+            for (int bb = 0; bb < DW / 16; bb++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int g = g0 + h * 8, d = warp * DW + bb * 16 + 4 * qd;
+                    if (g < G)
+                        *reinterpret_cast<float4 *>(
+                            part + (base + (size_t)g * max_split + split) * D + d) =
+                            make_float4(o[2 * bb][2 * h], o[2 * bb + 1][2 * h],
+                                        o[2 * bb][2 * h + 1], o[2 * bb + 1][2 * h + 1]);
+#pragma unroll
+                    for (int p = 0; p < 2; p++) {
+                        o[2 * bb + p][2 * h] = 0.0f;
+                        o[2 * bb + p][2 * h + 1] = 0.0f;
+                    }
+                }
         } else if (split_done) { /* this split's partial from the accumulators, then fresh ones */
 #pragma unroll
             for (int n = 0; n < NTO; n++)
@@ -744,12 +814,15 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 1)
     }
 }
 
-template <int D, int G, bool FP8, bool PV, bool KEEP> static int mma_smem_allow(void) {
+static int attn_fp8_frags_on = 0; /* serve.attn_fp8_frags' default */
+extern "C" void k_set_attn_fp8_frags(int on) { attn_fp8_frags_on = on ? 1 : 0; }
+
+template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR> static int mma_smem_allow(void) {
     static bool set = false;
     if (!set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<D, G, FP8, PV, KEEP>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<D, G, FP8, PV, KEEP, FR>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)mma_smem_bytes<D, G, FP8, PV, KEEP, 1>()));
+                                        (int)mma_smem_bytes<D, G, FP8, PV, KEEP, 1, FR>()));
         set = true;
     }
     return K_OK;
@@ -757,16 +830,16 @@ template <int D, int G, bool FP8, bool PV, bool KEEP> static int mma_smem_allow(
 
 /* Blocks of one instantiation's passes the card holds at once (the fewer of its two kernels'),
  * asked once, at start-up through mma_allow_both, so that no query runs inside a graph capture. */
-template <int D, int G, bool FP8, bool KEEP> static int &mma_slots_cached(void) {
+template <int D, int G, bool FP8, bool KEEP, bool FR> static int &mma_slots_cached(void) {
     static int slots = 0;
     return slots;
 }
 
-template <int D, int G, bool FP8, bool PV, bool KEEP> static int mma_blocks_per_sm(void) {
+template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR> static int mma_blocks_per_sm(void) {
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &n, attn_mma_kernel<D, G, FP8, PV, KEEP>, ATTN_THREADS,
-            mma_smem_bytes<D, G, FP8, PV, KEEP, 1>()) != cudaSuccess ||
+            &n, attn_mma_kernel<D, G, FP8, PV, KEEP, FR>, ATTN_THREADS,
+            mma_smem_bytes<D, G, FP8, PV, KEEP, 1, FR>()) != cudaSuccess ||
         n <= 0) {
         (void)cudaGetLastError(); /* the query's failure is not a launch's: assume one */
         n = 1;
@@ -774,10 +847,10 @@ template <int D, int G, bool FP8, bool PV, bool KEEP> static int mma_blocks_per_
     return n;
 }
 
-template <int D, int G, bool FP8, bool KEEP> static int mma_allow_both(void) {
-    int rc = mma_smem_allow<D, G, FP8, false, KEEP>();
-    if (rc == K_OK) rc = mma_smem_allow<D, G, FP8, true, KEEP>();
-    int &slots = mma_slots_cached<D, G, FP8, KEEP>();
+template <int D, int G, bool FP8, bool KEEP, bool FR> static int mma_allow_both_of(void) {
+    int rc = mma_smem_allow<D, G, FP8, false, KEEP, FR>();
+    if (rc == K_OK) rc = mma_smem_allow<D, G, FP8, true, KEEP, FR>();
+    int &slots = mma_slots_cached<D, G, FP8, KEEP, FR>();
     if (rc == K_OK && slots == 0) {
         int dev = 0, sms = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -786,16 +859,41 @@ template <int D, int G, bool FP8, bool KEEP> static int mma_allow_both(void) {
             (void)cudaGetLastError();
             sms = 132;
         }
-        const int a = mma_blocks_per_sm<D, G, FP8, false, KEEP>();
-        const int b = mma_blocks_per_sm<D, G, FP8, true, KEEP>();
+        const int a = mma_blocks_per_sm<D, G, FP8, false, KEEP, FR>();
+        const int b = mma_blocks_per_sm<D, G, FP8, true, KEEP, FR>();
         slots = (a < b ? a : b) * sms;
     }
     return rc;
 }
 
+/* Both forms of the e4m3 kernels (widened units, FRAG8) are set up: the switch may change after
+ * start-up (test_attn turns it). */
+template <int D, int G, bool FP8, bool KEEP> static int mma_allow_both(void) {
+    int rc = mma_allow_both_of<D, G, FP8, KEEP, false>();
+    if constexpr (FP8)
+        if (rc == K_OK) rc = mma_allow_both_of<D, G, FP8, KEEP, true>();
+    return rc;
+}
+
 template <int D, int G, bool FP8, bool KEEP> int attn_mma_slots(void) {
-    const int slots = mma_slots_cached<D, G, FP8, KEEP>();
+    const int slots = FP8 && attn_fp8_frags_on ? mma_slots_cached<D, G, FP8, KEEP, FP8>()
+                                               : mma_slots_cached<D, G, FP8, KEEP, false>();
     return slots > 0 ? slots : 132; /* before start-up's query: a block an SM */
+}
+
+template <int D, int G, bool FP8, bool KEEP, bool FR>
+static int mma_launch_both(const k_attention_args *a, dim3 grid, int max_split, int spb,
+                           float *part, float2 *ml, float *keep, unsigned *done, int row0,
+                           cudaStream_t s) {
+    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, false, KEEP, FR>, grid, ATTN_THREADS,
+                        mma_smem_bytes<D, G, FP8, false, KEEP, 1, FR>(), s, *a, row0, max_split,
+                        spb, part, ml, keep, (unsigned *)NULL));
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, true, KEEP, FR>, grid, ATTN_THREADS,
+                        mma_smem_bytes<D, G, FP8, true, KEEP, 1, FR>(), s, *a, row0, max_split, spb,
+                        part, ml, keep, done));
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
 }
 
 template <int D, int G, bool FP8, bool KEEP>
@@ -803,15 +901,12 @@ int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb
                     float2 *ml, float *keep, unsigned *done, int row0, cudaStream_t s) {
     int rc = mma_allow_both<D, G, FP8, KEEP>();
     if (rc != K_OK) return rc;
-    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, false, KEEP>, grid, ATTN_THREADS,
-                        mma_smem_bytes<D, G, FP8, false, KEEP, 1>(), s, *a, row0, max_split, spb,
-                        part, ml, keep, (unsigned *)NULL));
-    CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, true, KEEP>, grid, ATTN_THREADS,
-                        mma_smem_bytes<D, G, FP8, true, KEEP, 1>(), s, *a, row0, max_split, spb,
-                        part, ml, keep, done));
-    CUDA_CHECK(cudaGetLastError());
-    return K_OK;
+    if constexpr (FP8)
+        if (attn_fp8_frags_on)
+            return mma_launch_both<D, G, FP8, KEEP, true>(a, grid, max_split, spb, part, ml, keep,
+                                                          done, row0, s);
+    return mma_launch_both<D, G, FP8, KEEP, false>(a, grid, max_split, spb, part, ml, keep, done,
+                                                   row0, s);
 }
 
 template <int D, int G, bool FP8, bool PV, bool KEEP> static int mma_tile_smem_allow(void) {

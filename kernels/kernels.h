@@ -364,6 +364,10 @@ void k_set_attn_mma(int on);
  * a block (serve.attn_query_tiles; speed only: each row's products and order are its own block's,
  * so the same bits). Process-wide. */
 void k_set_attn_query_tiles(int rows);
+/* The e4m3 pool's tensor-core attention builds its mma operands from the staged e4m3 rows as it
+ * loads them, instead of widening each unit to bf16 rows in shared memory first
+ * (serve.attn_fp8_frags; speed only: the operands, so the bits, are the same). */
+void k_set_attn_fp8_frags(int on);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

@@ -507,6 +507,32 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
                    "(must be bit-identical), rc %d",
                    tiles_differ, 16 / (c->n_head / c->n_kv), rc);
     }
+    /* the e4m3 pool's mma operands straight from the staged rows (serve.attn_fp8_frags, the
+     * tensor-core passes only): every output bit must equal the widened units' above, at the
+     * launcher's choice, at 1 and 16 splits a block, and with the combine in a launch of its own */
+    long frags_differ = 0;
+    if (!rc && again && attn_mma && fp8) {
+        static const int fspb[] = {0, 1, 16, 0};
+        k_set_attn_fp8_frags(1);
+        for (size_t f = 0; f < sizeof fspb / sizeof fspb[0] && !rc; f++) {
+            k_attention_args fa = a;
+            fa.splits_per_block = fspb[f];
+            for (size_t i = 0; i < qn; i++)
+                again[i] = BF16_NAN;
+            if (f == 3) k_set_attn_fold(0);
+            rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&fa, NULL) | k_sync() |
+                 k_copy_to_host(again, dout, qn * 2);
+            k_set_attn_fold(1);
+            for (size_t i = 0; i < qn; i++)
+                frags_differ += again[i] != out[i];
+        }
+        k_set_attn_fp8_frags(0);
+        snprintf(sgate, sizeof sgate, "%s fp8 fragments", gate);
+        TEST_CHECK(sgate, rc == 0 && frags_differ == 0,
+                   "%ld output elements differ between e4m3 operands built as loaded and units "
+                   "widened first, over 4 launches (must be bit-identical), rc %d",
+                   frags_differ, rc);
+    }
     free(again);
     snprintf(sgate, sizeof sgate, "%s cluster", gate);
     TEST_CHECK(sgate, rc == 0 && cluster_differ == 0,
@@ -744,8 +770,10 @@ int main(void) {
      * case also runs without them */
     k_set_attn_fold(1);
     k_set_attn_cluster_rows(CLUSTER_ROWS);
-    /* each case's own launch takes a block per row; its `query tiles` gate turns the tiles on */
+    /* each case's own launch takes a block per row and widens e4m3 units; its `query tiles`
+     * and `fp8 fragments` gates turn the others on */
     k_set_attn_query_tiles(0);
+    k_set_attn_fp8_frags(0);
     /* else every `cluster` gate below would compare the split kernels with themselves */
     TEST_CHECK("attn_cluster_available", k_attn_cluster_available() == 1,
                "the card refused clusters of 16 blocks for the cluster kernel (the launcher falls "

@@ -20,7 +20,8 @@ struct shape {
 
 int main(void) {
     /* decode at ~1,024 keys: 16 splits a windowed row (1,024-key window, 64-key tiles), 17 a
-     * global one; pairs = rows x KV heads (the 26B-A4B 8 windowed and 2 global, the 31B 16 and 4) */
+     * global one; pairs = rows x KV heads (the 26B-A4B 8 windowed and 2 global, the 31B 16 and 4)
+     */
     static const struct shape shapes[] = {
         {"26B-A4B 16 rows, windowed", 16, 16 * 8, MMA_SLOTS_256, WINDOW_WAVES, 2},
         {"26B-A4B 16 rows, global", 17, 16 * 2, MMA_SLOTS_512, GLOBAL_WAVES, 2},
