@@ -10,6 +10,7 @@
 #ifndef G4_ATTN_COMMON_CUH
 #define G4_ATTN_COMMON_CUH
 
+#include "kernels/cp_async.cuh"
 #include "kernels/bf16.cuh"
 #include "kernels/common.cuh"
 #include "kernels/kv_offset.h"
@@ -566,19 +567,6 @@ static __device__ __forceinline__ void start_stats_block(const float2 *ml, int m
         m_run[tid] = -INFINITY;
         l_run[tid] = 0.0f;
     }
-}
-
-/* ---- cp.async: the shared-memory tile kernels' copies (attn_window.cu, attn_mma.cu) ---- */
-
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-static __device__ __forceinline__ void cp_async_wait_one() { /* all but the newest group */
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
 }
 
 /* ---- the combine, alone or folded into the P.V pass ---- */

@@ -386,11 +386,12 @@ void k_set_moe_bucket_in_up(int on);
  * per_expert_scale before it waits on the kernel before it: a model constant no kernel of the
  * step writes. Process-wide, read at each call. */
 void k_set_moe_route_lanes(int on);
-/* On: a k_moe_experts call of more than 128 items (prefill) on the tensor-core path runs its
- * projections with 4 tiles of 16 items a warp, each weight fragment loaded once for all of them
- * (serve.moe_prefill_tiles, default on; speed only: every output's mma sequence is the same).
+/* 1: a k_moe_experts call of more than 128 items (prefill) on the tensor-core path runs its
+ * projections with 4 tiles of 16 items a warp, each weight fragment loaded once for all of them;
+ * 2: through blocks that stage 128 items and 64 outputs in shared memory; 0: neither
+ * (serve.moe_prefill_tiles, default 1; speed only: every output's mma sequence is the same).
  * Process-wide. */
-void k_set_moe_prefill_tiles(int on);
+void k_set_moe_prefill_tiles(int mode);
 
 /* Device management: 0 when a usable sm_90 device is present. A build without nvcc links
  * kernels/no_gpu.c instead, whose k_device_init says so and whose other launchers refuse. */
@@ -426,6 +427,8 @@ size_t k_attention_workspace(void);
 /* Kernel attributes the attention launchers need (the window kernels' shared memory), set once
  * at start-up before any CUDA graph capture (k_workspace_reserve calls it). GPU build only. */
 int k_attention_setup(void);
+/* Likewise the experts' staged prefill kernels' shared-memory limit. GPU build only. */
+int k_moe_setup(void);
 int k_workspace_reserve(size_t moe_bytes, size_t attn_bytes);
 
 /* CUDA events for timing named steps without synchronising between them (bench_decode). */

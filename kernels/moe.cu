@@ -24,6 +24,7 @@
  * independent of its batch mates (docs/gates.md, batch invariance): no item's arithmetic depends
  * on which other items exist, how they were grouped or in which order they were bucketed. */
 #include "kernels/common.cuh"
+#include "kernels/cp_async.cuh"
 #include "kernels/bf16.cuh"
 #include "kernels/mma.cuh"
 
@@ -694,6 +695,186 @@ __global__ static void __launch_bounds__(TILES_THREADS)
     }
 }
 
+/* ---- prefill-sized buckets through shared memory (serve.moe_prefill_tiles = 2) ----
+ *
+ * The tiles kernels above still read every item row from L2 once a warp (every 16 outputs of
+ * gate and up, or of down) and every weight row once a warp's 64 items. Here a block of 8 warps
+ * stages a tile of STAGED_BM items and STAGED_BN outputs (gate's and up's rows in the up kernel)
+ * into shared memory by cp.async, STAGED_KB 32-k blocks a stage, two stages in turn, and its
+ * warps (2 item halves x 4 output quarters) read their operands there: item rows come from L2
+ * once a block of 64 outputs (4x fewer than the tiles kernels), weight rows once a block of 128
+ * items (2x). Each lane reads the 16 bytes at k0 + 8q of its rows, exactly what mma_tiles loads
+ * from global memory (zero for padding rows and outputs past the end), and every (item tile,
+ * output tile) pair gets mma_tiles' mmas in its order, so every output is the same bits
+ * (test_moe's `moe_prefill_staged` gates). A stage's rows are 64 bytes (one 32-k block), so the
+ * 8 lanes of a 16-byte load phase read two whole consecutive rows: no bank conflicts. */
+#define STAGED_THREADS 256            /* 8 warps */
+#define STAGED_BM (2 * 16 * TILES_MT) /* items a block: two warps' TILES_MT tiles of 16 */
+#define STAGED_BN (4 * 8 * TILES_NT)  /* outputs a block: four warps' TILES_NT tiles of 8 */
+#define STAGED_KB 2                   /* 32-k blocks a stage */
+#define STAGED_A_BYTES (STAGED_KB * STAGED_BM * 64)
+template <bool UP> static __host__ __device__ constexpr int staged_weight_rows() {
+    return UP ? 2 * STAGED_BN : STAGED_BN; /* gate's rows, then up's */
+}
+template <bool UP> static __host__ __device__ constexpr int staged_stage_bytes() {
+    return STAGED_A_BYTES + STAGED_KB * staged_weight_rows<UP>() * 64;
+}
+template <bool UP> static __host__ __device__ constexpr size_t staged_smem_bytes() {
+    return 2 * (size_t)staged_stage_bytes<UP>();
+}
+
+/* UP: gate|up of x's rows into h (GeGLU), as moe_up_tiles_kernel; else h's rows through down
+ * into ys, as moe_down_tiles_kernel. */
+template <bool UP>
+__global__ static void __launch_bounds__(STAGED_THREADS, 2)
+    moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                      const int32_t *n_active, bf16_t *h, float *ys) {
+    K_GRID_DEPENDENCY();
+    if ((int)blockIdx.y >= *n_active) return;
+    const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
+              n = active[3 * blockIdx.y + 2];
+    const int dm = a.d_model, de = a.d_expert;
+    const int n_out = UP ? de : dm, k = UP ? dm : de; /* k % 32 == 0 (the tensor-core path) */
+    constexpr int NB = UP ? 2 * TILES_NT : TILES_NT;  /* weight tiles a warp */
+    constexpr int BR = staged_weight_rows<UP>();
+    constexpr int STAGE = staged_stage_bytes<UP>();
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, q = lane & 3;
+    const int wm = warp / 4, wn = warp % 4; /* the warp's item half and output quarter */
+    const int ob = blockIdx.x * STAGED_BN;  /* the block's first output */
+    if (ob >= n_out) return;                /* block-uniform */
+    const bf16_t *wbase = UP ? a.gate_up + (size_t)e * 2 * (size_t)de * (size_t)dm
+                             : a.down + (size_t)e * (size_t)dm * (size_t)de;
+    extern __shared__ __align__(16) unsigned char staged_smem[];
+    __shared__ const bf16_t *s_row[STAGED_BM]; /* the tile's input rows; NULL: padding */
+    __shared__ int s_item[STAGED_BM];          /* their item ids; -1: padding */
+    const int nkb = k / 32, n_chunks = (nkb + STAGED_KB - 1) / STAGED_KB;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+
+    /* chunk c's 32-k blocks of the item rows and the weight rows into stage c % 2, then a group
+     * (an empty one past the last chunk, so that waiting on all but the newest still works) */
+    auto issue = [&](int c) {
+        if (c < n_chunks) {
+            unsigned char *st = staged_smem + (c % 2) * STAGE;
+            for (int x = tid; x < STAGED_KB * STAGED_BM * 4; x += STAGED_THREADS) {
+                const int kb = x / (STAGED_BM * 4), row = x / 4 % STAGED_BM, part = x % 4;
+                const int kk = (c * STAGED_KB + kb) * 32 + part * 8;
+                unsigned char *dst = st + (kb * STAGED_BM + row) * 64 + part * 16;
+                const bf16_t *src = s_row[row];
+                if (src && kk < k)
+                    cp_async16(dst, src + kk);
+                else
+                    *reinterpret_cast<uint4 *>(dst) = zero;
+            }
+            for (int x = tid; x < STAGED_KB * BR * 4; x += STAGED_THREADS) {
+                const int kb = x / (BR * 4), row = x / 4 % BR, part = x % 4;
+                const int kk = (c * STAGED_KB + kb) * 32 + part * 8;
+                const int o = ob + row % STAGED_BN; /* up's rows follow gate's */
+                unsigned char *dst = st + STAGED_A_BYTES + (kb * BR + row) * 64 + part * 16;
+                if (o < n_out && kk < k)
+                    cp_async16(dst, wbase +
+                                        ((UP && row >= STAGED_BN ? (size_t)de : 0) + (size_t)o) *
+                                            (size_t)k +
+                                        kk);
+                else
+                    *reinterpret_cast<uint4 *>(dst) = zero;
+            }
+        }
+        cp_async_commit();
+    };
+
+    for (int r0 = 0; r0 < n; r0 += STAGED_BM) {
+        if (r0 > 0) __syncthreads(); /* the last tile's s_row, s_item and epilogue reads */
+        for (int j = tid; j < STAGED_BM; j += STAGED_THREADS) {
+            const int item = r0 + j < n ? list[first + r0 + j] : -1;
+            s_item[j] = item;
+            s_row[j] = item < 0 ? NULL
+                       : UP     ? a.x + (size_t)(item / a.top_k) * (size_t)dm
+                                : h + (size_t)item * (size_t)de;
+        }
+        __syncthreads();
+        float acc[TILES_MT][NB][4];
+#pragma unroll
+        for (int i = 0; i < TILES_MT; i++)
+#pragma unroll
+            for (int t = 0; t < NB; t++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    acc[i][t][j] = 0.0f;
+        issue(0);
+        for (int c = 0; c < n_chunks; c++) {
+            issue(c + 1);        /* into the stage the previous chunk used */
+            cp_async_wait_one(); /* this thread's copies of chunk c have landed */
+            __syncthreads();     /* everyone's */
+            const unsigned char *st = staged_smem + (c % 2) * STAGE;
+#pragma unroll 1 /* unrolled, the next block's operands came early and spilled */
+            for (int kb = 0; kb < STAGED_KB; kb++) {
+                if (c * STAGED_KB + kb >= nkb) break; /* block-uniform */
+                uint4 av[TILES_MT], a8v[TILES_MT];
+#pragma unroll
+                for (int i = 0; i < TILES_MT; i++) {
+                    const int row = wm * 16 * TILES_MT + 16 * i + g;
+                    av[i] =
+                        *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row) * 64 + q * 16);
+                    a8v[i] = *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row + 8) * 64 +
+                                                              q * 16);
+                }
+                /* a weight tile at a time (the registers for two blocks an SM); each
+                 * accumulator still gets this k block's two mmas, in order */
+#pragma unroll
+                for (int t = 0; t < NB; t++) { /* gate's tiles, then up's (UP) */
+                    const int row = (t >= TILES_NT ? STAGED_BN : 0) + wn * 8 * TILES_NT +
+                                    8 * (t % TILES_NT) + g;
+                    const uint4 bv = *reinterpret_cast<const uint4 *>(
+                        st + STAGED_A_BYTES + (kb * BR + row) * 64 + q * 16);
+#pragma unroll
+                    for (int i = 0; i < TILES_MT; i++) {
+                        mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
+                        mma_16816(acc[i][t], av[i].z, a8v[i].z, av[i].w, a8v[i].w, bv.z, bv.w);
+                    }
+                }
+            }
+            __syncthreads(); /* the stage is read before the next issue overwrites it */
+        }
+#pragma unroll
+        for (int i = 0; i < TILES_MT; i++) {
+            const int row = wm * 16 * TILES_MT + 16 * i + g;
+            const int ilo = s_item[row], ihi = s_item[row + 8];
+#pragma unroll
+            for (int t = 0; t < TILES_NT; t++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const int item = j < 2 ? ilo : ihi;
+                    const int o = ob + wn * 8 * TILES_NT + 8 * t + 2 * q + (j & 1);
+                    if (item < 0 || o >= n_out) continue;
+                    if constexpr (UP)
+                        h[(size_t)item * (size_t)de + (size_t)o] =
+                            k_f32_to_bf16(k_round_bf16(k_gelu_tanh(k_round_bf16(acc[i][t][j]))) *
+                                          k_round_bf16(acc[i][TILES_NT + t][j]));
+                    else
+                        ys[(size_t)item * (size_t)dm + (size_t)o] = k_round_bf16(acc[i][t][j]);
+                }
+        }
+    }
+}
+
+/* The staged kernels' shared-memory limit (64 KB for up, 48 KB for down), raised once: at
+ * start-up (k_moe_setup, before any graph capture) and, for callers that skip it (the tests),
+ * before the first launch. */
+static int staged_allow(void) {
+    static bool set = false;
+    if (!set) {
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<true>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<false>()));
+        set = true;
+    }
+    return K_OK;
+}
+extern "C" int k_moe_setup(void) { return staged_allow(); }
+
 /* out[r, t] = bf(sum_k ys[r*top_k + k, t] * w[r, k]) in rank order. Grid: (rows, d_model tiles
  * of COMBINE_THREADS), one output per thread. The row's ids and weights go to shared memory
  * first, then every thread issues its top_k loads before the first add, so a block waits on one
@@ -733,7 +914,9 @@ __global__ static void __launch_bounds__(COMBINE_THREADS)
 static int bucket_in_up = 1; /* serve.moe_bucket_in_up's default */
 extern "C" void k_set_moe_bucket_in_up(int on) { bucket_in_up = on ? 1 : 0; }
 static int prefill_tiles = 1; /* serve.moe_prefill_tiles' default */
-extern "C" void k_set_moe_prefill_tiles(int on) { prefill_tiles = on ? 1 : 0; }
+extern "C" void k_set_moe_prefill_tiles(int mode) {
+    prefill_tiles = mode >= 2 ? 2 : mode > 0 ? 1 : 0;
+}
 static int route_lanes = 1; /* serve.moe_route_lanes' default */
 extern "C" void k_set_moe_route_lanes(int on) { route_lanes = on ? 1 : 0; }
 
@@ -797,7 +980,18 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
                             a->n_expert, list, active, n_active));
         CUDA_CHECK(cudaGetLastError());
     }
-    if (tensor_cores && prefill_tiles && items > INBLOCK_MAX_ITEMS) {
+    if (tensor_cores && prefill_tiles == 2 && items > INBLOCK_MAX_ITEMS) {
+        rc = staged_allow();
+        if (rc != K_OK) return rc;
+        dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);
+        CUDA_CHECK(k_launch(moe_staged_kernel<true>, up, STAGED_THREADS, staged_smem_bytes<true>(),
+                            s, *a, list, active, n_active, h, (float *)NULL));
+        CUDA_CHECK(cudaGetLastError());
+        dim3 down((unsigned)((a->d_model + STAGED_BN - 1) / STAGED_BN), slots);
+        CUDA_CHECK(k_launch(moe_staged_kernel<false>, down, STAGED_THREADS,
+                            staged_smem_bytes<false>(), s, *a, list, active, n_active, h, ys));
+        CUDA_CHECK(cudaGetLastError());
+    } else if (tensor_cores && prefill_tiles && items > INBLOCK_MAX_ITEMS) {
         dim3 up((unsigned)((a->d_expert + TILES_OUTS - 1) / TILES_OUTS), slots);
         CUDA_CHECK(
             k_launch(moe_up_tiles_kernel, up, TILES_THREADS, 0, s, *a, list, active, n_active, h));

@@ -25,7 +25,8 @@
  * - wide_loads: the decode kernels' wider load groups against the narrow ones, byte for byte
  *   (the same mma operands in the same order; check_switch).
  * - moe_prefill_tiles: the prefill kernels of 4 item tiles a warp against the per-16-item
- *   kernels, byte for byte (every output the same mma sequence), bad ids included.
+ *   kernels, byte for byte (every output the same mma sequence), bad ids included; and
+ *   moe_prefill_staged, the kernels that stage items and weights in shared memory, likewise.
  * - moe_route_lanes: the router's lanes form against moe_route_kernel, ids and weights byte
  *   for byte (the same operations in the same order), on the gate's logits and on a copy with
  *   NaN and infinite logits in some rows.
@@ -292,7 +293,8 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
  * - moe_bucket_in_up, where it applies (the tensor-core path, at most 128 items): the up
  *   kernel's own buckets against the bucket kernel's;
  * - moe_prefill_tiles, where it applies (the tensor-core path, more than 128 items): 4 item
- *   tiles a warp against the per-16-item kernels;
+ *   tiles a warp against the per-16-item kernels, and (at 2) the blocks that stage 128 items and
+ *   64 outputs in shared memory against them;
  * - wide_loads, where it applies (the tensor-core path, at most 8 items: each expert's bucket
  *   one tile whose hi rows are padding), with the up kernel's buckets and with the bucket
  *   kernel's: the k loop's wider load groups (mma_rows_lo) against mma_rows. */
@@ -377,9 +379,12 @@ static void run_shape(const shape *s, uint64_t seed) {
         if (mma && nk <= 128) /* where the up kernel may bucket its items */
             check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w, (switches){0, 0, 0},
                          (switches){1, 0, 0});
-        if (mma && nk > 128) /* prefill-sized calls */
+        if (mma && nk > 128) { /* prefill-sized calls */
             check_switch("moe_prefill_tiles", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
                          (switches){1, 1, 0});
+            check_switch("moe_prefill_staged", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
+                         (switches){1, 2, 0});
+        }
         if (mma && nk <= 8) { /* one decode row: where serve.wide_loads applies */
             check_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
                          (switches){1, 0, 1});
@@ -440,13 +445,11 @@ int main(void) {
     /* the 26B-A4B (with 160 rows: ~10 items an expert, a few experts past one 16-item tile at
      * the long k), the tiny fixture (with 200 rows: ~50 items an expert, so the tensor-core
      * path's tiles run full, partial and several to an expert), the 26B-A4B's routing with a
-     * narrow expert, and d_experts that are no multiple of 32 (the CUDA-core path, at a short
-     * and at the real k) */
-    const shape shapes[] = {{128, 8, 2816, 704, 160},
-                            {16, 4, 64, 32, 200},
-                            {128, 8, 2816, 64, 0},
-                            {16, 4, 64, 40, 200},
-                            {128, 8, 2816, 712, 0}};
+     * narrow expert, d_experts that are no multiple of 32 (the CUDA-core path, at a short
+     * and at the real k), and the tiny fixture at 700 rows (~175 items an expert: the staged
+     * prefill kernels' 128-item tiles, two to an expert, the second partial) */
+    const shape shapes[] = {{128, 8, 2816, 704, 160}, {16, 4, 64, 32, 200},   {128, 8, 2816, 64, 0},
+                            {16, 4, 64, 40, 200},     {128, 8, 2816, 712, 0}, {16, 4, 64, 32, 700}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape(&shapes[i], 4321 + i);
     run_route_shapes(8765);
