@@ -103,7 +103,7 @@ static __device__ __forceinline__ uint4 widen_e4m3x8(uint2 w) {
 }
 
 /* Two e4m3 values (the lower address in the low byte) as a bf16 pair, exactly as widen_e4m3x8
- * gives them: the register an ldmatrix of the widened rows would have loaded. */
+ * gives them: for keys, the register an ldmatrix of the widened rows would have loaded. */
 static __device__ __forceinline__ uint32_t widen_e4m3x2(uint32_t w) {
     __half2_raw c = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3);
     const float2 f = __half22float2(*reinterpret_cast<__half2 *>(&c));
@@ -126,8 +126,10 @@ static __device__ __forceinline__ uint32_t frag8_odd(uint32_t m) {
  * (part per split; the combine folded where done is set). Arguments as attn_split_kernel's.
  * FRAG8 (the e4m3 pool, serve.attn_fp8_frags): the mmas' key and value operands are converted
  * from the staged e4m3 rows as they are loaded, not widened into a bf16 unit first: no widening
- * pass, no barrier after it, no widened unit in shared memory (more blocks an SM); the
- * operands, so the bits, are the same. */
+ * pass, no barrier after it, no widened unit in shared memory (more blocks an SM). The keys'
+ * operand registers are the widened path's; the values' are spread over other n tiles (even and
+ * odd dims), but each dim's mma column gets the same values in the same k slots, and a column's
+ * sums depend only on its own operands, so the bits are the same (test_attn's gates). */
 template <int D, int G, bool FP8, bool PV, bool KEEP, bool FRAG8 = false>
 static __global__ void __launch_bounds__(ATTN_THREADS)
     attn_mma_kernel(k_attention_args a, int row0, int max_split, int spb, float *part, float2 *ml,
