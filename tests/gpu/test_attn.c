@@ -584,7 +584,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
            per_row = (size_t)c->n_head * (size_t)c->d;
     size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
            rb = sizeof(int32_t) * (size_t)n_rows;
-    bf16_t *q = malloc(qn * 2), *out[3] = {malloc(qn * 2), malloc(qn * 2), malloc(qn * 2)};
+    bf16_t *q = malloc(qn * 2),
+           *out[4] = {malloc(qn * 2), malloc(qn * 2), malloc(qn * 2), malloc(qn * 2)};
     bf16_t *kv = malloc(s.elems * 2);
     int32_t *tables = malloc(tb);
     fill_uniform(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
@@ -599,8 +600,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
     void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
     void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
     void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
-    int setup = !q || !out[0] || !out[1] || !out[2] || !kv || !tables || !dq || !dout || !dkv ||
-                !dt || !dpos || !dseq;
+    int setup = !q || !out[0] || !out[1] || !out[2] || !out[3] || !kv || !tables || !dq || !dout ||
+                !dkv || !dt || !dpos || !dseq;
     if (!setup)
         setup = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv, kv_bytes) |
                 k_copy_to_device(dpos, row_pos, rb) | k_copy_to_device(dseq, row_seq, rb);
@@ -632,20 +633,25 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
                                  cluster of 11 blocks), where the row at 3,000 has 24 or 16 */
                               .max_pos = kase == 1 ? (window ? 700 : 500) : 0};
         a.kv.elem_bytes = fp8 ? 1 : 2;
-        /* f: 0 the combine's own launch, 1 folded, 2 the cluster kernel where it applies */
-        for (int f = 0; f < 3 && !rc; f++) {
+        /* f: 0 the combine's own launch, 1 folded, 2 the cluster kernel where it applies, 3
+         * (e4m3) folded with the mma operands built as loaded (serve.attn_fp8_frags, which only
+         * the tensor-core passes read) */
+        const int nf = fp8 ? 4 : 3;
+        for (int f = 0; f < nf && !rc; f++) {
             for (size_t i = 0; i < qn; i++)
                 out[f][i] = poison;
             k_set_attn_fold(f > 0);
             k_set_attn_cluster_rows(f == 2 ? CLUSTER_ROWS : 0);
+            k_set_attn_fp8_frags(f == 3);
             rc = k_copy_to_device(dout, out[f], qn * 2) | k_attention(&a, NULL) | k_sync() |
                  k_copy_to_host(out[f], dout, qn * 2);
         }
         k_set_attn_fold(1);
         k_set_attn_cluster_rows(CLUSTER_ROWS);
+        k_set_attn_fp8_frags(0);
         long differ = 0, named_number = 0, other_bad = 0;
         for (size_t i = 0; i < qn && !rc; i++)
-            for (int f = 1; f < 3; f++) {
+            for (int f = 1; f < nf; f++) {
                 differ += out[0][i] != out[f][i];
                 const float v = ref_bf16_to_f32(out[f][i]);
                 const int row = (int)(i / per_row);
@@ -659,7 +665,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
                  tag_of(c, tag, sizeof tag), window, fp8 ? " e4m3" : "", names[kase]);
         TEST_CHECK(gate,
                    rc == 0 && named >= 0 && differ == 0 && named_number == 0 && other_bad == 0,
-                   "%ld elements differ folded or clustered vs own launch (must be bit-identical); "
+                   "%ld elements differ folded, clustered or (e4m3) with the operands built as "
+                   "loaded vs own launch (must be bit-identical); "
                    "row %d and "
                    "the padding row: %ld elements not NaN (must all be); other rows: %ld NaN or "
                    "unwritten; rc %d",
@@ -675,6 +682,7 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
     free(out[0]);
     free(out[1]);
     free(out[2]);
+    free(out[3]);
     free(kv);
     free(tables);
     free(s.tables);
