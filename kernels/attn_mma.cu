@@ -816,7 +816,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 1)
     }
 }
 
-static int attn_fp8_frags_on = 0; /* serve.attn_fp8_frags' default */
+static int attn_fp8_frags_on = 1; /* serve.attn_fp8_frags' default */
 extern "C" void k_set_attn_fp8_frags(int on) { attn_fp8_frags_on = on ? 1 : 0; }
 
 template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR> static int mma_smem_allow(void) {

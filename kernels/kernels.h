@@ -366,7 +366,7 @@ void k_set_attn_mma(int on);
 void k_set_attn_query_tiles(int rows);
 /* The e4m3 pool's tensor-core attention builds its mma operands from the staged e4m3 rows as it
  * loads them, instead of widening each unit to bf16 rows in shared memory first
- * (serve.attn_fp8_frags; speed only: the operands, so the bits, are the same). */
+ * (serve.attn_fp8_frags, default on; speed only: the operands, so the bits, are the same). */
 void k_set_attn_fp8_frags(int on);
 
 /* kernels/sample.cu: the greedy token on the device */
@@ -389,7 +389,7 @@ void k_set_moe_route_lanes(int on);
 /* 1: a k_moe_experts call of more than 128 items (prefill) on the tensor-core path runs its
  * projections with 4 tiles of 16 items a warp, each weight fragment loaded once for all of them;
  * 2: through blocks that stage 128 items and 64 outputs in shared memory; 0: neither
- * (serve.moe_prefill_tiles, default 1; speed only: every output's mma sequence is the same).
+ * (serve.moe_prefill_tiles, default 2; speed only: every output's mma sequence is the same).
  * Process-wide. */
 void k_set_moe_prefill_tiles(int mode);
 

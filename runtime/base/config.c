@@ -151,14 +151,14 @@ void config_defaults(g4_config *c) {
     c->serve.attn_fold = 1;         /* measured on the H200 (docs/configuration.md) */
     c->serve.moe_bucket_in_up = 1;  /* measured faster (docs/configuration.md) */
     c->serve.attn_cluster_rows = 0; /* measured no faster (docs/configuration.md) */
-    c->serve.moe_prefill_tiles = 1; /* measured faster (docs/configuration.md) */
+    c->serve.moe_prefill_tiles = 2; /* measured faster (docs/configuration.md) */
     c->serve.row_chain = 3;         /* measured faster (docs/configuration.md) */
     c->serve.moe_route_lanes = 1;   /* measured faster (docs/configuration.md) */
     c->serve.wide_loads = 1;        /* measured faster (docs/configuration.md) */
     c->serve.early_weights = 0;     /* measured no faster (docs/configuration.md) */
     c->serve.attn_mma = 1;          /* measured faster (docs/configuration.md) */
     c->serve.attn_query_tiles = 64; /* prefill-sized launches (docs/configuration.md) */
-    c->serve.attn_fp8_frags = 0;    /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.attn_fp8_frags = 1;    /* measured faster (docs/configuration.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
     c->serve.text_max_tokens = 512;

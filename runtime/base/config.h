@@ -50,14 +50,14 @@ typedef struct g4_config {
         int attn_fold;         /* 0/1, default 1: attention's combine in its P.V pass; speed only */
         int moe_bucket_in_up;  /* 0/1, default 1: experts bucketed in the up kernel; speed only */
         int attn_cluster_rows; /* 0..65535, default 0: one-launch attention up to these rows */
-        int moe_prefill_tiles; /* 0..2, default 1: prefill experts in item tiles (2: staged) */
+        int moe_prefill_tiles; /* 0..2, default 2: prefill experts staged (1: item tiles) */
         int row_chain;         /* 0..3, default 3: row ops in the compact chain kernel */
         int moe_route_lanes;   /* 0/1, default 1: the router kernel's lanes form */
         int wide_loads;        /* 0/1, default 1: decode k loops in wider load groups */
         int early_weights;     /* 0/1, default 0: decode weights loaded before the wait */
         int attn_mma;          /* 0/1, default 1: attention's products on tensor cores */
         int attn_query_tiles;  /* 0..65535, default 64: launches of these rows share key loads */
-        int attn_fp8_frags;    /* 0/1, default 0: e4m3 keys into mma operands without widening */
+        int attn_fp8_frags;    /* 0/1, default 1: e4m3 keys into mma operands without widening */
         int attn_splits_per_block; /* 0..16, default 0 (the launcher's choice): speed only */
         int sample_threads;        /* 0..256, default 0 (a thread per CPU): host draws */
         int text_max_tokens;       /* --text's answer limit, 1..1000000, default 512 */
