@@ -30,8 +30,14 @@
 #define MMA_SLOTS 3  /* key offsets: in use, landing, and being looked up */
 
 /* Keys a unit holds: a 64-key tile at head dim 256, half of one at 512 (so a stage is ~33 KB
- * either way and three blocks of the windowed layers fit an SM). */
-template <int D> static __host__ __device__ constexpr int mma_chunk() { return D == 256 ? 64 : 32; }
+ * either way and three blocks of the windowed layers fit an SM). HALF (serve.attn_half_units,
+ * bf16 rows of head dim 256): half a tile there too, so a block holds ~35 KB instead of ~69 and
+ * the card holds 5 blocks an SM (by registers) instead of 3. A unit's size moves no bit: scores
+ * are per key, the statistics per 64-key tile, and P.V adds 16 keys a step in key order into
+ * accumulators that live across units. */
+template <int D, bool HALF = false> static __host__ __device__ constexpr int mma_chunk() {
+    return D == 256 && !HALF ? 64 : 32;
+}
 /* A bf16 key row's stride in shared memory: 16 bytes over the row, so the 8 rows an ldmatrix
  * reads start 4 banks apart and do not conflict. */
 template <int D> static __host__ __device__ constexpr int mma_bf_stride() { return D * 2 + 16; }
@@ -45,10 +51,10 @@ template <int D> static __host__ __device__ constexpr int mma_q_stride() { retur
 
 /* Dynamic shared memory: the stages, the widened unit (e4m3 without FRAG8), the queries (passes
  * that score), then the tile's scores or weights ps[R x G][ATTN_TILE] (R rows a block). */
-template <int D, int G, bool FP8, bool PV, bool KEEP, int R, bool FRAG8 = false>
+template <int D, int G, bool FP8, bool PV, bool KEEP, int R, bool FRAG8 = false, bool HALF = false>
 static __host__ __device__ constexpr size_t mma_smem_bytes() {
-    return (size_t)MMA_STAGES * mma_chunk<D>() * mma_stage_stride<D, FP8>() +
-           (FP8 && !FRAG8 ? (size_t)mma_chunk<D>() * mma_bf_stride<D>() : 0) +
+    return (size_t)MMA_STAGES * mma_chunk<D, HALF>() * mma_stage_stride<D, FP8>() +
+           (FP8 && !FRAG8 ? (size_t)mma_chunk<D, HALF>() * mma_bf_stride<D>() : 0) +
            (PV && KEEP ? 0 : (size_t)R * G * mma_q_stride<D>() * 2) +
            sizeof(float) * R * G * ATTN_TILE;
 }
@@ -130,7 +136,7 @@ static __device__ __forceinline__ uint32_t frag8_odd(uint32_t m) {
  * operand registers are the widened path's; the values' are spread over other n tiles (even and
  * odd dims), but each dim's mma column gets the same values in the same k slots, and a column's
  * sums depend only on its own operands, so the bits are the same (test_attn's gates). */
-template <int D, int G, bool FP8, bool PV, bool KEEP, bool FRAG8 = false>
+template <int D, int G, bool FP8, bool PV, bool KEEP, bool FRAG8 = false, bool HALF = false>
 static __global__ void __launch_bounds__(ATTN_THREADS)
     attn_mma_kernel(k_attention_args a, int row0, int max_split, int spb, float *part, float2 *ml,
                     float *keep, unsigned *done) {
@@ -139,7 +145,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     static_assert(FP8 || !FRAG8, "operands from e4m3 rows: the e4m3 pool");
     constexpr bool WIDEN = FP8 && !FRAG8; /* the unit widened to bf16 rows first */
     static_assert(!KEEP || D == 256, "kept scores: windowed layers of head dim 256");
-    constexpr int CK = mma_chunk<D>();
+    static_assert(!HALF || (D == 256 && !FP8), "half units: bf16 rows of head dim 256");
+    constexpr int CK = mma_chunk<D, HALF>();
     constexpr int CPT = ATTN_TILE / CK;            /* units of a tile */
     constexpr bool SCORES = !(PV && KEEP);         /* the pass computes scores from K */
     constexpr int UPC = SCORES && PV ? 2 : 1;      /* units a chunk: K, then V */
@@ -818,13 +825,19 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 1)
 
 static int attn_fp8_frags_on = 1; /* serve.attn_fp8_frags' default */
 extern "C" void k_set_attn_fp8_frags(int on) { attn_fp8_frags_on = on ? 1 : 0; }
+static int attn_half_units_on = 0; /* serve.attn_half_units' default */
+extern "C" void k_set_attn_half_units(int on) { attn_half_units_on = on ? 1 : 0; }
 
-template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR> static int mma_smem_allow(void) {
+/* The one-row passes' forms (HF: HALF), beside the e4m3 pool's FR. */
+template <int D, bool FP8> static constexpr bool mma_has_half(void) { return D == 256 && !FP8; }
+
+template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR, bool HF = false>
+static int mma_smem_allow(void) {
     static bool set = false;
     if (!set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<D, G, FP8, PV, KEEP, FR>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<D, G, FP8, PV, KEEP, FR, HF>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)mma_smem_bytes<D, G, FP8, PV, KEEP, 1, FR>()));
+                                        (int)mma_smem_bytes<D, G, FP8, PV, KEEP, 1, FR, HF>()));
         set = true;
     }
     return K_OK;
@@ -832,16 +845,18 @@ template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR> static int mma_sm
 
 /* Blocks of one instantiation's passes the card holds at once (the fewer of its two kernels'),
  * asked once, at start-up through mma_allow_both, so that no query runs inside a graph capture. */
-template <int D, int G, bool FP8, bool KEEP, bool FR> static int &mma_slots_cached(void) {
+template <int D, int G, bool FP8, bool KEEP, bool FR, bool HF = false>
+static int &mma_slots_cached(void) {
     static int slots = 0;
     return slots;
 }
 
-template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR> static int mma_blocks_per_sm(void) {
+template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR, bool HF>
+static int mma_blocks_per_sm(void) {
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &n, attn_mma_kernel<D, G, FP8, PV, KEEP, FR>, ATTN_THREADS,
-            mma_smem_bytes<D, G, FP8, PV, KEEP, 1, FR>()) != cudaSuccess ||
+            &n, attn_mma_kernel<D, G, FP8, PV, KEEP, FR, HF>, ATTN_THREADS,
+            mma_smem_bytes<D, G, FP8, PV, KEEP, 1, FR, HF>()) != cudaSuccess ||
         n <= 0) {
         (void)cudaGetLastError(); /* the query's failure is not a launch's: assume one */
         n = 1;
@@ -849,10 +864,11 @@ template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR> static int mma_bl
     return n;
 }
 
-template <int D, int G, bool FP8, bool KEEP, bool FR> static int mma_allow_both_of(void) {
-    int rc = mma_smem_allow<D, G, FP8, false, KEEP, FR>();
-    if (rc == K_OK) rc = mma_smem_allow<D, G, FP8, true, KEEP, FR>();
-    int &slots = mma_slots_cached<D, G, FP8, KEEP, FR>();
+template <int D, int G, bool FP8, bool KEEP, bool FR, bool HF = false>
+static int mma_allow_both_of(void) {
+    int rc = mma_smem_allow<D, G, FP8, false, KEEP, FR, HF>();
+    if (rc == K_OK) rc = mma_smem_allow<D, G, FP8, true, KEEP, FR, HF>();
+    int &slots = mma_slots_cached<D, G, FP8, KEEP, FR, HF>();
     if (rc == K_OK && slots == 0) {
         int dev = 0, sms = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -861,39 +877,44 @@ template <int D, int G, bool FP8, bool KEEP, bool FR> static int mma_allow_both_
             (void)cudaGetLastError();
             sms = 132;
         }
-        const int a = mma_blocks_per_sm<D, G, FP8, false, KEEP, FR>();
-        const int b = mma_blocks_per_sm<D, G, FP8, true, KEEP, FR>();
+        const int a = mma_blocks_per_sm<D, G, FP8, false, KEEP, FR, HF>();
+        const int b = mma_blocks_per_sm<D, G, FP8, true, KEEP, FR, HF>();
         slots = (a < b ? a : b) * sms;
     }
     return rc;
 }
 
-/* Both forms of the e4m3 kernels (widened units, FRAG8) are set up: the switch may change after
- * start-up (test_attn turns it). */
+/* Every form of an instantiation is set up (the e4m3 kernels' widened units and FRAG8, the bf16
+ * ones' full and half units): the switches may change after start-up (test_attn turns them). */
 template <int D, int G, bool FP8, bool KEEP> static int mma_allow_both(void) {
     int rc = mma_allow_both_of<D, G, FP8, KEEP, false>();
     if constexpr (FP8)
         if (rc == K_OK) rc = mma_allow_both_of<D, G, FP8, KEEP, true>();
+    if constexpr (mma_has_half<D, FP8>())
+        if (rc == K_OK) rc = mma_allow_both_of<D, G, FP8, KEEP, false, true>();
     return rc;
 }
 
 template <int D, int G, bool FP8, bool KEEP> int attn_mma_slots(void) {
-    const int slots = FP8 && attn_fp8_frags_on ? mma_slots_cached<D, G, FP8, KEEP, FP8>()
-                                               : mma_slots_cached<D, G, FP8, KEEP, false>();
+    int slots = mma_slots_cached<D, G, FP8, KEEP, false>();
+    if constexpr (FP8)
+        if (attn_fp8_frags_on) slots = mma_slots_cached<D, G, FP8, KEEP, true>();
+    if constexpr (mma_has_half<D, FP8>())
+        if (attn_half_units_on) slots = mma_slots_cached<D, G, FP8, KEEP, false, true>();
     return slots > 0 ? slots : 132; /* before start-up's query: a block an SM */
 }
 
-template <int D, int G, bool FP8, bool KEEP, bool FR>
+template <int D, int G, bool FP8, bool KEEP, bool FR, bool HF = false>
 static int mma_launch_both(const k_attention_args *a, dim3 grid, int max_split, int spb,
                            float *part, float2 *ml, float *keep, unsigned *done, int row0,
                            cudaStream_t s) {
-    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, false, KEEP, FR>, grid, ATTN_THREADS,
-                        mma_smem_bytes<D, G, FP8, false, KEEP, 1, FR>(), s, *a, row0, max_split,
+    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, false, KEEP, FR, HF>, grid, ATTN_THREADS,
+                        mma_smem_bytes<D, G, FP8, false, KEEP, 1, FR, HF>(), s, *a, row0, max_split,
                         spb, part, ml, keep, (unsigned *)NULL));
     CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, true, KEEP, FR>, grid, ATTN_THREADS,
-                        mma_smem_bytes<D, G, FP8, true, KEEP, 1, FR>(), s, *a, row0, max_split, spb,
-                        part, ml, keep, done));
+    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, true, KEEP, FR, HF>, grid, ATTN_THREADS,
+                        mma_smem_bytes<D, G, FP8, true, KEEP, 1, FR, HF>(), s, *a, row0, max_split,
+                        spb, part, ml, keep, done));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -907,6 +928,10 @@ int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb
         if (attn_fp8_frags_on)
             return mma_launch_both<D, G, FP8, KEEP, true>(a, grid, max_split, spb, part, ml, keep,
                                                           done, row0, s);
+    if constexpr (mma_has_half<D, FP8>())
+        if (attn_half_units_on)
+            return mma_launch_both<D, G, FP8, KEEP, false, true>(a, grid, max_split, spb, part, ml,
+                                                                 keep, done, row0, s);
     return mma_launch_both<D, G, FP8, KEEP, false>(a, grid, max_split, spb, part, ml, keep, done,
                                                    row0, s);
 }

@@ -368,6 +368,10 @@ void k_set_attn_query_tiles(int rows);
  * loads them, instead of widening each unit to bf16 rows in shared memory first
  * (serve.attn_fp8_frags, default on; speed only: the operands, so the bits, are the same). */
 void k_set_attn_fp8_frags(int on);
+/* The bf16 pool's one-row tensor-core passes at head dim 256 stage units of 32 keys instead of
+ * 64: half the shared memory a block, so more blocks an SM (serve.attn_half_units, default off;
+ * speed only: a unit's size moves no bit). Process-wide. */
+void k_set_attn_half_units(int on);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

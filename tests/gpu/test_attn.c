@@ -533,6 +533,32 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
                    "widened first, over 4 launches (must be bit-identical), rc %d",
                    frags_differ, rc);
     }
+    /* the bf16 pool's units of 32 keys at head dim 256 (serve.attn_half_units, the tensor-core
+     * passes only): every output bit must equal the 64-key units' above, at the launcher's
+     * choice, at 1 and 16 splits a block, and with the combine in a launch of its own */
+    long half_differ = 0;
+    if (!rc && again && attn_mma && !fp8 && c->d == 256) {
+        static const int hspb[] = {0, 1, 16, 0};
+        k_set_attn_half_units(1);
+        for (size_t f = 0; f < sizeof hspb / sizeof hspb[0] && !rc; f++) {
+            k_attention_args ha = a;
+            ha.splits_per_block = hspb[f];
+            for (size_t i = 0; i < qn; i++)
+                again[i] = BF16_NAN;
+            if (f == 3) k_set_attn_fold(0);
+            rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&ha, NULL) | k_sync() |
+                 k_copy_to_host(again, dout, qn * 2);
+            k_set_attn_fold(1);
+            for (size_t i = 0; i < qn; i++)
+                half_differ += again[i] != out[i];
+        }
+        k_set_attn_half_units(0);
+        snprintf(sgate, sizeof sgate, "%s half units", gate);
+        TEST_CHECK(sgate, rc == 0 && half_differ == 0,
+                   "%ld output elements differ between units of 32 keys and of 64, over 4 "
+                   "launches (must be bit-identical), rc %d",
+                   half_differ, rc);
+    }
     free(again);
     snprintf(sgate, sizeof sgate, "%s cluster", gate);
     TEST_CHECK(sgate, rc == 0 && cluster_differ == 0,
@@ -634,21 +660,24 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
                               .max_pos = kase == 1 ? (window ? 700 : 500) : 0};
         a.kv.elem_bytes = fp8 ? 1 : 2;
         /* f: 0 the combine's own launch, 1 folded, 2 the cluster kernel where it applies, 3
-         * (e4m3) folded with the mma operands built as loaded (serve.attn_fp8_frags, which only
-         * the tensor-core passes read) */
-        const int nf = fp8 ? 4 : 3;
+         * folded with the mma operands built as loaded (e4m3: serve.attn_fp8_frags) or with
+         * units of 32 keys (bf16: serve.attn_half_units; head dim 256 only), which only the
+         * tensor-core passes read */
+        const int nf = 4;
         for (int f = 0; f < nf && !rc; f++) {
             for (size_t i = 0; i < qn; i++)
                 out[f][i] = poison;
             k_set_attn_fold(f > 0);
             k_set_attn_cluster_rows(f == 2 ? CLUSTER_ROWS : 0);
-            k_set_attn_fp8_frags(f == 3);
+            k_set_attn_fp8_frags(f == 3 && fp8);
+            k_set_attn_half_units(f == 3 && !fp8);
             rc = k_copy_to_device(dout, out[f], qn * 2) | k_attention(&a, NULL) | k_sync() |
                  k_copy_to_host(out[f], dout, qn * 2);
         }
         k_set_attn_fold(1);
         k_set_attn_cluster_rows(CLUSTER_ROWS);
         k_set_attn_fp8_frags(0);
+        k_set_attn_half_units(0);
         long differ = 0, named_number = 0, other_bad = 0;
         for (size_t i = 0; i < qn && !rc; i++)
             for (int f = 1; f < nf; f++) {
@@ -665,8 +694,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
                  tag_of(c, tag, sizeof tag), window, fp8 ? " e4m3" : "", names[kase]);
         TEST_CHECK(gate,
                    rc == 0 && named >= 0 && differ == 0 && named_number == 0 && other_bad == 0,
-                   "%ld elements differ folded, clustered or (e4m3) with the operands built as "
-                   "loaded vs own launch (must be bit-identical); "
+                   "%ld elements differ folded, clustered, or with the operands built as loaded "
+                   "(e4m3) or in units of 32 keys (bf16) vs own launch (must be bit-identical); "
                    "row %d and "
                    "the padding row: %ld elements not NaN (must all be); other rows: %ld NaN or "
                    "unwritten; rc %d",
@@ -782,6 +811,7 @@ int main(void) {
      * and `fp8 fragments` gates turn the others on */
     k_set_attn_query_tiles(0);
     k_set_attn_fp8_frags(0);
+    k_set_attn_half_units(0);
     /* else every `cluster` gate below would compare the split kernels with themselves */
     TEST_CHECK("attn_cluster_available", k_attn_cluster_available() == 1,
                "the card refused clusters of 16 blocks for the cluster kernel (the launcher falls "
