@@ -1,17 +1,22 @@
 # tests/gpu/plans/next-session.sh - a box_queue.sh plan for the twenty-seventh session's device
 # time, written by the twenty-sixth (carry .deps; follow `start` with `wait` calls back to back:
-# a machine idle for 30 s goes back with the plan). PLAN_STEPS picks; default "gates ab 26b e4b"
-# (~25 min), in order:
+# a machine idle for 30 s goes back with the plan). PLAN_STEPS picks; default "gates ab 26b serve
+# e4b" (~27 min), in order:
 #   gates    the switch written after the twenty-sixth session's device time, off:
 #            test_attn's `half units` gates (serve.attn_half_units: the bf16 pool's head-dim-256
 #            passes in units of 32 keys, bits against the 64-key units) and the fold-NaN paths'
 #            fourth variant; the build included, ~7 min
 #   ab       bench_decode, two rounds, bf16 pool: attn_half_units 0 against 1 at 16 and 1 26B-A4B
 #            rows and 16 31B rows, then 16 26B-A4B rows with it on at 1 and 2 splits a block
-#            (predicted 16-row 26B-A4B step -0.3 to -0.5 ms, one row flat), ~2 min
+#            (predicted 16-row 26B-A4B step -0.3 to -0.5 ms, one row flat); then one 1,024-token
+#            prefill of each of the 26B-A4B and the 31B with its whole per-op breakdown (issue 22:
+#            where the ~31 ms of a 26B-A4B chunk outside attention and experts go), ~3 min
 #   26b      the 26B-A4B's full step with this tree's defaults (attn_fp8_frags and the staged
 #            prefill experts on since the twenty-sixth session; the full step has not run with
 #            them), ~8 min
+#   serve    release/bench.py, bf16 against fp8, c = 1, 4, 16, two ABBA rounds, 26B-A4B: the
+#            serving figures of record date from tree efbd397 (issue 21's targets are read
+#            there), ~4 min; results under $Q/logs/serve-results
 #   e4b      the E4B's, ~4.5 min
 #   e2b      (not in the default) the E2B's, ~3.5 min
 #   geometry (not in the default) the geometry gates, ~5 min
@@ -21,7 +26,7 @@
 #            1,024-token 26B-A4B prefill (E2 reached 34.5 ms where 25-30 was predicted; the
 #            tiles 20 ms where 10-15), ~4 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-gates ab 26b e4b} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-gates ab 26b serve e4b} " == *" $1 "* ]]; }
 want gates && step gates ./build.sh gpu-test test_attn
 ab_next() {
     local r m v spb
@@ -44,9 +49,17 @@ ab_next() {
                 --batch 16 --prompt 1024 --steps 32 | grep -E "^decode step|^attention"
         done
     done
+    for m in gemma4-26b-a4b gemma4-31b; do
+        echo "== $m, one 1,024-token prompt, the whole breakdown"
+        timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
+            --set serve.max_context=4096 --batch 1 --prompt 1024 --steps 8
+    done
 }
 want ab && step ab bash -c "$(declare -f ab_next); ab_next"
 want 26b && step full-26b env FULL_MODELS="26b-a4b" ./build.sh gpu-test full
+want serve && step serve python3 release/bench.py -c conf/gemma4-26b-a4b.ini --rounds 2 \
+    --a-label bf16 --a-set kv.local=bf16 --b-label fp8 --b-set kv.local=fp8 \
+    --out "$Q/logs/serve-results"
 want e4b && step full-e4b env FULL_MODELS="e4b" ./build.sh gpu-test full
 want e2b && step full-e2b env FULL_MODELS="e2b" ./build.sh gpu-test full
 want geometry && step geometry ./build.sh gpu-test geometry
