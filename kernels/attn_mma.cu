@@ -144,7 +144,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     static_assert(G <= 16, "a group's heads are the M rows of one mma");
     static_assert(FP8 || !FRAG8, "operands from e4m3 rows: the e4m3 pool");
     constexpr bool WIDEN = FP8 && !FRAG8; /* the unit widened to bf16 rows first */
-    static_assert(!KEEP || D == 256, "kept scores: windowed layers of head dim 256");
+    static_assert(!KEEP || D == 256 || !FP8, "kept scores: windowed layers, or bf16 global ones");
     static_assert(!HALF || (D == 256 && !FP8), "half units: bf16 rows of head dim 256");
     constexpr int CK = mma_chunk<D, HALF>();
     constexpr int CPT = ATTN_TILE / CK;            /* units of a tile */
@@ -187,7 +187,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     const int n_chunks = (k_end - k_begin + CK - 1) / CK;
     const int n_units = n_chunks * UPC;
     const size_t base = ((size_t)rl * a.n_head + (size_t)kvh * G) * max_split;
-    float *keep_row = KEEP ? keep + ((size_t)rl * a.n_head + (size_t)kvh * G) * a.window : NULL;
+    /* a head's kept row: the window, or on global layers (head dim 512) every key in reach */
+    const int kstride = D == 256 ? a.window : attn_keep_len(a.kv, a.window);
+    float *keep_row = KEEP ? keep + ((size_t)rl * a.n_head + (size_t)kvh * G) * kstride : NULL;
 
     /* unit u's store plane: K (0) or V (1) */
     auto plane_of = [&](int u) -> int { return UPC == 2 ? u % 2 : (SCORES ? 0 : 1); };
@@ -226,7 +228,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
         for (int k = 0; k < KP; k++) {
             const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
             kp[k] = ti * CPT < n_chunks && e < G * ATTN_TILE && kk < nk
-                        ? keep_row[(size_t)g * a.window + (t0 - sp.j0) + kk]
+                        ? keep_row[(size_t)g * kstride + (t0 - sp.j0) + kk]
                         : 0.0f;
         }
     };
@@ -409,7 +411,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
         copy(u + 2);     /* into the stage just read */
         if constexpr (!PV) {
             if (tile_end) {
-                if constexpr (KEEP) keep_scores<G>(keep_row, a.window, t0 - sp.j0, ps, nk, tid);
+                if constexpr (KEEP) keep_scores<G>(keep_row, kstride, t0 - sp.j0, ps, nk, tid);
                 /* the next unit's scores overwrite ps only after its first barrier */
                 tile_stats<G>(ps, nk, m_run, l_run, warp, lane);
             }
@@ -978,13 +980,15 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
     }
 }
 
-#define MMA_PASSES(D, G, FP8, KEEP)                                                                \
+#define MMA_ONE_ROW(D, G, FP8, KEEP)                                                               \
     template int attn_mma_passes<D, G, FP8, KEEP>(const k_attention_args *, dim3, int, int,        \
                                                   float *, float2 *, float *, unsigned *, int,     \
                                                   cudaStream_t);                                   \
-    template int attn_mma_tile_passes<D, G, FP8, KEEP>(                                            \
-        const k_attention_args *, dim3, int, int, float *, float2 *, float *, int, cudaStream_t);  \
     template int attn_mma_slots<D, G, FP8, KEEP>(void);
+#define MMA_PASSES(D, G, FP8, KEEP)                                                                \
+    MMA_ONE_ROW(D, G, FP8, KEEP)                                                                   \
+    template int attn_mma_tile_passes<D, G, FP8, KEEP>(                                            \
+        const k_attention_args *, dim3, int, int, float *, float2 *, float *, int, cudaStream_t);
 #define MMA_GROUPS(D, FP8, KEEP)                                                                   \
     MMA_PASSES(D, 1, FP8, KEEP)                                                                    \
     MMA_PASSES(D, 2, FP8, KEEP)                                                                    \
@@ -996,6 +1000,13 @@ MMA_GROUPS(256, false, false)
 MMA_GROUPS(256, true, false)
 MMA_GROUPS(512, false, false)
 MMA_GROUPS(512, true, false)
+/* the global layers' kept scores (serve.attn_global_keep): one-row blocks of the bf16 pool only
+ * (decode launches; the query tiles recompute) */
+MMA_ONE_ROW(512, 1, false, true)
+MMA_ONE_ROW(512, 2, false, true)
+MMA_ONE_ROW(512, 4, false, true)
+MMA_ONE_ROW(512, 8, false, true)
+MMA_ONE_ROW(512, 16, false, true)
 
 /* Every instantiation's shared-memory limit raised at start-up (k_attention_setup), so that no
  * first launch happens inside a CUDA graph capture with the attribute unset. */
@@ -1015,6 +1026,16 @@ template <int D, bool FP8, bool KEEP> static int mma_allow_groups(void) {
     return rc;
 }
 
+/* The one-row passes alone (the global layers' kept scores have no query-tile form). */
+template <int D, bool FP8, bool KEEP> static int mma_allow_one_row_groups(void) {
+    int rc = mma_allow_both<D, 1, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_both<D, 2, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_both<D, 4, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_both<D, 8, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_both<D, 16, FP8, KEEP>();
+    return rc;
+}
+
 int attn_mma_setup(void) {
     int rc = mma_allow_groups<256, false, true>();
     if (rc == K_OK) rc = mma_allow_groups<256, true, true>();
@@ -1022,6 +1043,7 @@ int attn_mma_setup(void) {
     if (rc == K_OK) rc = mma_allow_groups<256, true, false>();
     if (rc == K_OK) rc = mma_allow_groups<512, false, false>();
     if (rc == K_OK) rc = mma_allow_groups<512, true, false>();
+    if (rc == K_OK) rc = mma_allow_one_row_groups<512, false, true>();
     return rc;
 }
 

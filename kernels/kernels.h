@@ -372,6 +372,12 @@ void k_set_attn_fp8_frags(int on);
  * 64: half the shared memory a block, so more blocks an SM (serve.attn_half_units, default off;
  * speed only: a unit's size moves no bit). Process-wide. */
 void k_set_attn_half_units(int on);
+/* With attn_mma on, the bf16 pool's global layers (head dim 512) keep their scores between the
+ * passes, as the windowed ones do, in launches the query tiles do not take, where the scratch
+ * holds every key in reach a head: the P.V pass then reads V and the scores instead of scoring
+ * again from K (serve.attn_global_keep, default off; speed only: the same scores, rounded where
+ * they were). Process-wide. */
+void k_set_attn_global_keep(int on);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

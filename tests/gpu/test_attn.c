@@ -559,6 +559,33 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
                    "launches (must be bit-identical), rc %d",
                    half_differ, rc);
     }
+    /* the bf16 pool's global layers keeping their scores between the passes
+     * (serve.attn_global_keep, the tensor-core passes only): every output bit must equal the
+     * P.V pass that scores again from K, at the launcher's choice, at 1 and 16 splits a block,
+     * and with the combine in a launch of its own */
+    long keep_differ = 0;
+    if (!rc && again && attn_mma && !fp8 && c->d == 512 && window == 0) {
+        static const int kspb[] = {0, 1, 16, 0};
+        k_set_attn_global_keep(1);
+        for (size_t f = 0; f < sizeof kspb / sizeof kspb[0] && !rc; f++) {
+            k_attention_args ka = a;
+            ka.splits_per_block = kspb[f];
+            for (size_t i = 0; i < qn; i++)
+                again[i] = BF16_NAN;
+            if (f == 3) k_set_attn_fold(0);
+            rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&ka, NULL) | k_sync() |
+                 k_copy_to_host(again, dout, qn * 2);
+            k_set_attn_fold(1);
+            for (size_t i = 0; i < qn; i++)
+                keep_differ += again[i] != out[i];
+        }
+        k_set_attn_global_keep(0);
+        snprintf(sgate, sizeof sgate, "%s global keep", gate);
+        TEST_CHECK(sgate, rc == 0 && keep_differ == 0,
+                   "%ld output elements differ between the global layer's kept scores and its "
+                   "P.V pass scoring again, over 4 launches (must be bit-identical), rc %d",
+                   keep_differ, rc);
+    }
     free(again);
     snprintf(sgate, sizeof sgate, "%s cluster", gate);
     TEST_CHECK(sgate, rc == 0 && cluster_differ == 0,
@@ -812,6 +839,7 @@ int main(void) {
     k_set_attn_query_tiles(0);
     k_set_attn_fp8_frags(0);
     k_set_attn_half_units(0);
+    k_set_attn_global_keep(0);
     /* else every `cluster` gate below would compare the split kernels with themselves */
     TEST_CHECK("attn_cluster_available", k_attn_cluster_available() == 1,
                "the card refused clusters of 16 blocks for the cluster kernel (the launcher falls "
