@@ -55,8 +55,9 @@ static __host__ __device__ __forceinline__ split_plan plan_split(int i, int wind
 
 /* The kept scores' row length, in floats a head: the window on windowed layers; on global layers
  * that keep theirs (serve.attn_global_keep) every key the page table reaches, rounded up to a
- * tile, so that no row the grid admits (a row past the host's max_pos may still have few enough
- * splits) writes past its heads' rows. k_attention sizes the scratch by the same call. */
+ * tile: a row past the host's max_pos may still have few enough splits for the grid, and its
+ * keys stay in reach. A row past the reach itself (unmapped keys there: NaN) is cut at the row's
+ * end by the kernel. k_attention sizes the scratch by the same call. */
 static __host__ __device__ __forceinline__ int attn_keep_len(const k_kv_view &kv, int window) {
     if (window > 0) return window;
     const int keys = kv.max_pages * kv.page_tokens;

@@ -227,8 +227,12 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
         for (int k = 0; k < KP; k++) {
             const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
+            /* head dim 512: a key past the kept row (a row past the page table's reach, whose
+             * keys there are unmapped and whose output is NaN) reads as the -inf it was scored */
             kp[k] = ti * CPT < n_chunks && e < G * ATTN_TILE && kk < nk
-                        ? keep_row[(size_t)g * kstride + (t0 - sp.j0) + kk]
+                        ? (D == 256 || (t0 - sp.j0) + kk < kstride
+                               ? keep_row[(size_t)g * kstride + (t0 - sp.j0) + kk]
+                               : -INFINITY)
                         : 0.0f;
         }
     };
@@ -411,7 +415,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
         copy(u + 2);     /* into the stage just read */
         if constexpr (!PV) {
             if (tile_end) {
-                if constexpr (KEEP) keep_scores<G>(keep_row, kstride, t0 - sp.j0, ps, nk, tid);
+                if constexpr (KEEP) /* head dim 512: never past the kept row (load_kept) */
+                    keep_scores<G>(keep_row, kstride, t0 - sp.j0, ps,
+                                   D == 256 ? nk : min(nk, kstride - (t0 - sp.j0)), tid);
                 /* the next unit's scores overwrite ps only after its first barrier */
                 tile_stats<G>(ps, nk, m_run, l_run, warp, lane);
             }

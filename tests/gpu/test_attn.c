@@ -688,7 +688,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
         a.kv.elem_bytes = fp8 ? 1 : 2;
         /* f: 0 the combine's own launch, 1 folded, 2 the cluster kernel where it applies, 3
          * folded with the mma operands built as loaded (e4m3: serve.attn_fp8_frags) or with
-         * units of 32 keys (bf16: serve.attn_half_units; head dim 256 only), which only the
+         * units of 32 keys (bf16 at head dim 256: serve.attn_half_units) or the global layers'
+         * kept scores (bf16 at head dim 512: serve.attn_global_keep), which only the
          * tensor-core passes read */
         const int nf = 4;
         for (int f = 0; f < nf && !rc; f++) {
@@ -698,6 +699,7 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
             k_set_attn_cluster_rows(f == 2 ? CLUSTER_ROWS : 0);
             k_set_attn_fp8_frags(f == 3 && fp8);
             k_set_attn_half_units(f == 3 && !fp8);
+            k_set_attn_global_keep(f == 3 && !fp8);
             rc = k_copy_to_device(dout, out[f], qn * 2) | k_attention(&a, NULL) | k_sync() |
                  k_copy_to_host(out[f], dout, qn * 2);
         }
@@ -705,6 +707,7 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
         k_set_attn_cluster_rows(CLUSTER_ROWS);
         k_set_attn_fp8_frags(0);
         k_set_attn_half_units(0);
+        k_set_attn_global_keep(0);
         long differ = 0, named_number = 0, other_bad = 0;
         for (size_t i = 0; i < qn && !rc; i++)
             for (int f = 1; f < nf; f++) {
@@ -821,6 +824,9 @@ static void run_attention_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
         run_fold_nan_paths(&cfgs[i], 1024, 0, (*seed)++);
         run_fold_nan_paths(&cfgs[i], 1024, 1, (*seed)++);
     }
+    /* and the global layers' group of 8 at head dim 512 (no fold: the combine keeps its launch),
+     * whose fourth variant keeps the scores between the passes */
+    run_fold_nan_paths(&cfgs[4], 0, 0, (*seed)++);
 }
 
 int main(void) {
