@@ -367,6 +367,31 @@ static void fill_store(bf16_t *kv, const store *s, const cfg *c) {
 
 /* fp8: the store holds the e4m3 of the same random values (NaN slots as 0x7f), both sides read
  * it as e4m3; the pass rule is the bf16 one, since both convert the same bytes exactly. */
+/* Output elements of four launches of *a with a speed-only switch on (set(1) before, set(0)
+ * after) that differ from out: at the launcher's choice of splits a block, at 1 and at 16, and at
+ * the launcher's choice with the combine in a launch of its own. Each launch's output is
+ * poisoned first; *rc gets the calls' status (a failed launch ends the run). */
+static long differ_with_switch(const k_attention_args *a, void (*set)(int), void *dout,
+                               bf16_t *again, const bf16_t *out, size_t qn, int *rc) {
+    static const int spb[] = {0, 1, 16, 0};
+    long differ = 0;
+    set(1);
+    for (size_t f = 0; f < sizeof spb / sizeof spb[0] && !*rc; f++) {
+        k_attention_args sa = *a;
+        sa.splits_per_block = spb[f];
+        for (size_t i = 0; i < qn; i++)
+            again[i] = BF16_NAN;
+        if (f == 3) k_set_attn_fold(0);
+        *rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&sa, NULL) | k_sync() |
+              k_copy_to_host(again, dout, qn * 2);
+        k_set_attn_fold(1);
+        for (size_t i = 0; i < qn; i++)
+            differ += again[i] != out[i];
+    }
+    set(0);
+    return differ;
+}
+
 static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     char gate[128], tag[48];
     snprintf(gate, sizeof gate, "op_vs_ref[attention %s w%d%s%s]", tag_of(c, tag, sizeof tag),
@@ -507,84 +532,33 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
                    "(must be bit-identical), rc %d",
                    tiles_differ, 16 / (c->n_head / c->n_kv), rc);
     }
-    /* the e4m3 pool's mma operands straight from the staged rows (serve.attn_fp8_frags, the
-     * tensor-core passes only): every output bit must equal the widened units' above, at the
-     * launcher's choice, at 1 and 16 splits a block, and with the combine in a launch of its own */
-    long frags_differ = 0;
-    if (!rc && again && attn_mma && fp8) {
-        static const int fspb[] = {0, 1, 16, 0};
-        k_set_attn_fp8_frags(1);
-        for (size_t f = 0; f < sizeof fspb / sizeof fspb[0] && !rc; f++) {
-            k_attention_args fa = a;
-            fa.splits_per_block = fspb[f];
-            for (size_t i = 0; i < qn; i++)
-                again[i] = BF16_NAN;
-            if (f == 3) k_set_attn_fold(0);
-            rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&fa, NULL) | k_sync() |
-                 k_copy_to_host(again, dout, qn * 2);
-            k_set_attn_fold(1);
-            for (size_t i = 0; i < qn; i++)
-                frags_differ += again[i] != out[i];
-        }
-        k_set_attn_fp8_frags(0);
-        snprintf(sgate, sizeof sgate, "%s fp8 fragments", gate);
-        TEST_CHECK(sgate, rc == 0 && frags_differ == 0,
-                   "%ld output elements differ between e4m3 operands built as loaded and units "
-                   "widened first, over 4 launches (must be bit-identical), rc %d",
-                   frags_differ, rc);
-    }
-    /* the bf16 pool's units of 32 keys at head dim 256 (serve.attn_half_units, the tensor-core
-     * passes only): every output bit must equal the 64-key units' above, at the launcher's
-     * choice, at 1 and 16 splits a block, and with the combine in a launch of its own */
-    long half_differ = 0;
-    if (!rc && again && attn_mma && !fp8 && c->d == 256) {
-        static const int hspb[] = {0, 1, 16, 0};
-        k_set_attn_half_units(1);
-        for (size_t f = 0; f < sizeof hspb / sizeof hspb[0] && !rc; f++) {
-            k_attention_args ha = a;
-            ha.splits_per_block = hspb[f];
-            for (size_t i = 0; i < qn; i++)
-                again[i] = BF16_NAN;
-            if (f == 3) k_set_attn_fold(0);
-            rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&ha, NULL) | k_sync() |
-                 k_copy_to_host(again, dout, qn * 2);
-            k_set_attn_fold(1);
-            for (size_t i = 0; i < qn; i++)
-                half_differ += again[i] != out[i];
-        }
-        k_set_attn_half_units(0);
-        snprintf(sgate, sizeof sgate, "%s half units", gate);
-        TEST_CHECK(sgate, rc == 0 && half_differ == 0,
-                   "%ld output elements differ between units of 32 keys and of 64, over 4 "
-                   "launches (must be bit-identical), rc %d",
-                   half_differ, rc);
-    }
-    /* the bf16 pool's global layers keeping their scores between the passes
-     * (serve.attn_global_keep, the tensor-core passes only): every output bit must equal the
-     * P.V pass that scores again from K, at the launcher's choice, at 1 and 16 splits a block,
-     * and with the combine in a launch of its own */
-    long keep_differ = 0;
-    if (!rc && again && attn_mma && !fp8 && c->d == 512 && window == 0) {
-        static const int kspb[] = {0, 1, 16, 0};
-        k_set_attn_global_keep(1);
-        for (size_t f = 0; f < sizeof kspb / sizeof kspb[0] && !rc; f++) {
-            k_attention_args ka = a;
-            ka.splits_per_block = kspb[f];
-            for (size_t i = 0; i < qn; i++)
-                again[i] = BF16_NAN;
-            if (f == 3) k_set_attn_fold(0);
-            rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&ka, NULL) | k_sync() |
-                 k_copy_to_host(again, dout, qn * 2);
-            k_set_attn_fold(1);
-            for (size_t i = 0; i < qn; i++)
-                keep_differ += again[i] != out[i];
-        }
-        k_set_attn_global_keep(0);
-        snprintf(sgate, sizeof sgate, "%s global keep", gate);
-        TEST_CHECK(sgate, rc == 0 && keep_differ == 0,
-                   "%ld output elements differ between the global layer's kept scores and its "
-                   "P.V pass scoring again, over 4 launches (must be bit-identical), rc %d",
-                   keep_differ, rc);
+    /* the tensor-core passes' speed-only forms (differ_with_switch): every output bit must
+     * equal the launches' above, at the launcher's choice, at 1 and 16 splits a block, and with
+     * the combine in a launch of its own.
+     * - e4m3: the mma operands built from the staged rows as loaded (serve.attn_fp8_frags)
+     *   against units widened first;
+     * - bf16 at head dim 256: units of 32 keys (serve.attn_half_units) against 64;
+     * - bf16 at head dim 512 without a window (the global layers): the scores kept between the
+     *   passes (serve.attn_global_keep) against the P.V pass scoring again from K. */
+    const struct {
+        const char *name, *what;
+        void (*set)(int);
+        int applies;
+    } forms[] = {
+        {"fp8 fragments", "e4m3 operands built as loaded and units widened first",
+         k_set_attn_fp8_frags, fp8},
+        {"half units", "units of 32 keys and of 64", k_set_attn_half_units, !fp8 && c->d == 256},
+        {"global keep", "the global layer's kept scores and its P.V pass scoring again",
+         k_set_attn_global_keep, !fp8 && c->d == 512 && window == 0},
+    };
+    for (size_t k = 0; k < sizeof forms / sizeof forms[0]; k++) {
+        if (rc || !again || !attn_mma || !forms[k].applies) continue;
+        const long form_differ = differ_with_switch(&a, forms[k].set, dout, again, out, qn, &rc);
+        snprintf(sgate, sizeof sgate, "%s %s", gate, forms[k].name);
+        TEST_CHECK(sgate, rc == 0 && form_differ == 0,
+                   "%ld output elements differ between %s, over 4 launches (must be "
+                   "bit-identical), rc %d",
+                   form_differ, forms[k].what, rc);
     }
     free(again);
     snprintf(sgate, sizeof sgate, "%s cluster", gate);

@@ -35,25 +35,19 @@
 want() { [[ " ${PLAN_STEPS:-gates ab 26b serve e4b} " == *" $1 "* ]]; }
 want gates && step gates ./build.sh gpu-test test_attn
 ab_next() {
-    local r m v spb
+    local r m v sw spb
     for r in 1 2; do
         echo "-- round $r"
-        for m in "gemma4-26b-a4b 16" "gemma4-26b-a4b 1" "gemma4-31b 16"; do
-            set -- $m
-            for v in 0 1; do
-                echo "== $1, $2 rows, bf16 pool, attn_half_units $v"
-                timeout 150 build/tests/bench_decode -c conf/$1.ini --set model.weights=dummy \
-                    --set serve.max_context=4096 --set serve.attn_half_units=$v \
-                    --batch $2 --prompt 1024 --steps 32 | grep -E "^decode step|^attention"
-            done
-        done
-        for m in "gemma4-26b-a4b 16" "gemma4-26b-a4b 1" "gemma4-31b 16"; do
-            set -- $m
-            for v in 0 1; do
-                echo "== $1, $2 rows, bf16 pool, attn_global_keep $v"
-                timeout 150 build/tests/bench_decode -c conf/$1.ini --set model.weights=dummy \
-                    --set serve.max_context=4096 --set serve.attn_global_keep=$v \
-                    --batch $2 --prompt 1024 --steps 32 | grep -E "^decode step|^attention"
+        for sw in attn_half_units attn_global_keep; do
+            for m in "gemma4-26b-a4b 16" "gemma4-26b-a4b 1" "gemma4-31b 16"; do
+                set -- $m
+                for v in 0 1; do
+                    echo "== $1, $2 rows, bf16 pool, $sw $v"
+                    timeout 150 build/tests/bench_decode -c conf/$1.ini \
+                        --set model.weights=dummy --set serve.max_context=4096 \
+                        --set serve.$sw=$v --batch $2 --prompt 1024 --steps 32 |
+                        grep -E "^decode step|^attention"
+                done
             done
         done
         for spb in 1 2; do
