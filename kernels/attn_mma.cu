@@ -139,8 +139,14 @@ static __device__ __forceinline__ uint32_t frag8_odd(uint32_t m) {
 template <int D, int G, bool FP8, bool PV, bool KEEP, bool FRAG8 = false, bool HALF = false>
 static __global__ void __launch_bounds__(ATTN_THREADS)
     attn_mma_kernel(k_attention_args a, int row0, int max_split, int spb, float *part, float2 *ml,
-                    float *keep, unsigned *done) {
-    K_GRID_DEPENDENCY();
+                    float *keep, unsigned *done, int early) {
+    /* early (serve.attn_early_lookup): the first two units' page-table look-ups go before the
+     * wait on the grid before. Positions, sequences and page tables are the step's inputs,
+     * copied in before its first kernel and written by none (kernels.h), so those two dependent
+     * loads overlap the producer's tail instead of following it; everything a kernel of the step
+     * writes (queries, keys, statistics, kept scores) is read after the wait, and nothing global
+     * is written before it. */
+    if (!early) K_GRID_DEPENDENCY();
     static_assert(G <= 16, "a group's heads are the M rows of one mma");
     static_assert(FP8 || !FRAG8, "operands from e4m3 rows: the e4m3 pool");
     constexpr bool WIDEN = FP8 && !FRAG8; /* the unit widened to bf16 rows first */
@@ -177,6 +183,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     const int s_first = blockIdx.x * spb;
     if constexpr (PV && G * D <= ATTN_FOLD_HEAD_ELEMS)
         if (done && (i < 0 || sp.n_split > max_split)) { /* folded: the combine's NaN here */
+            if (early) K_GRID_DEPENDENCY();              /* before its writes */
             pv_fold_nan<D, G>(a, r, rl, kvh);
             return;
         }
@@ -239,6 +246,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
 
     look_up(0, 0);
     look_up(1, CK);
+    if (early) K_GRID_DEPENDENCY();
     if constexpr (PV && KEEP) load_kept(0);
     if constexpr (SCORES) { /* the group's queries, bf16 as stored */
         const bf16_t *q = a.q + ((size_t)r * a.n_head + (size_t)kvh * G) * D;
@@ -835,6 +843,8 @@ static int attn_fp8_frags_on = 1; /* serve.attn_fp8_frags' default */
 extern "C" void k_set_attn_fp8_frags(int on) { attn_fp8_frags_on = on ? 1 : 0; }
 static int attn_half_units_on = 0; /* serve.attn_half_units' default */
 extern "C" void k_set_attn_half_units(int on) { attn_half_units_on = on ? 1 : 0; }
+static int attn_early_lookup_on = 0; /* serve.attn_early_lookup's default */
+extern "C" void k_set_attn_early_lookup(int on) { attn_early_lookup_on = on ? 1 : 0; }
 
 /* The one-row passes' forms (HF: HALF), beside the e4m3 pool's FR. */
 template <int D, bool FP8> static constexpr bool mma_has_half(void) { return D == 256 && !FP8; }
@@ -918,11 +928,11 @@ static int mma_launch_both(const k_attention_args *a, dim3 grid, int max_split, 
                            cudaStream_t s) {
     CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, false, KEEP, FR, HF>, grid, ATTN_THREADS,
                         mma_smem_bytes<D, G, FP8, false, KEEP, 1, FR, HF>(), s, *a, row0, max_split,
-                        spb, part, ml, keep, (unsigned *)NULL));
+                        spb, part, ml, keep, (unsigned *)NULL, attn_early_lookup_on));
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, true, KEEP, FR, HF>, grid, ATTN_THREADS,
                         mma_smem_bytes<D, G, FP8, true, KEEP, 1, FR, HF>(), s, *a, row0, max_split,
-                        spb, part, ml, keep, done));
+                        spb, part, ml, keep, done, attn_early_lookup_on));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

@@ -539,7 +539,10 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
      *   against units widened first;
      * - bf16 at head dim 256: units of 32 keys (serve.attn_half_units) against 64;
      * - bf16 at head dim 512 without a window (the global layers): the scores kept between the
-     *   passes (serve.attn_global_keep) against the P.V pass scoring again from K. */
+     *   passes (serve.attn_global_keep) against the P.V pass scoring again from K;
+     * - every case: the first units' page-table look-ups before the wait on the grid before
+     *   (serve.attn_early_lookup), with the stats pass still running under programmatic
+     *   dependent launch, against after it. */
     const struct {
         const char *name, *what;
         void (*set)(int);
@@ -550,6 +553,8 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
         {"half units", "units of 32 keys and of 64", k_set_attn_half_units, !fp8 && c->d == 256},
         {"global keep", "the global layer's kept scores and its P.V pass scoring again",
          k_set_attn_global_keep, !fp8 && c->d == 512 && window == 0},
+        {"early lookup", "page-table look-ups before the wait on the grid before and after it",
+         k_set_attn_early_lookup, 1},
     };
     for (size_t k = 0; k < sizeof forms / sizeof forms[0]; k++) {
         if (rc || !again || !attn_mma || !forms[k].applies) continue;
@@ -820,6 +825,7 @@ int main(void) {
     k_set_attn_fp8_frags(0);
     k_set_attn_half_units(0);
     k_set_attn_global_keep(0);
+    k_set_attn_early_lookup(0);
     /* else every `cluster` gate below would compare the split kernels with themselves */
     TEST_CHECK("attn_cluster_available", k_attn_cluster_available() == 1,
                "the card refused clusters of 16 blocks for the cluster kernel (the launcher falls "

@@ -1,18 +1,20 @@
 # tests/gpu/plans/next-session.sh - a box_queue.sh plan for the twenty-seventh session's device
 # time, written by the twenty-sixth (carry .deps; follow `start` with `wait` calls back to back:
 # a machine idle for 30 s goes back with the plan). PLAN_STEPS picks; default "gates ab 26b serve
-# e4b" (~28 min), in order:
-#   gates    the two switches written after the twenty-sixth session's device time, off:
+# e4b" (~29 min), in order:
+#   gates    the three switches written after the twenty-sixth session's device time, off:
 #            test_attn's `half units` gates (serve.attn_half_units: the bf16 pool's head-dim-256
 #            passes in units of 32 keys, bits against the 64-key units), the fold-NaN paths'
 #            fourth variant, and its `global keep` gates (serve.attn_global_keep: the global
-#            layers' P.V pass reading kept scores, bits against scoring again); the build
-#            included, ~7 min
+#            layers' P.V pass reading kept scores, bits against scoring again) and its `early
+#            lookup` gates (serve.attn_early_lookup: page-table look-ups before the grid wait);
+#            the build included, ~7 min
 #   ab       bench_decode, two rounds, bf16 pool: attn_half_units 0 against 1 at 16 and 1 26B-A4B
 #            rows and 16 31B rows, then 16 26B-A4B rows with it on at 1 and 2 splits a block
 #            (predicted 16-row 26B-A4B step -0.3 to -0.5 ms, one row flat); attn_global_keep 0
 #            against 1 at the same three sizes (predicted -0.1 ms at 16 26B-A4B rows, -0.3 at
-#            16 31B rows, -0.02 to -0.05 at one row); then one 1,024-token
+#            16 31B rows, -0.02 to -0.05 at one row); attn_early_lookup likewise (predicted
+#            -0.03 to -0.09 ms at one row, little at 16); then one 1,024-token
 #            prefill of each of the 26B-A4B and the 31B with its whole per-op breakdown (issue 22:
 #            where the ~31 ms of a 26B-A4B chunk outside attention and experts go), ~4 min
 #   26b      the 26B-A4B's full step with this tree's defaults (attn_fp8_frags and the staged
@@ -38,7 +40,7 @@ ab_next() {
     local r m v sw spb
     for r in 1 2; do
         echo "-- round $r"
-        for sw in attn_half_units attn_global_keep; do
+        for sw in attn_half_units attn_global_keep attn_early_lookup; do
             for m in "gemma4-26b-a4b 16" "gemma4-26b-a4b 1" "gemma4-31b 16"; do
                 set -- $m
                 for v in 0 1; do
