@@ -187,7 +187,11 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
             pv_fold_nan<D, G>(a, r, rl, kvh);
             return;
         }
-    if (i < 0 || s_first >= sp.n_split || sp.n_split > max_split) return; /* combine: NaN */
+    if (i < 0 || s_first >= sp.n_split || sp.n_split > max_split) { /* combine: NaN */
+        /* a grid whose blocks all ended here would otherwise end before the grid before it */
+        if (early) K_GRID_DEPENDENCY();
+        return;
+    }
     const int s_last = min(s_first + spb, sp.n_split);
     const int k_begin = sp.j0 + s_first * sp.per_split;
     const int k_end = min(sp.j0 + s_last * sp.per_split, i + 1);

@@ -668,8 +668,9 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
         /* f: 0 the combine's own launch, 1 folded, 2 the cluster kernel where it applies, 3
          * folded with the mma operands built as loaded (e4m3: serve.attn_fp8_frags) or with
          * units of 32 keys (bf16 at head dim 256: serve.attn_half_units) or the global layers'
-         * kept scores (bf16 at head dim 512: serve.attn_global_keep), which only the
-         * tensor-core passes read */
+         * kept scores (bf16 at head dim 512: serve.attn_global_keep), and with the page-table
+         * look-ups before the grid wait (serve.attn_early_lookup: the NaN paths' early ends
+         * wait too), which only the tensor-core passes read */
         const int nf = 4;
         for (int f = 0; f < nf && !rc; f++) {
             for (size_t i = 0; i < qn; i++)
@@ -679,6 +680,7 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
             k_set_attn_fp8_frags(f == 3 && fp8);
             k_set_attn_half_units(f == 3 && !fp8);
             k_set_attn_global_keep(f == 3 && !fp8);
+            k_set_attn_early_lookup(f == 3);
             rc = k_copy_to_device(dout, out[f], qn * 2) | k_attention(&a, NULL) | k_sync() |
                  k_copy_to_host(out[f], dout, qn * 2);
         }
@@ -687,6 +689,7 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
         k_set_attn_fp8_frags(0);
         k_set_attn_half_units(0);
         k_set_attn_global_keep(0);
+        k_set_attn_early_lookup(0);
         long differ = 0, named_number = 0, other_bad = 0;
         for (size_t i = 0; i < qn && !rc; i++)
             for (int f = 1; f < nf; f++) {
