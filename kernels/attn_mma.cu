@@ -1029,30 +1029,21 @@ MMA_ONE_ROW(512, 8, false, true)
 MMA_ONE_ROW(512, 16, false, true)
 
 /* Every instantiation's shared-memory limit raised at start-up (k_attention_setup), so that no
- * first launch happens inside a CUDA graph capture with the attribute unset. */
-template <int D, int G, bool FP8, bool KEEP> static int mma_allow_group(void) {
+ * first launch happens inside a CUDA graph capture with the attribute unset. TILES: the
+ * query-tile kernels too (the global layers' kept scores have none). */
+template <int D, int G, bool FP8, bool KEEP, bool TILES> static int mma_allow_group(void) {
     int rc = mma_allow_both<D, G, FP8, KEEP>();
-    if constexpr (attn_tile_rows<G>() > 1)
+    if constexpr (TILES && attn_tile_rows<G>() > 1)
         if (rc == K_OK) rc = mma_tile_allow_both<D, G, FP8, KEEP>();
     return rc;
 }
 
-template <int D, bool FP8, bool KEEP> static int mma_allow_groups(void) {
-    int rc = mma_allow_group<D, 1, FP8, KEEP>();
-    if (rc == K_OK) rc = mma_allow_group<D, 2, FP8, KEEP>();
-    if (rc == K_OK) rc = mma_allow_group<D, 4, FP8, KEEP>();
-    if (rc == K_OK) rc = mma_allow_group<D, 8, FP8, KEEP>();
-    if (rc == K_OK) rc = mma_allow_group<D, 16, FP8, KEEP>();
-    return rc;
-}
-
-/* The one-row passes alone (the global layers' kept scores have no query-tile form). */
-template <int D, bool FP8, bool KEEP> static int mma_allow_one_row_groups(void) {
-    int rc = mma_allow_both<D, 1, FP8, KEEP>();
-    if (rc == K_OK) rc = mma_allow_both<D, 2, FP8, KEEP>();
-    if (rc == K_OK) rc = mma_allow_both<D, 4, FP8, KEEP>();
-    if (rc == K_OK) rc = mma_allow_both<D, 8, FP8, KEEP>();
-    if (rc == K_OK) rc = mma_allow_both<D, 16, FP8, KEEP>();
+template <int D, bool FP8, bool KEEP, bool TILES = true> static int mma_allow_groups(void) {
+    int rc = mma_allow_group<D, 1, FP8, KEEP, TILES>();
+    if (rc == K_OK) rc = mma_allow_group<D, 2, FP8, KEEP, TILES>();
+    if (rc == K_OK) rc = mma_allow_group<D, 4, FP8, KEEP, TILES>();
+    if (rc == K_OK) rc = mma_allow_group<D, 8, FP8, KEEP, TILES>();
+    if (rc == K_OK) rc = mma_allow_group<D, 16, FP8, KEEP, TILES>();
     return rc;
 }
 
@@ -1063,7 +1054,7 @@ int attn_mma_setup(void) {
     if (rc == K_OK) rc = mma_allow_groups<256, true, false>();
     if (rc == K_OK) rc = mma_allow_groups<512, false, false>();
     if (rc == K_OK) rc = mma_allow_groups<512, true, false>();
-    if (rc == K_OK) rc = mma_allow_one_row_groups<512, false, true>();
+    if (rc == K_OK) rc = mma_allow_groups<512, false, true, false>();
     return rc;
 }
 
