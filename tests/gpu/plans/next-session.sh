@@ -26,7 +26,7 @@
 #   e4b      the E4B's, ~4.5 min
 #   e2b      (not in the default) the E2B's, ~3.5 min
 #   geometry (not in the default) the geometry gates, ~5 min
-#   geo-new  (not in the default) the geometry gates with both new switches on (real head dims:
+#   geo-new  (not in the default) the geometry gates with the three new switches on (real head dims:
 #            the engine's path through them against HF), ~5 min
 #   timeline (not in the default) tests/gpu/plans/timeline.sh's trace of graphed decode steps,
 #            the first since tree 0a00620 (~4 min)
@@ -74,7 +74,8 @@ want serve && step serve python3 release/bench.py -c conf/gemma4-26b-a4b.ini --r
 want e4b && step full-e4b env FULL_MODELS="e4b" ./build.sh gpu-test full
 want e2b && step full-e2b env FULL_MODELS="e2b" ./build.sh gpu-test full
 want geometry && step geometry ./build.sh gpu-test geometry
-want geo-new && step geo-new env G4_FIXTURE_SET="serve.attn_half_units=1 serve.attn_global_keep=1" \
+want geo-new && step geo-new env \
+    G4_FIXTURE_SET="serve.attn_half_units=1 serve.attn_global_keep=1 serve.attn_early_lookup=1" \
     ./build.sh gpu-test geometry
 if want timeline; then
     # shellcheck source=/dev/null
