@@ -146,6 +146,9 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
      * loads overlap the producer's tail instead of following it; everything a kernel of the step
      * writes (queries, keys, statistics, kept scores) is read after the wait, and nothing global
      * is written before it. */
+#ifdef G4_KERNEL_TRACE
+    early = 0; /* the trace build stamps at every wait: one wait a kernel, or some spill */
+#endif
     if (!early) K_GRID_DEPENDENCY();
     static_assert(G <= 16, "a group's heads are the M rows of one mma");
     static_assert(FP8 || !FRAG8, "operands from e4m3 rows: the e4m3 pool");
