@@ -14,5 +14,8 @@ static __device__ __forceinline__ void cp_async_commit() {
 static __device__ __forceinline__ void cp_async_wait_one() { /* all but the newest group */
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
 }
+template <int N> static __device__ __forceinline__ void cp_async_wait_all_but() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 #endif

@@ -13,6 +13,7 @@
  * C = D = y (n x m, ld ldy). */
 #include "kernels/common.cuh"
 #include "kernels/bf16.cuh"
+#include "kernels/cp_async.cuh"
 #include "kernels/mma.cuh"
 
 #include <stdlib.h>
@@ -336,6 +337,205 @@ static __global__ void __launch_bounds__(MMA_GEMM_THREADS, EW ? MMA_GEMM_EW_BLOC
         gemm_mma_block<MT, NB, U, LO, EW>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0], pre);
 }
 
+/* ---- the staged tile form (serve.gemm_staged) ----
+ *
+ * The tile form above reads x and w from L2 once a warp: every row n/32 times, every weight row
+ * m/64 times, and its four warps each hold a whole 64 x 32 tile's accumulators for their quarter
+ * of k. Here a block of 8 warps stages SG_BM rows of x and SG_BN weight rows into shared memory
+ * by cp.async, SG_KB 32-k blocks a stage, SG_STAGES stages in a ring, and each warp computes a
+ * 64 x 32 part of the block's tile over the whole of k, reading its mma operands from the stage:
+ * rows come from L2 once a block of SG_BN outputs, weight rows once a block of SG_BM rows.
+ *
+ * The bits are the tile form's: each lane reads the 16 bytes at k0 + 8q of its rows (zero past m
+ * and n), exactly what mma_tiles loads, and every (row tile, weight tile) pair gets mma_tiles'
+ * two mmas a 32-k block in ascending k. The quarters of k are kept: the accumulators restart from
+ * zero at each quarter's first block (nb * w / 4, as gemm_warp_rows cuts them, empty quarters
+ * included) and the quarter's sums are added into a running total in quarter order, total =
+ * q0, then total + q1, + q2, + q3 with __fadd_rn, the adds the tile form makes across its warps.
+ * So an output is the same bits whichever form, tile shape or m ran it (test_gemm_lt's
+ * `gemm_staged` gates), and batch invariance holds as before.
+ *
+ * A stage's rows are 64 bytes (one 32-k block): the 8 lanes of a 16-byte load phase read two
+ * whole consecutive rows, no bank conflicts. Two block shapes, the same per-warp work: WM = 2
+ * (128 rows x 128 outputs) and WM = 4 (256 x 64); the launcher takes the one with fewer waves
+ * on the card (the 26B-A4B's gate and up, n = 2,112, fill one wave of 256 x 64 tiles at 1,024
+ * rows where 128 x 128 tiles leave 1.03). */
+#define SG_THREADS 256
+#define SG_WARPS (SG_THREADS / 32)
+#define SG_MT 4      /* a warp's row tiles of 16 */
+#define SG_NT 4      /* a warp's weight tiles of 8 */
+#define SG_KB 2      /* 32-k blocks a stage */
+#define SG_STAGES 4  /* stages in the ring: SG_STAGES - 1 in flight while one is read */
+#define SG_MIN_M 128 /* the fewest rows that take the staged form */
+
+template <int WM> struct sg_shape {
+    static constexpr int WN = SG_WARPS / WM;
+    static constexpr int BM = WM * 16 * SG_MT, BN = WN * 8 * SG_NT;
+    static constexpr int ROWS = BM + BN; /* a 32-k block's rows in a stage: x's, then w's */
+    static constexpr int STAGE = SG_KB * ROWS * 64;
+    static constexpr size_t SMEM = (size_t)SG_STAGES * STAGE;
+};
+
+/* One quarter of k ends: the total takes its sums (the first quarter's as they are) and the
+ * accumulators restart from zero for the next. */
+static __device__ __forceinline__ void sg_fold(int quarter, float (&acc)[SG_MT][SG_NT][4],
+                                               float (&tot)[SG_MT][SG_NT][4]) {
+#pragma unroll
+    for (int i = 0; i < SG_MT; i++)
+#pragma unroll
+        for (int t = 0; t < SG_NT; t++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                tot[i][t][j] = quarter == 0 ? acc[i][t][j] : __fadd_rn(tot[i][t][j], acc[i][t][j]);
+                acc[i][t][j] = 0.0f;
+            }
+}
+
+template <int WM>
+static __global__ void __launch_bounds__(SG_THREADS, 1)
+    gemm_staged_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
+    using S = sg_shape<WM>;
+    extern __shared__ __align__(16) unsigned char sg_smem[];
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, q = lane & 3;
+    const int wm = warp / S::WN, wn = warp % S::WN; /* the warp's row and output part */
+    const int r0 = blockIdx.y * S::BM, o0 = blockIdx.x * S::BN;
+    const int nkb = k / 32, n_chunks = (nkb + SG_KB - 1) / SG_KB;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    K_GRID_DEPENDENCY();
+
+    /* chunk c's 32-k blocks of the tile's rows of x and w into stage c % SG_STAGES, then a
+     * group (an empty one past the last chunk, so that the wait below still counts right) */
+    auto issue = [&](int c) {
+        if (c < n_chunks) {
+            unsigned char *st = sg_smem + (c % SG_STAGES) * S::STAGE;
+            for (int e = tid; e < SG_KB * S::ROWS * 4; e += SG_THREADS) {
+                const int part = e % 4, row = e / 4 % S::ROWS, kb = e / (4 * S::ROWS);
+                const int kk = (c * SG_KB + kb) * 32 + part * 8;
+                unsigned char *dst = st + (kb * S::ROWS + row) * 64 + part * 16;
+                const bf16_t *src = NULL;
+                if (row < S::BM) {
+                    if (r0 + row < m) src = x + (size_t)(r0 + row) * (size_t)k;
+                } else if (o0 + row - S::BM < n) {
+                    src = w + (size_t)(o0 + row - S::BM) * (size_t)k;
+                }
+                if (src && kk < k)
+                    cp_async16(dst, src + kk);
+                else
+                    *reinterpret_cast<uint4 *>(dst) = zero;
+            }
+        }
+        cp_async_commit();
+    };
+
+    float acc[SG_MT][SG_NT][4], tot[SG_MT][SG_NT][4];
+#pragma unroll
+    for (int i = 0; i < SG_MT; i++)
+#pragma unroll
+        for (int t = 0; t < SG_NT; t++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                acc[i][t][j] = tot[i][t][j] = 0.0f;
+    int quarter = 0, quarter_end = nkb / 4; /* the first 32-k block past this quarter */
+    for (int c = 0; c < SG_STAGES - 1; c++)
+        issue(c);
+    for (int c = 0; c < n_chunks; c++) {
+        cp_async_wait_all_but<SG_STAGES - 2>(); /* this thread's copies of chunk c have landed */
+        __syncthreads();          /* everyone's, and everyone is done reading chunk c - 1's stage */
+        issue(c + SG_STAGES - 1); /* into that stage */
+        const unsigned char *st = sg_smem + (c % SG_STAGES) * S::STAGE;
+#pragma unroll 1
+        for (int kb = 0; kb < SG_KB; kb++) {
+            const int b = c * SG_KB + kb;
+            if (b >= nkb) break;       /* block-uniform */
+            while (b == quarter_end) { /* block-uniform; the last quarter ends at nkb */
+                sg_fold(quarter, acc, tot);
+                quarter++;
+                quarter_end = nkb * (quarter + 1) / 4;
+            }
+            const unsigned char *sb = st + kb * S::ROWS * 64;
+            uint4 av[SG_MT], a8v[SG_MT];
+#pragma unroll
+            for (int i = 0; i < SG_MT; i++) {
+                const int row = wm * 16 * SG_MT + 16 * i + g;
+                av[i] = *reinterpret_cast<const uint4 *>(sb + row * 64 + q * 16);
+                a8v[i] = *reinterpret_cast<const uint4 *>(sb + (row + 8) * 64 + q * 16);
+            }
+#pragma unroll
+            for (int t = 0; t < SG_NT; t++) {
+                const int row = S::BM + wn * 8 * SG_NT + 8 * t + g;
+                const uint4 bv = *reinterpret_cast<const uint4 *>(sb + row * 64 + q * 16);
+#pragma unroll
+                for (int i = 0; i < SG_MT; i++) {
+                    mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
+                    mma_16816(acc[i][t], av[i].z, a8v[i].z, av[i].w, a8v[i].w, bv.z, bv.w);
+                }
+            }
+        }
+    }
+    cp_async_wait_all_but<0>();    /* no copy outlives the block (the empty groups') */
+    for (; quarter < 4; quarter++) /* the last quarter, and any empty ones before it */
+        sg_fold(quarter, acc, tot);
+#pragma unroll
+    for (int i = 0; i < SG_MT; i++)
+#pragma unroll
+        for (int t = 0; t < SG_NT; t++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int r = r0 + wm * 16 * SG_MT + 16 * i + g + (j < 2 ? 0 : 8);
+                const int o = o0 + wn * 8 * SG_NT + 8 * t + 2 * q + (j & 1);
+                if (r < m && o < n)
+                    y[(size_t)r * (size_t)ldy + (size_t)o] = k_f32_to_bf16(tot[i][t][j]);
+            }
+}
+
+static bool staged_on; /* k_set_gemm_staged */
+static int staged_sms; /* the card's SMs, for the shape choice; 0 until gemm_staged_allow */
+
+extern "C" void k_set_gemm_staged(int on) { staged_on = on != 0; }
+
+/* The staged kernels' shared-memory limit (128 and 160 KB) raised and the SMs counted, once: at
+ * start-up (k_gemm_setup, before any graph capture) and, for callers that skip it (the tests),
+ * before the first launch. */
+static int gemm_staged_allow(void) {
+    if (staged_sms > 0) return K_OK;
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaFuncSetAttribute(gemm_staged_kernel<2>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)sg_shape<2>::SMEM));
+    CUDA_CHECK(cudaFuncSetAttribute(gemm_staged_kernel<4>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)sg_shape<4>::SMEM));
+    staged_sms = sms > 0 ? sms : 1;
+    return K_OK;
+}
+extern "C" int k_gemm_setup(void) { return gemm_staged_allow(); }
+
+/* y = x w^T through the staged kernel, in the block shape with fewer waves (one block an SM;
+ * the 128 x 128 shape on a tie: its tiles read fewer bytes from L2). Either shape gives every
+ * output the same bits. */
+static int gemm_staged_launch(const k_gemm_args *a, int ldy, g4_stream st) {
+    int rc = gemm_staged_allow();
+    if (rc != K_OK) return rc;
+    const long long b2 = (long long)((a->n + sg_shape<2>::BN - 1) / sg_shape<2>::BN) *
+                         ((a->m + sg_shape<2>::BM - 1) / sg_shape<2>::BM),
+                    b4 = (long long)((a->n + sg_shape<4>::BN - 1) / sg_shape<4>::BN) *
+                         ((a->m + sg_shape<4>::BM - 1) / sg_shape<4>::BM);
+    const bool tall = (b4 + staged_sms - 1) / staged_sms < (b2 + staged_sms - 1) / staged_sms;
+    const int bm = tall ? sg_shape<4>::BM : sg_shape<2>::BM,
+              bn = tall ? sg_shape<4>::BN : sg_shape<2>::BN;
+    const int row_blocks = (a->m + bm - 1) / bm;
+    if (row_blocks > 65535) return K_ERR_SHAPE; /* grid.y: 8.4M rows at the smaller tile */
+    dim3 grid((unsigned)((a->n + bn - 1) / bn), (unsigned)row_blocks);
+    CUDA_CHECK(k_launch(tall ? gemm_staged_kernel<4> : gemm_staged_kernel<2>, grid, SG_THREADS,
+                        tall ? sg_shape<4>::SMEM : sg_shape<2>::SMEM, (cudaStream_t)st,
+                        (bf16_t *)a->y, (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n,
+                        a->k, ldy));
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
+}
+
 static bool fuse_groups; /* k_gemm_fuse */
 
 extern "C" void k_gemm_fuse(int on) { fuse_groups = on != 0; }
@@ -481,6 +681,8 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
                 CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
                                     (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
                                     (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
+        } else if (staged_on && a->m >= SG_MIN_M) {
+            return gemm_staged_launch(a, ldy, st);
         } else {
             int tiles = (a->m + 63) / 64;
             dim3 grid((unsigned)((a->n + 31) / 32), (unsigned)(tiles < 65535 ? tiles : 65535));

@@ -299,6 +299,12 @@ void k_set_wide_loads(int on);
  * the same order, so the same bits (serve.early_weights, default off until measured).
  * Process-wide. */
 void k_set_early_weights(int on);
+/* on: the mma projections (k_gemm, and k_gemm_group's members at prefill sizes) of at least 128
+ * rows stage their rows of x and w through shared memory by cp.async, blocks of 8 warps over
+ * 128 x 128 or 256 x 64 tiles, instead of the tile form's loads from L2 once a warp. Every
+ * output gets the tile form's mmas, k quarters and quarter adds in the same order, so the same
+ * bits (serve.gemm_staged, default off until measured; kernels/gemm_lt.cu). Process-wide. */
+void k_set_gemm_staged(int on);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 int k_gemm_group(const k_gemm_group_args *a, g4_stream st);
 /* 1 when k_gemm_group would run this group as one launch: fusing on, more than one member, a
@@ -445,6 +451,8 @@ size_t k_attention_workspace(void);
 int k_attention_setup(void);
 /* Likewise the experts' staged prefill kernels' shared-memory limit. GPU build only. */
 int k_moe_setup(void);
+/* Likewise the staged projections' (serve.gemm_staged). GPU build only. */
+int k_gemm_setup(void);
 int k_workspace_reserve(size_t moe_bytes, size_t attn_bytes);
 
 /* CUDA events for timing named steps without synchronising between them (bench_decode). */

@@ -59,6 +59,7 @@ enum cfg_key_id {
     CFG_SERVE_ATTN_HALF_UNITS,
     CFG_SERVE_ATTN_GLOBAL_KEEP,
     CFG_SERVE_ATTN_EARLY_LOOKUP,
+    CFG_SERVE_GEMM_STAGED,
     CFG_SERVE_ATTN_SPLITS_PER_BLOCK,
     CFG_SERVE_SAMPLE_THREADS,
     CFG_SERVE_TEXT_MAX_TOKENS,
@@ -105,6 +106,7 @@ static const struct cfg_key {
     {"serve", "attn_half_units", CFG_SERVE_ATTN_HALF_UNITS},
     {"serve", "attn_global_keep", CFG_SERVE_ATTN_GLOBAL_KEEP},
     {"serve", "attn_early_lookup", CFG_SERVE_ATTN_EARLY_LOOKUP},
+    {"serve", "gemm_staged", CFG_SERVE_GEMM_STAGED},
     {"serve", "attn_splits_per_block", CFG_SERVE_ATTN_SPLITS_PER_BLOCK},
     {"serve", "sample_threads", CFG_SERVE_SAMPLE_THREADS},
     {"serve", "text_max_tokens", CFG_SERVE_TEXT_MAX_TOKENS},
@@ -168,6 +170,7 @@ void config_defaults(g4_config *c) {
     c->serve.attn_half_units = 0;   /* not yet run on the GPU (docs/configuration.md) */
     c->serve.attn_global_keep = 0;  /* not yet run on the GPU (docs/configuration.md) */
     c->serve.attn_early_lookup = 0; /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.gemm_staged = 0;       /* not yet run on the GPU (docs/configuration.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
     c->serve.text_max_tokens = 512;
@@ -366,6 +369,8 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.attn_global_keep, why, n);
     case CFG_SERVE_ATTN_EARLY_LOOKUP:
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.attn_early_lookup, why, n);
+    case CFG_SERVE_GEMM_STAGED:
+        return cfg_choice(v, cfg_sync_names, 2, &c->serve.gemm_staged, why, n);
     case CFG_SERVE_ATTN_CLUSTER_ROWS: /* a launch's rows: the grid's z, at most 65,535 */
         return cfg_int(v, 0, 65535, &c->serve.attn_cluster_rows, why, n);
     case CFG_SERVE_ATTN_SPLITS_PER_BLOCK: /* kernels/attn_common.cuh's ATTN_MAX_SPB */

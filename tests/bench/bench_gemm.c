@@ -4,7 +4,12 @@
  * times, at m = 1, 4, 16 and max_m, the algorithm the heuristic picks when asked at several
  * m (the plan's heur_m), with CUDA events, median of 20 runs, against the weight-streaming
  * floor at m = 1 (n * k * 2 bytes / --bw GB/s). A benchmark: it prints figures only.
- * usage: bench_gemm [--max-m M] [--bw GBPS] */
+ * With --kernels it times instead, at prefill sizes (1,024 and 2,048 rows, or --m M), each shape
+ * on the three kernels a prefill projection can take: the project's tensor-core kernel in its
+ * tile form, the same in its staged form (serve.gemm_staged; the same bits) and cuBLASLt's plan,
+ * in ms and TFLOP/s (2 m n k flops a call; the H200's dense bf16 matrix rate is ~780 TFLOP/s
+ * at the clocks it holds, ~990 nominal).
+ * usage: bench_gemm [--max-m M] [--bw GBPS] [--kernels [--m M]] */
 #include "kernels/kernels.h"
 
 #include <stdio.h>
@@ -36,13 +41,48 @@ static float time_gemm(k_gemm_plan *plan, bf16_t *y, const bf16_t *x, const bf16
     return t[10];
 }
 
-int main(int argc, char **argv) {
-    int max_m = 528;
-    double bw = 4280;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--max-m")) max_m = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--bw")) bw = atof(argv[i + 1]);
+/* --kernels: one shape at m rows on each kernel; a kernel that cannot plan it prints "-". */
+static void time_kernels(const shape *s, int m, bf16_t *y, const bf16_t *x, const bf16_t *w,
+                         k_event *ev[2]) {
+    static const char *const names[] = {"tile", "staged", "cublaslt"};
+    printf("%-14s %6d", s->name, m);
+    for (int kind = 0; kind < 3; kind++) {
+        k_gemm_mma(kind < 2);
+        k_set_gemm_staged(kind == 1);
+        k_gemm_plan *plan = NULL;
+        float ms = k_gemm_plan_create(&plan, m, s->n, s->k) == 0 &&
+                           !strcmp(k_gemm_plan_kernel(plan), kind < 2 ? "mma" : "cublaslt")
+                       ? time_gemm(plan, y, x, w, m, s->n, s->k, ev)
+                       : -1;
+        k_gemm_plan_destroy(plan);
+        if (ms > 0)
+            printf("  %s %8.4f ms %6.1f TF/s", names[kind], ms,
+                   2.0 * m * (double)s->n * s->k / (ms * 1e9));
+        else
+            printf("  %s %8s    %6s     ", names[kind], "-", "-");
     }
+    k_gemm_mma(0);
+    k_set_gemm_staged(0);
+    printf("\n");
+}
+
+int main(int argc, char **argv) {
+    int max_m = 528, kernels = 0, kernel_m = 0;
+    double bw = 4280;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--kernels")) {
+            kernels = 1;
+            continue;
+        }
+        if (i + 1 >= argc) break;
+        if (!strcmp(argv[i], "--max-m"))
+            max_m = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bw"))
+            bw = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--m"))
+            kernel_m = atoi(argv[++i]);
+    }
+    if (kernels) max_m = kernel_m > 2048 ? kernel_m : 2048;
     char desc[256];
     if (k_device_init(desc, sizeof desc) != 0) {
         fprintf(stderr, "bench_gemm: no GPU (%s)\n", desc);
@@ -74,6 +114,19 @@ int main(int argc, char **argv) {
     k_fill_uniform(&f, NULL);
     f = (k_fill_args){.out = x, .n = max_x, .seed = 2, .lo = -1, .hi = 1};
     k_fill_uniform(&f, NULL);
+    if (kernels) {
+        printf("# %s; ms per call (median of 20) and TFLOP/s, prefill sizes\n", desc);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            if (shapes[i].n > 65536) continue; /* the LM head: a prompt's last row only */
+            if (kernel_m > 0) {
+                time_kernels(&shapes[i], kernel_m, y, x, w, ev);
+                continue;
+            }
+            time_kernels(&shapes[i], 1024, y, x, w, ev);
+            time_kernels(&shapes[i], 2048, y, x, w, ev);
+        }
+        return 0;
+    }
     printf("# %s; ms per call (median of 20), max_m %d\n", desc, max_m);
     printf("%-14s %8s %9s %9s %9s %9s %9s %6s\n", "shape", "heur_m", "m=1", "m=4", "m=16", "m=max",
            "floor@1", "ws MB");

@@ -225,24 +225,31 @@ static void run_invariant(const char *name, int n, int k, uint64_t seed) {
 /* A speed switch of the tensor-core kernel against its off state, outputs poisoned first so an
  * unwritten one cannot pass: every output bit equal (the same mma operands in the same order).
  * serve.wide_loads: the lo form at m <= 8. serve.early_weights: the lo form's first weight group
- * loaded before the grid wait (with wide_loads on). At m = 9 both are inert. */
+ * loaded before the grid wait (with wide_loads on). At m = 9 both are inert.
+ * serve.gemm_staged: the staged form at m >= 128 against the tile form (its first row tile
+ * partial at 130, two of 128 at 256, the 128-row tile's last partial at 1,040 and the 256-row
+ * tile's at 2,064; which of its two shapes runs follows n). */
+#define SWITCH_MS_MAX 5
 typedef struct speed_switch {
     const char *name;
     void (*set)(int on);
     int with_wide; /* wide_loads on for both runs */
+    int ms[SWITCH_MS_MAX];
+    int n_ms;
 } speed_switch;
 
-static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0};
-static const speed_switch early_switch = {"early_weights", k_set_early_weights, 1};
+static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4};
+static const speed_switch early_switch = {"early_weights", k_set_early_weights, 1, {1, 2, 8, 9}, 4};
+static const speed_switch staged_switch = {
+    "staged", k_set_gemm_staged, 0, {128, 130, 256, 1040, 2064}, 5};
 
 /* Both runs take x from a kernel launched just before the gemm, no synchronisation between them
  * (x poisoned with NaN before that kernel), as a step's projections take theirs: a switch that
  * read x before its grid dependency would meet the NaN, and no output of the switch-off run may
  * be NaN. */
 static void run_switch(const speed_switch *sw, const char *name, int n, int k, uint64_t seed) {
-    static const int ms[] = {1, 2, 8, 9};
-    for (size_t t = 0; t < sizeof ms / sizeof ms[0]; t++) {
-        const int m = ms[t];
+    for (int t = 0; t < sw->n_ms; t++) {
+        const int m = sw->ms[t];
         char gate[128];
         snprintf(gate, sizeof gate, "gemm_%s[%s m%d n%d k%d]", sw->name, name, m, n, k);
         gemm_bufs g;
@@ -251,7 +258,8 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
         bf16_t *off = malloc(ys * 2), *poison = malloc((ys > xs ? ys : xs) * 2);
         bf16_t *dsrc = k_device_alloc(xs * 2);
         k_gemm_plan *plan = NULL;
-        rc = rc || !off || !poison || !dsrc || k_gemm_plan_create(&plan, 64, n, k) != 0;
+        rc =
+            rc || !off || !poison || !dsrc || k_gemm_plan_create(&plan, m < 64 ? 64 : m, n, k) != 0;
         for (size_t j = 0; !rc && j < (ys > xs ? ys : xs); j++)
             poison[j] = 0x7fc0;
         if (!rc) rc |= k_copy_to_device(dsrc, g.x, xs * 2);
@@ -288,39 +296,42 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
 
 /* y with a row stride past n (the fused gate|up halves): the first n columns of each row equal
  * ref_gemm's within 1e-2, the columns between n and ldy are never written. */
-static void run_ldy(const char *name, uint64_t seed) {
-    const int m = 5, n = 64, k = 128, ldy = 160;
+static void run_ldy(const char *name, int m, uint64_t seed) {
+    const int n = 64, k = 128, ldy = 160;
     char gate[96];
     snprintf(gate, sizeof gate, "%s[m%d n%d k%d ldy %d]", name, m, n, k, ldy);
     rng_state = seed;
-    bf16_t x[5 * 128], w[64 * 128], y[5 * 160], r[5 * 64];
-    fill_uniform(x, sizeof x / 2, 1.0f, 0.0f);
-    fill_uniform(w, sizeof w / 2, 1.0f / sqrtf((float)k), 0.0f);
-    for (size_t i = 0; i < sizeof y / 2; i++)
-        y[i] = 0x7fc0; /* NaN poison */
-    void *dx = k_device_alloc(sizeof x), *dw = k_device_alloc(sizeof w),
-         *dy = k_device_alloc(sizeof y);
+    const size_t xs = (size_t)m * k * 2, ws = (size_t)n * k * 2, ys = (size_t)m * ldy * 2;
+    bf16_t *x = malloc(xs), *w = malloc(ws), *y = malloc(ys), *r = malloc((size_t)m * n * 2);
+    void *dx = k_device_alloc(xs), *dw = k_device_alloc(ws), *dy = k_device_alloc(ys);
     k_gemm_plan *plan = NULL;
-    int rc = !dx || !dw || !dy || k_gemm_plan_create(&plan, 16, n, k) != 0;
+    int rc = !x || !w || !y || !r || !dx || !dw || !dy ||
+             k_gemm_plan_create(&plan, m < 16 ? 16 : m, n, k) != 0;
     if (!rc) {
-        rc |= k_copy_to_device(dx, x, sizeof x) | k_copy_to_device(dw, w, sizeof w) |
-              k_copy_to_device(dy, y, sizeof y);
+        fill_uniform(x, xs / 2, 1.0f, 0.0f);
+        fill_uniform(w, ws / 2, 1.0f / sqrtf((float)k), 0.0f);
+        for (size_t i = 0; i < ys / 2; i++)
+            y[i] = 0x7fc0; /* NaN poison */
+        rc |=
+            k_copy_to_device(dx, x, xs) | k_copy_to_device(dw, w, ws) | k_copy_to_device(dy, y, ys);
         k_gemm_args a = {
             .y = dy, .x = dx, .w = dw, .m = m, .n = n, .k = k, .ldy = ldy, .plan = plan};
-        rc |= k_gemm(&a, NULL) | k_sync() | k_copy_to_host(y, dy, sizeof y);
+        rc |= k_gemm(&a, NULL) | k_sync() | k_copy_to_host(y, dy, ys);
     }
-    k_gemm_args ra = {.y = r, .x = x, .w = w, .m = m, .n = n, .k = k};
-    ref_gemm(&ra, NULL);
     double num = 0, den = 0;
     int written_past = 0;
-    for (int i = 0; i < m; i++) {
-        for (int j = 0; j < n; j++) {
-            float o = ref_bf16_to_f32(y[i * ldy + j]), e = ref_bf16_to_f32(r[i * n + j]);
-            num += (double)(o - e) * (o - e);
-            den += (double)e * e;
+    if (!rc) {
+        k_gemm_args ra = {.y = r, .x = x, .w = w, .m = m, .n = n, .k = k};
+        ref_gemm(&ra, NULL);
+        for (int i = 0; i < m; i++) {
+            for (int j = 0; j < n; j++) {
+                float o = ref_bf16_to_f32(y[i * ldy + j]), e = ref_bf16_to_f32(r[i * n + j]);
+                num += (double)(o - e) * (o - e);
+                den += (double)e * e;
+            }
+            for (int j = n; j < ldy; j++)
+                written_past += y[i * ldy + j] != 0x7fc0;
         }
-        for (int j = n; j < ldy; j++)
-            written_past += y[i * ldy + j] != 0x7fc0;
     }
     double rel = sqrt(num / (den > 0 ? den : 1));
     TEST_CHECK(gate, rc == 0 && rel <= 1e-2 && written_past == 0,
@@ -330,6 +341,10 @@ static void run_ldy(const char *name, uint64_t seed) {
     k_device_free(dx);
     k_device_free(dw);
     k_device_free(dy);
+    free(x);
+    free(w);
+    free(y);
+    free(r);
 }
 
 /* ---- gemm groups (q|k|v, gate|up: kernels/kernels.h, k_gemm_group_args) ---- */
@@ -512,6 +527,8 @@ int main(void) {
         test_skip("gemm_group_vs_calls", "no GPU (%s)", desc);
         test_skip("gemm_wide_loads", "no GPU (%s)", desc);
         test_skip("gemm_early_weights", "no GPU (%s)", desc);
+        test_skip("gemm_staged", "no GPU (%s)", desc);
+        test_skip("gemm_staged_vs_ref", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -526,7 +543,7 @@ int main(void) {
         run_shape("gemm_lt_vs_ref", shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
                   1234 + i);
     run_max_m(5376, 21504, 2064, 64, 99);
-    run_ldy("gemm_lt_vs_ref", 777);
+    run_ldy("gemm_lt_vs_ref", 5, 777);
     /* every projection shape of the 26B-A4B, planned for its largest step */
     static const struct {
         const char *name;
@@ -541,7 +558,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape("gemm_plain_vs_ref", shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
                   4321 + i);
-    run_ldy("gemm_plain_vs_ref", 778);
+    run_ldy("gemm_plain_vs_ref", 5, 778);
     run_invariant("plain q", 4096, 2816, 666);
     k_gemm_plain(0);
     /* debug.gemm = mma: the same checks on the tensor-core kernel (the ragged k = 264 shape
@@ -557,7 +574,7 @@ int main(void) {
      * weight tile half empty and k = 288 cuts into parts of 2 and 3 blocks */
     run_shape("gemm_mma_vs_ref", 130, 4096, 2816, 2064, 5500);
     run_shape("gemm_mma_vs_ref", 77, 1004, 288, 2064, 5501);
-    run_ldy("gemm_mma_vs_ref", 779);
+    run_ldy("gemm_mma_vs_ref", 5, 779);
     for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++) {
         char name[32];
         snprintf(name, sizeof name, "mma %s", proj[i].name);
@@ -628,6 +645,30 @@ int main(void) {
     run_invariant("mma early_weights q", 4096, 2816, 9502);
     k_set_early_weights(0);
     k_set_wide_loads(0);
+    /* serve.gemm_staged: every 26B-A4B projection shape and the 31B's (its MLP and q and o as
+     * debug.gemm = mma would run them), bits against the tile form; a ragged n with k = 288
+     * (quarters of 2, 2, 2 and 3 blocks, the last stage half full), k = 96 (the first quarter
+     * empty) and k = 32 (three empty quarters: the total starts from the first one's zero); then
+     * the CPU twin, y's row stride past n, and the batch-invariance rule with it on (rows of the
+     * staged 2,047- and 1,025-row steps against the one-row decode form) */
+    for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++)
+        run_switch(&staged_switch, proj[i].name, proj[i].n, proj[i].k, 9601 + i);
+    run_switch(&staged_switch, "31B q", 8192, 5376, 9701);
+    run_switch(&staged_switch, "31B k", 4096, 5376, 9702);
+    run_switch(&staged_switch, "31B o_global", 5376, 16384, 9703);
+    run_switch(&staged_switch, "31B gate", 21504, 5376, 9704);
+    run_switch(&staged_switch, "31B down", 5376, 21504, 9705);
+    run_switch(&staged_switch, "ragged", 1004, 288, 9706);
+    run_switch(&staged_switch, "k96", 200, 96, 9707);
+    run_switch(&staged_switch, "k32", 64, 32, 9708);
+    k_set_gemm_staged(1);
+    run_shape("gemm_staged_vs_ref", 130, 4096, 2816, 2064, 9801);
+    run_shape("gemm_staged_vs_ref", 300, 1004, 288, 2064, 9802);
+    run_ldy("gemm_staged_vs_ref", 130, 9803);
+    run_invariant("mma staged q", 4096, 2816, 9804);
+    run_invariant("mma staged gate_up", 2112, 2816, 9805);
+    run_invariant("mma staged down", 2816, 2112, 9806);
+    k_set_gemm_staged(0);
     k_gemm_mma(0);
     run_group(1, 0, 0, 1, 1, 7081);
     run_group(8, 0, 1, 1, 1, 7091);

@@ -1,14 +1,17 @@
-# tests/gpu/plans/next-session.sh - a box_queue.sh plan for the twenty-seventh session's device
-# time, written by the twenty-sixth (carry .deps; follow `start` with `wait` calls back to back:
-# a machine idle for 30 s goes back with the plan). PLAN_STEPS picks; default "gates ab 26b serve
-# e4b" (~29 min), in order:
-#   gates    the three switches written after the twenty-sixth session's device time, off:
+# tests/gpu/plans/next-session.sh - a box_queue.sh plan for the next session's device time,
+# written by the twenty-sixth and twenty-seventh (the twenty-seventh was lent no device; carry
+# .deps; follow `start` with `wait` calls back to back: a machine idle for 30 s goes back with the
+# plan). PLAN_STEPS picks; default "gates ab 26b serve" (~29 min), in order:
+#   gates    test_gemm_lt's `gemm_staged` gates (serve.gemm_staged, written in the twenty-seventh
+#            session: the prefill projections staged through shared memory, bits against the
+#            tile form and the CPU twin, ~1 min); then
+#            the three switches written after the twenty-sixth session's device time, off:
 #            test_attn's `half units` gates (serve.attn_half_units: the bf16 pool's head-dim-256
 #            passes in units of 32 keys, bits against the 64-key units), the fold-NaN paths'
 #            fourth variant, and its `global keep` gates (serve.attn_global_keep: the global
 #            layers' P.V pass reading kept scores, bits against scoring again) and its `early
 #            lookup` gates (serve.attn_early_lookup: page-table look-ups before the grid wait);
-#            the build included, ~7 min
+#            the build included, ~8 min
 #   ab       bench_decode, two rounds, bf16 pool: attn_half_units 0 against 1 at 16 and 1 26B-A4B
 #            rows and 16 31B rows, then 16 26B-A4B rows with it on at 1 and 2 splits a block
 #            (predicted 16-row 26B-A4B step -0.3 to -0.5 ms, one row flat); attn_global_keep 0
@@ -16,14 +19,18 @@
 #            16 31B rows, -0.02 to -0.05 at one row); attn_early_lookup likewise (predicted
 #            -0.03 to -0.09 ms at one row, little at 16); then one 1,024-token
 #            prefill of each of the 26B-A4B and the 31B with its whole per-op breakdown (issue 22:
-#            where the ~31 ms of a 26B-A4B chunk outside attention and experts go), ~4 min
+#            where the ~31 ms of a 26B-A4B chunk outside attention and experts go), gemm_staged 0
+#            against 1 (two rounds; predicted 26B-A4B 86.6 -> ~72-77 ms), the 31B with every
+#            weight on the staged kernel (debug.gemm=mma) against the default at prefill and at 1
+#            and 16 rows, and bench_gemm --kernels (each projection shape at 1,024 and 2,048
+#            rows on the tile form, the staged form and cuBLASLt, ms and TFLOP/s), ~6 min
 #   26b      the 26B-A4B's full step with this tree's defaults (attn_fp8_frags and the staged
 #            prefill experts on since the twenty-sixth session; the full step has not run with
 #            them), ~8 min
 #   serve    release/bench.py, bf16 against fp8, c = 1, 4, 16, two ABBA rounds, 26B-A4B: the
 #            serving figures of record date from tree efbd397 (issue 21's targets are read
 #            there), ~4 min; results under $Q/logs/serve-results
-#   e4b      the E4B's, ~4.5 min
+#   e4b      (not in the default) the E4B's, ~4.5 min
 #   e2b      (not in the default) the E2B's, ~3.5 min
 #   geometry (not in the default) the geometry gates, ~5 min
 #   geo-new  (not in the default) the geometry gates with the three new switches on (real head dims:
@@ -34,8 +41,8 @@
 #            1,024-token 26B-A4B prefill (E2 reached 34.5 ms where 25-30 was predicted; the
 #            tiles 20 ms where 10-15), ~4 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-gates ab 26b serve e4b} " == *" $1 "* ]]; }
-want gates && step gates ./build.sh gpu-test test_attn
+want() { [[ " ${PLAN_STEPS:-gates ab 26b serve} " == *" $1 "* ]]; }
+want gates && step gates ./build.sh gpu-test test_gemm_lt test_attn
 ab_next() {
     local r m v sw spb
     for r in 1 2; do
@@ -61,10 +68,30 @@ ab_next() {
         done
     done
     for m in gemma4-26b-a4b gemma4-31b; do
-        echo "== $m, one 1,024-token prompt, the whole breakdown"
-        timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
-            --set serve.max_context=4096 --batch 1 --prompt 1024 --steps 8
+        for v in 0 1; do
+            echo "== $m, one 1,024-token prompt, gemm_staged $v, the whole breakdown"
+            timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
+                --set serve.max_context=4096 --set serve.gemm_staged=$v --batch 1 --prompt 1024 \
+                --steps 8
+        done
     done
+    echo "-- round 2 of gemm_staged"
+    for m in gemma4-26b-a4b gemma4-31b; do
+        for v in 0 1; do
+            echo "== $m, one 1,024-token prompt, gemm_staged $v"
+            timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
+                --set serve.max_context=4096 --set serve.gemm_staged=$v --batch 1 --prompt 1024 \
+                --steps 8 | grep -E "^prefill|^decode step"
+        done
+    done
+    for b in 1 16; do
+        echo "== gemma4-31b, $b rows, debug.gemm=mma with gemm_staged 1 (every weight on the mma kernel, the LM head too)"
+        timeout 200 build/tests/bench_decode -c conf/gemma4-31b.ini --set model.weights=dummy \
+            --set serve.max_context=4096 --set serve.gemm_staged=1 --set debug.gemm=mma \
+            --batch $b --prompt 1024 --steps 16
+    done
+    echo "== bench_gemm --kernels"
+    timeout 200 build/tests/bench_gemm --kernels
 }
 want ab && step ab bash -c "$(declare -f ab_next); ab_next"
 want 26b && step full-26b env FULL_MODELS="26b-a4b" ./build.sh gpu-test full
