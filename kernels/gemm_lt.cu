@@ -488,10 +488,16 @@ static __global__ void __launch_bounds__(SG_THREADS, 1)
             }
 }
 
-static bool staged_on; /* k_set_gemm_staged */
-static int staged_sms; /* the card's SMs, for the shape choice; 0 until gemm_staged_allow */
+static int staged_mode; /* k_set_gemm_staged: 0 off, 1 the shape by waves, 2 and 3 one shape */
+static int staged_sms;  /* the card's SMs, for the shape choice; 0 until gemm_staged_allow */
 
-extern "C" void k_set_gemm_staged(int on) { staged_on = on != 0; }
+extern "C" void k_set_gemm_staged(int mode) { staged_mode = mode >= 1 && mode <= 3 ? mode : 0; }
+
+/* past 65,535 row tiles of 128 (grid.y) the tile form, which strides over row tiles, runs */
+extern "C" int k_gemm_plan_staged(const k_gemm_plan *p, int m) {
+    return p && p->mma && staged_mode && m >= SG_MIN_M &&
+           ((long long)m + sg_shape<2>::BM - 1) / sg_shape<2>::BM <= 65535;
+}
 
 /* The staged kernels' shared-memory limit (128 and 160 KB) raised and the SMs counted, once: at
  * start-up (k_gemm_setup, before any graph capture) and, for callers that skip it (the tests),
@@ -513,8 +519,9 @@ static int gemm_staged_allow(void) {
 extern "C" int k_gemm_setup(void) { return gemm_staged_allow(); }
 
 /* y = x w^T through the staged kernel, in the block shape with fewer waves (one block an SM;
- * the 128 x 128 shape on a tie: its tiles read fewer bytes from L2). Either shape gives every
- * output the same bits. */
+ * the 128 x 128 shape on a tie: its tiles read fewer bytes from L2), or the one mode 2 or 3
+ * asks for (the gates run each shape at every size). Either shape gives every output the same
+ * bits. */
 static int gemm_staged_launch(const k_gemm_args *a, int ldy, g4_stream st) {
     int rc = gemm_staged_allow();
     if (rc != K_OK) return rc;
@@ -522,11 +529,13 @@ static int gemm_staged_launch(const k_gemm_args *a, int ldy, g4_stream st) {
                          ((a->m + sg_shape<2>::BM - 1) / sg_shape<2>::BM),
                     b4 = (long long)((a->n + sg_shape<4>::BN - 1) / sg_shape<4>::BN) *
                          ((a->m + sg_shape<4>::BM - 1) / sg_shape<4>::BM);
-    const bool tall = (b4 + staged_sms - 1) / staged_sms < (b2 + staged_sms - 1) / staged_sms;
+    const bool tall = staged_mode == 3 ||
+                      (staged_mode == 1 &&
+                       (b4 + staged_sms - 1) / staged_sms < (b2 + staged_sms - 1) / staged_sms);
     const int bm = tall ? sg_shape<4>::BM : sg_shape<2>::BM,
               bn = tall ? sg_shape<4>::BN : sg_shape<2>::BN;
     const int row_blocks = (a->m + bm - 1) / bm;
-    if (row_blocks > 65535) return K_ERR_SHAPE; /* grid.y: 8.4M rows at the smaller tile */
+    if (row_blocks > 65535) return K_ERR_SHAPE; /* k_gemm_plan_staged keeps such m away */
     dim3 grid((unsigned)((a->n + bn - 1) / bn), (unsigned)row_blocks);
     CUDA_CHECK(k_launch(tall ? gemm_staged_kernel<4> : gemm_staged_kernel<2>, grid, SG_THREADS,
                         tall ? sg_shape<4>::SMEM : sg_shape<2>::SMEM, (cudaStream_t)st,
@@ -681,7 +690,7 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
                 CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
                                     (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
                                     (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
-        } else if (staged_on && a->m >= SG_MIN_M) {
+        } else if (k_gemm_plan_staged(p, a->m)) {
             return gemm_staged_launch(a, ldy, st);
         } else {
             int tiles = (a->m + 63) / 64;

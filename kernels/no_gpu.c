@@ -65,7 +65,11 @@ const char *k_gemm_plan_kernel(const k_gemm_plan *plan) {
 void k_set_pdl(int on) { (void)on; }
 void k_set_wide_loads(int on) { (void)on; }
 void k_set_early_weights(int on) { (void)on; }
-void k_set_gemm_staged(int on) { (void)on; }
+void k_set_gemm_staged(int mode) { (void)mode; }
+int k_gemm_plan_staged(const k_gemm_plan *plan, int m) {
+    (void)plan, (void)m;
+    return 0;
+}
 
 int k_gemm(const k_gemm_args *a, g4_stream st) {
     (void)a, (void)st;

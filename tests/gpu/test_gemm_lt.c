@@ -226,22 +226,35 @@ static void run_invariant(const char *name, int n, int k, uint64_t seed) {
  * unwritten one cannot pass: every output bit equal (the same mma operands in the same order).
  * serve.wide_loads: the lo form at m <= 8. serve.early_weights: the lo form's first weight group
  * loaded before the grid wait (with wide_loads on). At m = 9 both are inert.
- * serve.gemm_staged: the staged form at m >= 128 against the tile form (its first row tile
- * partial at 130, two of 128 at 256, the 128-row tile's last partial at 1,040 and the 256-row
- * tile's at 2,064; which of its two shapes runs follows n). */
-#define SWITCH_MS_MAX 5
+ * serve.gemm_staged: the staged form at m >= 128 against the tile form (a row tile exactly full
+ * at 128, partial at 130, two of 128 at 256, the 128-row tile's last partial at 1,040, the
+ * 256-row tile's at 1,024 + 16 and 2,064), once in the shape its launcher picks by waves (on
+ * the H200, 256 x 64 for n = 2,112 at 1,024 rows, 128 x 128 elsewhere) and once in each shape
+ * forced, so that every warp of both shapes meets the tile form; the gate also checks that the
+ * switch's run took the staged form. */
+#define SWITCH_MS_MAX 6
 typedef struct speed_switch {
     const char *name;
     void (*set)(int on);
     int with_wide; /* wide_loads on for both runs */
     int ms[SWITCH_MS_MAX];
     int n_ms;
+    int staged; /* the run with the switch on must be in the staged form */
 } speed_switch;
 
-static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4};
-static const speed_switch early_switch = {"early_weights", k_set_early_weights, 1, {1, 2, 8, 9}, 4};
+static void staged_by_waves(int on) { k_set_gemm_staged(on ? 1 : 0); }
+static void staged_128x128(int on) { k_set_gemm_staged(on ? 2 : 0); }
+static void staged_256x64(int on) { k_set_gemm_staged(on ? 3 : 0); }
+
+static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4, 0};
+static const speed_switch early_switch = {
+    "early_weights", k_set_early_weights, 1, {1, 2, 8, 9}, 4, 0};
 static const speed_switch staged_switch = {
-    "staged", k_set_gemm_staged, 0, {128, 130, 256, 1040, 2064}, 5};
+    "staged", staged_by_waves, 0, {128, 130, 256, 1024, 1040, 2064}, 6, 1};
+static const speed_switch staged_square_switch = {
+    "staged_128x128", staged_128x128, 0, {128, 130, 1040}, 3, 1};
+static const speed_switch staged_tall_switch = {
+    "staged_256x64", staged_256x64, 0, {128, 256, 1040}, 3, 1};
 
 /* Both runs take x from a kernel launched just before the gemm, no synchronisation between them
  * (x poisoned with NaN before that kernel), as a step's projections take theirs: a switch that
@@ -266,9 +279,11 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
         k_gemm_args a = {.y = g.dy, .x = g.dx, .w = g.dw, .m = m, .n = n, .k = k, .plan = plan};
         /* x = bf(src * 1.0): src exactly */
         const k_scale_add_args produce = {.out = g.dx, .a = dsrc, .n = xs, .scale = 1.0f};
+        int staged_ran = 0;
         for (int on = 0; on < 2 && !rc; on++) {
             k_set_wide_loads(sw->with_wide);
             sw->set(on);
+            if (on) staged_ran = k_gemm_plan_staged(plan, m);
             rc |= k_copy_to_device(g.dy, poison, ys * 2) | k_copy_to_device(g.dx, poison, xs * 2) |
                   k_scale_add(&produce, NULL) | k_gemm(&a, NULL) | k_sync() |
                   k_copy_to_host(on ? g.y : off, g.dy, ys * 2);
@@ -282,10 +297,13 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
         }
         const char *kernel = plan ? k_gemm_plan_kernel(plan) : NULL;
         TEST_CHECK(gate,
-                   rc == 0 && differ == 0 && nan_off == 0 && kernel && strcmp(kernel, "mma") == 0,
+                   rc == 0 && differ == 0 && nan_off == 0 && kernel && strcmp(kernel, "mma") == 0 &&
+                       staged_ran == sw->staged,
                    "rc %d, %ld of %zu outputs differ from the switch off's (exact rule), %ld NaN "
-                   "in the switch off's (want none); on %s (want mma)",
-                   rc, differ, ys, nan_off, kernel ? kernel : "(no plan)");
+                   "in the switch off's (want none); on %s (want mma), %s with the switch on%s",
+                   rc, differ, ys, nan_off, kernel ? kernel : "(no plan)",
+                   staged_ran ? "the staged form" : "not the staged form",
+                   sw->staged ? " (want staged)" : "");
         k_gemm_plan_destroy(plan);
         gemm_bufs_free(&g);
         k_device_free(dsrc);
@@ -661,6 +679,15 @@ int main(void) {
     run_switch(&staged_switch, "ragged", 1004, 288, 9706);
     run_switch(&staged_switch, "k96", 200, 96, 9707);
     run_switch(&staged_switch, "k32", 64, 32, 9708);
+    /* each shape forced: the 26B-A4B's q (n a multiple of both tiles), gate_up (2,112: 33 tiles
+     * of 64, 16.5 of 128) and the ragged shapes */
+    static const speed_switch *const forced[] = {&staged_square_switch, &staged_tall_switch};
+    for (uint64_t f = 0; f < 2; f++) {
+        run_switch(forced[f], "q", 4096, 2816, 9721 + 10 * f);
+        run_switch(forced[f], "gate_up", 2112, 2816, 9722 + 10 * f);
+        run_switch(forced[f], "ragged", 1004, 288, 9723 + 10 * f);
+        run_switch(forced[f], "k96", 200, 96, 9724 + 10 * f);
+    }
     k_set_gemm_staged(1);
     run_shape("gemm_staged_vs_ref", 130, 4096, 2816, 2064, 9801);
     run_shape("gemm_staged_vs_ref", 300, 1004, 288, 2064, 9802);
