@@ -719,16 +719,24 @@ template <bool UP> static __host__ __device__ constexpr int staged_weight_rows()
 template <bool UP> static __host__ __device__ constexpr int staged_stage_bytes() {
     return STAGED_A_BYTES + STAGED_KB * staged_weight_rows<UP>() * 64;
 }
-template <bool UP> static __host__ __device__ constexpr size_t staged_smem_bytes() {
-    return 2 * (size_t)staged_stage_bytes<UP>();
+template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t staged_smem_bytes() {
+    return STAGES * (size_t)staged_stage_bytes<UP>();
 }
 
 /* UP: gate|up of x's rows into h (GeGLU), as moe_up_tiles_kernel; else h's rows through down
- * into ys, as moe_down_tiles_kernel. */
-template <bool UP>
+ * into ys, as moe_down_tiles_kernel.
+ * RING (serve.moe_prefill_tiles = 3): three stages in a ring instead of two in turn, so two
+ * chunks' copies are in flight while one is read (one barrier a chunk, not two), and a warp
+ * whose 64 items are all padding skips its mmas: a 128-item tile of an expert with ~64 items (a
+ * 1,024-token 26B-A4B chunk spreads 8,192 items over 128 experts) is half padding, whose rows
+ * are never stored. Every (item tile, output tile) pair a warp computes gets its mmas in order,
+ * so the same bits. (Finer skips cost registers past two blocks an SM: 16-item tiles skipped
+ * inside the warp's loops, or warps of 32 items x 32 outputs, each spilled.) */
+template <bool UP, bool RING = false>
 __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h, float *ys) {
+    constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
     const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
@@ -750,11 +758,11 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     const int nkb = k / 32, n_chunks = (nkb + STAGED_KB - 1) / STAGED_KB;
     const uint4 zero = make_uint4(0, 0, 0, 0);
 
-    /* chunk c's 32-k blocks of the item rows and the weight rows into stage c % 2, then a group
-     * (an empty one past the last chunk, so that waiting on all but the newest still works) */
+    /* chunk c's 32-k blocks of the item rows and the weight rows into stage c % STAGES, then a
+     * group (an empty one past the last chunk, so that the waits below still count right) */
     auto issue = [&](int c) {
         if (c < n_chunks) {
-            unsigned char *st = staged_smem + (c % 2) * STAGE;
+            unsigned char *st = staged_smem + (c % STAGES) * STAGE;
             for (int x = tid; x < STAGED_KB * STAGED_BM * 4; x += STAGED_THREADS) {
                 const int kb = x / (STAGED_BM * 4), row = x / 4 % STAGED_BM, part = x % 4;
                 const int kk = (c * STAGED_KB + kb) * 32 + part * 8;
@@ -782,6 +790,33 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
         cp_async_commit();
     };
 
+    float acc[TILES_MT][NB][4];
+    /* 32-k block kb of the stage at st into this warp's accumulators: each (item tile, weight
+     * tile) pair gets the block's two mmas in order */
+    auto kblock = [&](const unsigned char *st, int kb) {
+        uint4 av[TILES_MT], a8v[TILES_MT];
+#pragma unroll
+        for (int i = 0; i < TILES_MT; i++) {
+            const int row = wm * 16 * TILES_MT + 16 * i + g;
+            av[i] = *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row) * 64 + q * 16);
+            a8v[i] =
+                *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row + 8) * 64 + q * 16);
+        }
+        /* a weight tile at a time (the registers for two blocks an SM) */
+#pragma unroll
+        for (int t = 0; t < NB; t++) { /* gate's tiles, then up's (UP) */
+            const int row =
+                (t >= TILES_NT ? STAGED_BN : 0) + wn * 8 * TILES_NT + 8 * (t % TILES_NT) + g;
+            const uint4 bv = *reinterpret_cast<const uint4 *>(st + STAGED_A_BYTES +
+                                                              (kb * BR + row) * 64 + q * 16);
+#pragma unroll
+            for (int i = 0; i < TILES_MT; i++) {
+                mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
+                mma_16816(acc[i][t], av[i].z, a8v[i].z, av[i].w, a8v[i].w, bv.z, bv.w);
+            }
+        }
+    };
+
     for (int r0 = 0; r0 < n; r0 += STAGED_BM) {
         if (r0 > 0) __syncthreads(); /* the last tile's s_row, s_item and epilogue reads */
         for (int j = tid; j < STAGED_BM; j += STAGED_THREADS) {
@@ -792,7 +827,6 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
                                 : h + (size_t)item * (size_t)de;
         }
         __syncthreads();
-        float acc[TILES_MT][NB][4];
 #pragma unroll
         for (int i = 0; i < TILES_MT; i++)
 #pragma unroll
@@ -800,41 +834,37 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     acc[i][t][j] = 0.0f;
-        issue(0);
+        /* RING: whether this warp's items hold one that is not padding (warp-uniform) */
+        const bool live = !RING || r0 + wm * 16 * TILES_MT < n;
+        if constexpr (RING)
+            for (int c = 0; c < STAGES - 1; c++)
+                issue(c);
+        else
+            issue(0);
         for (int c = 0; c < n_chunks; c++) {
-            issue(c + 1);        /* into the stage the previous chunk used */
-            cp_async_wait_one(); /* this thread's copies of chunk c have landed */
-            __syncthreads();     /* everyone's */
-            const unsigned char *st = staged_smem + (c % 2) * STAGE;
+            if constexpr (RING) {
+                cp_async_wait_all_but<STAGES - 2>(); /* this thread's copies of chunk c */
+                __syncthreads();       /* everyone's, and chunk c - 1's stage is read by all */
+                issue(c + STAGES - 1); /* into that stage */
+            } else {
+                issue(c + 1);        /* into the stage the previous chunk used */
+                cp_async_wait_one(); /* this thread's copies of chunk c have landed */
+                __syncthreads();     /* everyone's */
+            }
+            const unsigned char *st = staged_smem + (c % STAGES) * STAGE;
+            if (live) {
 #pragma unroll 1 /* unrolled, the next block's operands came early and spilled */
-            for (int kb = 0; kb < STAGED_KB; kb++) {
-                if (c * STAGED_KB + kb >= nkb) break; /* block-uniform */
-                uint4 av[TILES_MT], a8v[TILES_MT];
-#pragma unroll
-                for (int i = 0; i < TILES_MT; i++) {
-                    const int row = wm * 16 * TILES_MT + 16 * i + g;
-                    av[i] =
-                        *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row) * 64 + q * 16);
-                    a8v[i] = *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row + 8) * 64 +
-                                                              q * 16);
-                }
-                /* a weight tile at a time (the registers for two blocks an SM); each
-                 * accumulator still gets this k block's two mmas, in order */
-#pragma unroll
-                for (int t = 0; t < NB; t++) { /* gate's tiles, then up's (UP) */
-                    const int row = (t >= TILES_NT ? STAGED_BN : 0) + wn * 8 * TILES_NT +
-                                    8 * (t % TILES_NT) + g;
-                    const uint4 bv = *reinterpret_cast<const uint4 *>(
-                        st + STAGED_A_BYTES + (kb * BR + row) * 64 + q * 16);
-#pragma unroll
-                    for (int i = 0; i < TILES_MT; i++) {
-                        mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
-                        mma_16816(acc[i][t], av[i].z, a8v[i].z, av[i].w, a8v[i].w, bv.z, bv.w);
-                    }
+                for (int kb = 0; kb < STAGED_KB; kb++) {
+                    if (c * STAGED_KB + kb >= nkb) break; /* block-uniform */
+                    kblock(st, kb);
                 }
             }
-            __syncthreads(); /* the stage is read before the next issue overwrites it */
+            if constexpr (!RING)
+                __syncthreads(); /* the stage is read before the next issue overwrites it */
         }
+        /* RING: the groups past the last chunk are empty; the barrier at the next item tile's
+         * start keeps its first copies from a stage a warp still reads */
+        if constexpr (RING) cp_async_wait_all_but<0>();
 #pragma unroll
         for (int i = 0; i < TILES_MT; i++) {
             const int row = wm * 16 * TILES_MT + 16 * i + g;
@@ -857,7 +887,8 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     }
 }
 
-/* The staged kernels' shared-memory limit (64 KB for up, 48 KB for down), raised once: at
+/* The staged kernels' shared-memory limit (64 KB for up, 48 KB for down; in the ring 96 and 72),
+ * raised once: at
  * start-up (k_moe_setup, before any graph capture) and, for callers that skip it (the tests),
  * before the first launch. */
 static int staged_allow(void) {
@@ -869,6 +900,12 @@ static int staged_allow(void) {
         CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<false>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<true, 3>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<false, 3>()));
         set = true;
     }
     return K_OK;
@@ -915,7 +952,7 @@ static int bucket_in_up = 1; /* serve.moe_bucket_in_up's default */
 extern "C" void k_set_moe_bucket_in_up(int on) { bucket_in_up = on ? 1 : 0; }
 static int prefill_tiles = 2; /* serve.moe_prefill_tiles' default */
 extern "C" void k_set_moe_prefill_tiles(int mode) {
-    prefill_tiles = mode >= 2 ? 2 : mode > 0 ? 1 : 0;
+    prefill_tiles = mode >= 3 ? 3 : mode > 0 ? mode : 0;
 }
 static int route_lanes = 1; /* serve.moe_route_lanes' default */
 extern "C" void k_set_moe_route_lanes(int on) { route_lanes = on ? 1 : 0; }
@@ -980,7 +1017,19 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
                             a->n_expert, list, active, n_active));
         CUDA_CHECK(cudaGetLastError());
     }
-    if (tensor_cores && prefill_tiles == 2 && items > INBLOCK_MAX_ITEMS) {
+    if (tensor_cores && prefill_tiles == 3 && items > INBLOCK_MAX_ITEMS) {
+        rc = staged_allow();
+        if (rc != K_OK) return rc;
+        dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);
+        CUDA_CHECK(k_launch(moe_staged_kernel<true, true>, up, STAGED_THREADS,
+                            staged_smem_bytes<true, 3>(), s, *a, list, active, n_active, h,
+                            (float *)NULL));
+        CUDA_CHECK(cudaGetLastError());
+        dim3 down((unsigned)((a->d_model + STAGED_BN - 1) / STAGED_BN), slots);
+        CUDA_CHECK(k_launch(moe_staged_kernel<false, true>, down, STAGED_THREADS,
+                            staged_smem_bytes<false, 3>(), s, *a, list, active, n_active, h, ys));
+        CUDA_CHECK(cudaGetLastError());
+    } else if (tensor_cores && prefill_tiles == 2 && items > INBLOCK_MAX_ITEMS) {
         rc = staged_allow();
         if (rc != K_OK) return rc;
         dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);

@@ -348,7 +348,7 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
     case CFG_SERVE_MOE_BUCKET_IN_UP:
         return cfg_choice(v, cfg_sync_names, 2, &c->serve.moe_bucket_in_up, why, n);
     case CFG_SERVE_MOE_PREFILL_TILES:
-        return cfg_int(v, 0, 2, &c->serve.moe_prefill_tiles, why, n);
+        return cfg_int(v, 0, 3, &c->serve.moe_prefill_tiles, why, n);
     case CFG_SERVE_ROW_CHAIN: /* 0 off, 1 rows of at most 3,072, 2 up to 6,144, 3 2 preloaded */
         return cfg_int(v, 0, 3, &c->serve.row_chain, why, n);
     case CFG_SERVE_MOE_ROUTE_LANES:

@@ -26,7 +26,8 @@
  *   (the same mma operands in the same order; check_switch).
  * - moe_prefill_tiles: the prefill kernels of 4 item tiles a warp against the per-16-item
  *   kernels, byte for byte (every output the same mma sequence), bad ids included; and
- *   moe_prefill_staged, the kernels that stage items and weights in shared memory, likewise.
+ *   moe_prefill_staged, the kernels that stage items and weights in shared memory, likewise,
+ *   and moe_prefill_ring, those kernels in their three-stage ring with idle warps skipping.
  * - moe_route_lanes: the router's lanes form against moe_route_kernel, ids and weights byte
  *   for byte (the same operations in the same order), on the gate's logits and on a copy with
  *   NaN and infinite logits in some rows.
@@ -293,8 +294,11 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
  * - moe_bucket_in_up, where it applies (the tensor-core path, at most 128 items): the up
  *   kernel's own buckets against the bucket kernel's;
  * - moe_prefill_tiles, where it applies (the tensor-core path, more than 128 items): 4 item
- *   tiles a warp against the per-16-item kernels, and (at 2) the blocks that stage 128 items and
- *   64 outputs in shared memory against them;
+ *   tiles a warp against the per-16-item kernels, (at 2) the blocks that stage 128 items and
+ *   64 outputs in shared memory against them, and (at 3, moe_prefill_ring) those blocks with a
+ *   three-stage ring whose warps of padding items skip their mmas: the 160-row 26B-A4B call
+ *   (~10 items an expert) leaves every second warp of a block without an item, the 700-row tiny
+ *   one (~175) a second item tile with a few;
  * - wide_loads, where it applies (the tensor-core path, at most 8 items: each expert's bucket
  *   one tile whose hi rows are padding), with the up kernel's buckets and with the bucket
  *   kernel's: the k loop's wider load groups (mma_rows_lo) against mma_rows. */
@@ -384,6 +388,8 @@ static void run_shape(const shape *s, uint64_t seed) {
                          (switches){1, 1, 0});
             check_switch("moe_prefill_staged", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
                          (switches){1, 2, 0});
+            check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
+                         (switches){1, 3, 0});
         }
         if (mma && nk <= 8) { /* one decode row: where serve.wide_loads applies */
             check_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},

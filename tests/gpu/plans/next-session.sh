@@ -4,7 +4,9 @@
 # plan). PLAN_STEPS picks; default "gates ab 26b serve" (~29 min), in order:
 #   gates    test_gemm_lt's `gemm_staged` gates (serve.gemm_staged, written in the twenty-seventh
 #            session: the prefill projections staged through shared memory, bits against the
-#            tile form and the CPU twin, ~1 min); then
+#            tile form and the CPU twin, ~1 min) and test_moe's `moe_prefill_ring` gates
+#            (serve.moe_prefill_tiles = 3, likewise: the staged experts in a three-stage ring,
+#            idle warps skipping, bits against 0); then
 #            the three switches written after the twenty-sixth session's device time, off:
 #            test_attn's `half units` gates (serve.attn_half_units: the bf16 pool's head-dim-256
 #            passes in units of 32 keys, bits against the 64-key units), the fold-NaN paths'
@@ -23,7 +25,9 @@
 #            against 1 (two rounds; predicted 26B-A4B 86.6 -> ~72-77 ms), the 31B with every
 #            weight on the staged kernel (debug.gemm=mma) against the default at prefill and at 1
 #            and 16 rows, and bench_gemm --kernels (each projection shape at 1,024 and 2,048
-#            rows on the tile form, the staged form and cuBLASLt, ms and TFLOP/s), ~6 min
+#            rows on the tile form, the staged form and cuBLASLt, ms and TFLOP/s), and
+#            moe_prefill_tiles 2 against 3 on the 26B-A4B's prefill (two rounds; predicted its
+#            experts 34.5 -> ~27-31 ms), ~7 min
 #   26b      the 26B-A4B's full step with this tree's defaults (attn_fp8_frags and the staged
 #            prefill experts on since the twenty-sixth session; the full step has not run with
 #            them), ~8 min
@@ -42,7 +46,7 @@
 #            tiles 20 ms where 10-15), ~4 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
 want() { [[ " ${PLAN_STEPS:-gates ab 26b serve} " == *" $1 "* ]]; }
-want gates && step gates ./build.sh gpu-test test_gemm_lt test_attn
+want gates && step gates ./build.sh gpu-test test_gemm_lt test_moe test_attn
 ab_next() {
     local r m v sw spb
     for r in 1 2; do
@@ -82,6 +86,15 @@ ab_next() {
             timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
                 --set serve.max_context=4096 --set serve.gemm_staged=$v --batch 1 --prompt 1024 \
                 --steps 8 | grep -E "^prefill|^decode step"
+        done
+    done
+    for r in 1 2; do
+        for v in 2 3; do
+            echo "== gemma4-26b-a4b, one 1,024-token prompt, moe_prefill_tiles $v, round $r"
+            timeout 200 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
+                --set model.weights=dummy --set serve.max_context=4096 \
+                --set serve.moe_prefill_tiles=$v --batch 1 --prompt 1024 --steps 8 |
+                grep -E "^prefill|^decode step|expert"
         done
     done
     for b in 1 16; do
