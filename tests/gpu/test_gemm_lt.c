@@ -531,6 +531,27 @@ static void run_group(int m, int mixed, int ragged, int wide, int early, uint64_
     free(poison);
 }
 
+/* every projection shape of the 26B-A4B */
+typedef struct proj_shape {
+    const char *name;
+    int n, k;
+} proj_shape;
+static const proj_shape proj[] = {
+    {"q", 4096, 2816},        {"k_v", 2048, 2816},  {"q_global", 8192, 2816},
+    {"k_global", 1024, 2816}, {"o", 2816, 4096},    {"o_global", 2816, 8192},
+    {"gate_up", 2112, 2816},  {"down", 2816, 2112}, {"router", 128, 2816}};
+#define N_PROJ (sizeof proj / sizeof proj[0])
+
+/* A speed switch of the tensor-core kernel on every 26B-A4B projection shape, the 31B's k (a
+ * k = 5,376 the mma kernel runs under auto) and a ragged shape (n = 1004 leaves the last weight
+ * tile half empty, k = 288 cuts k's quarters into 2 and 3 blocks); the seeds from seed on. */
+static void run_switch_shapes(const speed_switch *sw, uint64_t seed) {
+    for (size_t i = 0; i < N_PROJ; i++)
+        run_switch(sw, proj[i].name, proj[i].n, proj[i].k, seed + i);
+    run_switch(sw, "31B k", 4096, 5376, seed + N_PROJ);
+    run_switch(sw, "ragged", 1004, 288, seed + N_PROJ + 1);
+}
+
 int main(void) {
     char desc[256];
     run_group_ref(); /* the CPU twin: needs no GPU */
@@ -563,13 +584,7 @@ int main(void) {
     run_max_m(5376, 21504, 2064, 64, 99);
     run_ldy("gemm_lt_vs_ref", 5, 777);
     /* every projection shape of the 26B-A4B, planned for its largest step */
-    static const struct {
-        const char *name;
-        int n, k;
-    } proj[] = {{"q", 4096, 2816},        {"k_v", 2048, 2816},  {"q_global", 8192, 2816},
-                {"k_global", 1024, 2816}, {"o", 2816, 4096},    {"o_global", 2816, 8192},
-                {"gate_up", 2112, 2816},  {"down", 2816, 2112}, {"router", 128, 2816}};
-    for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++)
+    for (size_t i = 0; i < N_PROJ; i++)
         run_invariant(proj[i].name, proj[i].n, proj[i].k, 555 + i);
     /* debug.gemm = plain: the same checks on the CUDA-core kernel */
     k_gemm_plain(1);
@@ -593,7 +608,7 @@ int main(void) {
     run_shape("gemm_mma_vs_ref", 130, 4096, 2816, 2064, 5500);
     run_shape("gemm_mma_vs_ref", 77, 1004, 288, 2064, 5501);
     run_ldy("gemm_mma_vs_ref", 5, 779);
-    for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++) {
+    for (size_t i = 0; i < N_PROJ; i++) {
         char name[32];
         snprintf(name, sizeof name, "mma %s", proj[i].name);
         run_invariant(name, proj[i].n, proj[i].k, 888 + i);
@@ -640,10 +655,7 @@ int main(void) {
      * narrow at 1, 2 and 8 rows (the lo form) and 9 (inert), and the batch-invariance rule with
      * it on (the 1-row steps in the lo form against the 2,047-row step's tile form) */
     k_gemm_mma(1);
-    for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++)
-        run_switch(&wide_switch, proj[i].name, proj[i].n, proj[i].k, 9001 + i);
-    run_switch(&wide_switch, "31B k", 4096, 5376, 9100);
-    run_switch(&wide_switch, "ragged", 1004, 288, 9101);
+    run_switch_shapes(&wide_switch, 9001);
     k_set_wide_loads(1);
     run_invariant("mma wide_loads q", 4096, 2816, 9200);
     run_invariant("mma wide_loads o_global", 2816, 8192, 9201);
@@ -651,10 +663,7 @@ int main(void) {
     /* serve.early_weights: every 26B-A4B projection shape (k of 2,112 to 8,192: up to six
      * groups a warp after the preloaded one), the 31B's k, a ragged one (k = 288: a warp's
      * quarter of k shorter than the first group), and the batch-invariance rule with it on */
-    for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++)
-        run_switch(&early_switch, proj[i].name, proj[i].n, proj[i].k, 9401 + i);
-    run_switch(&early_switch, "31B k", 4096, 5376, 9500);
-    run_switch(&early_switch, "ragged", 1004, 288, 9501);
+    run_switch_shapes(&early_switch, 9401);
     /* k = 32: three warps without a block; k = 1,536: each warp exactly the preloaded group */
     run_switch(&early_switch, "k32", 64, 32, 9503);
     run_switch(&early_switch, "k1536", 520, 1536, 9504);
@@ -669,14 +678,11 @@ int main(void) {
      * empty) and k = 32 (three empty quarters: the total starts from the first one's zero); then
      * the CPU twin, y's row stride past n, and the batch-invariance rule with it on (rows of the
      * staged 2,047- and 1,025-row steps against the one-row decode form) */
-    for (size_t i = 0; i < sizeof proj / sizeof proj[0]; i++)
-        run_switch(&staged_switch, proj[i].name, proj[i].n, proj[i].k, 9601 + i);
+    run_switch_shapes(&staged_switch, 9601);
     run_switch(&staged_switch, "31B q", 8192, 5376, 9701);
-    run_switch(&staged_switch, "31B k", 4096, 5376, 9702);
     run_switch(&staged_switch, "31B o_global", 5376, 16384, 9703);
     run_switch(&staged_switch, "31B gate", 21504, 5376, 9704);
     run_switch(&staged_switch, "31B down", 5376, 21504, 9705);
-    run_switch(&staged_switch, "ragged", 1004, 288, 9706);
     run_switch(&staged_switch, "k96", 200, 96, 9707);
     run_switch(&staged_switch, "k32", 64, 32, 9708);
     /* each shape forced: the 26B-A4B's q (n a multiple of both tiles), gate_up (2,112: 33 tiles
