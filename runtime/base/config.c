@@ -21,6 +21,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,11 @@
 #define CFG_WHY_MAX 512
 #define CFG_BUDGET_GB_MAX 1048576.0 /* a typo guard, far above any machine */
 
+/* The keys with a setter of their own; every other key is a plain int in a range (CFG_INT) or
+ * a 0/1 switch (CFG_FLAG), set through its field's offset in g4_config. */
 enum cfg_key_id {
+    CFG_INT,
+    CFG_FLAG,
     CFG_MODEL_NAME,
     CFG_MODEL_PATH,
     CFG_MODEL_TOKENIZER,
@@ -37,37 +42,9 @@ enum cfg_key_id {
     CFG_KV_LOCAL,
     CFG_KV_PAGE_TOKENS,
     CFG_KV_BUDGET_GB,
-    CFG_SERVE_MAX_BATCH,
-    CFG_SERVE_MAX_CONTEXT,
-    CFG_SERVE_PREFILL_CHUNK,
-    CFG_SERVE_STEP_TOKENS,
-    CFG_SERVE_MAX_QUEUE,
-    CFG_SERVE_CUDA_GRAPHS,
-    CFG_SERVE_PDL,
-    CFG_SERVE_FUSE_PROJECTIONS,
-    CFG_SERVE_ATTN_FOLD,
-    CFG_SERVE_MOE_BUCKET_IN_UP,
-    CFG_SERVE_ATTN_CLUSTER_ROWS,
-    CFG_SERVE_MOE_PREFILL_TILES,
-    CFG_SERVE_ROW_CHAIN,
-    CFG_SERVE_MOE_ROUTE_LANES,
-    CFG_SERVE_WIDE_LOADS,
-    CFG_SERVE_EARLY_WEIGHTS,
-    CFG_SERVE_ATTN_MMA,
-    CFG_SERVE_ATTN_QUERY_TILES,
-    CFG_SERVE_ATTN_FP8_FRAGS,
-    CFG_SERVE_ATTN_HALF_UNITS,
-    CFG_SERVE_ATTN_GLOBAL_KEEP,
-    CFG_SERVE_ATTN_EARLY_LOOKUP,
-    CFG_SERVE_GEMM_STAGED,
-    CFG_SERVE_ATTN_SPLITS_PER_BLOCK,
-    CFG_SERVE_SAMPLE_THREADS,
-    CFG_SERVE_TEXT_MAX_TOKENS,
     CFG_LOG_LEVEL,
-    CFG_DEBUG_SYNC,
     CFG_DEBUG_BACKEND,
     CFG_DEBUG_GEMM,
-    CFG_DEBUG_CHECK_FINITE,
     CFG_DEBUG_FAIL_STEP,
     CFG_DEBUG_NAN_STEP,
 };
@@ -76,47 +53,66 @@ static const struct cfg_key {
     const char *section;
     const char *key;
     enum cfg_key_id id;
+    size_t field; /* CFG_INT, CFG_FLAG: the int's offset in g4_config */
+    long lo, hi;  /* CFG_INT: the accepted range */
 } cfg_keys[] = {
-    {"model", "name", CFG_MODEL_NAME},
-    {"model", "path", CFG_MODEL_PATH},
-    {"model", "tokenizer", CFG_MODEL_TOKENIZER},
-    {"model", "weights", CFG_MODEL_WEIGHTS},
-    {"kv", "local", CFG_KV_LOCAL},
-    {"kv", "page_tokens", CFG_KV_PAGE_TOKENS},
-    {"kv", "budget_gb", CFG_KV_BUDGET_GB},
-    {"serve", "max_batch", CFG_SERVE_MAX_BATCH},
-    {"serve", "max_context", CFG_SERVE_MAX_CONTEXT},
-    {"serve", "prefill_chunk", CFG_SERVE_PREFILL_CHUNK},
-    {"serve", "step_tokens", CFG_SERVE_STEP_TOKENS},
-    {"serve", "max_queue", CFG_SERVE_MAX_QUEUE},
-    {"serve", "cuda_graphs", CFG_SERVE_CUDA_GRAPHS},
-    {"serve", "pdl", CFG_SERVE_PDL},
-    {"serve", "fuse_projections", CFG_SERVE_FUSE_PROJECTIONS},
-    {"serve", "attn_fold", CFG_SERVE_ATTN_FOLD},
-    {"serve", "moe_bucket_in_up", CFG_SERVE_MOE_BUCKET_IN_UP},
-    {"serve", "attn_cluster_rows", CFG_SERVE_ATTN_CLUSTER_ROWS},
-    {"serve", "moe_prefill_tiles", CFG_SERVE_MOE_PREFILL_TILES},
-    {"serve", "row_chain", CFG_SERVE_ROW_CHAIN},
-    {"serve", "moe_route_lanes", CFG_SERVE_MOE_ROUTE_LANES},
-    {"serve", "wide_loads", CFG_SERVE_WIDE_LOADS},
-    {"serve", "early_weights", CFG_SERVE_EARLY_WEIGHTS},
-    {"serve", "attn_mma", CFG_SERVE_ATTN_MMA},
-    {"serve", "attn_query_tiles", CFG_SERVE_ATTN_QUERY_TILES},
-    {"serve", "attn_fp8_frags", CFG_SERVE_ATTN_FP8_FRAGS},
-    {"serve", "attn_half_units", CFG_SERVE_ATTN_HALF_UNITS},
-    {"serve", "attn_global_keep", CFG_SERVE_ATTN_GLOBAL_KEEP},
-    {"serve", "attn_early_lookup", CFG_SERVE_ATTN_EARLY_LOOKUP},
-    {"serve", "gemm_staged", CFG_SERVE_GEMM_STAGED},
-    {"serve", "attn_splits_per_block", CFG_SERVE_ATTN_SPLITS_PER_BLOCK},
-    {"serve", "sample_threads", CFG_SERVE_SAMPLE_THREADS},
-    {"serve", "text_max_tokens", CFG_SERVE_TEXT_MAX_TOKENS},
-    {"log", "level", CFG_LOG_LEVEL},
-    {"debug", "sync", CFG_DEBUG_SYNC},
-    {"debug", "backend", CFG_DEBUG_BACKEND},
-    {"debug", "gemm", CFG_DEBUG_GEMM},
-    {"debug", "check_finite", CFG_DEBUG_CHECK_FINITE},
-    {"debug", "fail_step", CFG_DEBUG_FAIL_STEP},
-    {"debug", "nan_step", CFG_DEBUG_NAN_STEP},
+/* the field's offset, and a compile error unless it is an int (the controlling expression of
+ * _Generic is not evaluated); sec.name is a member designator, which parentheses would break */
+// NOLINTBEGIN(bugprone-macro-parentheses)
+#define CFG_INT_FIELD(sec, name)                                                                   \
+    _Generic(((g4_config *)0)->sec.name, int : offsetof(g4_config, sec.name))
+// NOLINTEND(bugprone-macro-parentheses)
+#define CFG_SPECIAL(sec, name, id)                                                                 \
+    { #sec, #name, id, 0, 0, 0 }
+#define CFG_RANGE(sec, name, lo, hi)                                                               \
+    { #sec, #name, CFG_INT, CFG_INT_FIELD(sec, name), lo, hi }
+#define CFG_SWITCH(sec, name)                                                                      \
+    { #sec, #name, CFG_FLAG, CFG_INT_FIELD(sec, name), 0, 1 }
+    CFG_SPECIAL(model, name, CFG_MODEL_NAME),
+    CFG_SPECIAL(model, path, CFG_MODEL_PATH),
+    CFG_SPECIAL(model, tokenizer, CFG_MODEL_TOKENIZER),
+    CFG_SPECIAL(model, weights, CFG_MODEL_WEIGHTS),
+    CFG_SPECIAL(kv, local, CFG_KV_LOCAL),
+    CFG_SPECIAL(kv, page_tokens, CFG_KV_PAGE_TOKENS),
+    CFG_SPECIAL(kv, budget_gb, CFG_KV_BUDGET_GB),
+    CFG_RANGE(serve, max_batch, 1, 1024),
+    CFG_RANGE(serve, max_context, 16, 1048576),
+    CFG_RANGE(serve, prefill_chunk, 1, 65536),
+    CFG_RANGE(serve, step_tokens, 0, 65536 + 1024), /* 0: prefill_chunk + max_batch; the rest
+                                                     * is checked in config_finish */
+    CFG_RANGE(serve, max_queue, 1, 1000000),
+    CFG_SWITCH(serve, cuda_graphs),
+    CFG_SWITCH(serve, pdl),
+    CFG_SWITCH(serve, fuse_projections),
+    CFG_SWITCH(serve, attn_fold),
+    CFG_SWITCH(serve, moe_bucket_in_up),
+    CFG_RANGE(serve, attn_cluster_rows, 0, 65535), /* a launch's rows: the grid's z */
+    CFG_RANGE(serve, moe_prefill_tiles, 0, 3),
+    CFG_RANGE(serve, row_chain, 0, 3), /* 0 off, 1 rows up to 3,072, 2 up to 6,144, 3 2 loaded */
+    CFG_SWITCH(serve, moe_route_lanes),
+    CFG_SWITCH(serve, wide_loads),
+    CFG_SWITCH(serve, early_weights),
+    CFG_SWITCH(serve, attn_mma),
+    CFG_RANGE(serve, attn_query_tiles, 0, 65535), /* a launch's rows, as attn_cluster_rows */
+    CFG_SWITCH(serve, attn_fp8_frags),
+    CFG_SWITCH(serve, attn_half_units),
+    CFG_SWITCH(serve, attn_global_keep),
+    CFG_SWITCH(serve, attn_early_lookup),
+    CFG_SWITCH(serve, gemm_staged),
+    CFG_RANGE(serve, attn_splits_per_block, 0, 16), /* kernels/attn_common.cuh's ATTN_MAX_SPB */
+    CFG_RANGE(serve, sample_threads, 0, 256),
+    CFG_RANGE(serve, text_max_tokens, 1, 1000000), /* the protocol's max_tokens range */
+    CFG_SPECIAL(log, level, CFG_LOG_LEVEL),
+    CFG_SWITCH(debug, sync),
+    CFG_SPECIAL(debug, backend, CFG_DEBUG_BACKEND),
+    CFG_SPECIAL(debug, gemm, CFG_DEBUG_GEMM),
+    CFG_SWITCH(debug, check_finite),
+    CFG_SPECIAL(debug, fail_step, CFG_DEBUG_FAIL_STEP),
+    CFG_SPECIAL(debug, nan_step, CFG_DEBUG_NAN_STEP),
+#undef CFG_INT_FIELD
+#undef CFG_SPECIAL
+#undef CFG_RANGE
+#undef CFG_SWITCH
 };
 #define CFG_N_KEYS (sizeof cfg_keys / sizeof cfg_keys[0])
 
@@ -299,10 +295,14 @@ static int cfg_path(char *dst, const char *v, const char *base, char *why, size_
 }
 
 /* Sets one key of *c from its text value; on -1, *c is untouched and why says what is wrong. */
-static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char *base, char *why,
-                     size_t n) {
+static int cfg_apply(g4_config *c, const struct cfg_key *k, const char *v, const char *base,
+                     char *why, size_t n) {
     int x = 0;
-    switch (id) {
+    switch (k->id) {
+    case CFG_INT:
+        return cfg_int(v, k->lo, k->hi, (int *)((char *)c + k->field), why, n);
+    case CFG_FLAG:
+        return cfg_choice(v, cfg_sync_names, 2, (int *)((char *)c + k->field), why, n);
     case CFG_MODEL_NAME:
         return cfg_string(c->model.name, sizeof c->model.name, v, why, n);
     case CFG_MODEL_PATH:
@@ -327,72 +327,16 @@ static int cfg_apply(g4_config *c, enum cfg_key_id id, const char *v, const char
         return 0;
     case CFG_KV_BUDGET_GB:
         return cfg_budget(v, &c->kv.budget_gb, why, n);
-    case CFG_SERVE_MAX_BATCH:
-        return cfg_int(v, 1, 1024, &c->serve.max_batch, why, n);
-    case CFG_SERVE_MAX_CONTEXT:
-        return cfg_int(v, 16, 1048576, &c->serve.max_context, why, n);
-    case CFG_SERVE_PREFILL_CHUNK:
-        return cfg_int(v, 1, 65536, &c->serve.prefill_chunk, why, n);
-    case CFG_SERVE_STEP_TOKENS: /* 0: prefill_chunk + max_batch, checked in config_finish */
-        return cfg_int(v, 0, 65536 + 1024, &c->serve.step_tokens, why, n);
-    case CFG_SERVE_MAX_QUEUE:
-        return cfg_int(v, 1, 1000000, &c->serve.max_queue, why, n);
-    case CFG_SERVE_CUDA_GRAPHS:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.cuda_graphs, why, n);
-    case CFG_SERVE_PDL:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.pdl, why, n);
-    case CFG_SERVE_FUSE_PROJECTIONS:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.fuse_projections, why, n);
-    case CFG_SERVE_ATTN_FOLD:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.attn_fold, why, n);
-    case CFG_SERVE_MOE_BUCKET_IN_UP:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.moe_bucket_in_up, why, n);
-    case CFG_SERVE_MOE_PREFILL_TILES:
-        return cfg_int(v, 0, 3, &c->serve.moe_prefill_tiles, why, n);
-    case CFG_SERVE_ROW_CHAIN: /* 0 off, 1 rows of at most 3,072, 2 up to 6,144, 3 2 preloaded */
-        return cfg_int(v, 0, 3, &c->serve.row_chain, why, n);
-    case CFG_SERVE_MOE_ROUTE_LANES:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.moe_route_lanes, why, n);
-    case CFG_SERVE_WIDE_LOADS:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.wide_loads, why, n);
-    case CFG_SERVE_EARLY_WEIGHTS:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.early_weights, why, n);
-    case CFG_SERVE_ATTN_MMA:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.attn_mma, why, n);
-    case CFG_SERVE_ATTN_QUERY_TILES: /* a launch's rows, as attn_cluster_rows */
-        return cfg_int(v, 0, 65535, &c->serve.attn_query_tiles, why, n);
-    case CFG_SERVE_ATTN_FP8_FRAGS:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.attn_fp8_frags, why, n);
-    case CFG_SERVE_ATTN_HALF_UNITS:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.attn_half_units, why, n);
-    case CFG_SERVE_ATTN_GLOBAL_KEEP:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.attn_global_keep, why, n);
-    case CFG_SERVE_ATTN_EARLY_LOOKUP:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.attn_early_lookup, why, n);
-    case CFG_SERVE_GEMM_STAGED:
-        return cfg_choice(v, cfg_sync_names, 2, &c->serve.gemm_staged, why, n);
-    case CFG_SERVE_ATTN_CLUSTER_ROWS: /* a launch's rows: the grid's z, at most 65,535 */
-        return cfg_int(v, 0, 65535, &c->serve.attn_cluster_rows, why, n);
-    case CFG_SERVE_ATTN_SPLITS_PER_BLOCK: /* kernels/attn_common.cuh's ATTN_MAX_SPB */
-        return cfg_int(v, 0, 16, &c->serve.attn_splits_per_block, why, n);
-    case CFG_SERVE_SAMPLE_THREADS:
-        return cfg_int(v, 0, 256, &c->serve.sample_threads, why, n);
-    case CFG_SERVE_TEXT_MAX_TOKENS: /* the protocol's max_tokens range */
-        return cfg_int(v, 1, 1000000, &c->serve.text_max_tokens, why, n);
     case CFG_LOG_LEVEL:
         if (cfg_choice(v, cfg_level_names, 4, &x, why, n)) return -1;
         c->log.level = (enum log_level)x;
         return 0;
-    case CFG_DEBUG_SYNC:
-        return cfg_choice(v, cfg_sync_names, 2, &c->debug.sync, why, n);
     case CFG_DEBUG_BACKEND:
         if (cfg_choice(v, cfg_backend_names, 3, &x, why, n)) return -1;
         c->debug.backend = (enum g4_backend)x;
         return 0;
     case CFG_DEBUG_GEMM:
         return cfg_choice(v, cfg_gemm_names, 4, &c->debug.gemm, why, n);
-    case CFG_DEBUG_CHECK_FINITE:
-        return cfg_choice(v, cfg_sync_names, 2, &c->debug.check_finite, why, n);
     case CFG_DEBUG_FAIL_STEP:
         if (cfg_int(v, 0, 1000000000, &x, why, n)) return -1;
         c->debug.fail_step = x;
@@ -494,7 +438,7 @@ static int cfg_handler(void *user, const char *section, const char *name, const 
         return 0;
     }
     ps->seen[ki] = ps->lineno;
-    if (cfg_apply(&ps->cfg, k->id, value, ps->base, why, sizeof why)) {
+    if (cfg_apply(&ps->cfg, k, value, ps->base, why, sizeof why)) {
         cfg_parse_error(ps, "%s.%s: %s", section, name, why);
         return 0;
     }
@@ -588,7 +532,7 @@ int config_set(g4_config *c, const char *assignment) {
         return -1;
     }
     /* base "": a relative path from the command line means the current directory */
-    if (cfg_apply(c, k->id, value, "", why, sizeof why)) {
+    if (cfg_apply(c, k, value, "", why, sizeof why)) {
         cfg_fail("--set %.200s%s: %s", assignment, more, why);
         return -1;
     }
