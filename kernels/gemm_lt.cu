@@ -493,12 +493,6 @@ static int staged_sms;  /* the card's SMs, for the shape choice; 0 until gemm_st
 
 extern "C" void k_set_gemm_staged(int mode) { staged_mode = mode >= 1 && mode <= 3 ? mode : 0; }
 
-/* past 65,535 row tiles of 128 (grid.y) the tile form, which strides over row tiles, runs */
-extern "C" int k_gemm_plan_staged(const k_gemm_plan *p, int m) {
-    return p && p->mma && staged_mode && m >= SG_MIN_M &&
-           ((long long)m + sg_shape<2>::BM - 1) / sg_shape<2>::BM <= 65535;
-}
-
 /* The staged kernels' shared-memory limit (128 and 160 KB) raised and the SMs counted, once: at
  * start-up (k_gemm_setup, before any graph capture) and, for callers that skip it (the tests),
  * before the first launch. */
@@ -518,25 +512,39 @@ static int gemm_staged_allow(void) {
 }
 extern "C" int k_gemm_setup(void) { return gemm_staged_allow(); }
 
-/* y = x w^T through the staged kernel, in the block shape with fewer waves (one block an SM;
- * the 128 x 128 shape on a tie: its tiles read fewer bytes from L2), or the one mode 2 or 3
- * asks for (the gates run each shape at every size). Either shape gives every output the same
+template <int WM> static long long sg_blocks(long long m, long long n) {
+    return ((n + sg_shape<WM>::BN - 1) / sg_shape<WM>::BN) *
+           ((m + sg_shape<WM>::BM - 1) / sg_shape<WM>::BM);
+}
+
+/* How k_gemm runs plan p at m rows: 0 not staged (the decode or the tile form), else the staged
+ * block shape, WM = 2 (128 x 128) or 4 (256 x 64). Mode 1 takes the shape with fewer waves (one
+ * block an SM; 128 x 128 on a tie: its tiles read fewer bytes from L2), and the tile form when
+ * that shape has fewer blocks than half the SMs (the 26B-A4B's router, n = 128, would be 8
+ * blocks at 1,024 rows, each streaming all of k: the tile form's 64 blocks of 4 warps finish
+ * sooner); modes 2 and 3 force one shape (the gates). Past 65,535 row tiles of 128 (grid.y) the
+ * tile form, which strides over row tiles, runs. Every choice gives every output the same
  * bits. */
-static int gemm_staged_launch(const k_gemm_args *a, int ldy, g4_stream st) {
-    int rc = gemm_staged_allow();
-    if (rc != K_OK) return rc;
-    const long long b2 = (long long)((a->n + sg_shape<2>::BN - 1) / sg_shape<2>::BN) *
-                         ((a->m + sg_shape<2>::BM - 1) / sg_shape<2>::BM),
-                    b4 = (long long)((a->n + sg_shape<4>::BN - 1) / sg_shape<4>::BN) *
-                         ((a->m + sg_shape<4>::BM - 1) / sg_shape<4>::BM);
-    const bool tall = staged_mode == 3 ||
-                      (staged_mode == 1 &&
-                       (b4 + staged_sms - 1) / staged_sms < (b2 + staged_sms - 1) / staged_sms);
+static int staged_shape(const k_gemm_plan *p, int m) {
+    if (!p || !p->mma || !staged_mode || m < SG_MIN_M ||
+        ((long long)m + sg_shape<2>::BM - 1) / sg_shape<2>::BM > 65535 ||
+        gemm_staged_allow() != K_OK)
+        return 0;
+    if (staged_mode > 1) return staged_mode == 3 ? 4 : 2;
+    const long long b2 = sg_blocks<2>(m, p->n), b4 = sg_blocks<4>(m, p->n);
+    const bool tall = (b4 + staged_sms - 1) / staged_sms < (b2 + staged_sms - 1) / staged_sms;
+    if (2 * (tall ? b4 : b2) < staged_sms) return 0;
+    return tall ? 4 : 2;
+}
+
+extern "C" int k_gemm_plan_staged(const k_gemm_plan *p, int m) { return staged_shape(p, m); }
+
+/* y = x w^T through the staged kernel in block shape wm (staged_shape's choice). */
+static int gemm_staged_launch(const k_gemm_args *a, int ldy, int wm, g4_stream st) {
+    const bool tall = wm == 4;
     const int bm = tall ? sg_shape<4>::BM : sg_shape<2>::BM,
               bn = tall ? sg_shape<4>::BN : sg_shape<2>::BN;
-    const int row_blocks = (a->m + bm - 1) / bm;
-    if (row_blocks > 65535) return K_ERR_SHAPE; /* k_gemm_plan_staged keeps such m away */
-    dim3 grid((unsigned)((a->n + bn - 1) / bn), (unsigned)row_blocks);
+    dim3 grid((unsigned)((a->n + bn - 1) / bn), (unsigned)((a->m + bm - 1) / bm));
     CUDA_CHECK(k_launch(tall ? gemm_staged_kernel<4> : gemm_staged_kernel<2>, grid, SG_THREADS,
                         tall ? sg_shape<4>::SMEM : sg_shape<2>::SMEM, (cudaStream_t)st,
                         (bf16_t *)a->y, (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n,
@@ -690,8 +698,8 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
                 CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
                                     (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
                                     (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
-        } else if (k_gemm_plan_staged(p, a->m)) {
-            return gemm_staged_launch(a, ldy, st);
+        } else if (const int wm = staged_shape(p, a->m)) {
+            return gemm_staged_launch(a, ldy, wm, st);
         } else {
             int tiles = (a->m + 63) / 64;
             dim3 grid((unsigned)((a->n + 31) / 32), (unsigned)(tiles < 65535 ? tiles : 65535));

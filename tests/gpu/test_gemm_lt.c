@@ -228,10 +228,10 @@ static void run_invariant(const char *name, int n, int k, uint64_t seed) {
  * loaded before the grid wait (with wide_loads on). At m = 9 both are inert.
  * serve.gemm_staged: the staged form at m >= 128 against the tile form (a row tile exactly full
  * at 128, partial at 130, two of 128 at 256, the 128-row tile's last partial at 1,040, the
- * 256-row tile's at 1,024 + 16 and 2,064), once in the shape its launcher picks by waves (on
- * the H200, 256 x 64 for n = 2,112 at 1,024 rows, 128 x 128 elsewhere) and once in each shape
- * forced, so that every warp of both shapes meets the tile form; the gate also checks that the
- * switch's run took the staged form. */
+ * 256-row tile's at 1,024 + 16 and 2,064), once as its launcher picks (by waves, and the tile
+ * form where a shape would not fill half the SMs; which ran is printed, and gemm_staged_choice
+ * gates the choice) and once in each shape forced, so that every warp of both shapes meets the
+ * tile form; a forced run must have taken its shape. */
 #define SWITCH_MS_MAX 6
 typedef struct speed_switch {
     const char *name;
@@ -239,8 +239,13 @@ typedef struct speed_switch {
     int with_wide; /* wide_loads on for both runs */
     int ms[SWITCH_MS_MAX];
     int n_ms;
-    int staged; /* the run with the switch on must be in the staged form */
+    int staged; /* the form the run with the switch on must take (k_gemm_plan_staged: 0 not
+                 * staged, 2 or 4 a staged shape); -1: any, printed */
 } speed_switch;
+
+static const char *staged_form(int wm) {
+    return wm == 2 ? "staged, 128 x 128" : wm == 4 ? "staged, 256 x 64" : "not staged";
+}
 
 static void staged_by_waves(int on) { k_set_gemm_staged(on ? 1 : 0); }
 static void staged_128x128(int on) { k_set_gemm_staged(on ? 2 : 0); }
@@ -250,11 +255,11 @@ static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 
 static const speed_switch early_switch = {
     "early_weights", k_set_early_weights, 1, {1, 2, 8, 9}, 4, 0};
 static const speed_switch staged_switch = {
-    "staged", staged_by_waves, 0, {128, 130, 256, 1024, 1040, 2064}, 6, 1};
+    "staged", staged_by_waves, 0, {128, 130, 256, 1024, 1040, 2064}, 6, -1};
 static const speed_switch staged_square_switch = {
-    "staged_128x128", staged_128x128, 0, {128, 130, 1040}, 3, 1};
+    "staged_128x128", staged_128x128, 0, {128, 130, 1040}, 3, 2};
 static const speed_switch staged_tall_switch = {
-    "staged_256x64", staged_256x64, 0, {128, 256, 1040}, 3, 1};
+    "staged_256x64", staged_256x64, 0, {128, 256, 1040}, 3, 4};
 
 /* Both runs take x from a kernel launched just before the gemm, no synchronisation between them
  * (x poisoned with NaN before that kernel), as a step's projections take theirs: a switch that
@@ -298,12 +303,14 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
         const char *kernel = plan ? k_gemm_plan_kernel(plan) : NULL;
         TEST_CHECK(gate,
                    rc == 0 && differ == 0 && nan_off == 0 && kernel && strcmp(kernel, "mma") == 0 &&
-                       staged_ran == sw->staged,
+                       (sw->staged < 0 || staged_ran == sw->staged),
                    "rc %d, %ld of %zu outputs differ from the switch off's (exact rule), %ld NaN "
-                   "in the switch off's (want none); on %s (want mma), %s with the switch on%s",
-                   rc, differ, ys, nan_off, kernel ? kernel : "(no plan)",
-                   staged_ran ? "the staged form" : "not the staged form",
-                   sw->staged ? " (want staged)" : "");
+                   "in the switch off's (want none); on %s (want mma); with the switch on %s%s",
+                   rc, differ, ys, nan_off, kernel ? kernel : "(no plan)", staged_form(staged_ran),
+                   sw->staged < 0    ? ""
+                   : sw->staged == 0 ? " (want not staged)"
+                   : sw->staged == 2 ? " (want 128 x 128)"
+                                     : " (want 256 x 64)");
         k_gemm_plan_destroy(plan);
         gemm_bufs_free(&g);
         k_device_free(dsrc);
@@ -552,6 +559,49 @@ static void run_switch_shapes(const speed_switch *sw, uint64_t seed) {
     run_switch(sw, "ragged", 1004, 288, seed + N_PROJ + 1);
 }
 
+/* serve.gemm_staged's choice on the card, for the H200's 132 SMs (other counts: printed, not
+ * gated): the staged form where its blocks fill at least half the SMs, in the shape with fewer
+ * waves; the tile form below 128 rows and where the staged blocks would be too few. */
+static void run_staged_choice(int sms) {
+    static const struct {
+        const char *name;
+        int m, n, k, want;
+    } cases[] = {
+        {"26B-A4B q, 1,024 rows", 1024, 4096, 2816, 2},   /* 256 blocks of either: a tie */
+        {"26B-A4B gate_up, 1,024", 1024, 2112, 2816, 4},  /* 132 blocks against 136 */
+        {"26B-A4B router, 1,024", 1024, 128, 2816, 0},    /* 8 or 4 blocks */
+        {"26B-A4B k_global, 1,024", 1024, 1024, 2816, 0}, /* 64 blocks: under half of 132 */
+        {"26B-A4B q, 2,064", 2064, 4096, 2816, 2},
+        {"26B-A4B q, 127 rows", 127, 4096, 2816, 0},
+        {"31B down, 1,024", 1024, 5376, 21504, 2},
+    };
+    k_gemm_mma(1);
+    k_set_gemm_staged(1);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char gate[96];
+        snprintf(gate, sizeof gate, "gemm_staged_choice[%s]", cases[i].name);
+        k_gemm_plan *plan = NULL;
+        int rc = k_gemm_plan_create(&plan, 2064, cases[i].n, cases[i].k);
+        const int got = rc == 0 ? k_gemm_plan_staged(plan, cases[i].m) : -1;
+        if (sms != 132)
+            test_skip(gate, "gated for 132 SMs, this card has %d (takes: %s)", sms,
+                      staged_form(got));
+        else
+            TEST_CHECK(gate, rc == 0 && got == cases[i].want, "rc %d, takes %s, want %s", rc,
+                       staged_form(got), staged_form(cases[i].want));
+        k_gemm_plan_destroy(plan);
+    }
+    k_set_gemm_staged(0);
+    k_gemm_mma(0);
+}
+
+/* The SM count in k_device_init's description ("NAME (sm_90), 132 SMs, ..."); 0 if absent. */
+static int desc_sms(const char *desc) {
+    const char *p = strstr(desc, "), ");
+    int sms = 0;
+    return p && sscanf(p + 3, "%d SMs", &sms) == 1 ? sms : 0;
+}
+
 int main(void) {
     char desc[256];
     run_group_ref(); /* the CPU twin: needs no GPU */
@@ -568,6 +618,7 @@ int main(void) {
         test_skip("gemm_early_weights", "no GPU (%s)", desc);
         test_skip("gemm_staged", "no GPU (%s)", desc);
         test_skip("gemm_staged_vs_ref", "no GPU (%s)", desc);
+        test_skip("gemm_staged_choice", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -694,6 +745,9 @@ int main(void) {
         run_switch(forced[f], "ragged", 1004, 288, 9723 + 10 * f);
         run_switch(forced[f], "k96", 200, 96, 9724 + 10 * f);
     }
+    k_gemm_mma(0);
+    run_staged_choice(desc_sms(desc));
+    k_gemm_mma(1);
     k_set_gemm_staged(1);
     run_shape("gemm_staged_vs_ref", 130, 4096, 2816, 2064, 9801);
     run_shape("gemm_staged_vs_ref", 300, 1004, 288, 2064, 9802);
