@@ -270,8 +270,9 @@ typedef struct switches {
 } switches;
 
 /* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing, the
- * prefill tiles and the wide load groups on or off; the switches go back to their defaults for
- * the other gates. */
+ * prefill tiles and the wide load groups on or off; the switches go back to their kernels'
+ * defaults (bucketing in the up kernel, the staged prefill kernels, the narrow groups) for the
+ * other gates, so that check_experts holds the default path to the CPU twin. */
 static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, size_t n) {
     for (size_t i = 0; i < n; i++)
         out[i] = 0x7fc0;
@@ -281,7 +282,7 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
     int rc = k_copy_to_device(a->out, out, n * 2) | k_moe_experts(a, NULL) | k_sync() |
              k_copy_to_host(out, a->out, n * 2);
     k_set_moe_bucket_in_up(1);
-    k_set_moe_prefill_tiles(0);
+    k_set_moe_prefill_tiles(2);
     k_set_wide_loads(0);
     return rc;
 }
@@ -390,6 +391,19 @@ static void run_shape(const shape *s, uint64_t seed) {
                          (switches){1, 2, 0});
             check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
                          (switches){1, 3, 0});
+            /* every item on expert 0: 128-item tiles one after another in a block at the
+             * shape's own k, so a stage one tile's last chunks read meets the next tile's first
+             * copies (the router's ids spread the items too thin for a second tile) */
+            int32_t *one = calloc(nk, 4);
+            if (one) {
+                check_switch("moe_prefill_staged(one expert)", s, rows, d_gu, d_dn, one, w,
+                             (switches){1, 0, 0}, (switches){1, 2, 0});
+                check_switch("moe_prefill_ring(one expert)", s, rows, d_gu, d_dn, one, w,
+                             (switches){1, 0, 0}, (switches){1, 3, 0});
+            } else {
+                test_fail("moe_prefill_staged(one expert)", "out of host memory");
+            }
+            free(one);
         }
         if (mma && nk <= 8) { /* one decode row: where serve.wide_loads applies */
             check_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
@@ -452,10 +466,14 @@ int main(void) {
      * the long k), the tiny fixture (with 200 rows: ~50 items an expert, so the tensor-core
      * path's tiles run full, partial and several to an expert), the 26B-A4B's routing with a
      * narrow expert, d_experts that are no multiple of 32 (the CUDA-core path, at a short
-     * and at the real k), and the tiny fixture at 700 rows (~175 items an expert: the staged
-     * prefill kernels' 128-item tiles, two to an expert, the second partial) */
-    const shape shapes[] = {{128, 8, 2816, 704, 160}, {16, 4, 64, 32, 200},   {128, 8, 2816, 64, 0},
-                            {16, 4, 64, 40, 200},     {128, 8, 2816, 712, 0}, {16, 4, 64, 32, 700}};
+     * and at the real k), the tiny fixture at 700 rows (~175 items an expert: the staged
+     * prefill kernels' 128-item tiles, two to an expert, the second partial), and d_experts of
+     * 96 and 192 at 200 rows (the down kernels' k in 2 and 3 chunks of 64: the ring's stages
+     * used fewer than, and exactly, once each) */
+    const shape shapes[] = {{128, 8, 2816, 704, 160}, {16, 4, 64, 32, 200},
+                            {128, 8, 2816, 64, 0},    {16, 4, 64, 40, 200},
+                            {128, 8, 2816, 712, 0},   {16, 4, 64, 32, 700},
+                            {128, 8, 2816, 96, 200},  {128, 8, 2816, 192, 200}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape(&shapes[i], 4321 + i);
     run_route_shapes(8765);
