@@ -356,20 +356,21 @@ static __global__ void __launch_bounds__(MMA_GEMM_THREADS, EW ? MMA_GEMM_EW_BLOC
  * `gemm_staged` gates), and batch invariance holds as before.
  *
  * A stage's rows are 64 bytes (one 32-k block): the 8 lanes of a 16-byte load phase read two
- * whole consecutive rows, no bank conflicts. Two block shapes, the same per-warp work: WM = 2
- * (128 rows x 128 outputs) and WM = 4 (256 x 64); the launcher takes the one with fewer waves
- * on the card (the 26B-A4B's gate and up, n = 2,112, fill one wave of 256 x 64 tiles at 1,024
- * rows where 128 x 128 tiles leave 1.03). */
-#define SG_THREADS 256
-#define SG_WARPS (SG_THREADS / 32)
+ * whole consecutive rows, no bank conflicts. Three block shapes, the same per-warp work (WM x WN
+ * warps): 2 x 4 (128 rows x 128 outputs) and 4 x 2 (256 x 64), one block an SM, of which the
+ * launcher takes the one with fewer waves on the card (the 26B-A4B's gate and up, n = 2,112,
+ * fill one wave of 256 x 64 tiles at 1,024 rows where 128 x 128 tiles leave 1.03); and 2 x 2
+ * (128 x 64, 4 warps), two blocks an SM (serve.gemm_staged = 2), whose warps do not all wait at
+ * one block's barriers at once. */
 #define SG_MT 4      /* a warp's row tiles of 16 */
 #define SG_NT 4      /* a warp's weight tiles of 8 */
 #define SG_KB 2      /* 32-k blocks a stage */
 #define SG_STAGES 4  /* stages in the ring: SG_STAGES - 1 in flight while one is read */
 #define SG_MIN_M 128 /* the fewest rows that take the staged form */
 
-template <int WM> struct sg_shape {
-    static constexpr int WN = SG_WARPS / WM;
+template <int WM, int WN> struct sg_shape {
+    static constexpr int THREADS = 32 * WM * WN;
+    static constexpr int PER_SM = WM * WN == 4 ? 2 : 1; /* blocks an SM (registers, memory) */
     static constexpr int BM = WM * 16 * SG_MT, BN = WN * 8 * SG_NT;
     static constexpr int ROWS = BM + BN; /* a 32-k block's rows in a stage: x's, then w's */
     static constexpr int STAGE = SG_KB * ROWS * 64;
@@ -391,13 +392,13 @@ static __device__ __forceinline__ void sg_fold(int quarter, float (&acc)[SG_MT][
             }
 }
 
-template <int WM>
-static __global__ void __launch_bounds__(SG_THREADS, 1)
+template <int WM, int WN>
+static __global__ void __launch_bounds__(32 * WM * WN, WM *WN == 4 ? 2 : 1)
     gemm_staged_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
-    using S = sg_shape<WM>;
+    using S = sg_shape<WM, WN>;
     extern __shared__ __align__(16) unsigned char sg_smem[];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, q = lane & 3;
-    const int wm = warp / S::WN, wn = warp % S::WN; /* the warp's row and output part */
+    const int wm = warp / WN, wn = warp % WN; /* the warp's row and output part */
     const int r0 = blockIdx.y * S::BM, o0 = blockIdx.x * S::BN;
     const int nkb = k / 32, n_chunks = (nkb + SG_KB - 1) / SG_KB;
     const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -408,7 +409,7 @@ static __global__ void __launch_bounds__(SG_THREADS, 1)
     auto issue = [&](int c) {
         if (c < n_chunks) {
             unsigned char *st = sg_smem + (c % SG_STAGES) * S::STAGE;
-            for (int e = tid; e < SG_KB * S::ROWS * 4; e += SG_THREADS) {
+            for (int e = tid; e < SG_KB * S::ROWS * 4; e += S::THREADS) {
                 const int part = e % 4, row = e / 4 % S::ROWS, kb = e / (4 * S::ROWS);
                 const int kk = (c * SG_KB + kb) * 32 + part * 8;
                 unsigned char *dst = st + (kb * S::ROWS + row) * 64 + part * 16;
@@ -488,69 +489,82 @@ static __global__ void __launch_bounds__(SG_THREADS, 1)
             }
 }
 
-static int staged_mode; /* k_set_gemm_staged: 0 off, 1 the shape by waves, 2 and 3 one shape */
+static int staged_mode; /* k_set_gemm_staged */
 static int staged_sms;  /* the card's SMs, for the shape choice; 0 until gemm_staged_allow */
 
-extern "C" void k_set_gemm_staged(int mode) { staged_mode = mode >= 1 && mode <= 3 ? mode : 0; }
+extern "C" void k_set_gemm_staged(int mode) { staged_mode = mode >= 1 && mode <= 5 ? mode : 0; }
 
-/* The staged kernels' shared-memory limit (128 and 160 KB) raised and the SMs counted, once: at
- * start-up (k_gemm_setup, before any graph capture) and, for callers that skip it (the tests),
- * before the first launch. */
+template <int WM, int WN> static int sg_allow_shape(void) {
+    CUDA_CHECK(cudaFuncSetAttribute(gemm_staged_kernel<WM, WN>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)sg_shape<WM, WN>::SMEM));
+    return K_OK;
+}
+
+/* The staged kernels' shared-memory limit (128, 160 and 96 KB) raised and the SMs counted, once:
+ * at start-up (k_gemm_setup, before any graph capture) and, for callers that skip it (the
+ * tests), before the first launch. */
 static int gemm_staged_allow(void) {
     if (staged_sms > 0) return K_OK;
     int dev = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaFuncSetAttribute(gemm_staged_kernel<2>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)sg_shape<2>::SMEM));
-    CUDA_CHECK(cudaFuncSetAttribute(gemm_staged_kernel<4>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)sg_shape<4>::SMEM));
+    if (sg_allow_shape<2, 4>() != K_OK || sg_allow_shape<4, 2>() != K_OK ||
+        sg_allow_shape<2, 2>() != K_OK)
+        return K_ERR_DEVICE;
     staged_sms = sms > 0 ? sms : 1;
     return K_OK;
 }
 extern "C" int k_gemm_setup(void) { return gemm_staged_allow(); }
 
-template <int WM> static long long sg_blocks(long long m, long long n) {
-    return ((n + sg_shape<WM>::BN - 1) / sg_shape<WM>::BN) *
-           ((m + sg_shape<WM>::BM - 1) / sg_shape<WM>::BM);
+template <int WM, int WN> static long long sg_blocks(long long m, long long n) {
+    using S = sg_shape<WM, WN>;
+    return ((n + S::BN - 1) / S::BN) * ((m + S::BM - 1) / S::BM);
 }
 
-/* How k_gemm runs plan p at m rows: 0 not staged (the decode or the tile form), else the staged
- * block shape, WM = 2 (128 x 128) or 4 (256 x 64). Mode 1 takes the shape with fewer waves (one
- * block an SM; 128 x 128 on a tie: its tiles read fewer bytes from L2), and the tile form when
- * that shape has fewer blocks than half the SMs (the 26B-A4B's router, n = 128, would be 8
- * blocks at 1,024 rows, each streaming all of k: the tile form's 64 blocks of 4 warps finish
- * sooner); modes 2 and 3 force one shape (the gates). Past 65,535 row tiles of 128 (grid.y) the
- * tile form, which strides over row tiles, runs. Every choice gives every output the same
- * bits. */
+/* How k_gemm runs plan p at m rows (K_GEMM_STAGED_*): not staged (the decode or the tile form),
+ * or a staged block shape. Mode 1 takes the 8-warp shape with fewer waves (128 x 128 on a tie:
+ * its tiles read fewer bytes from L2), mode 2 the 4-warp blocks, two an SM; either falls back to
+ * the tile form where its blocks would not fill half the card's block slots (the 26B-A4B's
+ * router, n = 128, would be 8 blocks at 1,024 rows, each streaming all of k, where the tile
+ * form's 64 blocks of 4 warps finish sooner). Modes 3, 4 and 5 force one shape at every size
+ * (the gates). Past 65,535 row tiles of 128 (grid.y) the tile form, which strides over
+ * row tiles, runs. Every choice gives every output the same bits. */
 static int staged_shape(const k_gemm_plan *p, int m) {
     if (!p || !p->mma || !staged_mode || m < SG_MIN_M ||
-        ((long long)m + sg_shape<2>::BM - 1) / sg_shape<2>::BM > 65535 ||
+        ((long long)m + sg_shape<2, 4>::BM - 1) / sg_shape<2, 4>::BM > 65535 ||
         gemm_staged_allow() != K_OK)
-        return 0;
-    if (staged_mode > 1) return staged_mode == 3 ? 4 : 2;
-    const long long b2 = sg_blocks<2>(m, p->n), b4 = sg_blocks<4>(m, p->n);
+        return K_GEMM_STAGED_NONE;
+    if (staged_mode == 3) return K_GEMM_STAGED_SQUARE;
+    if (staged_mode == 4) return K_GEMM_STAGED_TALL;
+    if (staged_mode == 5) return K_GEMM_STAGED_PAIR;
+    if (staged_mode == 2)
+        return 2 * sg_blocks<2, 2>(m, p->n) < (long long)sg_shape<2, 2>::PER_SM * staged_sms
+                   ? K_GEMM_STAGED_NONE
+                   : K_GEMM_STAGED_PAIR;
+    const long long b2 = sg_blocks<2, 4>(m, p->n), b4 = sg_blocks<4, 2>(m, p->n);
     const bool tall = (b4 + staged_sms - 1) / staged_sms < (b2 + staged_sms - 1) / staged_sms;
-    if (2 * (tall ? b4 : b2) < staged_sms) return 0;
-    return tall ? 4 : 2;
+    if (2 * (tall ? b4 : b2) < staged_sms) return K_GEMM_STAGED_NONE;
+    return tall ? K_GEMM_STAGED_TALL : K_GEMM_STAGED_SQUARE;
 }
 
 extern "C" int k_gemm_plan_staged(const k_gemm_plan *p, int m) { return staged_shape(p, m); }
 
-/* y = x w^T through the staged kernel in block shape wm (staged_shape's choice). */
-static int gemm_staged_launch(const k_gemm_args *a, int ldy, int wm, g4_stream st) {
-    const bool tall = wm == 4;
-    const int bm = tall ? sg_shape<4>::BM : sg_shape<2>::BM,
-              bn = tall ? sg_shape<4>::BN : sg_shape<2>::BN;
-    dim3 grid((unsigned)((a->n + bn - 1) / bn), (unsigned)((a->m + bm - 1) / bm));
-    CUDA_CHECK(k_launch(tall ? gemm_staged_kernel<4> : gemm_staged_kernel<2>, grid, SG_THREADS,
-                        tall ? sg_shape<4>::SMEM : sg_shape<2>::SMEM, (cudaStream_t)st,
+template <int WM, int WN> static int sg_launch(const k_gemm_args *a, int ldy, g4_stream st) {
+    using S = sg_shape<WM, WN>;
+    dim3 grid((unsigned)((a->n + S::BN - 1) / S::BN), (unsigned)((a->m + S::BM - 1) / S::BM));
+    CUDA_CHECK(k_launch(gemm_staged_kernel<WM, WN>, grid, S::THREADS, S::SMEM, (cudaStream_t)st,
                         (bf16_t *)a->y, (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n,
                         a->k, ldy));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
+}
+
+/* y = x w^T through the staged kernel in staged_shape's choice. */
+static int gemm_staged_launch(const k_gemm_args *a, int ldy, int shape, g4_stream st) {
+    return shape == K_GEMM_STAGED_TALL   ? sg_launch<4, 2>(a, ldy, st)
+           : shape == K_GEMM_STAGED_PAIR ? sg_launch<2, 2>(a, ldy, st)
+                                         : sg_launch<2, 4>(a, ldy, st);
 }
 
 static bool fuse_groups; /* k_gemm_fuse */
@@ -698,8 +712,8 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
                 CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
                                     (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
                                     (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
-        } else if (const int wm = staged_shape(p, a->m)) {
-            return gemm_staged_launch(a, ldy, wm, st);
+        } else if (const int shape = staged_shape(p, a->m)) {
+            return gemm_staged_launch(a, ldy, shape, st);
         } else {
             int tiles = (a->m + 63) / 64;
             dim3 grid((unsigned)((a->n + 31) / 32), (unsigned)(tiles < 65535 ? tiles : 65535));

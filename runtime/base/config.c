@@ -98,7 +98,7 @@ static const struct cfg_key {
     CFG_SWITCH(serve, attn_half_units),
     CFG_SWITCH(serve, attn_global_keep),
     CFG_SWITCH(serve, attn_early_lookup),
-    CFG_SWITCH(serve, gemm_staged),
+    CFG_RANGE(serve, gemm_staged, 0, 2), /* 1 blocks of 8 warps, 2 of 4 warps two an SM */
     CFG_RANGE(serve, attn_splits_per_block, 0, 16), /* kernels/attn_common.cuh's ATTN_MAX_SPB */
     CFG_RANGE(serve, sample_threads, 0, 256),
     CFG_RANGE(serve, text_max_tokens, 1, 1000000), /* the protocol's max_tokens range */

@@ -239,27 +239,37 @@ typedef struct speed_switch {
     int with_wide; /* wide_loads on for both runs */
     int ms[SWITCH_MS_MAX];
     int n_ms;
-    int staged; /* the form the run with the switch on must take (k_gemm_plan_staged: 0 not
-                 * staged, 2 or 4 a staged shape); -1: any, printed */
+    int staged; /* the form the run with the switch on must take (k_gemm_plan_staged's
+                 * K_GEMM_STAGED_*); -1: any, printed */
 } speed_switch;
 
-static const char *staged_form(int wm) {
-    return wm == 2 ? "staged, 128 x 128" : wm == 4 ? "staged, 256 x 64" : "not staged";
+static const char *staged_form(int shape) {
+    return shape == K_GEMM_STAGED_SQUARE ? "staged, 128 x 128"
+           : shape == K_GEMM_STAGED_TALL ? "staged, 256 x 64"
+           : shape == K_GEMM_STAGED_PAIR ? "staged, 128 x 64 two an SM"
+           : shape == K_GEMM_STAGED_NONE ? "not staged"
+                                         : "(no plan)";
 }
 
 static void staged_by_waves(int on) { k_set_gemm_staged(on ? 1 : 0); }
-static void staged_128x128(int on) { k_set_gemm_staged(on ? 2 : 0); }
-static void staged_256x64(int on) { k_set_gemm_staged(on ? 3 : 0); }
+static void staged_pairs(int on) { k_set_gemm_staged(on ? 2 : 0); }
+static void staged_128x128(int on) { k_set_gemm_staged(on ? 3 : 0); }
+static void staged_256x64(int on) { k_set_gemm_staged(on ? 4 : 0); }
+static void staged_128x64(int on) { k_set_gemm_staged(on ? 5 : 0); }
 
 static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4, 0};
 static const speed_switch early_switch = {
     "early_weights", k_set_early_weights, 1, {1, 2, 8, 9}, 4, 0};
 static const speed_switch staged_switch = {
     "staged", staged_by_waves, 0, {128, 130, 256, 1024, 1040, 2064}, 6, -1};
+static const speed_switch staged_pair_switch = {
+    "staged_pairs", staged_pairs, 0, {128, 130, 1024, 2064}, 4, -1};
 static const speed_switch staged_square_switch = {
-    "staged_128x128", staged_128x128, 0, {128, 130, 1040}, 3, 2};
+    "staged_128x128", staged_128x128, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_SQUARE};
 static const speed_switch staged_tall_switch = {
-    "staged_256x64", staged_256x64, 0, {128, 256, 1040}, 3, 4};
+    "staged_256x64", staged_256x64, 0, {128, 256, 1040}, 3, K_GEMM_STAGED_TALL};
+static const speed_switch staged_pair_forced_switch = {
+    "staged_128x64", staged_128x64, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_PAIR};
 
 /* Both runs take x from a kernel launched just before the gemm, no synchronisation between them
  * (x poisoned with NaN before that kernel), as a step's projections take theirs: a switch that
@@ -305,12 +315,10 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
                    rc == 0 && differ == 0 && nan_off == 0 && kernel && strcmp(kernel, "mma") == 0 &&
                        (sw->staged < 0 || staged_ran == sw->staged),
                    "rc %d, %ld of %zu outputs differ from the switch off's (exact rule), %ld NaN "
-                   "in the switch off's (want none); on %s (want mma); with the switch on %s%s",
+                   "in the switch off's (want none); on %s (want mma); with the switch on %s%s%s%s",
                    rc, differ, ys, nan_off, kernel ? kernel : "(no plan)", staged_form(staged_ran),
-                   sw->staged < 0    ? ""
-                   : sw->staged == 0 ? " (want not staged)"
-                   : sw->staged == 2 ? " (want 128 x 128)"
-                                     : " (want 256 x 64)");
+                   sw->staged < 0 ? "" : " (want ", sw->staged < 0 ? "" : staged_form(sw->staged),
+                   sw->staged < 0 ? "" : ")");
         k_gemm_plan_destroy(plan);
         gemm_bufs_free(&g);
         k_device_free(dsrc);
@@ -560,26 +568,35 @@ static void run_switch_shapes(const speed_switch *sw, uint64_t seed) {
 }
 
 /* serve.gemm_staged's choice on the card, for the H200's 132 SMs (other counts: printed, not
- * gated): the staged form where its blocks fill at least half the SMs, in the shape with fewer
- * waves; the tile form below 128 rows and where the staged blocks would be too few. */
+ * gated): at 1 the 8-warp shape with fewer waves, at 2 the 4-warp pairs, each where its blocks
+ * fill at least half the card's block slots; the tile form below 128 rows and where the staged
+ * blocks would be too few. */
 static void run_staged_choice(int sms) {
     static const struct {
         const char *name;
-        int m, n, k, want;
+        int mode, m, n, k, want;
     } cases[] = {
-        {"26B-A4B q, 1,024 rows", 1024, 4096, 2816, 2},   /* 256 blocks of either: a tie */
-        {"26B-A4B gate_up, 1,024", 1024, 2112, 2816, 4},  /* 132 blocks against 136 */
-        {"26B-A4B router, 1,024", 1024, 128, 2816, 0},    /* 8 or 4 blocks */
-        {"26B-A4B k_global, 1,024", 1024, 1024, 2816, 0}, /* 64 blocks: under half of 132 */
-        {"26B-A4B q, 2,064", 2064, 4096, 2816, 2},
-        {"26B-A4B q, 127 rows", 127, 4096, 2816, 0},
-        {"31B down, 1,024", 1024, 5376, 21504, 2},
+        /* 256 blocks of either 8-warp shape: a tie */
+        {"1: 26B-A4B q, 1,024 rows", 1, 1024, 4096, 2816, K_GEMM_STAGED_SQUARE},
+        /* 132 blocks against 136: one wave against two */
+        {"1: 26B-A4B gate_up, 1,024", 1, 1024, 2112, 2816, K_GEMM_STAGED_TALL},
+        {"1: 26B-A4B router, 1,024", 1, 1024, 128, 2816, K_GEMM_STAGED_NONE}, /* 8 blocks */
+        /* 64 blocks: under half of 132 */
+        {"1: 26B-A4B k_global, 1,024", 1, 1024, 1024, 2816, K_GEMM_STAGED_NONE},
+        {"1: 26B-A4B q, 2,064", 1, 2064, 4096, 2816, K_GEMM_STAGED_SQUARE},
+        {"1: 26B-A4B q, 127 rows", 1, 127, 4096, 2816, K_GEMM_STAGED_NONE},
+        {"1: 31B down, 1,024", 1, 1024, 5376, 21504, K_GEMM_STAGED_SQUARE},
+        {"2: 26B-A4B q, 1,024", 2, 1024, 4096, 2816, K_GEMM_STAGED_PAIR},       /* 512 blocks */
+        {"2: 26B-A4B gate_up, 1,024", 2, 1024, 2112, 2816, K_GEMM_STAGED_PAIR}, /* 264 */
+        /* 128 blocks: under half of 264 slots */
+        {"2: 26B-A4B k_global, 1,024", 2, 1024, 1024, 2816, K_GEMM_STAGED_NONE},
+        {"2: 26B-A4B router, 1,024", 2, 1024, 128, 2816, K_GEMM_STAGED_NONE},
     };
     k_gemm_mma(1);
-    k_set_gemm_staged(1);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char gate[96];
         snprintf(gate, sizeof gate, "gemm_staged_choice[%s]", cases[i].name);
+        k_set_gemm_staged(cases[i].mode);
         k_gemm_plan *plan = NULL;
         int rc = k_gemm_plan_create(&plan, 2064, cases[i].n, cases[i].k);
         const int got = rc == 0 ? k_gemm_plan_staged(plan, cases[i].m) : -1;
@@ -730,6 +747,7 @@ int main(void) {
      * the CPU twin, y's row stride past n, and the batch-invariance rule with it on (rows of the
      * staged 2,047- and 1,025-row steps against the one-row decode form) */
     run_switch_shapes(&staged_switch, 9601);
+    run_switch_shapes(&staged_pair_switch, 9651);
     run_switch(&staged_switch, "31B q", 8192, 5376, 9701);
     run_switch(&staged_switch, "31B o_global", 5376, 16384, 9703);
     run_switch(&staged_switch, "31B gate", 21504, 5376, 9704);
@@ -738,8 +756,9 @@ int main(void) {
     run_switch(&staged_switch, "k32", 64, 32, 9708);
     /* each shape forced: the 26B-A4B's q (n a multiple of both tiles), gate_up (2,112: 33 tiles
      * of 64, 16.5 of 128) and the ragged shapes */
-    static const speed_switch *const forced[] = {&staged_square_switch, &staged_tall_switch};
-    for (uint64_t f = 0; f < 2; f++) {
+    static const speed_switch *const forced[] = {&staged_square_switch, &staged_tall_switch,
+                                                 &staged_pair_forced_switch};
+    for (uint64_t f = 0; f < 3; f++) {
         run_switch(forced[f], "q", 4096, 2816, 9721 + 10 * f);
         run_switch(forced[f], "gate_up", 2112, 2816, 9722 + 10 * f);
         run_switch(forced[f], "ragged", 1004, 288, 9723 + 10 * f);

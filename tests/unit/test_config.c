@@ -132,7 +132,7 @@ static void test_full_ini(void) {
                                              "attn_half_units = 1\n"
                                              "attn_global_keep = 1\n"
                                              "attn_early_lookup = 1\n"
-                                             "gemm_staged = 1\n"
+                                             "gemm_staged = 2\n"
                                              "sample_threads = 3\n"
                                              "[log]\n"
                                              "level = debug\n"
@@ -156,7 +156,7 @@ static void test_full_ini(void) {
         c.serve.early_weights == 1 && c.serve.attn_mma == 0 && c.serve.attn_query_tiles == 0 &&
         c.serve.attn_fp8_frags == 0 && c.serve.attn_half_units == 1 &&
         c.serve.attn_global_keep == 1 && c.serve.attn_early_lookup == 1 &&
-        c.serve.gemm_staged == 1 && c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG &&
+        c.serve.gemm_staged == 2 && c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG &&
         c.debug.sync == 1 && c.debug.gemm == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
                c.model.path, c.kv.page_tokens, c.kv.budget_gb, rc ? config_last_error() : "");

@@ -22,7 +22,7 @@
 #            -0.03 to -0.09 ms at one row, little at 16); then one 1,024-token
 #            prefill of each of the 26B-A4B and the 31B with its whole per-op breakdown (issue 22:
 #            where the ~31 ms of a 26B-A4B chunk outside attention and experts go), gemm_staged 0
-#            against 1 (two rounds; predicted 26B-A4B 86.6 -> ~72-77 ms), the 31B with every
+#            against 1 and 2 (two rounds; predicted 26B-A4B 86.6 -> ~72-77 ms), the 31B with every
 #            weight on the staged kernel (debug.gemm=mma) against the default at prefill and at 1
 #            and 16 rows, and bench_gemm --kernels (each projection shape at 1,024 and 2,048
 #            rows on the tile form, the staged form and cuBLASLt, ms and TFLOP/s), and
@@ -72,7 +72,7 @@ ab_next() {
         done
     done
     for m in gemma4-26b-a4b gemma4-31b; do
-        for v in 0 1; do
+        for v in 0 1 2; do
             echo "== $m, one 1,024-token prompt, gemm_staged $v, the whole breakdown"
             timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
                 --set serve.max_context=4096 --set serve.gemm_staged=$v --batch 1 --prompt 1024 \
@@ -81,7 +81,7 @@ ab_next() {
     done
     echo "-- round 2 of gemm_staged"
     for m in gemma4-26b-a4b gemma4-31b; do
-        for v in 0 1; do
+        for v in 0 1 2; do
             echo "== $m, one 1,024-token prompt, gemm_staged $v"
             timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
                 --set serve.max_context=4096 --set serve.gemm_staged=$v --batch 1 --prompt 1024 \
