@@ -44,6 +44,9 @@
 #   encu     (not in the default) ncu over the staged experts and the query-tile attention of a
 #            1,024-token 26B-A4B prefill (E2 reached 34.5 ms where 25-30 was predicted; the
 #            tiles 20 ms where 10-15), ~4 min
+#   26b-new  (not in the default) the 26B-A4B's full step with the staged projections and the
+#            experts' ring on (FULL_SETS="serve.gemm_staged=1 serve.moe_prefill_tiles=3"): the
+#            engine's path through them at full depth, before either default flips, ~8 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
 want() { [[ " ${PLAN_STEPS:-gates ab 26b serve} " == *" $1 "* ]]; }
 want gates && step gates ./build.sh gpu-test test_gemm_lt test_moe test_attn
@@ -111,6 +114,8 @@ want 26b && step full-26b env FULL_MODELS="26b-a4b" ./build.sh gpu-test full
 want serve && step serve python3 release/bench.py -c conf/gemma4-26b-a4b.ini --rounds 2 \
     --a-label bf16 --a-set kv.local=bf16 --b-label fp8 --b-set kv.local=fp8 \
     --out "$Q/logs/serve-results"
+want 26b-new && step full-26b-new env FULL_MODELS="26b-a4b" \
+    FULL_SETS="serve.gemm_staged=1 serve.moe_prefill_tiles=3" ./build.sh gpu-test full
 want e4b && step full-e4b env FULL_MODELS="e4b" ./build.sh gpu-test full
 want e2b && step full-e2b env FULL_MODELS="e2b" ./build.sh gpu-test full
 want geometry && step geometry ./build.sh gpu-test geometry
