@@ -666,6 +666,7 @@ suite_test() {
         BUILD_DIR="$B" run_test python3 tests/proto/test_soak.py  # 10,000 requests, ~5 min
         BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend cpu
         run_test python3 tests/full/test_judge.py
+        run_test python3 tests/gpu/ab_table.py --self-test # the plans' A/B reader, on a sample
         fuzz_suite "${FUZZ_SECONDS:-20}"
         sanitized_suite
         trace_build_check

@@ -28,6 +28,7 @@
 #            rows on the tile form, the staged form and cuBLASLt, ms and TFLOP/s), and
 #            moe_prefill_tiles 2 against 3 on the 26B-A4B's prefill (two rounds; predicted its
 #            experts 34.5 -> ~27-31 ms), ~7 min
+#            (read the step's log with tests/gpu/ab_table.py: one row a setting, a column a run)
 #   26b      the 26B-A4B's full step with this tree's defaults (attn_fp8_frags and the staged
 #            prefill experts on since the twenty-sixth session; the full step has not run with
 #            them), ~8 min
