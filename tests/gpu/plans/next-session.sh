@@ -77,7 +77,7 @@ ab_next() {
     done
     for m in gemma4-26b-a4b gemma4-31b; do
         for v in 0 1 2; do
-            echo "== $m, one 1,024-token prompt, gemm_staged $v, the whole breakdown"
+            echo "== $m, one 1,024-token prompt, gemm_staged $v" # round 1: the whole breakdown
             timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
                 --set serve.max_context=4096 --set serve.gemm_staged=$v --batch 1 --prompt 1024 \
                 --steps 8
