@@ -950,7 +950,7 @@ __global__ static void __launch_bounds__(COMBINE_THREADS)
 
 static int bucket_in_up = 1; /* serve.moe_bucket_in_up's default */
 extern "C" void k_set_moe_bucket_in_up(int on) { bucket_in_up = on ? 1 : 0; }
-static int prefill_tiles = 2; /* serve.moe_prefill_tiles' default */
+static int prefill_tiles = 3; /* serve.moe_prefill_tiles' default */
 extern "C" void k_set_moe_prefill_tiles(int mode) {
     prefill_tiles = mode >= 3 ? 3 : mode > 0 ? mode : 0;
 }

@@ -282,7 +282,7 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
     int rc = k_copy_to_device(a->out, out, n * 2) | k_moe_experts(a, NULL) | k_sync() |
              k_copy_to_host(out, a->out, n * 2);
     k_set_moe_bucket_in_up(1);
-    k_set_moe_prefill_tiles(2);
+    k_set_moe_prefill_tiles(3);
     k_set_wide_loads(0);
     return rc;
 }

@@ -72,7 +72,7 @@ static void test_defaults(void) {
         c.serve.max_context == 32768 && c.serve.prefill_chunk == 2048 && c.serve.max_queue == 256 &&
         c.serve.attn_splits_per_block == 0 && c.serve.pdl == 1 && c.serve.fuse_projections == 1 &&
         c.serve.attn_fold == 1 && c.serve.moe_bucket_in_up == 1 && c.serve.attn_cluster_rows == 0 &&
-        c.serve.moe_prefill_tiles == 2 && c.serve.row_chain == 3 && c.serve.moe_route_lanes == 1 &&
+        c.serve.moe_prefill_tiles == 3 && c.serve.row_chain == 3 && c.serve.moe_route_lanes == 1 &&
         c.serve.wide_loads == 1 && c.serve.early_weights == 0 && c.serve.attn_mma == 1 &&
         c.serve.attn_query_tiles == 64 && c.serve.attn_fp8_frags == 1 &&
         c.serve.attn_half_units == 0 && c.serve.attn_global_keep == 0 &&

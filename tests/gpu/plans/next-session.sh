@@ -111,6 +111,29 @@ ab_next() {
     timeout 200 build/tests/bench_gemm --kernels
 }
 want ab && step ab bash -c "$(declare -f ab_next); ab_next"
+pf_next() {
+    # the prefill forms alone, when a session's device time is short: both large models, each
+    # setting twice in alternation (26B-A4B first: its breakdown is issue 22's target)
+    local r m v
+    for r in 1 2; do
+        for m in gemma4-26b-a4b gemma4-31b; do
+            for v in "serve.gemm_staged=0" "serve.gemm_staged=1" "serve.gemm_staged=2" \
+                "serve.moe_prefill_tiles=3" "serve.gemm_staged=1 --set serve.moe_prefill_tiles=3"; do
+                [ "$m" = gemma4-31b ] && [[ $v == *moe* ]] && continue
+                echo "== $m, one 1,024-token prompt, $v, round $r"
+                timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
+                    --set serve.max_context=4096 --set $v --batch 1 --prompt 1024 --steps 8
+            done
+        done
+    done
+    echo "== bench_gemm --kernels"
+    timeout 200 build/tests/bench_gemm --kernels
+}
+#   pf       (not in the default) the build and the prefill forms' A/B alone (gemm_staged 0/1/2,
+#            moe_prefill_tiles 3, both on), two rounds, then bench_gemm --kernels: for a short
+#            session
+want pf && step pf-build ./build.sh tests
+want pf && step pf bash -c "$(declare -f pf_next); pf_next"
 want 26b && step full-26b env FULL_MODELS="26b-a4b" ./build.sh gpu-test full
 want serve && step serve python3 release/bench.py -c conf/gemma4-26b-a4b.ini --rounds 2 \
     --a-label bf16 --a-set kv.local=bf16 --b-label fp8 --b-set kv.local=fp8 \
