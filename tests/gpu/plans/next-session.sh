@@ -51,6 +51,10 @@
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
 want() { [[ " ${PLAN_STEPS:-gates ab 26b serve} " == *" $1 "* ]]; }
 want gates && step gates ./build.sh gpu-test test_gemm_lt test_moe test_attn
+# the tensor-core order probe (tests/gpu/probe_tc_order.cu), alone: nvcc and one run, ~30 s
+want probe && step probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
+    -gencode arch=compute_90a,code=sm_90a -O2 tests/gpu/probe_tc_order.cu \
+    -o build/tests/probe_tc_order && build/tests/probe_tc_order'
 ab_next() {
     local r m v sw spb
     for r in 1 2; do
