@@ -832,10 +832,15 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
 template <int D, int G, bool FP8, bool PV, bool KEEP, int R>
 static __global__ void __launch_bounds__(ATTN_THREADS, 1)
     attn_mma_tile_kernel(k_attention_args a, int row0, int max_split, int spb, float *part,
-                         float2 *ml, float *keep) {
+                         float2 *ml, float *keep, int longest_first) {
     K_GRID_DEPENDENCY();
     static_assert(R > 1, "one-row blocks are attn_mma_kernel's");
-    const int rl0 = (int)blockIdx.z * R, nrow = min(R, a.rows - row0 - rl0);
+    /* longest_first: the card starts blocks in blockIdx order, z last, and a prompt's later
+     * rows see more keys, so in order the longest blocks start last and make the tail; reversed,
+     * they start first and the short ones fill in around them. Which block computes a tile never
+     * shows in its outputs. */
+    const int tile = longest_first ? (int)(gridDim.z - 1 - blockIdx.z) : (int)blockIdx.z;
+    const int rl0 = tile * R, nrow = min(R, a.rows - row0 - rl0);
     if (tile_rows_share(a, row0 + rl0, nrow, max_split)) {
         mma_pass<D, G, FP8, PV, KEEP, R>(a, row0, max_split, spb, part, ml, keep, rl0, nrow);
     } else {
@@ -852,6 +857,8 @@ static int attn_half_units_on = 0; /* serve.attn_half_units' default */
 extern "C" void k_set_attn_half_units(int on) { attn_half_units_on = on ? 1 : 0; }
 static int attn_early_lookup_on = 0; /* serve.attn_early_lookup's default */
 extern "C" void k_set_attn_early_lookup(int on) { attn_early_lookup_on = on ? 1 : 0; }
+static int attn_longest_first_on = 0; /* serve.attn_longest_first's default */
+extern "C" void k_set_attn_longest_first(int on) { attn_longest_first_on = on ? 1 : 0; }
 
 /* The one-row passes' forms (HF: HALF), beside the e4m3 pool's FR. */
 template <int D, bool FP8> static constexpr bool mma_has_half(void) { return D == 256 && !FP8; }
@@ -993,11 +1000,11 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
         if (rc != K_OK) return rc;
         CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, false, KEEP, R>, grid, ATTN_THREADS,
                             mma_smem_bytes<D, G, FP8, false, KEEP, R>(), s, *a, row0, max_split,
-                            spb, part, ml, keep));
+                            spb, part, ml, keep, attn_longest_first_on));
         CUDA_CHECK(cudaGetLastError());
         CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R>, grid, ATTN_THREADS,
                             mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a, row0, max_split, spb,
-                            part, ml, keep));
+                            part, ml, keep, attn_longest_first_on));
         CUDA_CHECK(cudaGetLastError());
         return K_OK;
     }

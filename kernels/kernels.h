@@ -400,6 +400,11 @@ void k_set_attn_global_keep(int on);
  * instead of after (serve.attn_early_lookup, default off; speed only: the same offsets).
  * Process-wide. */
 void k_set_attn_early_lookup(int on);
+/* The query-tile attention passes (prefill-sized launches) hand the tiles of the most keys to
+ * the card first (the launch's last rows, in a chunk of one prompt), so that the longest blocks
+ * do not make the passes' tail (serve.attn_longest_first, default off; speed only: each tile's
+ * block computes the same rows the same way, only the blocks' order changes). Process-wide. */
+void k_set_attn_longest_first(int on);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

@@ -121,8 +121,8 @@ pf_next() {
     local r m v
     for r in 1 2; do
         for m in gemma4-26b-a4b gemma4-31b; do
-            for v in "serve.gemm_staged=0" "serve.gemm_staged=1" "serve.gemm_staged=2" \
-                "serve.moe_prefill_tiles=3" "serve.gemm_staged=1 --set serve.moe_prefill_tiles=3"; do
+            for v in "serve.attn_longest_first=0" "serve.attn_longest_first=1" \
+                "serve.moe_prefill_tiles=2"; do
                 [ "$m" = gemma4-31b ] && [[ $v == *moe* ]] && continue
                 echo "== $m, one 1,024-token prompt, $v, round $r"
                 timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
@@ -133,11 +133,16 @@ pf_next() {
     echo "== bench_gemm --kernels"
     timeout 200 build/tests/bench_gemm --kernels
 }
-#   pf       (not in the default) the build and the prefill forms' A/B alone (gemm_staged 0/1/2,
-#            moe_prefill_tiles 3, both on), two rounds, then bench_gemm --kernels: for a short
-#            session
+#   pf       (not in the default) the build and the prefill forms' A/B alone, two rounds:
+#            attn_longest_first 0 against 1 (written in the twenty-eighth session: the query
+#            tiles' blocks longest first; predicted the 26B-A4B chunk's attention 20.35 -> ~18-19
+#            ms, from a list-scheduling model of the passes) on both large models, and the 26B-A4B
+#            at moe_prefill_tiles 2 (the default before the twenty-eighth session: 31.5 against
+#            34.4 ms of experts there), then bench_gemm --kernels; ~3 min with its build
 want pf && step pf-build ./build.sh tests
 want pf && step pf bash -c "$(declare -f pf_next); pf_next"
+#   attn     (not in the default) test_attn alone (its `longest first` gates among them), ~3 min
+want attn && step attn ./build.sh gpu-test test_attn
 want 26b && step full-26b env FULL_MODELS="26b-a4b" ./build.sh gpu-test full
 want serve && step serve python3 release/bench.py -c conf/gemma4-26b-a4b.ini --rounds 2 \
     --a-label bf16 --a-set kv.local=bf16 --b-label fp8 --b-set kv.local=fp8 \
