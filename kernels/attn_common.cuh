@@ -499,6 +499,58 @@ tile_stats_rows(const float *ps, int mv, NK nk_of, float *m_run, float *l_run, i
     }
 }
 
+/* tile_stats_rows with a warp's rows (warp, warp + ATTN_WARPS, ...) side by side: each step of
+ * each row's reduction issued for all of them before the next. Row after row,
+ * a query tile's 16 rows were 4 chains of ~10 dependent shuffles and 3 expf a warp, the longest
+ * path of the query tiles' stats pass (docs/perf-notes.md). Each row's arithmetic and its order
+ * are tile_stats_rows', so the same bits (serve.attn_stats_together). */
+template <int M, typename NK>
+static __device__ __forceinline__ void tile_stats_rows_together(const float *ps, int mv, NK nk_of,
+                                                                float *m_run, float *l_run,
+                                                                int warp, int lane) {
+    constexpr int RPW = (M + ATTN_WARPS - 1) / ATTN_WARPS; /* rows a warp, at most */
+    int nk[RPW];
+    float s0[RPW], s1[RPW], mt[RPW], m_old[RPW], m_new[RPW], sum[RPW];
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        const int g = warp + j * ATTN_WARPS;
+        nk[j] = g < mv ? nk_of(g) : 0; /* a row past mv: no keys, and nothing stored */
+        s0[j] = lane < nk[j] ? ps[g * ATTN_TILE + lane] : -INFINITY;
+        s1[j] = lane + 32 < nk[j] ? ps[g * ATTN_TILE + lane + 32] : -INFINITY;
+        mt[j] = fmaxf(s0[j], s1[j]);
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1)
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+            mt[j] = fmaxf(mt[j], __shfl_xor_sync(0xffffffffu, mt[j], m));
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        const int g = warp + j * ATTN_WARPS;
+        m_old[j] = g < mv ? m_run[g] : -INFINITY;
+        m_new[j] = fmaxf(m_old[j], mt[j]);
+        sum[j] = (lane < nk[j] ? expf(s0[j] - m_new[j]) : 0.0f) +
+                 (lane + 32 < nk[j] ? expf(s1[j] - m_new[j]) : 0.0f);
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1)
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+            sum[j] += __shfl_xor_sync(0xffffffffu, sum[j], m);
+    __syncwarp(); /* every lane has read its rows' m_run before lane 0 rewrites them */
+    if (lane == 0) {
+#pragma unroll
+        for (int j = 0; j < RPW; j++) {
+            const int g = warp + j * ATTN_WARPS;
+            if (g < mv) {
+                l_run[g] =
+                    (m_old[j] == -INFINITY ? 0.0f : l_run[g] * expf(m_old[j] - m_new[j])) + sum[j];
+                m_run[g] = m_new[j];
+            }
+        }
+    }
+}
+
 /* The online max and sum over a tile's nk scores ps[G][ATTN_TILE], one warp per head (every head
  * the tile's nk keys). */
 template <int G>

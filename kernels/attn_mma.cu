@@ -516,7 +516,7 @@ static __device__ __forceinline__ bool tile_rows_share(const k_attention_args &a
 template <int D, int G, bool FP8, bool PV, bool KEEP, int RR>
 static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int row0, int max_split,
                                                 int spb, float *part, float2 *ml, float *keep,
-                                                int rl0, int nrow) {
+                                                int rl0, int nrow, bool together) {
     static_assert(G * RR <= 16, "a tile's heads are the M rows of one mma");
     static_assert(!KEEP || D == 256, "kept scores: windowed layers of head dim 256");
     constexpr int M = RR * G; /* M rows: G heads of each row */
@@ -794,8 +794,11 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
                         keep_scores<G>(keep_of(k), a.window, t0 - sp.j0, ps + k * G * ATTN_TILE,
                                        nk_row(k * G, t0, nk), tid);
                 /* the next unit's scores overwrite ps only after its first barrier */
-                tile_stats_rows<M>(
-                    ps, mv, [&](int m) { return nk_row(m, t0, nk); }, m_run, l_run, warp, lane);
+                const auto nk_of = [&](int m) { return nk_row(m, t0, nk); };
+                if (together) /* serve.attn_stats_together: the same bits */
+                    tile_stats_rows_together<M>(ps, mv, nk_of, m_run, l_run, warp, lane);
+                else
+                    tile_stats_rows<M>(ps, mv, nk_of, m_run, l_run, warp, lane);
             }
             if (split_done) {
                 __syncthreads(); /* every head's (max, sum) */
@@ -832,7 +835,7 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
 template <int D, int G, bool FP8, bool PV, bool KEEP, int R>
 static __global__ void __launch_bounds__(ATTN_THREADS, 1)
     attn_mma_tile_kernel(k_attention_args a, int row0, int max_split, int spb, float *part,
-                         float2 *ml, float *keep, int longest_first) {
+                         float2 *ml, float *keep, int longest_first, int together) {
     K_GRID_DEPENDENCY();
     static_assert(R > 1, "one-row blocks are attn_mma_kernel's");
     /* longest_first: the card starts blocks in blockIdx order, z last, and a prompt's later
@@ -842,11 +845,13 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 1)
     const int tile = longest_first ? (int)(gridDim.z - 1 - blockIdx.z) : (int)blockIdx.z;
     const int rl0 = tile * R, nrow = min(R, a.rows - row0 - rl0);
     if (tile_rows_share(a, row0 + rl0, nrow, max_split)) {
-        mma_pass<D, G, FP8, PV, KEEP, R>(a, row0, max_split, spb, part, ml, keep, rl0, nrow);
+        mma_pass<D, G, FP8, PV, KEEP, R>(a, row0, max_split, spb, part, ml, keep, rl0, nrow,
+                                         together);
     } else {
         for (int k = 0; k < nrow; k++) {
             if (k > 0) __syncthreads(); /* shared memory reused row after row */
-            mma_pass<D, G, FP8, PV, KEEP, R>(a, row0, max_split, spb, part, ml, keep, rl0 + k, 1);
+            mma_pass<D, G, FP8, PV, KEEP, R>(a, row0, max_split, spb, part, ml, keep, rl0 + k, 1,
+                                             together);
         }
     }
 }
@@ -859,6 +864,8 @@ static int attn_early_lookup_on = 0; /* serve.attn_early_lookup's default */
 extern "C" void k_set_attn_early_lookup(int on) { attn_early_lookup_on = on ? 1 : 0; }
 static int attn_longest_first_on = 0; /* serve.attn_longest_first's default */
 extern "C" void k_set_attn_longest_first(int on) { attn_longest_first_on = on ? 1 : 0; }
+static int attn_stats_together_on = 0; /* serve.attn_stats_together's default */
+extern "C" void k_set_attn_stats_together(int on) { attn_stats_together_on = on ? 1 : 0; }
 
 /* The one-row passes' forms (HF: HALF), beside the e4m3 pool's FR. */
 template <int D, bool FP8> static constexpr bool mma_has_half(void) { return D == 256 && !FP8; }
@@ -1000,11 +1007,11 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
         if (rc != K_OK) return rc;
         CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, false, KEEP, R>, grid, ATTN_THREADS,
                             mma_smem_bytes<D, G, FP8, false, KEEP, R>(), s, *a, row0, max_split,
-                            spb, part, ml, keep, attn_longest_first_on));
+                            spb, part, ml, keep, attn_longest_first_on, attn_stats_together_on));
         CUDA_CHECK(cudaGetLastError());
         CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R>, grid, ATTN_THREADS,
                             mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a, row0, max_split, spb,
-                            part, ml, keep, attn_longest_first_on));
+                            part, ml, keep, attn_longest_first_on, attn_stats_together_on));
         CUDA_CHECK(cudaGetLastError());
         return K_OK;
     }

@@ -405,6 +405,11 @@ void k_set_attn_early_lookup(int on);
  * do not make the passes' tail (serve.attn_longest_first, default off; speed only: each tile's
  * block computes the same rows the same way, only the blocks' order changes). Process-wide. */
 void k_set_attn_longest_first(int on);
+/* The query-tile stats pass computes a warp's rows' online max and sum side by side, each step
+ * of their reductions for all of them before the next, instead of row after row
+ * (serve.attn_stats_together, default off; speed only: each row's arithmetic and order are the
+ * same). Process-wide. */
+void k_set_attn_stats_together(int on);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

@@ -99,6 +99,7 @@ static const struct cfg_key {
     CFG_SWITCH(serve, attn_global_keep),
     CFG_SWITCH(serve, attn_early_lookup),
     CFG_SWITCH(serve, attn_longest_first),
+    CFG_SWITCH(serve, attn_stats_together),
     CFG_RANGE(serve, gemm_staged, 0, 2), /* 1 blocks of 8 warps, 2 of 4 warps two an SM */
     CFG_RANGE(serve, attn_splits_per_block, 0, 16), /* kernels/attn_common.cuh's ATTN_MAX_SPB */
     CFG_RANGE(serve, sample_threads, 0, 256),
@@ -153,22 +154,23 @@ void config_defaults(g4_config *c) {
     c->serve.cuda_graphs = 1; /* gpu:cuda_graphs_equal passed on the H200 (docs/testing.md) */
     c->serve.pdl = 1;
     c->serve.fuse_projections = 1;
-    c->serve.attn_fold = 1;          /* measured on the H200 (docs/configuration.md) */
-    c->serve.moe_bucket_in_up = 1;   /* measured faster (docs/configuration.md) */
-    c->serve.attn_cluster_rows = 0;  /* measured no faster (docs/configuration.md) */
-    c->serve.moe_prefill_tiles = 3;  /* measured faster (docs/configuration.md) */
-    c->serve.row_chain = 3;          /* measured faster (docs/configuration.md) */
-    c->serve.moe_route_lanes = 1;    /* measured faster (docs/configuration.md) */
-    c->serve.wide_loads = 1;         /* measured faster (docs/configuration.md) */
-    c->serve.early_weights = 0;      /* measured no faster (docs/configuration.md) */
-    c->serve.attn_mma = 1;           /* measured faster (docs/configuration.md) */
-    c->serve.attn_query_tiles = 64;  /* prefill-sized launches (docs/configuration.md) */
-    c->serve.attn_fp8_frags = 1;     /* measured faster (docs/configuration.md) */
-    c->serve.attn_half_units = 0;    /* not yet run on the GPU (docs/configuration.md) */
-    c->serve.attn_global_keep = 0;   /* not yet run on the GPU (docs/configuration.md) */
-    c->serve.attn_early_lookup = 0;  /* not yet run on the GPU (docs/configuration.md) */
-    c->serve.attn_longest_first = 0; /* not yet run on the GPU (docs/configuration.md) */
-    c->serve.gemm_staged = 0;        /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.attn_fold = 1;           /* measured on the H200 (docs/configuration.md) */
+    c->serve.moe_bucket_in_up = 1;    /* measured faster (docs/configuration.md) */
+    c->serve.attn_cluster_rows = 0;   /* measured no faster (docs/configuration.md) */
+    c->serve.moe_prefill_tiles = 3;   /* measured faster (docs/configuration.md) */
+    c->serve.row_chain = 3;           /* measured faster (docs/configuration.md) */
+    c->serve.moe_route_lanes = 1;     /* measured faster (docs/configuration.md) */
+    c->serve.wide_loads = 1;          /* measured faster (docs/configuration.md) */
+    c->serve.early_weights = 0;       /* measured no faster (docs/configuration.md) */
+    c->serve.attn_mma = 1;            /* measured faster (docs/configuration.md) */
+    c->serve.attn_query_tiles = 64;   /* prefill-sized launches (docs/configuration.md) */
+    c->serve.attn_fp8_frags = 1;      /* measured faster (docs/configuration.md) */
+    c->serve.attn_half_units = 0;     /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.attn_global_keep = 0;    /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.attn_early_lookup = 0;   /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.attn_longest_first = 0;  /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.attn_stats_together = 0; /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.gemm_staged = 0;         /* not yet run on the GPU (docs/configuration.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
     c->serve.text_max_tokens = 512;

@@ -76,8 +76,9 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_attn_half_units(cfg->serve.attn_half_units);     /* likewise */
     k_set_attn_global_keep(cfg->serve.attn_global_keep);   /* likewise */
     k_set_attn_early_lookup(cfg->serve.attn_early_lookup); /* likewise */
-    k_set_attn_longest_first(cfg->serve.attn_longest_first); /* likewise */
-    k_set_gemm_staged(cfg->serve.gemm_staged);               /* likewise */
+    k_set_attn_longest_first(cfg->serve.attn_longest_first);   /* likewise */
+    k_set_attn_stats_together(cfg->serve.attn_stats_together); /* likewise */
+    k_set_gemm_staged(cfg->serve.gemm_staged);                 /* likewise */
     return bk;
 }
 

@@ -531,24 +531,36 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
                    "%ld output elements differ between query tiles of %d rows and a block per row "
                    "(must be bit-identical), rc %d",
                    tiles_differ, 16 / (c->n_head / c->n_kv), rc);
-        /* the tiles' blocks in reverse order (serve.attn_longest_first): the same bits */
-        long order_differ = 0;
-        for (size_t i = 0; i < qn && !rc; i++)
-            again[i] = BF16_NAN;
-        k_set_attn_query_tiles(1);
-        k_set_attn_longest_first(1);
-        if (!rc)
-            rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&a, NULL) | k_sync() |
-                 k_copy_to_host(again, dout, qn * 2);
-        k_set_attn_longest_first(0);
-        k_set_attn_query_tiles(0);
-        for (size_t i = 0; i < qn; i++)
-            order_differ += again[i] != out[i];
-        snprintf(sgate, sizeof sgate, "%s longest first", gate);
-        TEST_CHECK(sgate, rc == 0 && order_differ == 0,
-                   "%ld output elements differ between query tiles started longest first and "
-                   "in order (must be bit-identical), rc %d",
-                   order_differ, rc);
+        /* the query tiles' speed-only forms, each and both: the blocks in reverse order
+         * (serve.attn_longest_first) and a warp's rows' statistics side by side
+         * (serve.attn_stats_together); the same bits as the one-row blocks */
+        static const struct {
+            const char *name;
+            int longest, together;
+        } tile_forms[] = {{"longest first", 1, 0},
+                          {"stats together", 0, 1},
+                          {"longest first stats together", 1, 1}};
+        for (size_t f = 0; f < sizeof tile_forms / sizeof tile_forms[0]; f++) {
+            long form_differ = 0;
+            for (size_t i = 0; i < qn; i++)
+                again[i] = BF16_NAN;
+            k_set_attn_query_tiles(1);
+            k_set_attn_longest_first(tile_forms[f].longest);
+            k_set_attn_stats_together(tile_forms[f].together);
+            if (!rc)
+                rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&a, NULL) | k_sync() |
+                     k_copy_to_host(again, dout, qn * 2);
+            k_set_attn_longest_first(0);
+            k_set_attn_stats_together(0);
+            k_set_attn_query_tiles(0);
+            for (size_t i = 0; i < qn; i++)
+                form_differ += again[i] != out[i];
+            snprintf(sgate, sizeof sgate, "%s %s", gate, tile_forms[f].name);
+            TEST_CHECK(sgate, rc == 0 && form_differ == 0,
+                       "%ld output elements differ between query tiles (%s) and a block per row "
+                       "(must be bit-identical), rc %d",
+                       form_differ, tile_forms[f].name, rc);
+        }
     }
     /* the tensor-core passes' speed-only forms (differ_with_switch): every output bit must
      * equal the launches' above, at the launcher's choice, at 1 and 16 splits a block, and with
