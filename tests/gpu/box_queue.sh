@@ -9,7 +9,9 @@
 #                             starts PLAN there with setsid; returns at once
 #   box_queue.sh wait SECS    waits until the plan has ended or SECS have passed, then prints each
 #                             finished step's exit status and its gate lines, and tars the logs
-#                             into $OUT (on a fresh machine: says there is no plan, exit 1)
+#                             into $OUT (on a fresh machine: says there is no plan, exit 1);
+#                             every 30 s too. Keep SECS under the call's limit: the device time
+#                             left less the machine's start, which took 20-180 s
 #
 # A plan is a bash file sourced by the runner, with two helpers:
 #   step NAME CMD...   runs CMD in the tree copy; log $Q/logs/NAME.log, exit status NAME.rc
@@ -52,6 +54,13 @@ summary() {
     done
 }
 
+# the logs (and the full step's and test programs' outputs) as one archive in $OUT, written
+# beside and then moved over the last, so a call cut mid-write still has a whole one
+tar_logs() {
+    tar czf "$OUT/.queue-logs.tgz" -C "$Q" logs $(cd "$Q" && ls -d tree/build/full tree/build/tests/*.stderr 2>/dev/null) 2>/dev/null
+    mv -f "$OUT/.queue-logs.tgz" "$OUT/queue-logs.tgz"
+}
+
 case ${1:-} in
 start)
     plan=${2:?usage: box_queue.sh start PLAN}
@@ -76,13 +85,21 @@ wait)
     secs=${2:?usage: box_queue.sh wait SECS}
     [ -d "$Q/logs" ] || { echo "no plan on this machine (a fresh one: the last went back)"; exit 1; }
     t0=$SECONDS
-    while [ -f "$Q/running" ] && [ $((SECONDS - t0)) -lt "$secs" ]; do sleep 5; done
+    # the logs go to $OUT every 30 s as well as at the end: a call cut at the device's limit
+    # (a wait longer than the session's device time left, after a slow start) still brings back
+    # what $OUT holds, where a tar made only at the end is lost with the call (the twenty-eighth
+    # session lost a whole call's gates and A/B that way)
+    last_tar=$SECONDS
+    while [ -f "$Q/running" ] && [ $((SECONDS - t0)) -lt "$secs" ]; do
+        sleep 5
+        if [ $((SECONDS - last_tar)) -ge 30 ]; then tar_logs; last_tar=$SECONDS; fi
+    done
     if [ -f "$Q/running" ]; then echo "== plan still running after $secs s of waiting"
     else echo "== plan ended at $(cat "$Q/ended")"; fi
     summary
     tail -5 "$Q/logs/plan.out"
     nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>/dev/null
-    tar czf "$OUT/queue-logs.tgz" -C "$Q" logs $(cd "$Q" && ls -d tree/build/full tree/build/tests/*.stderr 2>/dev/null) 2>/dev/null
+    tar_logs
     true
     ;;
 *) echo "usage: box_queue.sh start PLAN | wait SECS" >&2; exit 2 ;;
