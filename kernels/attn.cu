@@ -288,6 +288,10 @@ static int attn_tile_min_rows = 64; /* serve.attn_query_tiles' default */
 extern "C" void k_set_attn_query_tiles(int rows) { attn_tile_min_rows = rows > 0 ? rows : 0; }
 static int attn_global_keep_on = 0; /* serve.attn_global_keep's default */
 extern "C" void k_set_attn_global_keep(int on) { attn_global_keep_on = on ? 1 : 0; }
+static int attn_tile_fold_on = 0; /* serve.attn_tile_fold's default */
+extern "C" void k_set_attn_tile_fold(int on) { attn_tile_fold_on = on ? 1 : 0; }
+static long long attn_tile_folds; /* launches whose tiles combined their splits themselves */
+extern "C" long long k_attn_tile_folds(void) { return attn_tile_folds; }
 
 /* ---- the launcher ---- */
 
@@ -371,21 +375,31 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
     int rc;
     if (attn_mma_on && tiles) { /* query tiles: rows of one sequence share a block where they may */
         constexpr int R = attn_tile_rows<G>();
-        done = NULL; /* never folded: the combine launch below */
+        done = NULL; /* the folded combine's counters are the decode launches' */
         const long long tiles_n = (nr + R - 1) / R;
-        const int tspb = a->splits_per_block > 0
-                             ? a->splits_per_block
-                             : attn_splits_per_block(max_split, tiles_n * a->kv.n_kv_head);
+        int tspb = a->splits_per_block > 0
+                       ? a->splits_per_block
+                       : attn_splits_per_block(max_split, tiles_n * a->kv.n_kv_head);
+        /* serve.attn_tile_fold: a block per tile along x, so that it holds every split of its
+         * rows and sums them itself (prefill launches have tiles enough to fill the card); a
+         * forced split count keeps its grid, folded only where it is one block wide */
+        if (attn_tile_fold_on && a->splits_per_block <= 0 && max_split <= ATTN_MAX_SPB)
+            tspb = max_split;
         const dim3 tgrid((unsigned)((max_split + tspb - 1) / tspb), (unsigned)a->kv.n_kv_head,
                          (unsigned)tiles_n);
+        const bool fold = attn_tile_fold_on && G < 16 && tgrid.x == 1;
         if constexpr (D == 256)
             rc = keep ? attn_mma_tile_passes<D, G, FP8, true>(a, tgrid, max_split, tspb, part, ml,
-                                                              keep, row0, s)
+                                                              keep, row0, fold, s)
                       : attn_mma_tile_passes<D, G, FP8, false>(a, tgrid, max_split, tspb, part, ml,
-                                                               NULL, row0, s);
+                                                               NULL, row0, fold, s);
         else
             rc = attn_mma_tile_passes<D, G, FP8, false>(a, tgrid, max_split, tspb, part, ml, NULL,
-                                                        row0, s);
+                                                        row0, fold, s);
+        if (rc == K_OK && fold) {
+            attn_tile_folds++;
+            return K_OK; /* the P.V pass wrote the output */
+        }
     } else if (attn_mma_on) { /* the products on tensor cores: every row of the layer, any launch */
         if constexpr (D == 256)
             rc = keep ? attn_mma_passes<D, G, FP8, true>(a, grid, max_split, spb, part, ml, keep,

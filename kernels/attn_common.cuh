@@ -779,11 +779,12 @@ int attn_mma_setup(void);
 template <int D, int G, bool FP8, bool KEEP> int attn_mma_slots(void);
 /* Query tiles (serve.attn_query_tiles): rows of one sequence sharing a block of the tensor-core
  * passes, attn_tile_rows<G>() of them (16 M rows of G heads each), the same bits per row as a
- * block of their own. The grid's z counts tiles; the combine is never folded. */
+ * block of their own. The grid's z counts tiles; with fold and a grid of one block along x
+ * (serve.attn_tile_fold) the P.V pass combines the splits itself. */
 template <int G> static __host__ __device__ constexpr int attn_tile_rows() { return 16 / G; }
 template <int D, int G, bool FP8, bool KEEP>
 int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
-                         float2 *ml, float *keep, int row0, cudaStream_t s);
+                         float2 *ml, float *keep, int row0, bool fold, cudaStream_t s);
 
 /* The windowed layers' two passes on their shared-memory kernels (attn_window.cu; the e4m3
  * pool's head-dim-256 layers of groups up to ATTN_WARP_PV_MAX_G): instantiated there for the

@@ -513,7 +513,7 @@ static __device__ __forceinline__ bool tile_rows_share(const k_attention_args &a
  * (row k's heads at k x G ..), each row's keys masked at its own position and its (max, sum)
  * and partials stored only for its own splits. PV = false: the stats pass (ml per split; KEEP:
  * the scores kept too); PV = true: the P.V pass (part per split, never folded). */
-template <int D, int G, bool FP8, bool PV, bool KEEP, int RR>
+template <int D, int G, bool FP8, bool PV, bool KEEP, int RR, bool FOLD>
 static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int row0, int max_split,
                                                 int spb, float *part, float2 *ml, float *keep,
                                                 int rl0, int nrow, bool together) {
@@ -561,7 +561,16 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
             }
         sp = plan_split(i, a.window);
     }
-    if (i < 0 || s_first >= sp.n_split || sp.n_split > max_split) return; /* combine: NaN */
+    if (i < 0 || s_first >= sp.n_split || sp.n_split > max_split) { /* combine: NaN */
+        /* folded (one block holds every split, s_first = 0): a row the combine would write NaN;
+         * a shared tile never comes here (tile_rows_share) */
+        if constexpr (PV && FOLD)
+            for (int e = tid; e < nrow * G * D / 2; e += ATTN_THREADS)
+                reinterpret_cast<uint32_t *>(
+                    a.out + ((size_t)(r + e / (G * D / 2)) * a.n_head + (size_t)kvh * G) *
+                                D)[e % (G * D / 2)] = BF16_NAN | (BF16_NAN << 16);
+        return;
+    }
     const int s_last = min(s_first + spb, sp.n_split);
     const int k_begin = sp.j0 + s_first * sp.per_split;
     const int k_end = min(sp.j0 + s_last * sp.per_split, i + 1);
@@ -649,11 +658,16 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
                                      l_run + k * G, tid);
     }
     float o[NTO][4]; /* P.V: rows g0, g0 + 8 of the warp's dims */
+    /* folded: the splits' sums of o so far, 0 + split 0 + split 1 + ... in split order, the
+     * combine's sum (sum_split_pairs) */
+    float tot[PV && FOLD ? NTO : 1][4];
 #pragma unroll
     for (int n = 0; n < NTO; n++)
 #pragma unroll
-        for (int t = 0; t < 4; t++)
+        for (int t = 0; t < 4; t++) {
             o[n][t] = 0.0f;
+            if constexpr (PV && FOLD) tot[n][t] = 0.0f;
+        }
     __syncthreads(); /* slots 0 and 1, the queries, m_run / l_run */
     copy(0);
     copy(1);
@@ -817,12 +831,44 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int m = g0 + h * 8, d = warp * DW + n * 8 + 2 * qd;
-                    if (m < mv && split < row_splits[m / G])
-                        *reinterpret_cast<float2 *>(
-                            part + (base_of(m / G) + (size_t)(m % G) * max_split + split) * D + d) =
-                            make_float2(o[n][2 * h], o[n][2 * h + 1]);
+                    if (m < mv && split < row_splits[m / G]) {
+                        if constexpr (FOLD) {
+                            tot[n][2 * h] += o[n][2 * h];
+                            tot[n][2 * h + 1] += o[n][2 * h + 1];
+                        } else {
+                            *reinterpret_cast<float2 *>(
+                                part + (base_of(m / G) + (size_t)(m % G) * max_split + split) * D +
+                                d) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+                        }
+                    }
                     o[n][2 * h] = 0.0f;
                     o[n][2 * h + 1] = 0.0f;
+                }
+        }
+    }
+    if constexpr (PV && FOLD) {
+        { /* the combine's work: a head NaN where any of its splits' sums is (an
+           * unmapped key), else each element's sum rounded to bf16 */
+            __shared__ int head_nan[16];
+            if (tid < mv) {
+                const int k = tid / G, g = tid % G;
+                int nan = 0;
+                for (int s = 0; s < row_splits[k]; s++)
+                    nan |= isnan(ml[base_of(k) + (size_t)g * max_split + s].y);
+                head_nan[tid] = nan;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int n = 0; n < NTO; n++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int m = g0 + h * 8, d = warp * DW + n * 8 + 2 * qd;
+                    if (m >= mv) continue;
+                    bf16_t *out =
+                        a.out + ((size_t)(r + m / G) * a.n_head + (size_t)kvh * G + m % G) * D + d;
+                    const bool nan = head_nan[m];
+                    out[0] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(tot[n][2 * h]);
+                    out[1] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(tot[n][2 * h + 1]);
                 }
         }
     }
@@ -832,7 +878,7 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
  * tile_rows_share says they may and otherwise take it in turn, each as a tile of one row (the
  * same units, mmas and order as attn_mma_kernel's block of its own); the launch's row count is a
  * multiple of R except the step's last. */
-template <int D, int G, bool FP8, bool PV, bool KEEP, int R>
+template <int D, int G, bool FP8, bool PV, bool KEEP, int R, bool FOLD = false>
 static __global__ void __launch_bounds__(ATTN_THREADS, 1)
     attn_mma_tile_kernel(k_attention_args a, int row0, int max_split, int spb, float *part,
                          float2 *ml, float *keep, int longest_first, int together) {
@@ -845,13 +891,13 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 1)
     const int tile = longest_first ? (int)(gridDim.z - 1 - blockIdx.z) : (int)blockIdx.z;
     const int rl0 = tile * R, nrow = min(R, a.rows - row0 - rl0);
     if (tile_rows_share(a, row0 + rl0, nrow, max_split)) {
-        mma_pass<D, G, FP8, PV, KEEP, R>(a, row0, max_split, spb, part, ml, keep, rl0, nrow,
-                                         together);
+        mma_pass<D, G, FP8, PV, KEEP, R, FOLD>(a, row0, max_split, spb, part, ml, keep, rl0, nrow,
+                                               together);
     } else {
         for (int k = 0; k < nrow; k++) {
             if (k > 0) __syncthreads(); /* shared memory reused row after row */
-            mma_pass<D, G, FP8, PV, KEEP, R>(a, row0, max_split, spb, part, ml, keep, rl0 + k, 1,
-                                             together);
+            mma_pass<D, G, FP8, PV, KEEP, R, FOLD>(a, row0, max_split, spb, part, ml, keep, rl0 + k,
+                                                   1, together);
         }
     }
 }
@@ -975,11 +1021,12 @@ int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb
                                                    row0, s);
 }
 
-template <int D, int G, bool FP8, bool PV, bool KEEP> static int mma_tile_smem_allow(void) {
+template <int D, int G, bool FP8, bool PV, bool KEEP, bool FOLD = false>
+static int mma_tile_smem_allow(void) {
     constexpr int R = attn_tile_rows<G>();
     static bool set = false;
     if (!set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_tile_kernel<D, G, FP8, PV, KEEP, R>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_tile_kernel<D, G, FP8, PV, KEEP, R, FOLD>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)mma_smem_bytes<D, G, FP8, PV, KEEP, R>()));
         set = true;
@@ -993,13 +1040,16 @@ template <int D, int G, bool FP8, bool KEEP> static int mma_tile_allow_both(void
 }
 
 /* Query tiles: the grid's z counts tiles of attn_tile_rows<G>() rows (the launcher's rows, a
- * multiple of it but for the step's last launch). The combine is never folded here. A group of
- * 16 has tiles of one row: attn_mma_passes. */
+ * multiple of it but for the step's last launch). fold (serve.attn_tile_fold, a grid of one block
+ * along x: every split of a tile's rows in its block): the P.V pass sums the splits and writes
+ * the output itself, and the caller launches no combine. A group of 16 has tiles of one row:
+ * attn_mma_passes (never folded here). */
 template <int D, int G, bool FP8, bool KEEP>
 int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
-                         float2 *ml, float *keep, int row0, cudaStream_t s) {
+                         float2 *ml, float *keep, int row0, bool fold, cudaStream_t s) {
     constexpr int R = attn_tile_rows<G>();
     if constexpr (R == 1) {
+        (void)fold;
         return attn_mma_passes<D, G, FP8, KEEP>(a, grid, max_split, spb, part, ml, keep, NULL, row0,
                                                 s);
     } else {
@@ -1009,9 +1059,19 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
                             mma_smem_bytes<D, G, FP8, false, KEEP, R>(), s, *a, row0, max_split,
                             spb, part, ml, keep, attn_longest_first_on, attn_stats_together_on));
         CUDA_CHECK(cudaGetLastError());
-        CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R>, grid, ATTN_THREADS,
-                            mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a, row0, max_split, spb,
-                            part, ml, keep, attn_longest_first_on, attn_stats_together_on));
+        if (fold && grid.x == 1) { /* its own kernel: the default P.V pass's code is unchanged */
+            rc = mma_tile_smem_allow<D, G, FP8, true, KEEP, true>();
+            if (rc != K_OK) return rc;
+            CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R, true>, grid,
+                                ATTN_THREADS, mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a,
+                                row0, max_split, spb, part, ml, keep, attn_longest_first_on,
+                                attn_stats_together_on));
+        } else {
+            CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R>, grid, ATTN_THREADS,
+                                mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a, row0, max_split,
+                                spb, part, ml, keep, attn_longest_first_on,
+                                attn_stats_together_on));
+        }
         CUDA_CHECK(cudaGetLastError());
         return K_OK;
     }
@@ -1024,8 +1084,9 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
     template int attn_mma_slots<D, G, FP8, KEEP>(void);
 #define MMA_PASSES(D, G, FP8, KEEP)                                                                \
     MMA_ONE_ROW(D, G, FP8, KEEP)                                                                   \
-    template int attn_mma_tile_passes<D, G, FP8, KEEP>(                                            \
-        const k_attention_args *, dim3, int, int, float *, float2 *, float *, int, cudaStream_t);
+    template int attn_mma_tile_passes<D, G, FP8, KEEP>(const k_attention_args *, dim3, int, int,   \
+                                                       float *, float2 *, float *, int, bool,      \
+                                                       cudaStream_t);
 #define MMA_GROUPS(D, FP8, KEEP)                                                                   \
     MMA_PASSES(D, 1, FP8, KEEP)                                                                    \
     MMA_PASSES(D, 2, FP8, KEEP)                                                                    \

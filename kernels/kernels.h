@@ -410,6 +410,14 @@ void k_set_attn_longest_first(int on);
  * (serve.attn_stats_together, default off; speed only: each row's arithmetic and order are the
  * same). Process-wide. */
 void k_set_attn_stats_together(int on);
+/* The query-tile passes (prefill-sized launches) on a grid one block wide along the splits
+ * where the rows' splits allow (at most 16: windowed layers, and global ones up to 1,024 keys),
+ * so that each block holds every split of its rows and its P.V pass adds them in split order and
+ * writes the output, with the combine launch's arithmetic and NaN rule, instead of storing fp32
+ * partials for a combine launch (serve.attn_tile_fold, default off; speed only: the same bits).
+ * Process-wide. k_attn_tile_folds counts the launches that folded (the gates check it ran). */
+void k_set_attn_tile_fold(int on);
+long long k_attn_tile_folds(void);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

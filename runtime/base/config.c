@@ -100,6 +100,7 @@ static const struct cfg_key {
     CFG_SWITCH(serve, attn_early_lookup),
     CFG_SWITCH(serve, attn_longest_first),
     CFG_SWITCH(serve, attn_stats_together),
+    CFG_SWITCH(serve, attn_tile_fold),
     CFG_RANGE(serve, gemm_staged, 0, 2), /* 1 blocks of 8 warps, 2 of 4 warps two an SM */
     CFG_RANGE(serve, attn_splits_per_block, 0, 16), /* kernels/attn_common.cuh's ATTN_MAX_SPB */
     CFG_RANGE(serve, sample_threads, 0, 256),
@@ -170,6 +171,7 @@ void config_defaults(g4_config *c) {
     c->serve.attn_early_lookup = 0;   /* not yet run on the GPU (docs/configuration.md) */
     c->serve.attn_longest_first = 0;  /* not yet run on the GPU (docs/configuration.md) */
     c->serve.attn_stats_together = 0; /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.attn_tile_fold = 0;      /* not yet run on the GPU (docs/configuration.md) */
     c->serve.gemm_staged = 0;         /* not yet run on the GPU (docs/configuration.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;

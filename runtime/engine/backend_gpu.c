@@ -78,6 +78,7 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_attn_early_lookup(cfg->serve.attn_early_lookup); /* likewise */
     k_set_attn_longest_first(cfg->serve.attn_longest_first);   /* likewise */
     k_set_attn_stats_together(cfg->serve.attn_stats_together); /* likewise */
+    k_set_attn_tile_fold(cfg->serve.attn_tile_fold);           /* likewise */
     k_set_gemm_staged(cfg->serve.gemm_staged);                 /* likewise */
     return bk;
 }

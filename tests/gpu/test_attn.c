@@ -531,35 +531,91 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
                    "%ld output elements differ between query tiles of %d rows and a block per row "
                    "(must be bit-identical), rc %d",
                    tiles_differ, 16 / (c->n_head / c->n_kv), rc);
-        /* the query tiles' speed-only forms, each and both: the blocks in reverse order
-         * (serve.attn_longest_first) and a warp's rows' statistics side by side
-         * (serve.attn_stats_together); the same bits as the one-row blocks */
+        /* the query tiles' speed-only forms, each and together: the blocks in reverse order
+         * (serve.attn_longest_first), a warp's rows' statistics side by side
+         * (serve.attn_stats_together) and the splits combined in the P.V pass
+         * (serve.attn_tile_fold: where the grid's splits are at most 16, as on the windowed
+         * cases, whose row at 3,000 has 16; the others keep the combine launch, which the fold
+         * count checks); the same bits as the one-row blocks */
         static const struct {
             const char *name;
-            int longest, together;
-        } tile_forms[] = {{"longest first", 1, 0},
-                          {"stats together", 0, 1},
-                          {"longest first stats together", 1, 1}};
+            int longest, together, fold;
+        } tile_forms[] = {{"longest first", 1, 0, 0},
+                          {"stats together", 0, 1, 0},
+                          {"tile fold", 0, 0, 1},
+                          {"longest first stats together tile fold", 1, 1, 1}};
+        const int grid_splits16 = window > 0 && window <= 1024; /* a.max_pos 3000 */
         for (size_t f = 0; f < sizeof tile_forms / sizeof tile_forms[0]; f++) {
             long form_differ = 0;
             for (size_t i = 0; i < qn; i++)
                 again[i] = BF16_NAN;
+            const long long folds0 = k_attn_tile_folds();
             k_set_attn_query_tiles(1);
             k_set_attn_longest_first(tile_forms[f].longest);
             k_set_attn_stats_together(tile_forms[f].together);
+            k_set_attn_tile_fold(tile_forms[f].fold);
             if (!rc)
                 rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&a, NULL) | k_sync() |
                      k_copy_to_host(again, dout, qn * 2);
             k_set_attn_longest_first(0);
             k_set_attn_stats_together(0);
+            k_set_attn_tile_fold(0);
             k_set_attn_query_tiles(0);
+            const int tiles_folded = k_attn_tile_folds() > folds0;
+            const int want_fold = tile_forms[f].fold && grid_splits16 && c->n_head / c->n_kv < 16;
             for (size_t i = 0; i < qn; i++)
                 form_differ += again[i] != out[i];
             snprintf(sgate, sizeof sgate, "%s %s", gate, tile_forms[f].name);
-            TEST_CHECK(sgate, rc == 0 && form_differ == 0,
+            TEST_CHECK(sgate, rc == 0 && form_differ == 0 && tiles_folded == want_fold,
                        "%ld output elements differ between query tiles (%s) and a block per row "
-                       "(must be bit-identical), rc %d",
-                       form_differ, tile_forms[f].name, rc);
+                       "(must be bit-identical); folded %d where %d was expected, rc %d",
+                       form_differ, tile_forms[f].name, tiles_folded, want_fold, rc);
+        }
+        /* the fold where every case can take it: the leading rows of sequence 1 alone (30 rows
+         * below position 1,024 in the prefill-chunk case), max_pos their last, so that the global
+         * layers' grid has 16 splits too; a padding row (pos -1) among them */
+        int lead = 0;
+        while (lead < n_rows && row_seq[lead] == 1)
+            lead++;
+        if (!rc && lead >= 4 && row_pos[lead - 1] < 1024 && c->n_head / c->n_kv < 16) {
+            const size_t ln = (size_t)lead * (size_t)c->n_head * (size_t)c->d;
+            int32_t pad = -1, keep_pos = row_pos[2];
+            k_attention_args b = a;
+            b.rows = lead;
+            b.max_pos = row_pos[lead - 1];
+            long lead_differ = 0, pad_bad = 0;
+            bf16_t *res[2] = {malloc(ln * 2), malloc(ln * 2)}; /* the combine launch's, folded */
+            long long folds[2] = {0, 0};
+            for (int fold = 0; fold < 2 && !rc && res[0] && res[1]; fold++) {
+                for (size_t i = 0; i < ln; i++)
+                    res[fold][i] = (bf16_t)(BF16_NAN | 1u); /* a NaN the kernels never write */
+                const long long folds0 = k_attn_tile_folds();
+                k_set_attn_query_tiles(1);
+                k_set_attn_tile_fold(fold);
+                /* row 2 a padding row: its tile takes its rows in turn, row 2 written NaN */
+                rc = k_copy_to_device((int32_t *)a.pos + 2, &pad, 4) |
+                     k_copy_to_device(dout, res[fold], ln * 2) | k_attention(&b, NULL) | k_sync() |
+                     k_copy_to_host(res[fold], dout, ln * 2);
+                k_set_attn_tile_fold(0);
+                k_set_attn_query_tiles(0);
+                folds[fold] = k_attn_tile_folds() - folds0;
+                rc |= k_copy_to_device((int32_t *)a.pos + 2, &keep_pos, 4);
+            }
+            if (!res[0] || !res[1]) rc = -1;
+            const size_t row = (size_t)c->n_head * (size_t)c->d;
+            for (size_t i = 0; !rc && i < ln; i++) {
+                lead_differ += res[1][i] != res[0][i];
+                pad_bad += i >= 2 * row && i < 3 * row && res[1][i] != (bf16_t)BF16_NAN;
+            }
+            free(res[0]);
+            free(res[1]);
+            const int ran = folds[0] == 0 && folds[1] > 0; /* the fold ran where asked, only */
+            snprintf(sgate, sizeof sgate, "%s tile fold lead rows", gate);
+            TEST_CHECK(sgate, rc == 0 && lead_differ == 0 && pad_bad == 0 && ran,
+                       "%ld output elements differ between the folded tiles and the combine "
+                       "launch over the %d leading rows, %ld of the padding row's not NaN, fold "
+                       "launches %lld unfolded / %lld folded, rc %d",
+                       lead_differ, lead, pad_bad, folds[0], folds[1], rc);
         }
     }
     /* the tensor-core passes' speed-only forms (differ_with_switch): every output bit must

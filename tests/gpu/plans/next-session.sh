@@ -124,6 +124,8 @@ pf_next() {
             for v in "serve.attn_longest_first=0" "serve.attn_longest_first=1" \
                 "serve.attn_stats_together=1" \
                 "serve.attn_longest_first=1 --set serve.attn_stats_together=1" \
+                "serve.attn_tile_fold=1" \
+                "serve.attn_longest_first=1 --set serve.attn_stats_together=1 --set serve.attn_tile_fold=1" \
                 "serve.moe_prefill_tiles=2"; do
                 [ "$m" = gemma4-31b ] && [[ $v == *moe* ]] && continue
                 echo "== $m, one 1,024-token prompt, $v, round $r"
@@ -139,8 +141,9 @@ pf_next() {
 #            attn_longest_first 0 against 1 (written in the twenty-eighth session: the query
 #            tiles' blocks longest first; predicted the 26B-A4B chunk's attention 20.35 -> ~18-19
 #            ms, from a list-scheduling model of the passes), attn_stats_together (a warp's rows'
-#            statistics side by side; predicted -2 to -4 ms) and both, on both large models, and
-#            the 26B-A4B
+#            statistics side by side; predicted -2 to -4 ms), both, attn_tile_fold (the splits
+#            combined in the P.V pass; predicted -1.5 to -2 ms) and all three, on both large
+#            models, and the 26B-A4B
 #            at moe_prefill_tiles 2 (the default before the twenty-eighth session: 31.5 against
 #            34.4 ms of experts there), then bench_gemm --kernels; ~3 min with its build
 want pf && step pf-build ./build.sh tests
