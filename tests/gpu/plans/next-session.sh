@@ -1,8 +1,10 @@
 # tests/gpu/plans/next-session.sh - a box_queue.sh plan for the next session's device time,
-# written by the twenty-sixth and twenty-seventh (the twenty-seventh was lent no device; carry
-# .deps; follow `start` with `wait` calls back to back: a machine idle for 30 s goes back with the
-# plan). PLAN_STEPS picks; default "gates ab 26b serve" (~29 min), in order:
-#   gates    test_gemm_lt's `gemm_staged` gates (serve.gemm_staged, written in the twenty-seventh
+# written by the twenty-sixth to twenty-eighth sessions (carry .deps; follow `start` with `wait`
+# calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
+# the plan). PLAN_STEPS picks; default "probe pf attn 26b serve" (~22 min; docs/perf-notes.md,
+# "Next H200 calls"). The steps, in the order they run (probe, pf and attn, written in the
+# twenty-eighth session, are described beside their code below):
+#   gates    (ran in the twenty-eighth session, 1,635 / 0 / 0) test_gemm_lt's `gemm_staged` gates (serve.gemm_staged, written in the twenty-seventh
 #            session: the prefill projections staged through shared memory, bits against the
 #            tile form and the CPU twin, ~1 min) and test_moe's `moe_prefill_ring` gates
 #            (serve.moe_prefill_tiles = 3, likewise: the staged experts in a three-stage ring,
@@ -14,7 +16,7 @@
 #            layers' P.V pass reading kept scores, bits against scoring again) and its `early
 #            lookup` gates (serve.attn_early_lookup: page-table look-ups before the grid wait);
 #            the build included, ~8 min
-#   ab       bench_decode, two rounds, bf16 pool: attn_half_units 0 against 1 at 16 and 1 26B-A4B
+#   ab       (half ran in the twenty-eighth session) bench_decode, two rounds, bf16 pool: attn_half_units 0 against 1 at 16 and 1 26B-A4B
 #            rows and 16 31B rows, then 16 26B-A4B rows with it on at 1 and 2 splits a block
 #            (predicted 16-row 26B-A4B step -0.3 to -0.5 ms, one row flat); attn_global_keep 0
 #            against 1 at the same three sizes (predicted -0.1 ms at 16 26B-A4B rows, -0.3 at
@@ -49,7 +51,7 @@
 #            experts' ring on (FULL_SETS="serve.gemm_staged=1 serve.moe_prefill_tiles=3"): the
 #            engine's path through them at full depth, before either default flips, ~8 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-gates ab 26b serve} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-probe pf attn 26b serve} " == *" $1 "* ]]; }
 want gates && step gates ./build.sh gpu-test test_gemm_lt test_moe test_attn
 # the tensor-core order probe (tests/gpu/probe_tc_order.cu), alone: nvcc and one run, ~30 s
 want probe && step probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
