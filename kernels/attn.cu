@@ -292,6 +292,8 @@ static int attn_tile_fold_on = 0; /* serve.attn_tile_fold's default */
 extern "C" void k_set_attn_tile_fold(int on) { attn_tile_fold_on = on ? 1 : 0; }
 static long long attn_tile_folds; /* launches whose tiles combined their splits themselves */
 extern "C" long long k_attn_tile_folds(void) { return attn_tile_folds; }
+static long long attn_tile_launches; /* launches on the query tiles */
+extern "C" long long k_attn_tile_launches(void) { return attn_tile_launches; }
 
 /* ---- the launcher ---- */
 
@@ -396,6 +398,7 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
         else
             rc = attn_mma_tile_passes<D, G, FP8, false>(a, tgrid, max_split, tspb, part, ml, NULL,
                                                         row0, fold, s);
+        if (rc == K_OK) attn_tile_launches++;
         if (rc == K_OK && fold) {
             attn_tile_folds++;
             return K_OK; /* the P.V pass wrote the output */

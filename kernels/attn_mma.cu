@@ -1036,7 +1036,10 @@ static int mma_tile_smem_allow(void) {
 
 template <int D, int G, bool FP8, bool KEEP> static int mma_tile_allow_both(void) {
     int rc = mma_tile_smem_allow<D, G, FP8, false, KEEP>();
-    return rc == K_OK ? mma_tile_smem_allow<D, G, FP8, true, KEEP>() : rc;
+    if (rc == K_OK) rc = mma_tile_smem_allow<D, G, FP8, true, KEEP>();
+    /* the folded P.V pass (serve.attn_tile_fold) too: set at start-up, never first inside a
+     * graph's capture */
+    return rc == K_OK ? mma_tile_smem_allow<D, G, FP8, true, KEEP, true>() : rc;
 }
 
 /* Query tiles: the grid's z counts tiles of attn_tile_rows<G>() rows (the launcher's rows, a
@@ -1060,8 +1063,6 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
                             spb, part, ml, keep, attn_longest_first_on, attn_stats_together_on));
         CUDA_CHECK(cudaGetLastError());
         if (fold && grid.x == 1) { /* its own kernel: the default P.V pass's code is unchanged */
-            rc = mma_tile_smem_allow<D, G, FP8, true, KEEP, true>();
-            if (rc != K_OK) return rc;
             CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R, true>, grid,
                                 ATTN_THREADS, mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a,
                                 row0, max_split, spb, part, ml, keep, attn_longest_first_on,

@@ -418,6 +418,8 @@ void k_set_attn_stats_together(int on);
  * Process-wide. k_attn_tile_folds counts the launches that folded (the gates check it ran). */
 void k_set_attn_tile_fold(int on);
 long long k_attn_tile_folds(void);
+/* Launches that ran on the query tiles, for the gates of their speed-only forms. */
+long long k_attn_tile_launches(void);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

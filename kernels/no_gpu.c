@@ -93,6 +93,7 @@ void k_set_attn_longest_first(int on) { (void)on; }
 void k_set_attn_stats_together(int on) { (void)on; }
 void k_set_attn_tile_fold(int on) { (void)on; }
 long long k_attn_tile_folds(void) { return 0; }
+long long k_attn_tile_launches(void) { return 0; }
 int k_attn_cluster_available(void) { return 0; }
 void k_set_moe_prefill_tiles(int mode) { (void)mode; }
 void k_set_row_chain(int mode) { (void)mode; }
