@@ -26,6 +26,8 @@
  *
  * Built by ./build.sh tests where nvcc exists (compile-checked in CI), run by the plans'
  * `probe` step: build/tests/probe_tc_order. Needs sm_90a. */
+#include "kernels/mma.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -49,15 +51,6 @@ static const char *mma_names[MMA_MODES] = {"mma natural", "mma halves", "mma pai
 static __device__ int project_k(int i, int s) {
     const int blk = i / 2, h = i % 2, q = (s % 8) / 2, hi = s / 8, e = s % 2;
     return 32 * blk + 8 * q + 4 * h + 2 * hi + e;
-}
-
-static __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1,
-                                                uint32_t a2, uint32_t a3, uint32_t b0,
-                                                uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 static __device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1,
@@ -119,7 +112,7 @@ __global__ void mma_chain(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float 
                 mma1688(d, a0, a1, b0);
                 mma1688(d, a2, a3, b1);
             } else {
-                mma16816(d, a0, a1, a2, a3, b0, b1);
+                mma_16816(d, a0, a1, a2, a3, b0, b1); /* the projections' own wrapper */
             }
         }
         float *yr = y + ((size_t)t * M + 16 * v + g) * N + 8 * nt + 2 * q;

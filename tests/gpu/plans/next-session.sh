@@ -55,7 +55,7 @@ want() { [[ " ${PLAN_STEPS:-probe pf attn 26b serve} " == *" $1 "* ]]; }
 want gates && step gates ./build.sh gpu-test test_gemm_lt test_moe test_attn
 # the tensor-core order probe (tests/gpu/probe_tc_order.cu), alone: nvcc and one run, ~30 s
 want probe && step probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
-    -gencode arch=compute_90a,code=sm_90a -O2 tests/gpu/probe_tc_order.cu \
+    -gencode arch=compute_90a,code=sm_90a -O2 -I. tests/gpu/probe_tc_order.cu \
     -o build/tests/probe_tc_order && build/tests/probe_tc_order'
 ab_next() {
     local r m v sw spb
