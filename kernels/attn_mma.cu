@@ -512,7 +512,8 @@ static __device__ __forceinline__ bool tile_rows_share(const k_attention_args &a
  * tile_rows_share, or one row alone (nrow = 1). attn_mma_kernel's pass with M = nrow x G rows
  * (row k's heads at k x G ..), each row's keys masked at its own position and its (max, sum)
  * and partials stored only for its own splits. PV = false: the stats pass (ml per split; KEEP:
- * the scores kept too); PV = true: the P.V pass (part per split, never folded). */
+ * the scores kept too); PV = true: the P.V pass (part per split; FOLD, where one block holds
+ * every split of its rows: the splits summed here and the output written, the combine's work). */
 template <int D, int G, bool FP8, bool PV, bool KEEP, int RR, bool FOLD>
 static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int row0, int max_split,
                                                 int spb, float *part, float2 *ml, float *keep,
@@ -846,31 +847,29 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
                 }
         }
     }
-    if constexpr (PV && FOLD) {
-        { /* the combine's work: a head NaN where any of its splits' sums is (an
-           * unmapped key), else each element's sum rounded to bf16 */
-            __shared__ int head_nan[16];
-            if (tid < mv) {
-                const int k = tid / G, g = tid % G;
-                int nan = 0;
-                for (int s = 0; s < row_splits[k]; s++)
-                    nan |= isnan(ml[base_of(k) + (size_t)g * max_split + s].y);
-                head_nan[tid] = nan;
-            }
-            __syncthreads();
-#pragma unroll
-            for (int n = 0; n < NTO; n++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int m = g0 + h * 8, d = warp * DW + n * 8 + 2 * qd;
-                    if (m >= mv) continue;
-                    bf16_t *out =
-                        a.out + ((size_t)(r + m / G) * a.n_head + (size_t)kvh * G + m % G) * D + d;
-                    const bool nan = head_nan[m];
-                    out[0] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(tot[n][2 * h]);
-                    out[1] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(tot[n][2 * h + 1]);
-                }
+    if constexpr (PV && FOLD) { /* the combine's work: a head NaN where any of its splits'
+                                 * sums is (an unmapped key), else each sum rounded to bf16 */
+        __shared__ int head_nan[16];
+        if (tid < mv) {
+            const int k = tid / G, g = tid % G;
+            int nan = 0;
+            for (int s = 0; s < row_splits[k]; s++)
+                nan |= isnan(ml[base_of(k) + (size_t)g * max_split + s].y);
+            head_nan[tid] = nan;
         }
+        __syncthreads();
+#pragma unroll
+        for (int n = 0; n < NTO; n++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int m = g0 + h * 8, d = warp * DW + n * 8 + 2 * qd;
+                if (m >= mv) continue;
+                bf16_t *out =
+                    a.out + ((size_t)(r + m / G) * a.n_head + (size_t)kvh * G + m % G) * D + d;
+                const bool nan = head_nan[m];
+                out[0] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(tot[n][2 * h]);
+                out[1] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(tot[n][2 * h + 1]);
+            }
     }
 }
 
