@@ -288,7 +288,7 @@ static int attn_tile_min_rows = 64; /* serve.attn_query_tiles' default */
 extern "C" void k_set_attn_query_tiles(int rows) { attn_tile_min_rows = rows > 0 ? rows : 0; }
 static int attn_global_keep_on = 0; /* serve.attn_global_keep's default */
 extern "C" void k_set_attn_global_keep(int on) { attn_global_keep_on = on ? 1 : 0; }
-static int attn_tile_fold_on = 0; /* serve.attn_tile_fold's default */
+static int attn_tile_fold_on = 1; /* serve.attn_tile_fold's default */
 extern "C" void k_set_attn_tile_fold(int on) { attn_tile_fold_on = on ? 1 : 0; }
 static long long attn_tile_folds; /* launches whose tiles combined their splits themselves */
 extern "C" long long k_attn_tile_folds(void) { return attn_tile_folds; }

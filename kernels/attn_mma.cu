@@ -907,9 +907,9 @@ static int attn_half_units_on = 0; /* serve.attn_half_units' default */
 extern "C" void k_set_attn_half_units(int on) { attn_half_units_on = on ? 1 : 0; }
 static int attn_early_lookup_on = 0; /* serve.attn_early_lookup's default */
 extern "C" void k_set_attn_early_lookup(int on) { attn_early_lookup_on = on ? 1 : 0; }
-static int attn_longest_first_on = 0; /* serve.attn_longest_first's default */
+static int attn_longest_first_on = 1; /* serve.attn_longest_first's default */
 extern "C" void k_set_attn_longest_first(int on) { attn_longest_first_on = on ? 1 : 0; }
-static int attn_stats_together_on = 0; /* serve.attn_stats_together's default */
+static int attn_stats_together_on = 1; /* serve.attn_stats_together's default */
 extern "C" void k_set_attn_stats_together(int on) { attn_stats_together_on = on ? 1 : 0; }
 
 /* The one-row passes' forms (HF: HALF), beside the e4m3 pool's FR. */

@@ -402,19 +402,19 @@ void k_set_attn_global_keep(int on);
 void k_set_attn_early_lookup(int on);
 /* The query-tile attention passes (prefill-sized launches) hand the tiles of the most keys to
  * the card first (the launch's last rows, in a chunk of one prompt), so that the longest blocks
- * do not make the passes' tail (serve.attn_longest_first, default off; speed only: each tile's
+ * do not make the passes' tail (serve.attn_longest_first, default on; speed only: each tile's
  * block computes the same rows the same way, only the blocks' order changes). Process-wide. */
 void k_set_attn_longest_first(int on);
 /* The query-tile stats pass computes a warp's rows' online max and sum side by side, each step
  * of their reductions for all of them before the next, instead of row after row
- * (serve.attn_stats_together, default off; speed only: each row's arithmetic and order are the
+ * (serve.attn_stats_together, default on; speed only: each row's arithmetic and order are the
  * same). Process-wide. */
 void k_set_attn_stats_together(int on);
 /* The query-tile passes (prefill-sized launches) on a grid one block wide along the splits
  * where the rows' splits allow (at most 16: windowed layers, and global ones up to 1,024 keys),
  * so that each block holds every split of its rows and its P.V pass adds them in split order and
  * writes the output, with the combine launch's arithmetic and NaN rule, instead of storing fp32
- * partials for a combine launch (serve.attn_tile_fold, default off; speed only: the same bits).
+ * partials for a combine launch (serve.attn_tile_fold, default on; speed only: the same bits).
  * Process-wide. k_attn_tile_folds counts the launches that folded (the gates check it ran). */
 void k_set_attn_tile_fold(int on);
 long long k_attn_tile_folds(void);
