@@ -887,6 +887,19 @@ static void run_refusals(void) {
 
 /* The attention cases: the first row set over every window and pool, the later prefill chunk,
  * rows of 32 splits, and the folded combine's NaN paths. */
+/* the folded combine's NaN paths: groups of 2 and 4 at head dim 256 (the sliding layers),
+ * the split kernel (bf16, with and without a window) and the window kernel (e4m3, W 1024) */
+static void run_fold_nan_cases(const cfg *cfgs, uint64_t *seed) {
+    for (size_t i = 0; i <= 2; i += 2) {
+        run_fold_nan_paths(&cfgs[i], 0, 0, (*seed)++);
+        run_fold_nan_paths(&cfgs[i], 1024, 0, (*seed)++);
+        run_fold_nan_paths(&cfgs[i], 1024, 1, (*seed)++);
+    }
+    /* and the global layers' group of 8 at head dim 512 (no fold: the combine keeps its launch),
+     * whose fourth variant keeps the scores between the passes */
+    run_fold_nan_paths(&cfgs[4], 0, 0, (*seed)++);
+}
+
 static void run_attention_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
     static const int windows[] = {0, 8, 1024, 2500};
     make_rows(0);
@@ -911,16 +924,7 @@ static void run_attention_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
         run_attention(&cfgs[i], 0, (*seed)++, 0);
         run_attention(&cfgs[i], 0, (*seed)++, 1);
     }
-    /* the folded combine's NaN paths: groups of 2 and 4 at head dim 256 (the sliding layers),
-     * the split kernel (bf16, with and without a window) and the window kernel (e4m3, W 1024) */
-    for (size_t i = 0; i <= 2; i += 2) {
-        run_fold_nan_paths(&cfgs[i], 0, 0, (*seed)++);
-        run_fold_nan_paths(&cfgs[i], 1024, 0, (*seed)++);
-        run_fold_nan_paths(&cfgs[i], 1024, 1, (*seed)++);
-    }
-    /* and the global layers' group of 8 at head dim 512 (no fold: the combine keeps its launch),
-     * whose fourth variant keeps the scores between the passes */
-    run_fold_nan_paths(&cfgs[4], 0, 0, (*seed)++);
+    run_fold_nan_cases(cfgs, seed);
 }
 
 int main(void) {
@@ -968,6 +972,16 @@ int main(void) {
             run_prep(&cfgs[i], w, seed++);
     /* every attention case twice: on the CUDA-core kernels, then with their products on tensor
      * cores (serve.attn_mma), each against the reference and its own speed switches */
+    /* G4_ATTN_GATES=nan_paths: only the NaN paths, on the tensor-core passes (a short device
+     * call's subset; every gate above and below runs without it) */
+    const char *only = getenv("G4_ATTN_GATES");
+    if (only && strcmp(only, "nan_paths") == 0) {
+        attn_mma = 1;
+        k_set_attn_mma(1);
+        run_fold_nan_cases(cfgs, &seed);
+        k_set_attn_mma(0);
+        return harness_exit();
+    }
     for (attn_mma = 0; attn_mma <= 1; attn_mma++) {
         k_set_attn_mma(attn_mma);
         run_attention_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);

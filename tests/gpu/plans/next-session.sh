@@ -152,6 +152,9 @@ want pf && step pf-build ./build.sh tests
 want pf && step pf bash -c "$(declare -f pf_next); pf_next"
 #   attn     (not in the default) test_attn alone (its `longest first` gates among them), ~3 min
 want 26b && step full-26b env FULL_MODELS="26b-a4b" ./build.sh gpu-test full
+# (not in the default) test_attn's fold NaN paths alone, on the tensor-core passes (~1 min after a
+# build): the one group of its gates the twenty-ninth session's first call did not reach
+want attn-nan && step attn-nan env G4_ATTN_GATES=nan_paths ./build.sh gpu-test test_attn
 want attn && step attn ./build.sh gpu-test test_attn
 want serve && step serve python3 release/bench.py -c conf/gemma4-26b-a4b.ini --rounds 2 \
     --a-label bf16 --a-set kv.local=bf16 --b-label fp8 --b-set kv.local=fp8 \
