@@ -66,6 +66,7 @@ void k_set_pdl(int on) { (void)on; }
 void k_set_wide_loads(int on) { (void)on; }
 void k_set_early_weights(int on) { (void)on; }
 void k_set_gemm_staged(int mode) { (void)mode; }
+void k_set_gemm_wgmma(int mode) { (void)mode; }
 int k_gemm_plan_staged(const k_gemm_plan *plan, int m) {
     (void)plan, (void)m;
     return 0;

@@ -80,6 +80,7 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_attn_stats_together(cfg->serve.attn_stats_together); /* likewise */
     k_set_attn_tile_fold(cfg->serve.attn_tile_fold);           /* likewise */
     k_set_gemm_staged(cfg->serve.gemm_staged);                 /* likewise */
+    k_set_gemm_wgmma(cfg->serve.gemm_wgmma);                   /* likewise */
     return bk;
 }
 

@@ -792,8 +792,7 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
         k_set_attn_tile_fold(0);
         /* the query tiles run on the tensor-core passes only: with attn_mma off the fifth variant
          * takes the one-row blocks, and nothing folds */
-        const int want_fold =
-            attn_mma && (kase == 1 || window == 1024) && c->n_head / c->n_kv < 16;
+        const int want_fold = attn_mma && (kase == 1 || window == 1024) && c->n_head / c->n_kv < 16;
         k_set_attn_fold(1);
         k_set_attn_cluster_rows(CLUSTER_ROWS);
         k_set_attn_fp8_frags(0);

@@ -244,11 +244,13 @@ typedef struct speed_switch {
 } speed_switch;
 
 static const char *staged_form(int shape) {
-    return shape == K_GEMM_STAGED_SQUARE ? "staged, 128 x 128"
-           : shape == K_GEMM_STAGED_TALL ? "staged, 256 x 64"
-           : shape == K_GEMM_STAGED_PAIR ? "staged, 128 x 64 two an SM"
-           : shape == K_GEMM_STAGED_NONE ? "not staged"
-                                         : "(no plan)";
+    return shape == K_GEMM_STAGED_SQUARE  ? "staged, 128 x 128"
+           : shape == K_GEMM_STAGED_TALL  ? "staged, 256 x 64"
+           : shape == K_GEMM_STAGED_PAIR  ? "staged, 128 x 64 two an SM"
+           : shape == K_GEMM_STAGED_WG64  ? "wgmma, chunks of 64 k"
+           : shape == K_GEMM_STAGED_WG128 ? "wgmma, chunks of 128 k"
+           : shape == K_GEMM_STAGED_NONE  ? "not staged"
+                                          : "(no plan)";
 }
 
 static void staged_by_waves(int on) { k_set_gemm_staged(on ? 1 : 0); }
@@ -256,6 +258,23 @@ static void staged_pairs(int on) { k_set_gemm_staged(on ? 2 : 0); }
 static void staged_128x128(int on) { k_set_gemm_staged(on ? 3 : 0); }
 static void staged_256x64(int on) { k_set_gemm_staged(on ? 4 : 0); }
 static void staged_128x64(int on) { k_set_gemm_staged(on ? 5 : 0); }
+
+/* serve.gemm_wgmma: as the staged form's switches, against the tile form: at 1 and 2 as the
+ * launcher picks (the tile form where its blocks would not fill half the SMs), at 3 and 4 forced
+ * at every size; k96 and k32 leave k's quarters empty or one block, ragged (k = 288) ends in a
+ * part chunk. */
+static void wgmma_64k(int on) { k_set_gemm_wgmma(on ? 1 : 0); }
+static void wgmma_128k(int on) { k_set_gemm_wgmma(on ? 2 : 0); }
+static void wgmma_64k_forced(int on) { k_set_gemm_wgmma(on ? 3 : 0); }
+static void wgmma_128k_forced(int on) { k_set_gemm_wgmma(on ? 4 : 0); }
+static const speed_switch wgmma_switch = {"wgmma", wgmma_64k, 0, {128, 130, 256, 1024, 1040, 2064},
+                                          6,       -1};
+static const speed_switch wgmma_128k_switch = {"wgmma_128k",           wgmma_128k, 0,
+                                               {128, 130, 1024, 2064}, 4,          -1};
+static const speed_switch wgmma_64k_forced_switch = {
+    "wgmma_64k_forced", wgmma_64k_forced, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_WG64};
+static const speed_switch wgmma_128k_forced_switch = {
+    "wgmma_128k_forced", wgmma_128k_forced, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_WG128};
 
 static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4, 0};
 static const speed_switch early_switch = {
@@ -636,6 +655,8 @@ int main(void) {
         test_skip("gemm_staged", "no GPU (%s)", desc);
         test_skip("gemm_staged_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_staged_choice", "no GPU (%s)", desc);
+        test_skip("gemm_wgmma", "no GPU (%s)", desc);
+        test_skip("gemm_wgmma_vs_ref", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -775,6 +796,36 @@ int main(void) {
     run_invariant("mma staged gate_up", 2112, 2816, 9805);
     run_invariant("mma staged down", 2816, 2112, 9806);
     k_set_gemm_staged(0);
+    /* the wgmma form, each way, against the tile form, then against the CPU twin and in the
+     * batch-invariance rule */
+    run_switch_shapes(&wgmma_switch, 9901);
+    run_switch_shapes(&wgmma_128k_switch, 9951);
+    run_switch(&wgmma_switch, "31B q", 8192, 5376, 9991);
+    run_switch(&wgmma_128k_switch, "31B gate", 21504, 5376, 9992);
+    run_switch(&wgmma_switch, "31B down", 5376, 21504, 9993);
+    static const speed_switch *const wg_forced[] = {&wgmma_64k_forced_switch,
+                                                    &wgmma_128k_forced_switch};
+    for (uint64_t f = 0; f < 2; f++) {
+        run_switch(wg_forced[f], "q", 4096, 2816, 9821 + 10 * f);
+        run_switch(wg_forced[f], "gate_up", 2112, 2816, 9822 + 10 * f);
+        run_switch(wg_forced[f], "ragged", 1004, 288, 9823 + 10 * f);
+        run_switch(wg_forced[f], "k96", 200, 96, 9824 + 10 * f);
+        run_switch(wg_forced[f], "k32", 64, 32, 9825 + 10 * f);
+        run_switch(wg_forced[f], "router", 128, 2816, 9826 + 10 * f);
+    }
+    k_gemm_mma(1);
+    for (int mode = 1; mode <= 2; mode++) {
+        k_set_gemm_wgmma(mode + 2);
+        run_shape("gemm_wgmma_vs_ref", 130, 4096, 2816, 2064, 9861 + 10 * mode);
+        run_shape("gemm_wgmma_vs_ref", 300, 1004, 288, 2064, 9862 + 10 * mode);
+        run_ldy("gemm_wgmma_vs_ref", 130, 9863 + 10 * mode);
+        run_invariant(mode == 1 ? "mma wgmma q" : "mma wgmma 128k q", 4096, 2816, 9864 + 10 * mode);
+        run_invariant(mode == 1 ? "mma wgmma gate_up" : "mma wgmma 128k gate_up", 2112, 2816,
+                      9865 + 10 * mode);
+        run_invariant(mode == 1 ? "mma wgmma down" : "mma wgmma 128k down", 2816, 2112,
+                      9866 + 10 * mode);
+    }
+    k_set_gemm_wgmma(0);
     k_gemm_mma(0);
     run_group(1, 0, 0, 1, 1, 7081);
     run_group(8, 0, 1, 1, 1, 7091);
