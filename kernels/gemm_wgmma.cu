@@ -65,9 +65,10 @@ static __device__ __forceinline__ void wg_load(uint4 (&v)[wg_shape<KB>::PER_WARP
     }
 }
 
-/* v (a chunk's loads) into stage st: lane 8j + r names row r of matrix j, the words j of row
- * group rg's 8 lanes-quads; words 0 and 1 are the block's first instruction's k cores 0 and 1,
- * words 2 and 3 its second's (wg_core_off with mma_tiles' slots). */
+/* v (a chunk's loads) into stage st. Matrix j of a stmatrix is word j of every lane's load (k
+ * 8q + 2j and + 1 of the lane's row), and lane 8j + r gives the address of its row r: words 0
+ * and 1 go to the 32-k block's first instruction's k cores 0 and 1, words 2 and 3 to its
+ * second's, which puts k 8q + 2j + e in slot 8 (j % 2) + 2q + e, mma_tiles' slot for it. */
 template <int KB>
 static __device__ __forceinline__ void wg_store(const uint4 (&v)[wg_shape<KB>::PER_WARP],
                                                 unsigned char *st) {
@@ -155,12 +156,10 @@ static __global__ void __launch_bounds__(WG_THREADS, 1)
 }
 
 int gemm_wgmma_allow(void) {
-    CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<2>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)wg_shape<2>::SMEM));
-    CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<4>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)wg_shape<4>::SMEM));
+    CUDA_CHECK(cudaFuncSetAttribute(
+        gemm_wgmma_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wg_shape<2>::SMEM));
+    CUDA_CHECK(cudaFuncSetAttribute(
+        gemm_wgmma_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wg_shape<4>::SMEM));
     return K_OK;
 }
 

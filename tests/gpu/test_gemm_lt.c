@@ -628,6 +628,34 @@ static void run_staged_choice(int sms) {
         k_gemm_plan_destroy(plan);
     }
     k_set_gemm_staged(0);
+    /* serve.gemm_wgmma's: its 128 x 128 blocks where they fill half the SMs, else the tile form */
+    static const struct {
+        const char *name;
+        int mode, m, n, want;
+    } wg_cases[] = {
+        {"wgmma 1: 26B-A4B q, 1,024", 1, 1024, 4096, K_GEMM_STAGED_WG64},        /* 256 blocks */
+        {"wgmma 2: 26B-A4B q, 1,024", 2, 1024, 4096, K_GEMM_STAGED_WG128},       /* 256 */
+        {"wgmma 1: 26B-A4B gate_up, 1,024", 1, 1024, 2112, K_GEMM_STAGED_WG64},  /* 136 */
+        {"wgmma 1: 26B-A4B k_global, 1,024", 1, 1024, 1024, K_GEMM_STAGED_NONE}, /* 64 */
+        {"wgmma 1: 26B-A4B router, 1,024", 1, 1024, 128, K_GEMM_STAGED_NONE},    /* 8 */
+        {"wgmma 1: 26B-A4B q, 127 rows", 1, 127, 4096, K_GEMM_STAGED_NONE},
+    };
+    for (size_t i = 0; i < sizeof wg_cases / sizeof wg_cases[0]; i++) {
+        char gate[96];
+        snprintf(gate, sizeof gate, "gemm_staged_choice[%s]", wg_cases[i].name);
+        k_set_gemm_wgmma(wg_cases[i].mode);
+        k_gemm_plan *plan = NULL;
+        int rc = k_gemm_plan_create(&plan, 2064, wg_cases[i].n, 2816);
+        const int got = rc == 0 ? k_gemm_plan_staged(plan, wg_cases[i].m) : -1;
+        if (sms != 132)
+            test_skip(gate, "gated for 132 SMs, this card has %d (takes: %s)", sms,
+                      staged_form(got));
+        else
+            TEST_CHECK(gate, rc == 0 && got == wg_cases[i].want, "rc %d, takes %s, want %s", rc,
+                       staged_form(got), staged_form(wg_cases[i].want));
+        k_gemm_plan_destroy(plan);
+    }
+    k_set_gemm_wgmma(0);
     k_gemm_mma(0);
 }
 

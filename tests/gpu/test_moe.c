@@ -299,7 +299,9 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
  *   64 outputs in shared memory against them, and (at 3, moe_prefill_ring) those blocks with a
  *   three-stage ring whose warps of padding items skip their mmas: the 160-row 26B-A4B call
  *   (~10 items an expert) leaves every second warp of a block without an item, the 700-row tiny
- *   one (~175) a second item tile with a few;
+ *   one (~175) a second item tile with a few; and (at 4, moe_prefill_wgmma) the wgmma blocks of
+ *   64 items against 256 weight rows (d_expert 704 leaves the last up block's second warpgroup
+ *   half past the outputs, d_expert 40 and 712 end k in a part chunk in the down kernel);
  * - wide_loads, where it applies (the tensor-core path, at most 8 items: each expert's bucket
  *   one tile whose hi rows are padding), with the up kernel's buckets and with the bucket
  *   kernel's: the k loop's wider load groups (mma_rows_lo) against mma_rows. */
@@ -391,6 +393,8 @@ static void run_shape(const shape *s, uint64_t seed) {
                          (switches){1, 2, 0});
             check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
                          (switches){1, 3, 0});
+            check_switch("moe_prefill_wgmma", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
+                         (switches){1, 4, 0});
             /* every item on expert 0: 128-item tiles one after another in a block at the
              * shape's own k, so a stage one tile's last chunks read meets the next tile's first
              * copies (the router's ids spread the items too thin for a second tile) */
@@ -400,6 +404,8 @@ static void run_shape(const shape *s, uint64_t seed) {
                              (switches){1, 0, 0}, (switches){1, 2, 0});
                 check_switch("moe_prefill_ring(one expert)", s, rows, d_gu, d_dn, one, w,
                              (switches){1, 0, 0}, (switches){1, 3, 0});
+                check_switch("moe_prefill_wgmma(one expert)", s, rows, d_gu, d_dn, one, w,
+                             (switches){1, 0, 0}, (switches){1, 4, 0});
             } else {
                 test_fail("moe_prefill_staged(one expert)", "out of host memory");
             }
