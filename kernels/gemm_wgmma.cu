@@ -21,11 +21,12 @@
  * past m and n are zero operands and are never stored. So every output is the same bits as the
  * tile form gives it at any m (test_gemm_lt's `gemm_wgmma` gates), and batch invariance holds.
  *
- * Loads go through registers (stmatrix must write the permuted words): two shared-memory stages;
- * while a chunk's wgmmas run, the next chunk's registers go into the other stage and the loads of
- * the chunk after it are issued, so each load has a chunk's products to land. KB 32-k blocks a
- * chunk: 2 (64 KB of shared memory, 32 load registers a thread) or 4 (128 KB, 64). One block an
- * SM. */
+ * Loads go through registers (stmatrix must write the permuted words) into three shared-memory
+ * stages: while a chunk's wgmmas run, the next chunk's registers go into the next stage and the
+ * loads of the chunk after it are issued, so each load has a chunk's products to land; each chunk
+ * waits only for the one before it (wgmma.wait_group 1), so the tensor cores have a chunk queued
+ * across the barrier. KB 32-k blocks a chunk: 2 (96 KB of shared memory, 32 load registers a
+ * thread) or 4 (192 KB, 64). One block an SM. */
 #include "kernels/common.cuh"
 #include "kernels/bf16.cuh"
 #include "kernels/gemm_wgmma.h"
@@ -39,7 +40,7 @@
 
 template <int KB> struct wg_shape {
     static constexpr int STAGE = 2 * KB * WG_INSTR_BYTES; /* two instructions a 32-k block */
-    static constexpr size_t SMEM = 2 * (size_t)STAGE;
+    static constexpr size_t SMEM = 3 * (size_t)STAGE;     /* three stages in a ring */
     /* a chunk's loads: (32-k block, side, row group of 8) units, a warp's 8 rows x 64 bytes each */
     static constexpr int UNITS = KB * 2 * (WG_BM / 8), PER_WARP = UNITS / (WG_THREADS / 32);
 };
@@ -115,7 +116,7 @@ static __global__ void __launch_bounds__(WG_THREADS, 1)
     __syncthreads();
     int quarter = 0, quarter_end = nkb / 4; /* the first 32-k block past this quarter */
     for (int c = 0; c < n_chunks; c++) {
-        const unsigned char *st = wg_smem + (c & 1) * S::STAGE;
+        const unsigned char *st = wg_smem + (c % 3) * S::STAGE;
         wg_fence();
 #pragma unroll
         for (int kb = 0; kb < KB; kb++) {
@@ -137,13 +138,14 @@ static __global__ void __launch_bounds__(WG_THREADS, 1)
             }
         }
         wg_commit();
-        /* the other stage's readers (chunk c - 1) finished before the barrier that ended it */
-        if (c + 1 < n_chunks) wg_store<KB>(v, wg_smem + ((c + 1) & 1) * S::STAGE);
+        /* the next stage's readers (chunk c - 2) finished before the barrier that ended c - 1 */
+        if (c + 1 < n_chunks) wg_store<KB>(v, wg_smem + ((c + 1) % 3) * S::STAGE);
         if (c + 2 < n_chunks) wg_load<KB>(v, c + 2, x, w, m, n, k, r0, o0);
-        wg_wait<0>();
+        wg_wait<1>(); /* chunk c - 1's products are done; c's may run on */
         wg_fence_proxy_async();
         __syncthreads();
     }
+    wg_wait<0>();
     for (; quarter < 4; quarter++) /* the last quarter, and any empty ones before it */
         wg_fold(quarter, acc, tot);
     const int wv = tid % 128 / 32, lane = tid % 32, g = lane >> 2, q = lane & 3;

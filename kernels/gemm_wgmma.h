@@ -5,7 +5,7 @@
 
 #include "kernels/kernels.h"
 
-/* raise the kernels' shared-memory limits (64 and 128 KB): once, before any graph capture */
+/* raise the kernels' shared-memory limits (96 and 192 KB): once, before any graph capture */
 int gemm_wgmma_allow(void);
 /* the blocks of 128 x 128 a launch of m rows and n outputs takes, and its row tiles (grid.y) */
 long long gemm_wgmma_blocks(long long m, long long n);

@@ -13,9 +13,10 @@
  * rounded as the reference does; down's sums rounded to bf16 into ys), so every output is the
  * same bits (test_moe's `moe_prefill_wgmma` gates). Padding items are zero rows, never stored.
  *
- * Loads go through registers (stmatrix permutes 4-byte words), two shared-memory stages of 64 k:
- * while a chunk's wgmmas run the next chunk's registers go into the other stage and the loads of
- * the one after are issued. 80 KB of shared memory, two blocks an SM where registers allow. */
+ * Loads go through registers (stmatrix permutes 4-byte words) into three shared-memory stages of
+ * 64 k, as in kernels/gemm_wgmma.cu: while a chunk's wgmmas run the next chunk's registers go into
+ * the next stage and the loads of the one after are issued, and a chunk waits only for the one
+ * before it. 120 KB of shared memory, one block an SM. */
 #include "kernels/common.cuh"
 #include "kernels/bf16.cuh"
 #include "kernels/moe_wgmma.h"
@@ -26,10 +27,10 @@
 #define MW_BR 256     /* weight rows a block: a warpgroup's n128 each */
 #define MW_KB 2       /* 32-k blocks a load chunk */
 #define MW_UP_OUTS 64 /* outputs a warpgroup in the up kernel (gate and up rows of each) */
-#define MW_A_BYTES (MW_BM * 32)     /* one instruction's item tile */
+#define MW_A_BYTES (MW_BM * 32) /* one instruction's item tile */
 #define MW_INSTR_BYTES (MW_A_BYTES + MW_BR * 32)
 #define MW_STAGE (2 * MW_KB * MW_INSTR_BYTES)
-#define MW_SMEM (2 * MW_STAGE)
+#define MW_SMEM (3 * MW_STAGE)  /* three stages in a ring */
 #define MW_GROUPS_A (MW_BM / 8) /* row groups of 8 a 32-k block: items, then weight rows */
 #define MW_GROUPS (MW_GROUPS_A + MW_BR / 8)
 #define MW_PER_WARP (MW_KB * MW_GROUPS / (MW_THREADS / 32))
@@ -145,27 +146,30 @@ __global__ static void __launch_bounds__(MW_THREADS)
         wg_fence_proxy_async();
         __syncthreads();
         for (int c = 0; c < n_chunks; c++) {
-            const unsigned char *st = mw_smem + (c & 1) * MW_STAGE;
+            const unsigned char *st = mw_smem + (c % 3) * MW_STAGE;
             wg_fence();
-            /* a whole chunk's wgmmas without a branch between them (a branch there made ptxas
-             * wait for each block's before the next); the last chunk may hold fewer blocks */
-            const int blocks = nkb - c * MW_KB < MW_KB ? nkb - c * MW_KB : MW_KB;
-            if (blocks == MW_KB) {
-#pragma unroll
-                for (int i = 0; i < 2 * MW_KB; i++)
-                    mw_instr(acc, st, i, wg);
+            /* a chunk's wgmmas without a branch or a loop between them: a branch made ptxas wait
+             * for each block's before the next, and a loop's register copies serialized them
+             * all; the last chunk may hold one block (MW_KB = 2) */
+            static_assert(MW_KB == 2, "the chunk's two forms below");
+            if (c * MW_KB + 1 < nkb) {
+                mw_instr(acc, st, 0, wg);
+                mw_instr(acc, st, 1, wg);
+                mw_instr(acc, st, 2, wg);
+                mw_instr(acc, st, 3, wg);
             } else {
-                for (int i = 0; i < 2 * blocks; i++)
-                    mw_instr(acc, st, i, wg);
+                mw_instr(acc, st, 0, wg);
+                mw_instr(acc, st, 1, wg);
             }
             wg_commit();
-            /* the other stage's readers (chunk c - 1) finished before the barrier that ended it */
-            if (c + 1 < n_chunks) mw_store(v, mw_smem + ((c + 1) & 1) * MW_STAGE);
+            /* the next stage's readers (chunk c - 2) finished before the barrier ending c - 1 */
+            if (c + 1 < n_chunks) mw_store(v, mw_smem + ((c + 1) % 3) * MW_STAGE);
             if (c + 2 < n_chunks) mw_load<UP>(v, c + 2, s_row, wbase, k, ob, de, dm);
-            wg_wait<0>();
+            wg_wait<1>(); /* chunk c - 1's products are done; c's may run on */
             wg_fence_proxy_async();
             __syncthreads();
         }
+        wg_wait<0>();
         /* fragment: rows 16 wv + g (d[4jj], d[4jj + 1]: columns 8 jj + 2q and + 1) and + 8 */
         const int ilo = s_item[16 * wv + g], ihi = s_item[16 * wv + g + 8];
         if constexpr (UP) {
@@ -174,8 +178,9 @@ __global__ static void __launch_bounds__(MW_THREADS)
                 const int item = i % 4 < 2 ? ilo : ihi;
                 const int o = ob + MW_UP_OUTS * wg + 8 * (i / 4) + 2 * q + (i & 1);
                 if (item >= 0 && o < de)
-                    h[(size_t)item * (size_t)de + (size_t)o] = k_f32_to_bf16(
-                        k_round_bf16(k_gelu_tanh(k_round_bf16(acc[i]))) * k_round_bf16(acc[32 + i]));
+                    h[(size_t)item * (size_t)de + (size_t)o] =
+                        k_f32_to_bf16(k_round_bf16(k_gelu_tanh(k_round_bf16(acc[i]))) *
+                                      k_round_bf16(acc[32 + i]));
             }
         } else {
 #pragma unroll
@@ -198,8 +203,7 @@ int moe_wgmma_allow(void) {
 }
 
 int moe_wgmma_launch(const k_moe_experts_args *a, const int32_t *list, const int32_t *active,
-                     const int32_t *n_active, bf16_t *h, float *ys, unsigned slots,
-                     g4_stream st) {
+                     const int32_t *n_active, bf16_t *h, float *ys, unsigned slots, g4_stream st) {
     const dim3 up((unsigned)((a->d_expert + mw_block_outs<true>() - 1) / mw_block_outs<true>()),
                   slots);
     CUDA_CHECK(k_launch(moe_wgmma_kernel<true>, up, MW_THREADS, (size_t)MW_SMEM, (cudaStream_t)st,
