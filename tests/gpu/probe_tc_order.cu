@@ -16,6 +16,9 @@
  *                     instruction and {4-7, ...} in the next (each lane's 16-byte load split)
  *   wgmma natural     m64n64k16 from shared memory, the natural 16 k an instruction
  *   wgmma project     m64n64k16 with shared memory holding mma_tiles' sets in mma_tiles' slots
+ *   wgmma n128        m64n128k16 as the projections' and experts' wgmma kernels run it
+ *                     (kernels/wgmma.cuh), mma_tiles' sets, each trial's 64 weight rows twice:
+ *                     both column halves against mma project
  *
  * Each variant's outputs are first held to a double-precision CPU sum (a wrong fragment or
  * descriptor layout fails there, so a "bits differ" line is never a layout bug), then compared
@@ -27,6 +30,7 @@
  * Built by ./build.sh tests where nvcc exists (compile-checked in CI), run by the plans'
  * `probe` step: build/tests/probe_tc_order. Needs sm_90a. */
 #include "kernels/mma.cuh"
+#include "kernels/wgmma.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -199,6 +203,44 @@ __global__ void __launch_bounds__(128) wgmma_chain(const __nv_bfloat16 *x, const
     }
 }
 
+/* The kernels' own instruction and descriptors (kernels/wgmma.cuh): m64n128k16 on mma_tiles'
+ * sets, B's rows 64..127 a copy of rows 0..63, so both halves of y's 128 columns must be the
+ * m64n64 chain's (and mma.sync's) bits. y: TRIALS x M x 2N. */
+__global__ void __launch_bounds__(128) wgmma_n128(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+                                                  float *y) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char *sa = smem, *sb = smem + (K / 16) * WG_TILE_A;
+    const int t = blockIdx.x, tid = threadIdx.x;
+    for (int e = tid; e < (K / 16) * M * 16; e += 128) {
+        const int i = e / (M * 16), r = e / 16 % M, s = e % 16;
+        *reinterpret_cast<__nv_bfloat16 *>(sa + i * WG_TILE_A + wg_core_off(r, s)) =
+            x[((size_t)t * M + r) * K + project_k(i, s)];
+    }
+    for (int e = tid; e < (K / 16) * 2 * N * 16; e += 128) {
+        const int i = e / (2 * N * 16), r = e / 16 % (2 * N), s = e % 16;
+        *reinterpret_cast<__nv_bfloat16 *>(sb + i * 2 * WG_TILE_B + wg_core_off(r, s)) =
+            w[((size_t)t * N + r % N) * K + project_k(i, s)];
+    }
+    wg_fence_proxy_async();
+    __syncthreads();
+    float d[64];
+    for (int j = 0; j < 64; j++)
+        d[j] = 0.0f;
+    wg_fence();
+    for (int i = 0; i < K / 16; i++)
+        wg_m64n128k16(d, wg_desc(sa + i * WG_TILE_A), wg_desc(sb + i * 2 * WG_TILE_B));
+    wg_commit();
+    wg_wait<0>();
+    const int v = tid / 32, g = tid % 32 / 4, q = tid % 4;
+    for (int j = 0; j < 16; j++) {
+        float *yr = y + ((size_t)t * M + 16 * v + g) * 2 * N + 8 * j + 2 * q;
+        yr[0] = d[4 * j];
+        yr[1] = d[4 * j + 1];
+        yr[16 * N] = d[4 * j + 2];
+        yr[16 * N + 1] = d[4 * j + 3];
+    }
+}
+
 /* ---- host ---- */
 
 #define CHECK(call)                                                                                \
@@ -331,6 +373,27 @@ int main(void) {
         compare(wg_names[project], ys[MMA_MODES + project],
                 project ? mma_names[MMA_PROJECT] : mma_names[MMA_NATURAL],
                 project ? ys[MMA_PROJECT] : ys[MMA_NATURAL]);
+    }
+    /* the kernels' m64n128k16: both column halves against mma project, bit for bit (the
+     * m64n64 run above held to the double sum with this descriptor convention, or failed) */
+    const size_t smem128 = (size_t)(K / 16) * (WG_TILE_A + 2 * WG_TILE_B);
+    float *dy2, *y2 = (float *)malloc(2 * ny * 4);
+    CHECK(cudaMalloc(&dy2, 2 * ny * 4));
+    CHECK(cudaFuncSetAttribute(wgmma_n128, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)smem128));
+    CHECK(cudaMemset(dy2, 0xff, 2 * ny * 4));
+    wgmma_n128<<<TRIALS, 128, smem128>>>((const __nv_bfloat16 *)dx, (const __nv_bfloat16 *)dw,
+                                         dy2);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(y2, dy2, 2 * ny * 4, cudaMemcpyDeviceToHost));
+    for (int half = 0; half < 2; half++) {
+        float *yh = (float *)malloc(ny * 4);
+        for (size_t i = 0; i < ny; i++)
+            yh[i] = y2[(i / N) * 2 * N + (size_t)half * N + i % N];
+        const char *name = half ? "wgmma n128 columns 64-127" : "wgmma n128 columns 0-63";
+        ok &= holds(name, yh, x, w);
+        compare(name, yh, mma_names[MMA_PROJECT], ys[MMA_PROJECT]);
+        free(yh);
     }
     printf("probe_tc_order: %s\n", ok ? "every variant held to the double sum"
                                       : "a variant failed its double-sum check (FAIL above)");
