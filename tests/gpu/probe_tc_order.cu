@@ -206,8 +206,8 @@ __global__ void __launch_bounds__(128) wgmma_chain(const __nv_bfloat16 *x, const
 /* The kernels' own instruction and descriptors (kernels/wgmma.cuh): m64n128k16 on mma_tiles'
  * sets, B's rows 64..127 a copy of rows 0..63, so both halves of y's 128 columns must be the
  * m64n64 chain's (and mma.sync's) bits. y: TRIALS x M x 2N. */
-__global__ void __launch_bounds__(128) wgmma_n128(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
-                                                  float *y) {
+__global__ void __launch_bounds__(128)
+    wgmma_n128(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y) {
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *sa = smem, *sb = smem + (K / 16) * WG_TILE_A;
     const int t = blockIdx.x, tid = threadIdx.x;
@@ -382,8 +382,7 @@ int main(void) {
     CHECK(cudaFuncSetAttribute(wgmma_n128, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)smem128));
     CHECK(cudaMemset(dy2, 0xff, 2 * ny * 4));
-    wgmma_n128<<<TRIALS, 128, smem128>>>((const __nv_bfloat16 *)dx, (const __nv_bfloat16 *)dw,
-                                         dy2);
+    wgmma_n128<<<TRIALS, 128, smem128>>>((const __nv_bfloat16 *)dx, (const __nv_bfloat16 *)dw, dy2);
     CHECK(cudaGetLastError());
     CHECK(cudaMemcpy(y2, dy2, 2 * ny * 4, cudaMemcpyDeviceToHost));
     for (int half = 0; half < 2; half++) {
