@@ -288,7 +288,7 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
 }
 
 /* A speed-only switch of k_moe_experts against its other setting, byte for byte: the call with
- * the switches off, then one with every item on expert 0, which leaves other buckets and
+ * the switches off, then one with every item on the last expert, which leaves other buckets and
  * another active count in the workspace (so a bucket the up kernel failed to write for the down
  * kernel shows as a difference), then the call with the switches on; for the router's ids,
  * and with bad ids, whose rows must be NaN on both.
@@ -301,19 +301,25 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
  *   (~10 items an expert) leaves every second warp of a block without an item, the 700-row tiny
  *   one (~175) a second item tile with a few; and (at 4, moe_prefill_wgmma) the wgmma blocks of
  *   64 items against 256 weight rows (d_expert 704 leaves the last up block's second warpgroup
- *   half past the outputs, d_expert 40 and 712 end k in a part chunk in the down kernel);
+ *   half past the outputs; d_model 96 ends the up kernel's k in a one-block chunk, d_expert 96,
+ *   160 and 224 the down kernel's, the last two after the three stages have wrapped);
  * - wide_loads, where it applies (the tensor-core path, at most 8 items: each expert's bucket
  *   one tile whose hi rows are padding), with the up kernel's buckets and with the bucket
  *   kernel's: the k loop's wider load groups (mma_rows_lo) against mma_rows. */
 static void check_switch(const char *name, const shape *s, int rows, void *d_gu, void *d_dn,
                          const int32_t *idx, const float *w, switches sw_off, switches sw_on) {
     size_t nk = (size_t)rows * (size_t)s->top_k, nx = (size_t)rows * (size_t)s->d_model;
-    int32_t *ids = malloc(nk * 4), *zero = calloc(nk, 4);
+    int32_t *ids = malloc(nk * 4), *other = malloc(nk * 4);
     bf16_t *x = malloc(nx * 2), *off = malloc(nx * 2), *on = malloc(nx * 2);
     void *d_x = k_device_alloc(nx * 2), *d_out = k_device_alloc(nx * 2),
          *d_idx = k_device_alloc(nk * 4), *d_w = k_device_alloc(nk * 4);
-    int setup = !ids || !zero || !x || !off || !on || !d_x || !d_out || !d_idx || !d_w;
+    int setup = !ids || !other || !x || !off || !on || !d_x || !d_out || !d_idx || !d_w;
     if (!setup) fill_uniform(x, nx, 1.0f, 0.0f);
+    /* the middle call's ids: every item on the last expert, never the expert of the gates that
+     * put every item on expert 0 (there, all on expert 0 left the right outputs in the
+     * workspace, and a kernel that wrote nothing would pass) */
+    for (size_t i = 0; !setup && i < nk; i++)
+        other[i] = s->n_expert - 1;
     k_moe_experts_args a = experts_args(s, rows, d_out, d_x, d_gu, d_dn, d_idx, d_w);
     for (int bad = 0; bad < 2; bad++) {
         char gate[128];
@@ -328,7 +334,7 @@ static void check_switch(const char *name, const shape *s, int rows, void *d_gu,
             }
             rc = k_copy_to_device(d_x, x, nx * 2) | k_copy_to_device(d_w, w, nk * 4) |
                  k_copy_to_device(d_idx, ids, nk * 4) | experts_with(&a, sw_off, off, nx) |
-                 k_copy_to_device(d_idx, zero, nk * 4) | experts_with(&a, sw_off, on, nx) |
+                 k_copy_to_device(d_idx, other, nk * 4) | experts_with(&a, sw_off, on, nx) |
                  k_copy_to_device(d_idx, ids, nk * 4) | experts_with(&a, sw_on, on, nx);
         }
         size_t diff = 0, nan_rows = 0;
@@ -347,7 +353,7 @@ static void check_switch(const char *name, const shape *s, int rows, void *d_gu,
     k_device_free(d_idx);
     k_device_free(d_w);
     free(ids);
-    free(zero);
+    free(other);
     free(x);
     free(off);
     free(on);
@@ -479,7 +485,8 @@ int main(void) {
     const shape shapes[] = {{128, 8, 2816, 704, 160}, {16, 4, 64, 32, 200},
                             {128, 8, 2816, 64, 0},    {16, 4, 64, 40, 200},
                             {128, 8, 2816, 712, 0},   {16, 4, 64, 32, 700},
-                            {128, 8, 2816, 96, 200},  {128, 8, 2816, 192, 200}};
+                            {128, 8, 2816, 96, 200},  {128, 8, 2816, 192, 200},
+                            {16, 4, 96, 160, 200},    {16, 4, 64, 224, 200}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape(&shapes[i], 4321 + i);
     run_route_shapes(8765);
