@@ -216,3 +216,5 @@ int moe_wgmma_launch(const k_moe_experts_args *a, const int32_t *list, const int
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
+
+K_TRACE_UNIT(moe_wgmma) /* the kernel trace build's binder (common.cuh) */
