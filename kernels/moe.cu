@@ -26,6 +26,7 @@
 #include "kernels/common.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/bf16.cuh"
+#include "kernels/moe_bucket.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/moe_wgmma.h"
 
@@ -740,8 +741,8 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
-    const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
-              n = active[3 * blockIdx.y + 2];
+    const moe_bucket b = moe_bucket_at(active, (int)blockIdx.y);
+    const int n = b.n;
     const int dm = a.d_model, de = a.d_expert;
     const int n_out = UP ? de : dm, k = UP ? dm : de; /* k % 32 == 0 (the tensor-core path) */
     constexpr int NB = UP ? 2 * TILES_NT : TILES_NT;  /* weight tiles a warp */
@@ -751,8 +752,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     const int wm = warp / 4, wn = warp % 4; /* the warp's item half and output quarter */
     const int ob = blockIdx.x * STAGED_BN;  /* the block's first output */
     if (ob >= n_out) return;                /* block-uniform */
-    const bf16_t *wbase = UP ? a.gate_up + (size_t)e * 2 * (size_t)de * (size_t)dm
-                             : a.down + (size_t)e * (size_t)dm * (size_t)de;
+    const bf16_t *wbase = moe_bucket_weights<UP>(a, b.expert);
     extern __shared__ __align__(16) unsigned char staged_smem[];
     __shared__ const bf16_t *s_row[STAGED_BM]; /* the tile's input rows; NULL: padding */
     __shared__ int s_item[STAGED_BM];          /* their item ids; -1: padding */
@@ -820,13 +820,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
 
     for (int r0 = 0; r0 < n; r0 += STAGED_BM) {
         if (r0 > 0) __syncthreads(); /* the last tile's s_row, s_item and epilogue reads */
-        for (int j = tid; j < STAGED_BM; j += STAGED_THREADS) {
-            const int item = r0 + j < n ? list[first + r0 + j] : -1;
-            s_item[j] = item;
-            s_row[j] = item < 0 ? NULL
-                       : UP     ? a.x + (size_t)(item / a.top_k) * (size_t)dm
-                                : h + (size_t)item * (size_t)de;
-        }
+        moe_bucket_rows<UP, STAGED_BM, STAGED_THREADS>(a, list, b, r0, h, s_row, s_item);
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < TILES_MT; i++)

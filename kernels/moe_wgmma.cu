@@ -19,6 +19,7 @@
  * before it. 120 KB of shared memory, one block an SM. */
 #include "kernels/common.cuh"
 #include "kernels/bf16.cuh"
+#include "kernels/moe_bucket.cuh"
 #include "kernels/moe_wgmma.h"
 #include "kernels/wgmma.cuh"
 
@@ -110,14 +111,13 @@ __global__ static void __launch_bounds__(MW_THREADS)
                      const int32_t *n_active, bf16_t *h, float *ys) {
     K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
-    const int e = active[3 * blockIdx.y], first = active[3 * blockIdx.y + 1],
-              n = active[3 * blockIdx.y + 2];
+    const moe_bucket b = moe_bucket_at(active, (int)blockIdx.y);
+    const int n = b.n;
     const int dm = a.d_model, de = a.d_expert;
     const int n_out = UP ? de : dm, k = UP ? dm : de; /* k % 32 == 0 (the tensor-core path) */
     const int ob = blockIdx.x * mw_block_outs<UP>();
     if (ob >= n_out) return; /* block-uniform */
-    const bf16_t *wbase = UP ? a.gate_up + (size_t)e * 2 * (size_t)de * (size_t)dm
-                             : a.down + (size_t)e * (size_t)dm * (size_t)de;
+    const bf16_t *wbase = moe_bucket_weights<UP>(a, b.expert);
     extern __shared__ __align__(128) unsigned char mw_smem[];
     __shared__ const bf16_t *s_row[MW_BM]; /* the tile's input rows; NULL: padding */
     __shared__ int s_item[MW_BM];          /* their item ids; -1: padding */
@@ -127,13 +127,7 @@ __global__ static void __launch_bounds__(MW_THREADS)
 
     for (int r0 = 0; r0 < n; r0 += MW_BM) {
         if (r0 > 0) __syncthreads(); /* the last tile's s_row, s_item and epilogue reads */
-        for (int j = tid; j < MW_BM; j += MW_THREADS) {
-            const int item = r0 + j < n ? list[first + r0 + j] : -1;
-            s_item[j] = item;
-            s_row[j] = item < 0 ? NULL
-                       : UP     ? a.x + (size_t)(item / a.top_k) * (size_t)dm
-                                : h + (size_t)item * (size_t)de;
-        }
+        moe_bucket_rows<UP, MW_BM, MW_THREADS>(a, list, b, r0, h, s_row, s_item);
         __syncthreads();
         float acc[64];
 #pragma unroll
