@@ -33,10 +33,9 @@ static __device__ __forceinline__ const bf16_t *moe_bucket_weights(const k_moe_e
  * its row of h) and its id, NULL and -1 past the bucket's end. The block's threads share the
  * work; the caller puts a barrier between this and the rows' readers. */
 template <bool UP, int BM, int THREADS>
-static __device__ __forceinline__ void moe_bucket_rows(const k_moe_experts_args &a,
-                                                       const int32_t *list, moe_bucket b, int r0,
-                                                       const bf16_t *h, const bf16_t **s_row,
-                                                       int *s_item) {
+static __device__ __forceinline__ void
+moe_bucket_rows(const k_moe_experts_args &a, const int32_t *list, moe_bucket b, int r0,
+                const bf16_t *h, const bf16_t **s_row, int *s_item) {
     for (int j = (int)threadIdx.x; j < BM; j += THREADS) {
         const int item = r0 + j < b.n ? list[b.first + r0 + j] : -1;
         s_item[j] = item;

@@ -586,36 +586,53 @@ static void run_switch_shapes(const speed_switch *sw, uint64_t seed) {
     run_switch(sw, "ragged", 1004, 288, seed + N_PROJ + 1);
 }
 
-/* serve.gemm_staged's choice on the card, for the H200's 132 SMs (other counts: printed, not
- * gated): at 1 the 8-warp shape with fewer waves, at 2 the 4-warp pairs, each where its blocks
- * fill at least half the card's block slots; the tile form below 128 rows and where the staged
- * blocks would be too few. */
+/* serve.gemm_staged's and serve.gemm_wgmma's choice on the card, for the H200's 132 SMs (other
+ * counts: printed, not gated). gemm_staged at 1: the 8-warp shape with fewer waves, at 2 the
+ * 4-warp pairs, each where its blocks fill at least half the card's block slots; gemm_wgmma: its
+ * 128 x 128 blocks where they fill half the SMs; else the tile form, as below 128 rows. */
 static void run_staged_choice(int sms) {
     static const struct {
         const char *name;
+        void (*set)(int mode); /* the switch the case sets; the other stays 0 */
         int mode, m, n, k, want;
     } cases[] = {
         /* 256 blocks of either 8-warp shape: a tie */
-        {"1: 26B-A4B q, 1,024 rows", 1, 1024, 4096, 2816, K_GEMM_STAGED_SQUARE},
+        {"1: 26B-A4B q, 1,024 rows", k_set_gemm_staged, 1, 1024, 4096, 2816, K_GEMM_STAGED_SQUARE},
         /* 132 blocks against 136: one wave against two */
-        {"1: 26B-A4B gate_up, 1,024", 1, 1024, 2112, 2816, K_GEMM_STAGED_TALL},
-        {"1: 26B-A4B router, 1,024", 1, 1024, 128, 2816, K_GEMM_STAGED_NONE}, /* 8 blocks */
+        {"1: 26B-A4B gate_up, 1,024", k_set_gemm_staged, 1, 1024, 2112, 2816, K_GEMM_STAGED_TALL},
+        /* 8 blocks */
+        {"1: 26B-A4B router, 1,024", k_set_gemm_staged, 1, 1024, 128, 2816, K_GEMM_STAGED_NONE},
         /* 64 blocks: under half of 132 */
-        {"1: 26B-A4B k_global, 1,024", 1, 1024, 1024, 2816, K_GEMM_STAGED_NONE},
-        {"1: 26B-A4B q, 2,064", 1, 2064, 4096, 2816, K_GEMM_STAGED_SQUARE},
-        {"1: 26B-A4B q, 127 rows", 1, 127, 4096, 2816, K_GEMM_STAGED_NONE},
-        {"1: 31B down, 1,024", 1, 1024, 5376, 21504, K_GEMM_STAGED_SQUARE},
-        {"2: 26B-A4B q, 1,024", 2, 1024, 4096, 2816, K_GEMM_STAGED_PAIR},       /* 512 blocks */
-        {"2: 26B-A4B gate_up, 1,024", 2, 1024, 2112, 2816, K_GEMM_STAGED_PAIR}, /* 264 */
+        {"1: 26B-A4B k_global, 1,024", k_set_gemm_staged, 1, 1024, 1024, 2816, K_GEMM_STAGED_NONE},
+        {"1: 26B-A4B q, 2,064", k_set_gemm_staged, 1, 2064, 4096, 2816, K_GEMM_STAGED_SQUARE},
+        {"1: 26B-A4B q, 127 rows", k_set_gemm_staged, 1, 127, 4096, 2816, K_GEMM_STAGED_NONE},
+        {"1: 31B down, 1,024", k_set_gemm_staged, 1, 1024, 5376, 21504, K_GEMM_STAGED_SQUARE},
+        /* 512 blocks */
+        {"2: 26B-A4B q, 1,024", k_set_gemm_staged, 2, 1024, 4096, 2816, K_GEMM_STAGED_PAIR},
+        /* 264 */
+        {"2: 26B-A4B gate_up, 1,024", k_set_gemm_staged, 2, 1024, 2112, 2816, K_GEMM_STAGED_PAIR},
         /* 128 blocks: under half of 264 slots */
-        {"2: 26B-A4B k_global, 1,024", 2, 1024, 1024, 2816, K_GEMM_STAGED_NONE},
-        {"2: 26B-A4B router, 1,024", 2, 1024, 128, 2816, K_GEMM_STAGED_NONE},
+        {"2: 26B-A4B k_global, 1,024", k_set_gemm_staged, 2, 1024, 1024, 2816, K_GEMM_STAGED_NONE},
+        {"2: 26B-A4B router, 1,024", k_set_gemm_staged, 2, 1024, 128, 2816, K_GEMM_STAGED_NONE},
+        /* 256 blocks */
+        {"wgmma 1: 26B-A4B q, 1,024", k_set_gemm_wgmma, 1, 1024, 4096, 2816, K_GEMM_STAGED_WG64},
+        {"wgmma 2: 26B-A4B q, 1,024", k_set_gemm_wgmma, 2, 1024, 4096, 2816, K_GEMM_STAGED_WG128},
+        /* 136 */
+        {"wgmma 1: 26B-A4B gate_up, 1,024", k_set_gemm_wgmma, 1, 1024, 2112, 2816,
+         K_GEMM_STAGED_WG64},
+        /* 64 */
+        {"wgmma 1: 26B-A4B k_global, 1,024", k_set_gemm_wgmma, 1, 1024, 1024, 2816,
+         K_GEMM_STAGED_NONE},
+        /* 8 */
+        {"wgmma 1: 26B-A4B router, 1,024", k_set_gemm_wgmma, 1, 1024, 128, 2816,
+         K_GEMM_STAGED_NONE},
+        {"wgmma 1: 26B-A4B q, 127 rows", k_set_gemm_wgmma, 1, 127, 4096, 2816, K_GEMM_STAGED_NONE},
     };
     k_gemm_mma(1);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char gate[96];
         snprintf(gate, sizeof gate, "gemm_staged_choice[%s]", cases[i].name);
-        k_set_gemm_staged(cases[i].mode);
+        cases[i].set(cases[i].mode);
         k_gemm_plan *plan = NULL;
         int rc = k_gemm_plan_create(&plan, 2064, cases[i].n, cases[i].k);
         const int got = rc == 0 ? k_gemm_plan_staged(plan, cases[i].m) : -1;
@@ -626,36 +643,8 @@ static void run_staged_choice(int sms) {
             TEST_CHECK(gate, rc == 0 && got == cases[i].want, "rc %d, takes %s, want %s", rc,
                        staged_form(got), staged_form(cases[i].want));
         k_gemm_plan_destroy(plan);
+        cases[i].set(0);
     }
-    k_set_gemm_staged(0);
-    /* serve.gemm_wgmma's: its 128 x 128 blocks where they fill half the SMs, else the tile form */
-    static const struct {
-        const char *name;
-        int mode, m, n, want;
-    } wg_cases[] = {
-        {"wgmma 1: 26B-A4B q, 1,024", 1, 1024, 4096, K_GEMM_STAGED_WG64},        /* 256 blocks */
-        {"wgmma 2: 26B-A4B q, 1,024", 2, 1024, 4096, K_GEMM_STAGED_WG128},       /* 256 */
-        {"wgmma 1: 26B-A4B gate_up, 1,024", 1, 1024, 2112, K_GEMM_STAGED_WG64},  /* 136 */
-        {"wgmma 1: 26B-A4B k_global, 1,024", 1, 1024, 1024, K_GEMM_STAGED_NONE}, /* 64 */
-        {"wgmma 1: 26B-A4B router, 1,024", 1, 1024, 128, K_GEMM_STAGED_NONE},    /* 8 */
-        {"wgmma 1: 26B-A4B q, 127 rows", 1, 127, 4096, K_GEMM_STAGED_NONE},
-    };
-    for (size_t i = 0; i < sizeof wg_cases / sizeof wg_cases[0]; i++) {
-        char gate[96];
-        snprintf(gate, sizeof gate, "gemm_staged_choice[%s]", wg_cases[i].name);
-        k_set_gemm_wgmma(wg_cases[i].mode);
-        k_gemm_plan *plan = NULL;
-        int rc = k_gemm_plan_create(&plan, 2064, wg_cases[i].n, 2816);
-        const int got = rc == 0 ? k_gemm_plan_staged(plan, wg_cases[i].m) : -1;
-        if (sms != 132)
-            test_skip(gate, "gated for 132 SMs, this card has %d (takes: %s)", sms,
-                      staged_form(got));
-        else
-            TEST_CHECK(gate, rc == 0 && got == wg_cases[i].want, "rc %d, takes %s, want %s", rc,
-                       staged_form(got), staged_form(wg_cases[i].want));
-        k_gemm_plan_destroy(plan);
-    }
-    k_set_gemm_wgmma(0);
     k_gemm_mma(0);
 }
 
