@@ -259,6 +259,8 @@ build_tests() {
         # a measurement, not an engine gate: what a tensor-core instruction's sum depends on
         # (its header says why); built here so that CI compiles it
         "$CUDA_HOME/bin/nvcc" $NVFLAGS -I. tests/gpu/probe_tc_order.cu -o "$B/tests/probe_tc_order"
+        "$CUDA_HOME/bin/nvcc" $NVFLAGS -I. tests/gpu/probe_lt_order.cu -o "$B/tests/probe_lt_order" \
+            $(cuda_libs)
     fi
     wait_all
 }

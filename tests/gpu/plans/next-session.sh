@@ -58,6 +58,12 @@ want gates && step gates ./build.sh gpu-test test_gemm_lt test_moe test_attn
 want probe && step probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
     -gencode arch=compute_90a,code=sm_90a -O2 -I. tests/gpu/probe_tc_order.cu \
     -o build/tests/probe_tc_order && build/tests/probe_tc_order'
+# (not in the default) whether cuBLASLt's plans sum k as one natural 16-k instruction after another
+# (tests/gpu/probe_lt_order.cu; docs/perf-notes.md, thirtieth session): nvcc and one run, ~40 s
+want lt-probe && step lt-probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
+    -gencode arch=compute_90a,code=sm_90a -O2 -I. tests/gpu/probe_lt_order.cu \
+    -o build/tests/probe_lt_order -L/usr/local/cuda/lib64 -lcublasLt \
+    -Xlinker -rpath=/usr/local/cuda/lib64 && build/tests/probe_lt_order'
 ab_next() {
     local r m v sw spb
     for r in 1 2; do
