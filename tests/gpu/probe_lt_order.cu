@@ -217,10 +217,10 @@ int main(void) {
             cublasLtMatmulDesc_t desc;
             LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
             cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-            LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                                    sizeof ta));
-            LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                                    sizeof tb));
+            LT_CHECK(
+                cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+            LT_CHECK(
+                cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
             cublasLtMatrixLayout_t la, lb, lc;
             LT_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k));
             LT_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, k));
@@ -238,9 +238,8 @@ int main(void) {
             for (int i = 0; i < found; i++) {
                 const float one = 1.0f, zero = 0.0f;
                 CHECK(cudaMemset(dy, 0xff, ny * 4));
-                const cublasStatus_t st =
-                    cublasLtMatmul(lt, desc, &one, dw, la, dx, lb, &zero, dy, lc, dy, lc,
-                                   &res[i].algo, ws, ws_bytes, 0);
+                const cublasStatus_t st = cublasLtMatmul(lt, desc, &one, dw, la, dx, lb, &zero, dy,
+                                                         lc, dy, lc, &res[i].algo, ws, ws_bytes, 0);
                 CHECK(cudaDeviceSynchronize());
                 const cublasLtMatmulAlgo_t *al = &res[i].algo;
                 const int id = algo_attr(al, CUBLASLT_ALGO_CONFIG_ID),
@@ -258,13 +257,12 @@ int main(void) {
                 printf("INFO lt_order[%s, m %d, lt #%d]: algo %d tile %d stages %d split-k %d "
                        "reduction %d, workspace %zu: vs natural %ld, vs project %ld of %zu "
                        "differ; %d of 512 sampled off the double sum\n",
-                       shapes[si].name, m, i, id, tile, stages, splitk, red,
-                       res[i].workspaceSize, differ(y_lt, y_nat, cnt), differ(y_lt, y_proj, cnt),
-                       cnt, bad);
+                       shapes[si].name, m, i, id, tile, stages, splitk, red, res[i].workspaceSize,
+                       differ(y_lt, y_nat, cnt), differ(y_lt, y_proj, cnt), cnt, bad);
             }
             if (found == 0)
-                printf("INFO lt_order[%s, m %d]: the heuristic offered no plan\n",
-                       shapes[si].name, m);
+                printf("INFO lt_order[%s, m %d]: the heuristic offered no plan\n", shapes[si].name,
+                       m);
             cublasLtMatmulPreferenceDestroy(pref);
             cublasLtMatrixLayoutDestroy(la);
             cublasLtMatrixLayoutDestroy(lb);

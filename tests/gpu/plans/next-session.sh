@@ -1,9 +1,9 @@
 # tests/gpu/plans/next-session.sh - a box_queue.sh plan for the next session's device time,
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
-# the plan). PLAN_STEPS picks; default "lt-probe 26b-fp8 timeline" (~20 min: the cuBLASLt order
-# probe, the 26B-A4B's full step fp8 first, the decode timeline; docs/perf-notes.md, "Next H200
-# calls"; the thirtieth session ran attn-nan, wg and serve). The steps, in the order they run
+# the plan). PLAN_STEPS picks; default "26b-fp8" (~15 min, two calls: the 26B-A4B's full step,
+# fp8 first; docs/perf-notes.md, "Next H200 calls"; the thirtieth session ran attn-nan, wg,
+# serve, lt-probe and timeline). The steps, in the order they run
 # (probe, lt-probe, pf, attn, attn-nan and wg are described beside their code below):
 #   gates    (ran in the twenty-eighth session, 1,635 / 0 / 0) test_gemm_lt's `gemm_staged` gates (serve.gemm_staged, written in the twenty-seventh
 #            session: the prefill projections staged through shared memory, bits against the
@@ -52,7 +52,7 @@
 #            experts' ring on (FULL_SETS="serve.gemm_staged=1 serve.moe_prefill_tiles=3"): the
 #            engine's path through them at full depth, before either default flips, ~8 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-lt-probe 26b-fp8 timeline} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-26b-fp8} " == *" $1 "* ]]; }
 want gates && step gates ./build.sh gpu-test test_gemm_lt test_moe test_attn
 # the tensor-core order probe (tests/gpu/probe_tc_order.cu), alone: nvcc and one run, ~30 s
 want probe && step probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
