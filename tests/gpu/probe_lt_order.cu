@@ -22,6 +22,7 @@
  * Built by ./build.sh tests where nvcc exists (compile-checked in CI), run by the plans' `lt-probe`
  * step: build/tests/probe_lt_order. Needs an sm_90 card. */
 #include "kernels/mma.cuh"
+#include "tests/gpu/probe_operands.h"
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -90,18 +91,6 @@ __global__ void chain(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y, 
         y[(size_t)(r0 + g + 8) * n + o] = d[2];
         y[(size_t)(r0 + g + 8) * n + o + 1] = d[3];
     }
-}
-
-static uint16_t bf16_bits(float f) { /* round to nearest even; the operands are finite */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-static double bf16_value(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 /* Sampled outputs off the double-precision sum by more than 2^-10 of the mass (the sum of |x w|).
@@ -177,12 +166,7 @@ int main(void) {
         uint16_t *x = (uint16_t *)malloc(nx * 2), *w = (uint16_t *)malloc(nw * 2);
         float *y_nat = (float *)malloc(ny * 4), *y_proj = (float *)malloc(ny * 4),
               *y_lt = (float *)malloc(ny * 4);
-        /* normal-ish values times 2^(-6..6): products of many magnitudes */
-        for (size_t i = 0; i < nx + nw; i++) {
-            const float u = ((float)rand() / RAND_MAX - 0.5f) * 2.0f;
-            const float v = ldexpf(u, rand() % 13 - 6);
-            (i < nx ? x[i] : w[i - nx]) = bf16_bits(v);
-        }
+        probe_fill(x, nx, w, nw);
         __nv_bfloat16 *dx, *dw;
         float *dy;
         CHECK(cudaMalloc(&dx, nx * 2));

@@ -30,6 +30,7 @@
  * Built by ./build.sh tests where nvcc exists (compile-checked in CI), run by the plans'
  * `probe` step: build/tests/probe_tc_order. Needs sm_90a. */
 #include "kernels/mma.cuh"
+#include "tests/gpu/probe_operands.h"
 #include "kernels/wgmma.cuh"
 
 #include <cuda_bf16.h>
@@ -252,18 +253,6 @@ __global__ void __launch_bounds__(128)
         }                                                                                          \
     } while (0)
 
-static uint16_t bf16_bits(float f) { /* round to nearest even; the operands are finite */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-static double bf16_value(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Outputs off the double-precision sum: |y - ref| > 2^-16 x sum |x w|. A tensor core's fp32
  * sum may truncate where it aligns its terms, ~2^-23 of the largest a step, so 16 steps stay
  * well under 2^-18 of the mass; a wrong fragment or descriptor layout errs by the mass itself. */
@@ -319,14 +308,9 @@ int main(void) {
     float *ys[MMA_MODES + 2];
     for (int i = 0; i < MMA_MODES + 2; i++)
         ys[i] = (float *)malloc(ny * 4);
-    /* normal-ish values times 2^(-6..6): products of many magnitudes, so alignment and
-     * truncation inside an instruction's sum show in the low bits */
+    /* alignment and truncation inside an instruction's sum show in the low bits */
     srand(20261205);
-    for (size_t i = 0; i < nx + nw; i++) {
-        const float u = ((float)rand() / RAND_MAX - 0.5f) * 2.0f;
-        const float v = ldexpf(u, rand() % 13 - 6);
-        (i < nx ? x[i] : w[i - nx]) = bf16_bits(v);
-    }
+    probe_fill(x, nx, w, nw);
     void *dx, *dw;
     float *dy;
     CHECK(cudaMalloc(&dx, nx * 2));
