@@ -406,6 +406,9 @@ static void gemm_step(FILE *f, const char *layer, const char *var, const char *c
     fld(f, "k", "%s", k);
     if (ldy) fld(f, "ldy", "%s", ldy);
     fld(f, "plan", "%s", plan);
+    /* the step's prompt rows, last (engine_batch.prompt): a weight with a prompt plan runs
+     * them on it; the out rows' projections (the LM head) take every row alike */
+    if (strcmp(rows, "s->rows") == 0) fld(f, "prompt_rows", "s->rows - s->decode_rows");
     /* inside a layer function the group's STEP comes at its flush; a projection that wrote its
      * own input could not share a step with the ones reading that input */
     if (row_group.on && strcmp(y, x) != 0) {

@@ -74,6 +74,7 @@ typedef struct g4_state {
     const g4_weights *w;
     g4_stream stream;
     int rows;                  /* tokens in this step */
+    int decode_rows;           /* the leading rows that are generated tokens; prompt rows follow */
     const int32_t *ids;        /* [rows] token ids */
     const int32_t *pos;        /* [rows] position of each token in its sequence */
     const int32_t *seq;        /* [rows] sequence slot (row of the KV page tables) */

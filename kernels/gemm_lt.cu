@@ -32,14 +32,18 @@ struct k_gemm_plan {
     size_t ws_need; /* the most its algorithm asks for, at 1, heur_m and max_m rows */
     int plain;      /* k_gemm_plain: the CUDA-core kernel below, no cuBLASLt */
     int mma;        /* k_gemm_mma: the tensor-core kernel below, no cuBLASLt */
+    int natural;    /* a prompt plan: its algorithm held to split-k 1 (choose_algo) */
+    /* k_gemm_prompt_plans: the cuBLASLt plan an mma plan's prompt rows run on (NULL: none) */
+    struct k_gemm_plan *prompt;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a;
     cublasLtMatmulAlgo_t algo;
 };
 
-static bool plain_plans; /* k_gemm_plain: plans made from now on are plain */
-static bool mma_plans;   /* k_gemm_mma: plans made from now on run gemm_mma_kernel */
-static bool auto_plans;  /* k_gemm_auto: small weights gemm_mma_kernel, the rest cuBLASLt */
+static bool plain_plans;  /* k_gemm_plain: plans made from now on are plain */
+static bool mma_plans;    /* k_gemm_mma: plans made from now on run gemm_mma_kernel */
+static bool auto_plans;   /* k_gemm_auto: small weights gemm_mma_kernel, the rest cuBLASLt */
+static bool prompt_plans; /* k_gemm_prompt_plans: auto's mma plans get a prompt plan */
 static cublasLtHandle_t lt_handle;
 static void *lt_workspace;
 static size_t lt_workspace_bytes;
@@ -76,6 +80,18 @@ static int layout_bf16(cublasLtMatrixLayout_t *l, int rows, int cols, int ld) {
     return K_OK;
 }
 
+/* 1 when algo sums k in one pass: split-k 1 (or unset) and no reduction scheme. */
+static bool algo_unsplit(const cublasLtMatmulAlgo_t *algo) {
+    uint32_t splits = 0, scheme = 0;
+    size_t got = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                             sizeof splits, &got) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                             sizeof scheme, &got) != CUBLAS_STATUS_SUCCESS)
+        return false;
+    return splits <= 1 && scheme == CUBLASLT_REDUCTION_SCHEME_NONE;
+}
+
 /* The heuristic's best algorithm at m = heur_m, verified to also run m = 1 and m = max_m within
  * the workspace p->ws_cap; *need gets the most workspace it asks for at those m. */
 static int choose_algo(k_gemm_plan *p, size_t *need) {
@@ -84,7 +100,13 @@ static int choose_algo(k_gemm_plan *p, size_t *need) {
     size_t ws = p->ws_cap;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    if (p->ws_cap > GEMM_WORKSPACE_BYTES) {
+    if (p->natural) {
+        /* a prompt plan: no split-k at all, so that each output is one chain of 16-k steps
+         * over k whatever m is (docs/prompt-rows.md); checked again on the algorithm below */
+        uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
+    } else if (p->ws_cap > GEMM_WORKSPACE_BYTES) {
         /* the second try: split-K partials summed in fp32 in the workspace, or none; not in
          * the bf16 output (INPLACE, OUTPUT_TYPE), which would round between the splits */
         uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
@@ -106,6 +128,7 @@ static int choose_algo(k_gemm_plan *p, size_t *need) {
         layout_bf16(&cm, p->n, p->max_m, p->n) == K_OK) {
         for (int i = 0; i < found && ok < 0; i++) {
             cublasLtMatmulHeuristicResult_t chk, chk_m;
+            if (p->natural && !algo_unsplit(&res[i].algo)) continue;
             if (cublasLtMatmulAlgoCheck(lt_handle, p->desc, p->a, b1, c1, c1, &res[i].algo, &chk) ==
                     CUBLAS_STATUS_SUCCESS &&
                 cublasLtMatmulAlgoCheck(lt_handle, p->desc, p->a, bm, cm, cm, &res[i].algo,
@@ -128,7 +151,7 @@ static int choose_algo(k_gemm_plan *p, size_t *need) {
     }
     cublasLtMatmulPreferenceDestroy(pref);
     if (ok < 0) { /* k_gemm_plan_create then asks at max_m; only that failure is an error */
-        if (p->heur_m == p->max_m && p->ws_cap == GEMM_WORKSPACE_BYTES)
+        if (!p->natural && p->heur_m == p->max_m && p->ws_cap == GEMM_WORKSPACE_BYTES)
             fprintf(stderr, "g4pipe: error kernels: no cuBLASLt algorithm for %d x %d x %d\n",
                     p->max_m, p->n, p->k);
         return K_ERR_SHAPE;
@@ -614,6 +637,8 @@ extern "C" int k_gemm_plan_create(k_gemm_plan **out, int max_m, int n, int k) {
 }
 
 static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, size_t ws_cap);
+static int lt_plan_fill(k_gemm_plan *p);
+static k_gemm_plan *prompt_plan_create(int max_m, int n, int k);
 
 /* At heur_m within the usual workspace; failing that, within GEMM_WORKSPACE_LARGE (the plans
  * that succeed the first time, every weight but the 31B's down projection when this was
@@ -654,6 +679,7 @@ static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, s
     if ((mma_plans || (auto_plans && small)) && k % 32 == 0) {
         /* no cuBLASLt object; under debug.gemm = mma other k take the plain kernel */
         p->mma = 1;
+        if (auto_plans && prompt_plans && !mma_plans) p->prompt = prompt_plan_create(max_m, n, k);
         *out = p;
         return K_OK;
     }
@@ -667,6 +693,15 @@ static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, s
         *out = p;
         return K_OK;
     }
+    int rc = lt_plan_fill(p);
+    if (rc == K_OK) *out = p;
+    return rc;
+}
+
+/* p's cuBLASLt objects and algorithm (its shape, heur_m, ws_cap and natural set); frees p on
+ * failure. */
+static int lt_plan_fill(k_gemm_plan *p) {
+    const int n = p->n, k = p->k;
     int rc = lt_init();
     if (rc != K_OK) {
         free(p);
@@ -689,25 +724,74 @@ static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, s
         k_gemm_plan_destroy(p);
         return rc_algo;
     }
-    *out = p;
     return K_OK;
 }
 
+/* The prompt plan of an mma weight: cuBLASLt asked at max_m (prompt rows come in chunks),
+ * held to split-k 1, so every prompt row's output is one natural chain of 16-k steps whatever
+ * m is (docs/prompt-rows.md). NULL, said on stderr, where no such algorithm runs the shape: its
+ * prompt rows then stay on the tensor-core kernel, which is as batch-invariant. */
+static k_gemm_plan *prompt_plan_create(int max_m, int n, int k) {
+    k_gemm_plan *p = (k_gemm_plan *)calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->max_m = p->heur_m = max_m;
+    p->n = n;
+    p->k = k;
+    p->ws_cap = GEMM_WORKSPACE_BYTES;
+    p->natural = 1;
+    if (lt_plan_fill(p) != K_OK) {
+        fprintf(stderr,
+                "g4pipe: warning kernels: no split-k-1 cuBLASLt algorithm for %d x %d x %d: its "
+                "prompt rows stay on the tensor-core kernel\n",
+                max_m, n, k);
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void k_gemm_prompt_plans(int on) { prompt_plans = on != 0; }
+
+extern "C" int k_gemm_plan_has_prompt(const k_gemm_plan *p) { return p && p->prompt; }
+
 extern "C" void k_gemm_plan_destroy(k_gemm_plan *p) {
     if (!p) return;
+    k_gemm_plan_destroy(p->prompt);
     if (p->a) cublasLtMatrixLayoutDestroy(p->a);
     if (p->desc) cublasLtMatmulDescDestroy(p->desc);
     free(p);
 }
 
+/* A call with prompt rows on a plan that has a prompt plan: the leading (decode) rows on the
+ * plan's own kernel, the trailing prompt rows on the prompt plan. Each row's bits are those of
+ * its kind's kernel alone (both are batch-invariant). */
+static int gemm_prompt_split(const k_gemm_args *a, int ldy, g4_stream st) {
+    const k_gemm_plan *p = (const k_gemm_plan *)a->plan;
+    k_gemm_args d = *a, pr = *a;
+    d.m = a->m - a->prompt_rows;
+    d.prompt_rows = 0;
+    if (d.m > 0) {
+        int rc = k_gemm(&d, st);
+        if (rc != K_OK) return rc;
+    }
+    pr.plan = p->prompt;
+    pr.m = a->prompt_rows;
+    pr.prompt_rows = 0;
+    pr.x = a->x + (size_t)d.m * (size_t)a->k;
+    pr.y = a->y + (size_t)d.m * (size_t)ldy;
+    pr.ldy = ldy;
+    return k_gemm(&pr, st);
+}
+
 extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
     k_gemm_plan *p = (k_gemm_plan *)a->plan;
     int ldy = a->ldy ? a->ldy : a->n;
-    if (!p || a->m < 0 || a->m > p->max_m || a->n != p->n || a->k != p->k || ldy < a->n)
+    if (!p || a->m < 0 || a->m > p->max_m || a->n != p->n || a->k != p->k || ldy < a->n ||
+        a->prompt_rows < 0 || a->prompt_rows > a->m)
         return K_ERR_SHAPE;
     /* no rows: nothing to do, as ref_gemm (a prefill chunk that is not a prompt's last asks the
      * LM head for no logits) */
     if (a->m == 0) return K_OK;
+    if (p->prompt && a->prompt_rows > 0) return gemm_prompt_split(a, ldy, st);
     if (p->mma) {
         /* 16-byte loads: x, w rows start on 16 bytes when the bases do (k % 32 == 0) */
         if (((uintptr_t)a->x | (uintptr_t)a->w) & 15) return K_ERR_SHAPE;
@@ -775,9 +859,18 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
  * as in k_gemm. Otherwise each member through k_gemm, in order: a prefill chunk's launches are
  * long enough that one more costs little (and the tile form, inlined once per member, spills).
  * Either way each output is computed as in its own call. */
+/* 1 when a member of a has prompt rows for a prompt plan of its own */
+static bool group_splits(const k_gemm_group_args *a) {
+    for (int i = 0; i < a->n_gemms; i++) {
+        const k_gemm_plan *p = (const k_gemm_plan *)a->g[i].plan;
+        if (p && p->prompt && a->g[i].prompt_rows > 0) return true;
+    }
+    return false;
+}
+
 extern "C" int k_gemm_group_fuses(const k_gemm_group_args *a) {
     if (k_gemm_group_check(a) != K_OK || !fuse_groups || a->n_gemms < 2 ||
-        a->g[0].m > MMA_GEMM_DECODE_M)
+        a->g[0].m > MMA_GEMM_DECODE_M || group_splits(a))
         return 0;
     for (int i = 0; i < a->n_gemms; i++) {
         const k_gemm_args *g = &a->g[i];
@@ -792,6 +885,30 @@ extern "C" int k_gemm_group_fuses(const k_gemm_group_args *a) {
 
 extern "C" int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
     if (k_gemm_group_check(a) != K_OK) return K_ERR_SHAPE;
+    if (group_splits(a)) { /* the decode rows as a group (fused where they may be), then each
+                            * member's prompt rows through its own prompt split */
+        k_gemm_group_args d = *a;
+        const int pr = a->g[0].prompt_rows, dm = a->g[0].m - pr;
+        for (int i = 0; i < a->n_gemms; i++) {
+            d.g[i].m = dm;
+            d.g[i].prompt_rows = 0;
+        }
+        if (dm > 0) {
+            int rc = k_gemm_group(&d, st);
+            if (rc != K_OK) return rc;
+        }
+        for (int i = 0; i < a->n_gemms; i++) {
+            k_gemm_args g = a->g[i];
+            const int ldy = g.ldy ? g.ldy : g.n;
+            g.x += (size_t)dm * (size_t)g.k;
+            g.y += (size_t)dm * (size_t)ldy;
+            g.m = g.prompt_rows = pr;
+            g.ldy = ldy;
+            int rc = k_gemm(&g, st);
+            if (rc != K_OK) return rc;
+        }
+        return K_OK;
+    }
     if (!k_gemm_group_fuses(a)) { /* each member as its own call, its shape checked there */
         for (int i = 0; i < a->n_gemms; i++) {
             int rc = k_gemm(&a->g[i], st);

@@ -66,13 +66,17 @@ typedef struct k_rmsnorm_args {
 } k_rmsnorm_args;
 
 /* y[m, 0:n] (row stride ldy, 0 = n) = bf(x[m, k] @ w[n, k]^T), fp32 accumulation. plan is the
- * backend's prepared algorithm for this weight (cuBLASLt plan on the GPU, unused on the CPU). */
+ * backend's prepared algorithm for this weight (cuBLASLt plan on the GPU, unused on the CPU).
+ * prompt_rows: the last prompt_rows of the m rows are prompt tokens, the rows before them
+ * generated ones (0: every row counts as generated); on the GPU a weight with a prompt plan
+ * runs each kind on its own kernel (docs/prompt-rows.md), the CPU computes both alike. */
 typedef struct k_gemm_args {
     bf16_t *y;
     const bf16_t *x; /* [m, k] */
     const bf16_t *w; /* [n, k] */
     int m, n, k, ldy;
     void *plan;
+    int prompt_rows;
 } k_gemm_args;
 
 /* A few projections of one input run as one op (kernels/gemm_lt.cu): q, k and v of a layer,
@@ -89,8 +93,10 @@ typedef struct k_gemm_group_args {
 /* The group's own preconditions, shared by both backends: K_OK or K_ERR_SHAPE. */
 static inline int k_gemm_group_check(const k_gemm_group_args *a) {
     if (a->n_gemms < 1 || a->n_gemms > K_GEMM_GROUP_MAX) return K_ERR_SHAPE;
+    if (a->g[0].prompt_rows < 0 || a->g[0].prompt_rows > a->g[0].m) return K_ERR_SHAPE;
     for (int i = 1; i < a->n_gemms; i++)
-        if (a->g[i].x != a->g[0].x || a->g[i].m != a->g[0].m || a->g[i].k != a->g[0].k)
+        if (a->g[i].x != a->g[0].x || a->g[i].m != a->g[0].m || a->g[i].k != a->g[0].k ||
+            a->g[i].prompt_rows != a->g[0].prompt_rows)
             return K_ERR_SHAPE;
     return K_OK;
 }
@@ -283,6 +289,14 @@ void k_gemm_mma(int on);
  * the weight's shape alone, so every m of a weight runs one kernel: batch-invariant. */
 #define K_GEMM_AUTO_MMA_MAX (32ll << 20)
 void k_gemm_auto(int on);
+/* on: plans that auto makes on the tensor-core kernel also get a prompt plan, cuBLASLt held to
+ * split-k 1, which k_gemm runs a call's prompt rows on (k_gemm_args.prompt_rows): prefill at
+ * cuBLASLt's rate, decode rows on the project's kernel, each kind batch-invariant on its own
+ * (serve.prompt_gemm, docs/prompt-rows.md). Read while plans are made. */
+void k_gemm_prompt_plans(int on);
+/* 1 when plan has a prompt plan (k_gemm_prompt_plans; none where no split-k-1 algorithm runs
+ * its shape) */
+int k_gemm_plan_has_prompt(const k_gemm_plan *plan);
 /* on (the default): the kernels of kernels/ launch with programmatic dependent launch, each
  * grid released to start while the one before it finishes (serve.pdl; speed only, the same
  * bits). Process-wide; kernels/common.cuh, k_launch. */

@@ -58,6 +58,11 @@ void k_gemm_plan_destroy(k_gemm_plan *plan) { (void)plan; }
 void k_gemm_plain(int on) { (void)on; }
 void k_gemm_mma(int on) { (void)on; }
 void k_gemm_auto(int on) { (void)on; }
+void k_gemm_prompt_plans(int on) { (void)on; }
+int k_gemm_plan_has_prompt(const k_gemm_plan *plan) {
+    (void)plan;
+    return 0;
+}
 const char *k_gemm_plan_kernel(const k_gemm_plan *plan) {
     (void)plan;
     return NULL;

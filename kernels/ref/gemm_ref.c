@@ -27,7 +27,10 @@ int ref_gemm_group(const k_gemm_group_args *a, g4_stream st) {
 
 int ref_gemm(const k_gemm_args *a, g4_stream st) {
     (void)st;
-    if (a->m < 0 || a->n <= 0 || a->k <= 0) return K_ERR_SHAPE;
+    /* prompt rows are computed as the others: the GPU's kernels for the two kinds differ only
+     * in how each sums within the fp32 contract */
+    if (a->m < 0 || a->n <= 0 || a->k <= 0 || a->prompt_rows < 0 || a->prompt_rows > a->m)
+        return K_ERR_SHAPE;
     int ldy = a->ldy ? a->ldy : a->n;
     float *xf = malloc(sizeof(float) * (size_t)a->k);
     if (!xf) return K_ERR_NO_MEMORY;

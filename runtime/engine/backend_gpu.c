@@ -129,12 +129,14 @@ static int gpu_bind_weights(backend *bk, loader *ld, const g4_model_desc *m, uin
         log_msg(LOG_INFO, "engine", "debug.gemm = mma: projections on the tensor-core kernel");
         k_gemm_mma(1);
     }
-    if (bk->cfg->debug.gemm == 3) k_gemm_auto(1); /* the default: said at the ready line */
+    if (bk->cfg->debug.gemm == 3) k_gemm_auto(1);    /* the default: said at the ready line */
+    k_gemm_prompt_plans(bk->cfg->serve.prompt_gemm); /* other bits for prompt rows */
     int rc = device_weights_bind(ld, m, seed, w, &bk->dw) != 0 ||
              device_weights_plans(bk->dw, m, w, z->max_rows, z->max_out_rows) != 0;
     k_gemm_plain(0);
     k_gemm_mma(0);
     k_gemm_auto(0);
+    k_gemm_prompt_plans(0);
     return rc ? -1 : 0;
 }
 
@@ -314,11 +316,12 @@ static int fetch_outputs(backend *bk, const engine_batch *b, const g4_state *s, 
 
 /* ---- CUDA-graph steps (serve.cuda_graphs) ---- */
 
-/* The padded size index a step can replay at, or -1. A graph step has every row as an out row
- * in row order (decode steps; also a short prompt whose every position wants logits) and no
- * per-step hook; it is padded to the next captured size with rows of the padding slot. */
+/* The padded size index a step can replay at, or -1. A graph step has every row a generated
+ * one and an out row in row order (decode steps) and no per-step hook; it is padded to the next
+ * captured size with rows of the padding slot. Prompt rows may run on other kernels
+ * (k_gemm_args.prompt_rows), which a decode graph does not hold. */
 static int graph_index(const backend *bk, const engine_batch *b, const g4_state *s) {
-    if (!bk->graphs || s->hook || b->out_rows != b->rows) return -1;
+    if (!bk->graphs || s->hook || b->out_rows != b->rows || s->decode_rows != b->rows) return -1;
     for (int r = 0; r < b->rows; r++)
         if (b->out_src[r] != r) return -1;
     for (int i = 0; i < bk->n_graph_sizes; i++)
@@ -337,7 +340,7 @@ static int enqueue_graph_step(backend *bk, const g4_schedule *sch, g4_state *s, 
     for (int f = 0; f < 2; f++)
         if (k_copy_to_device_async(bk->d_tables[f], bk->h_tables[f], bk->table_bytes, bk->stream))
             return K_ERR_DEVICE;
-    s->rows = s->out_rows = rows;
+    s->rows = s->out_rows = s->decode_rows = rows;
     s->ids = d;
     s->pos = d + stride;
     s->seq = d + 2 * stride;

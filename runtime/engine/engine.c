@@ -26,6 +26,8 @@ struct engine {
     g4_weights w;
     kv_pool_shape kv; /* what the KV stores hold; the scheduler's pool is made from it */
     int max_rows, max_out_rows;
+    int32_t *order;          /* order_rows' rows: ids, pos, seq, where each went; the out rows */
+    unsigned char *seq_kind; /* order_rows: [max_batch] the kind of a slot's rows this step */
     g4_state s;
     step_check check; /* debug.check_finite */
     long n_steps;     /* engine_step calls, for debug.fail_step */
@@ -246,6 +248,13 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
     const char *variant = cfg->kv.local == G4_KV_LOCAL_FP8 ? "local_fp8" : "local_bf16";
     e->max_rows = cfg->serve.prefill_chunk + cfg->serve.max_batch;
     e->max_out_rows = max_out_rows > 0 ? max_out_rows : cfg->serve.max_batch;
+    e->order = malloc(sizeof(int32_t) * (4 * (size_t)e->max_rows + (size_t)e->max_out_rows));
+    e->seq_kind = malloc((size_t)cfg->serve.max_batch + 1);
+    if (!e->order || !e->seq_kind) {
+        log_msg(LOG_ERROR, "engine", "out of host memory for the step's row order");
+        engine_close(e);
+        return -1;
+    }
     int pt = cfg->kv.page_tokens;
     backend_sizes z = {.max_rows = e->max_rows,
                        .max_out_rows = e->max_out_rows,
@@ -274,6 +283,8 @@ void engine_close(engine *e) {
     if (!e) return;
     if (e->ops) e->ops->destroy(e->bk);
     free(e->check.host);
+    free(e->order);
+    free(e->seq_kind);
     loader_close(e->ld);
     free(e);
 }
@@ -337,6 +348,59 @@ int engine_batch_wants_topk(const engine_batch *b) {
     return 0;
 }
 
+/* *ob = b with its generated rows first and its prompt rows after them, each kind in its order,
+ * out_src following (b's own arrays where it is already so); *decode_rows = the generated
+ * rows. Speed and kernel choice only: a row's bits do not depend on where it sits in the step
+ * (docs/gates.md). Returns -1, with last_error set, when b->prompt mixes the two kinds in one
+ * sequence or an out row names no row. */
+static int order_rows(engine *e, const engine_batch *b, engine_batch *ob, int *decode_rows) {
+    *ob = *b;
+    ob->prompt = NULL;
+    *decode_rows = b->rows;
+    for (int o = 0; o < b->out_rows; o++)
+        if (b->out_src[o] < 0 || b->out_src[o] >= b->rows) {
+            snprintf(e->last_error, sizeof e->last_error,
+                     "out row %d asks for row %d of a %d-row step", o, b->out_src[o], b->rows);
+            return -1;
+        }
+    if (!b->prompt) return 0;
+    const int slots = e->cfg.serve.max_batch + 1; /* the slots and the graphs' padding slot */
+    int n_dec = 0, sorted = 1;
+    memset(e->seq_kind, 0, (size_t)slots);
+    for (int r = 0; r < b->rows; r++) {
+        const unsigned char kind = b->prompt[r] ? 2 : 1;
+        const int q = b->seq[r];
+        if (q >= 0 && q < slots) {
+            if (e->seq_kind[q] && e->seq_kind[q] != kind) {
+                snprintf(e->last_error, sizeof e->last_error,
+                         "slot %d has prompt and generated rows in one step", q);
+                return -1;
+            }
+            e->seq_kind[q] = kind;
+        }
+        if (kind == 1) sorted &= n_dec++ == r;
+    }
+    *decode_rows = n_dec;
+    if (sorted) return 0;
+    const size_t R = (size_t)e->max_rows;
+    int32_t *ids = e->order, *pos = ids + R, *seq = pos + R, *to = seq + R, *src = to + R;
+    int next_dec = 0, next_prompt = n_dec;
+    for (int r = 0; r < b->rows; r++) {
+        const int t = b->prompt[r] ? next_prompt++ : next_dec++;
+        ids[t] = b->ids[r];
+        pos[t] = b->pos[r];
+        seq[t] = b->seq[r];
+        to[r] = t;
+    }
+    for (int o = 0; o < b->out_rows; o++)
+        src[o] = to[b->out_src[o]];
+    ob->ids = ids;
+    ob->pos = pos;
+    ob->seq = seq;
+    ob->out_src = src;
+    return 0;
+}
+
 int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
                 int (*hook)(g4_state *s, int layer, const char *step), void *hook_ctx) {
     if (b->rows <= 0 || b->rows > e->max_rows || b->out_rows < 0 || b->out_rows > e->max_out_rows) {
@@ -350,8 +414,17 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
         log_msg(LOG_ERROR, "engine", "%s", e->last_error);
         return K_ERR_SHAPE;
     }
+    e->last_error[0] = '\0';
+    engine_batch ordered;
+    int decode_rows = 0;
+    if (order_rows(e, b, &ordered, &decode_rows) != 0) {
+        log_msg(LOG_ERROR, "engine", "step refused: %s", e->last_error);
+        return K_ERR_SHAPE;
+    }
+    b = &ordered;
     g4_state *s = &e->s;
     s->rows = b->rows;
+    s->decode_rows = decode_rows;
     s->ids = b->ids;
     s->pos = b->pos;
     s->seq = b->seq;

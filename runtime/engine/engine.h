@@ -48,6 +48,13 @@ typedef struct engine_batch {
     const int32_t *seq;     /* [rows] slots, each with its positions reserved */
     int out_rows;           /* rows that want logits, <= max_out_rows */
     const int32_t *out_src; /* [out_rows] indices into the rows */
+    /* optional: [rows] 1 where the row's token is a prompt token, 0 where it is a generated one
+     * (the token sampled last, a decode row); NULL: every row counts as generated. The engine
+     * runs the generated rows first and the prompt rows after them (out rows keep their order),
+     * and a projection may run each kind on its own kernel (docs/prompt-rows.md): a row's kind is
+     * its request's, never its batch mates', so batch invariance holds. A sequence's rows of one
+     * step must be of one kind (the step is refused otherwise). */
+    const uint8_t *prompt;
     /* optional: need_logits[o] = 0 skips copying out row o's logits to the host (a greedy row
      * without logprobs needs only its argmax); NULL copies every row */
     const uint8_t *need_logits;

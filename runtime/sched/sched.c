@@ -47,6 +47,7 @@ struct sched {
     int committed[2]; /* pages of each family promised to the running requests' worst cases */
     /* step buffers */
     int32_t *ids, *pos, *seq, *out_src;
+    uint8_t *prompt;      /* [rows] 1: a prompt token, 0: a generated one (engine_batch) */
     int32_t *argmax;      /* [max_batch] each out row's greedy token, from the engine */
     int32_t *nonfinite;   /* [max_batch] 1: the out row's logits are not finite */
     sreq **in_step;       /* [max_batch] the requests with rows in the step */
@@ -90,6 +91,7 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     s->ids = calloc((size_t)rows, sizeof *s->ids);
     s->pos = calloc((size_t)rows, sizeof *s->pos);
     s->seq = calloc((size_t)rows, sizeof *s->seq);
+    s->prompt = calloc((size_t)rows, sizeof *s->prompt);
     s->out_src = calloc((size_t)mb, sizeof *s->out_src);
     s->out_req = calloc((size_t)mb, sizeof(sreq *));
     s->argmax = calloc((size_t)mb, sizeof *s->argmax);
@@ -112,9 +114,9 @@ sched *sched_create(engine *e, const tokenizer *tk, const g4_config *cfg, FILE *
     int draws_ok = s->draw_work && s->draw_tok && s->draw_lp;
     for (int w = 0; draws_ok && w < s->draw_threads; w++)
         draws_ok = (s->draw_work[w] = sampler_work_new(V)) != NULL;
-    if (!s->pool || !s->running || !s->slot_used || !s->ids || !s->pos || !s->seq || !s->out_src ||
-        !s->out_req || !s->logits || !s->work || !s->argmax || !s->nonfinite || !s->in_step ||
-        !s->need_logits || !s->topk || !s->topk_ids || !s->topk_vals || !draws_ok) {
+    if (!s->pool || !s->running || !s->slot_used || !s->ids || !s->pos || !s->seq || !s->prompt ||
+        !s->out_src || !s->out_req || !s->logits || !s->work || !s->argmax || !s->nonfinite ||
+        !s->in_step || !s->need_logits || !s->topk || !s->topk_ids || !s->topk_vals || !draws_ok) {
         sched_destroy(s);
         return NULL;
     }
@@ -153,6 +155,7 @@ void sched_destroy(sched *s) {
     free(s->nonfinite);
     free(s->in_step);
     free(s->need_logits);
+    free(s->prompt);
     free(s->topk);
     free(s->topk_ids);
     free(s->topk_vals);
@@ -382,6 +385,7 @@ static int add_rows(sched *s, sreq *r, int begin, int end, int *rows) {
         s->ids[*rows] = r->ids[p];
         s->pos[*rows] = p;
         s->seq[*rows] = r->slot;
+        s->prompt[*rows] = p < r->n_prompt;
         (*rows)++;
     }
     return 0;
@@ -458,6 +462,7 @@ int sched_step(sched *s) {
                       .seq = s->seq,
                       .out_rows = n_out,
                       .out_src = s->out_src,
+                      .prompt = s->prompt,
                       .need_logits = s->need_logits,
                       .argmax = s->argmax,
                       .nonfinite = s->nonfinite,

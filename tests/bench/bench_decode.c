@@ -339,6 +339,10 @@ int main(int argc, char **argv) {
      * timed apart, its sequences then freed; then the measured pass, whose last chunk of the
      * last sequence is profiled */
     double cold = 0;
+    /* prompt tokens, as the scheduler marks them (their projections may take other kernels) */
+    uint8_t *prompt_rows = malloc((size_t)cfg.serve.prefill_chunk);
+    if (!prompt_rows) return 1;
+    memset(prompt_rows, 1, (size_t)cfg.serve.prefill_chunk);
     for (int pass = 0; pass < 2; pass++) {
         srand(1);
         if (pass == 1) {
@@ -369,7 +373,8 @@ int main(int argc, char **argv) {
                                    .pos = pos,
                                    .seq = seq,
                                    .out_rows = 1,
-                                   .out_src = src};
+                                   .out_src = src,
+                                   .prompt = prompt_rows};
                 if (engine_step(e, &eb, logits, last ? profile_hook : NULL, &pre) != 0) return 1;
                 ttft += now_ms() - t0;
                 if (last && pre.gpu && profile_collect(&pre) != 0) return 1;
@@ -468,6 +473,7 @@ int main(int argc, char **argv) {
     free(seq);
     free(src);
     free(logits);
+    free(prompt_rows);
     free(t);
     free(argmax);
     free(need);

@@ -88,15 +88,17 @@ engine *fx_open_engine(const char *dir, int max_context, int chunk, int fp8,
     return e;
 }
 
-int fx_step_range(engine *e, const int32_t *ids, int begin, int end, bf16_t *out,
+int fx_step_range(engine *e, const int32_t *ids, int begin, int end, int prompt, bf16_t *out,
                   int (*hook)(g4_state *, int, const char *), void *ctx) {
     int32_t pos[MAX_ROWS], seq[MAX_ROWS], src[MAX_ROWS];
+    uint8_t kind[MAX_ROWS];
     int rows = end - begin;
     if (rows > MAX_ROWS) return -1;
     for (int r = 0; r < rows; r++) {
         pos[r] = begin + r;
         seq[r] = 0;
         src[r] = r;
+        kind[r] = prompt != 0;
     }
     kv_pool *pool = fx_pool(e);
     if (!pool) return -1;
@@ -108,7 +110,8 @@ int fx_step_range(engine *e, const int32_t *ids, int begin, int end, bf16_t *out
                       .pos = pos,
                       .seq = seq,
                       .out_rows = rows,
-                      .out_src = src};
+                      .out_src = src,
+                      .prompt = kind};
     return engine_step(e, &b, out, hook, ctx);
 }
 
@@ -122,10 +125,10 @@ int fx_run_case(engine *e, const int32_t *ids, int n, int prefill, int chunk, fx
     int rc = 0;
     for (int b = 0; b < prefill && rc == 0; b += chunk) {
         int end = b + chunk < prefill ? b + chunk : prefill;
-        rc = fx_step_range(e, ids, b, end, r->logits + (size_t)b * (size_t)V, hook, ctx);
+        rc = fx_step_range(e, ids, b, end, 1, r->logits + (size_t)b * (size_t)V, hook, ctx);
     }
     for (int p = prefill; p < n && rc == 0; p++)
-        rc = fx_step_range(e, ids, p, p + 1, r->logits + (size_t)p * (size_t)V, hook, ctx);
+        rc = fx_step_range(e, ids, p, p + 1, 0, r->logits + (size_t)p * (size_t)V, hook, ctx);
     kv_pool_free_seq(fx_pool(e), 0);
     return rc;
 }

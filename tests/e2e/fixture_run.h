@@ -33,12 +33,15 @@ kv_pool *fx_pool(const engine *e);
 /* Frees e's pool (if one was made) and closes e. NULL is fine. */
 void fx_close_engine(engine *e);
 
-/* Runs tokens [begin, end) of ids on slot 0 as one step, the logits of every row to out. */
-int fx_step_range(engine *e, const int32_t *ids, int begin, int end, bf16_t *out,
+/* Runs tokens [begin, end) of ids on slot 0 as one step, the logits of every row to out;
+ * prompt: 1 when the rows are prompt tokens, 0 when generated ones (engine_batch.prompt: they
+ * may take other projection kernels, docs/prompt-rows.md). */
+int fx_step_range(engine *e, const int32_t *ids, int begin, int end, int prompt, bf16_t *out,
                   int (*hook)(g4_state *, int, const char *), void *ctx);
 
-/* Prefills the first `prefill` tokens in chunks of `chunk`, then decodes the rest one token
- * at a time (teacher-forced): the logits of every position land in r (freed by the caller). */
+/* Prefills the first `prefill` tokens (prompt rows) in chunks of `chunk`, then decodes the rest
+ * one token at a time (generated rows, teacher-forced): the logits of every position land in r
+ * (freed by the caller). */
 int fx_run_case(engine *e, const int32_t *ids, int n, int prefill, int chunk, fx_run *r,
                 int (*hook)(g4_state *, int, const char *), void *ctx);
 

@@ -216,7 +216,7 @@ static void gate_greedy(engine *e, const char *fx, const fx_dump *eager, const f
         memcpy(ids, hc->ids, sizeof(int32_t) * (size_t)hc->n);
         int V = engine_model(e)->n_vocab;
         bf16_t *logits = malloc(sizeof(bf16_t) * (size_t)V * (size_t)(hc->n + 1));
-        if (!logits || fx_step_range(e, ids, 0, hc->n, logits, NULL, NULL) != 0) differ = 1;
+        if (!logits || fx_step_range(e, ids, 0, hc->n, 1, logits, NULL, NULL) != 0) differ = 1;
         int n = hc->n;
         for (int g = 0; g < hc->n_greedy && !differ; g++) {
             const int exempt = fx_tie_exempt(hc->g_top1[g], hc->g_top2[g]);
@@ -242,7 +242,7 @@ static void gate_greedy(engine *e, const char *fx, const fx_dump *eager, const f
                 }
             }
             ids[n++] = hc->greedy[g]; /* teacher-forced: equal to tok wherever tok is checked */
-            if (g + 1 < hc->n_greedy && fx_step_range(e, ids, n - 1, n, logits, NULL, NULL) != 0)
+            if (g + 1 < hc->n_greedy && fx_step_range(e, ids, n - 1, n, 0, logits, NULL, NULL) != 0)
                 differ = 1;
         }
         kv_pool_free_seq(fx_pool(e), 0);
@@ -521,13 +521,15 @@ static int bi_draw(int n) { /* uniform in [0, n) from a 64-bit LCG */
 }
 
 /* Runs n_seq sequences interleaved on slots 0..n_seq-1: at each step every unfinished sequence
- * adds its next 0..max_chunk tokens (a seeded draw; 1 is a decode-like row), and the steps'
+ * adds its next 0..max_chunk prompt tokens (a seeded draw, never past plen[q]) or, past its
+ * prompt, 0 or 1 generated token (a decode row), as the scheduler does; the steps'
  * per-sequence blocks go in a seeded order. Every row asks for logits; out[q] gets sequence q's
  * [len[q], V]. Returns 0, or -1 when a step or a reservation failed. */
 static int run_interleaved(engine *e, int n_seq, const int32_t *const *ids, const int *len,
-                           int max_chunk, uint64_t seed, bf16_t **out) {
+                           const int *plen, int max_chunk, uint64_t seed, bf16_t **out) {
     int V = engine_model(e)->n_vocab, done[BI_SEQS] = {0}, rc = 0;
     int32_t sid[BI_SEQS * 8], spos[BI_SEQS * 8], sseq[BI_SEQS * 8], src[BI_SEQS * 8];
+    uint8_t kind[BI_SEQS * 8];
     bf16_t *step_out = malloc((size_t)BI_SEQS * (size_t)max_chunk * (size_t)V * sizeof(bf16_t));
     bi_rng = seed;
     if (!step_out || max_chunk > 8) rc = -1;
@@ -535,8 +537,10 @@ static int run_interleaved(engine *e, int n_seq, const int32_t *const *ids, cons
         int order[BI_SEQS], take[BI_SEQS], rows = 0;
         for (int q = 0; q < n_seq; q++) {
             order[q] = q;
-            int room = len[q] - done[q];
+            const int prompt = done[q] < plen[q];
+            int room = (prompt ? plen[q] : len[q]) - done[q];
             take[q] = room > 0 ? bi_draw(max_chunk + 1) : 0;
+            if (!prompt && take[q] > 1) take[q] = 1;
             if (take[q] > room) take[q] = room;
         }
         for (int q = n_seq - 1; q > 0; q--) {
@@ -554,6 +558,7 @@ static int run_interleaved(engine *e, int n_seq, const int32_t *const *ids, cons
                 spos[rows] = done[q] + t;
                 sseq[rows] = q;
                 src[rows] = rows;
+                kind[rows] = done[q] + t < plen[q];
             }
         }
         if (rows > 0 && rc == 0) {
@@ -563,7 +568,8 @@ static int run_interleaved(engine *e, int n_seq, const int32_t *const *ids, cons
                               .pos = spos,
                               .seq = sseq,
                               .out_rows = rows,
-                              .out_src = src};
+                              .out_src = src,
+                              .prompt = kind};
             rc = engine_step(e, &b, step_out, NULL, NULL);
             for (int r = 0; r < rows && rc == 0; r++)
                 memcpy(out[sseq[r]] + (size_t)spos[r] * (size_t)V, step_out + (size_t)r * (size_t)V,
@@ -582,15 +588,18 @@ static int run_interleaved(engine *e, int n_seq, const int32_t *const *ids, cons
 }
 
 /* A row's logits must not depend on which rows share its steps, how many, in which order, or
- * how its own prompt is chunked: up to four of the fixture's prompts run alone on e (whole
- * prompt, one step) and then interleaved on mixed_e in three seeded compositions: prefill
- * chunks of up to 5 and 3 tokens mixed with 1-token rows, and token by token; every position's
- * logits must be bit-identical. With mixed_e a serve.cuda_graphs engine the small steps replay
- * graphs, so the same gate proves graph replay equal to the plain launches. */
+ * how its own prompt is chunked: up to four of the fixture's prompts run alone on e (the first
+ * half of each as a prompt in one step, the rest as generated tokens one a step) and then
+ * interleaved on mixed_e in three seeded compositions: prompt chunks of up to 5 and 3 tokens
+ * mixed with other sequences' generated rows, and token by token; every position's logits must
+ * be bit-identical. A step that mixes prompt and generated rows runs its projections' two kinds
+ * on their own kernels (docs/prompt-rows.md), and the engine reorders its rows. With mixed_e a
+ * serve.cuda_graphs engine its all-generated steps replay graphs, so the same gate proves graph
+ * replay equal to the plain launches. */
 static void gate_batch_invariance(engine *e, engine *mixed_e, const char *name, const char *fx,
                                   const fx_dump *eager) {
     int n_seq = eager->n_cases < BI_SEQS ? eager->n_cases : BI_SEQS, V = engine_model(e)->n_vocab;
-    int len[BI_SEQS], failed = 0, differ = 0, positions = 0;
+    int len[BI_SEQS], plen[BI_SEQS], failed = 0, differ = 0, positions = 0;
     const int32_t *ids[BI_SEQS];
     bf16_t *alone[BI_SEQS] = {0}, *mixed[BI_SEQS] = {0};
     int pick[FX_MAX_CASES], n_pick = 0; /* the longest cases: they cross the window most */
@@ -605,9 +614,10 @@ static void gate_batch_invariance(engine *e, engine *mixed_e, const char *name, 
     for (int q = 0; q < n_seq; q++) {
         const fx_case *hc = &eager->cases[pick[q]];
         len[q] = hc->n < bi_max_len() ? hc->n : bi_max_len();
+        plen[q] = len[q] > 1 ? len[q] / 2 : 1;
         ids[q] = hc->ids;
         fx_run r = {0};
-        failed |= fx_run_case(e, ids[q], len[q], len[q], len[q], &r, NULL, NULL);
+        failed |= fx_run_case(e, ids[q], len[q], plen[q], plen[q], &r, NULL, NULL);
         alone[q] = r.logits;
         mixed[q] = malloc((size_t)len[q] * (size_t)V * sizeof(bf16_t));
         failed |= !alone[q] || !mixed[q];
@@ -620,7 +630,8 @@ static void gate_batch_invariance(engine *e, engine *mixed_e, const char *name, 
                  c + 1);
         fprintf(stderr, "test_fixtures: +%.1f s: %s: %s composition %d of 3\n", elapsed_s(), fx,
                 name, c + 1);
-        failed |= run_interleaved(mixed_e, n_seq, ids, len, chunks[c], 0x5eed + (uint64_t)c, mixed);
+        failed |=
+            run_interleaved(mixed_e, n_seq, ids, len, plen, chunks[c], 0x5eed + (uint64_t)c, mixed);
         for (int q = 0; q < n_seq && !failed; q++)
             for (int p = 0; p < len[q]; p++, positions++)
                 differ += memcmp(alone[q] + (size_t)p * (size_t)V, mixed[q] + (size_t)p * (size_t)V,
@@ -633,10 +644,54 @@ static void gate_batch_invariance(engine *e, engine *mixed_e, const char *name, 
     char gate[96];
     snprintf(gate, sizeof gate, "%s%s[%s]", gate_prefix, name, fx);
     TEST_CHECK(gate, !failed && positions > 0 && differ == 0,
-               "%d sequences (at most %d positions each), %d positions in interleaved "
-               "compositions %s of 3 (chunks of up to 5, 3 and 1, seeded orders): %d with "
-               "logits differing from the sequence run alone (exact rule)",
+               "%d sequences (at most %d positions each, the first half prompt rows, the rest "
+               "generated), %d positions in interleaved compositions %s of 3 (prompt chunks of "
+               "up to 5, 3 and 1, seeded orders): %d with logits differing from the sequence run "
+               "alone (exact rule)",
                n_seq, bi_max_len(), positions, which, differ);
+}
+
+/* engine_batch.prompt's rule: a step whose slot has a prompt row and a generated row, or whose
+ * out row names no row, is refused with K_ERR_SHAPE and a reason, and the engine then runs a
+ * sound step (the same rows as one kind). */
+static void gate_row_kinds(engine *e, const char *fx, const int32_t *ids) {
+    const int V = engine_model(e)->n_vocab;
+    int32_t pos[2] = {0, 1}, seq[2] = {0, 0}, src[2] = {0, 1}, bad_src[1] = {2};
+    uint8_t mixed[2] = {1, 0}, same[2] = {1, 1};
+    bf16_t *out = malloc(sizeof(bf16_t) * 2 * (size_t)V);
+    kv_pool *pool = fx_pool(e);
+    int rc_mixed = -1, rc_src = -1, rc_ok = -1;
+    char why_mixed[256] = "", why_src[256] = "";
+    if (out && pool && kv_pool_reserve(pool, 0, 0, 2) == 0) {
+        engine_batch b = {.pool = pool,
+                          .rows = 2,
+                          .ids = ids,
+                          .pos = pos,
+                          .seq = seq,
+                          .out_rows = 2,
+                          .out_src = src,
+                          .prompt = mixed};
+        rc_mixed = engine_step(e, &b, out, NULL, NULL);
+        snprintf(why_mixed, sizeof why_mixed, "%s", engine_last_error(e));
+        b.prompt = same;
+        b.out_rows = 1;
+        b.out_src = bad_src;
+        rc_src = engine_step(e, &b, out, NULL, NULL);
+        snprintf(why_src, sizeof why_src, "%s", engine_last_error(e));
+        b.out_rows = 2;
+        b.out_src = src;
+        rc_ok = engine_step(e, &b, out, NULL, NULL);
+    }
+    if (pool) kv_pool_free_seq(pool, 0);
+    free(out);
+    char gate[96];
+    snprintf(gate, sizeof gate, "%srow_kinds[%s]", gate_prefix, fx);
+    TEST_CHECK(gate,
+               rc_mixed == K_ERR_SHAPE && strstr(why_mixed, "prompt and generated") &&
+                   rc_src == K_ERR_SHAPE && strstr(why_src, "out row") && rc_ok == 0,
+               "slot 0 with a prompt and a generated row: code %d (\"%s\"); an out row past the "
+               "step: code %d (\"%s\"); then the same rows as prompt rows: code %d",
+               rc_mixed, why_mixed, rc_src, why_src, rc_ok);
 }
 
 typedef struct routing {
@@ -971,6 +1026,8 @@ int main(int argc, char **argv) {
         if (gate_wanted("incremental", fixtures[f])) gate_incremental(e, fixtures[f], &eager);
         if (gate_wanted("batch_invariance", fixtures[f]))
             gate_batch_invariance(e, e, "batch_invariance", fixtures[f], &eager);
+        if (gate_wanted("row_kinds", fixtures[f]))
+            gate_row_kinds(e, fixtures[f], eager.cases[0].ids);
         if (backend_choice == G4_BACKEND_GPU &&
             gate_wanted("cuda_graphs", fixtures[f])) { /* graph replay equals the plain launches */
             graphs_on = 1;

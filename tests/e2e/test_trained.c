@@ -200,7 +200,7 @@ static void gate_greedy(engine *e, const char *gate, const char *fx, const fx_du
         prompts++;
         memcpy(ids, c->ids, sizeof(int32_t) * (size_t)c->n);
         int n = c->n;
-        if (fx_step_range(e, ids, 0, n, logits, NULL, NULL) != 0) {
+        if (fx_step_range(e, ids, 0, n, 1, logits, NULL, NULL) != 0) {
             failed = 1;
             snprintf(first, sizeof first, "; case %s: the prefill failed", c->name);
         }
@@ -219,7 +219,8 @@ static void gate_greedy(engine *e, const char *gate, const char *fx, const fx_du
                 break;
             }
             ids[n++] = c->greedy[g];
-            if (g + 1 < c->n_greedy && fx_step_range(e, ids, n - 1, n, logits, NULL, NULL) != 0) {
+            if (g + 1 < c->n_greedy &&
+                fx_step_range(e, ids, n - 1, n, 0, logits, NULL, NULL) != 0) {
                 failed = 1;
                 snprintf(first, sizeof first, "; case %s step %d: the decode step failed", c->name,
                          g);

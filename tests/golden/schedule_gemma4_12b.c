@@ -67,6 +67,7 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_12B_N_HEAD * GEMMA4_12B_HEAD_DIM_LOCAL,
         .k = GEMMA4_12B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -77,6 +78,7 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_12B_N_KV_HEAD_LOCAL * GEMMA4_12B_HEAD_DIM_LOCAL,
         .k = GEMMA4_12B_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
@@ -87,6 +89,7 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_12B_N_KV_HEAD_LOCAL * GEMMA4_12B_HEAD_DIM_LOCAL,
         .k = GEMMA4_12B_D_MODEL,
         .plan = L->plan_v,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -137,6 +140,7 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_12B_D_MODEL,
         .k = GEMMA4_12B_N_HEAD * GEMMA4_12B_HEAD_DIM_LOCAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -183,6 +187,7 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_12B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -194,6 +199,7 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_12B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -221,6 +227,7 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_12B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -284,6 +291,7 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .n = GEMMA4_12B_N_HEAD * GEMMA4_12B_HEAD_DIM_GLOBAL,
         .k = GEMMA4_12B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -294,6 +302,7 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .n = GEMMA4_12B_N_KV_HEAD_GLOBAL * GEMMA4_12B_HEAD_DIM_GLOBAL,
         .k = GEMMA4_12B_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -344,6 +353,7 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .n = GEMMA4_12B_D_MODEL,
         .k = GEMMA4_12B_N_HEAD * GEMMA4_12B_HEAD_DIM_GLOBAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -390,6 +400,7 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .k = GEMMA4_12B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -401,6 +412,7 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .k = GEMMA4_12B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -428,6 +440,7 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .n = GEMMA4_12B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */

@@ -49,6 +49,7 @@ static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_26B_A4B_N_HEAD * GEMMA4_26B_A4B_HEAD_DIM_LOCAL,
         .k = GEMMA4_26B_A4B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -59,6 +60,7 @@ static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_26B_A4B_N_KV_HEAD_LOCAL * GEMMA4_26B_A4B_HEAD_DIM_LOCAL,
         .k = GEMMA4_26B_A4B_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
@@ -69,6 +71,7 @@ static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_26B_A4B_N_KV_HEAD_LOCAL * GEMMA4_26B_A4B_HEAD_DIM_LOCAL,
         .k = GEMMA4_26B_A4B_D_MODEL,
         .plan = L->plan_v,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -119,6 +122,7 @@ static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_26B_A4B_D_MODEL,
         .k = GEMMA4_26B_A4B_N_HEAD * GEMMA4_26B_A4B_HEAD_DIM_LOCAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -165,6 +169,7 @@ static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_26B_A4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -176,6 +181,7 @@ static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_26B_A4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -203,6 +209,7 @@ static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_26B_A4B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm_1 on the dense branch (kernels/ref/norm_ref.c) */
@@ -273,6 +280,7 @@ static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_26B_A4B_N_EXPERT,
         .k = GEMMA4_26B_A4B_D_MODEL,
         .plan = L->plan_router,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "router_proj", op_gemm(&router_proj, s->stream));
     /* softmax, top-k, renormalise, per_expert_scale (kernels/ref/moe_ref.c) */
@@ -377,6 +385,7 @@ static int G4_FN(gemma4_26b_a4b_full)(g4_state *s, int il) {
         .n = GEMMA4_26B_A4B_N_HEAD * GEMMA4_26B_A4B_HEAD_DIM_GLOBAL,
         .k = GEMMA4_26B_A4B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -387,6 +396,7 @@ static int G4_FN(gemma4_26b_a4b_full)(g4_state *s, int il) {
         .n = GEMMA4_26B_A4B_N_KV_HEAD_GLOBAL * GEMMA4_26B_A4B_HEAD_DIM_GLOBAL,
         .k = GEMMA4_26B_A4B_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -437,6 +447,7 @@ static int G4_FN(gemma4_26b_a4b_full)(g4_state *s, int il) {
         .n = GEMMA4_26B_A4B_D_MODEL,
         .k = GEMMA4_26B_A4B_N_HEAD * GEMMA4_26B_A4B_HEAD_DIM_GLOBAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -483,6 +494,7 @@ static int G4_FN(gemma4_26b_a4b_full)(g4_state *s, int il) {
         .k = GEMMA4_26B_A4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -494,6 +506,7 @@ static int G4_FN(gemma4_26b_a4b_full)(g4_state *s, int il) {
         .k = GEMMA4_26B_A4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -521,6 +534,7 @@ static int G4_FN(gemma4_26b_a4b_full)(g4_state *s, int il) {
         .n = GEMMA4_26B_A4B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm_1 on the dense branch (kernels/ref/norm_ref.c) */
@@ -591,6 +605,7 @@ static int G4_FN(gemma4_26b_a4b_full)(g4_state *s, int il) {
         .n = GEMMA4_26B_A4B_N_EXPERT,
         .k = GEMMA4_26B_A4B_D_MODEL,
         .plan = L->plan_router,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "router_proj", op_gemm(&router_proj, s->stream));
     /* softmax, top-k, renormalise, per_expert_scale (kernels/ref/moe_ref.c) */

@@ -54,6 +54,7 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E2B_N_HEAD * GEMMA4_E2B_HEAD_DIM_LOCAL,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -64,6 +65,7 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E2B_N_KV_HEAD_LOCAL * GEMMA4_E2B_HEAD_DIM_LOCAL,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
@@ -74,6 +76,7 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E2B_N_KV_HEAD_LOCAL * GEMMA4_E2B_HEAD_DIM_LOCAL,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = L->plan_v,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -124,6 +127,7 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_MODEL,
         .k = GEMMA4_E2B_N_HEAD * GEMMA4_E2B_HEAD_DIM_LOCAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -170,6 +174,7 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_E2B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -181,6 +186,7 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_E2B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -208,6 +214,7 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -230,6 +237,7 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_PLE,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = L->plan_ple_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_gate", op_gemm(&ple_gate, s->stream));
     /* bf(bf(gelu_tanh(gate)) * per-layer input) (kernels/ref/norm_ref.c) */
@@ -252,6 +260,7 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_MODEL,
         .k = GEMMA4_E2B_D_PLE,
         .plan = L->plan_ple_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_proj", op_gemm(&ple_proj, s->stream));
     /* post_per_layer_input_norm, then the residual add (kernels/ref/norm_ref.c) */
@@ -315,6 +324,7 @@ static int G4_FN(gemma4_e2b_sliding_shared)(g4_state *s, int il) {
         .n = GEMMA4_E2B_N_HEAD * GEMMA4_E2B_HEAD_DIM_LOCAL,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
     /* q_norm and RoPE; K/V are the donor layer's (kernels/ref/attn_ref.c) */
@@ -357,6 +367,7 @@ static int G4_FN(gemma4_e2b_sliding_shared)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_MODEL,
         .k = GEMMA4_E2B_N_HEAD * GEMMA4_E2B_HEAD_DIM_LOCAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -403,6 +414,7 @@ static int G4_FN(gemma4_e2b_sliding_shared)(g4_state *s, int il) {
         .k = GEMMA4_E2B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -414,6 +426,7 @@ static int G4_FN(gemma4_e2b_sliding_shared)(g4_state *s, int il) {
         .k = GEMMA4_E2B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -441,6 +454,7 @@ static int G4_FN(gemma4_e2b_sliding_shared)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -463,6 +477,7 @@ static int G4_FN(gemma4_e2b_sliding_shared)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_PLE,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = L->plan_ple_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_gate", op_gemm(&ple_gate, s->stream));
     /* bf(bf(gelu_tanh(gate)) * per-layer input) (kernels/ref/norm_ref.c) */
@@ -485,6 +500,7 @@ static int G4_FN(gemma4_e2b_sliding_shared)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_MODEL,
         .k = GEMMA4_E2B_D_PLE,
         .plan = L->plan_ple_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_proj", op_gemm(&ple_proj, s->stream));
     /* post_per_layer_input_norm, then the residual add (kernels/ref/norm_ref.c) */
@@ -548,6 +564,7 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .n = GEMMA4_E2B_N_HEAD * GEMMA4_E2B_HEAD_DIM_GLOBAL,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -558,6 +575,7 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .n = GEMMA4_E2B_N_KV_HEAD_GLOBAL * GEMMA4_E2B_HEAD_DIM_GLOBAL,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
@@ -568,6 +586,7 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .n = GEMMA4_E2B_N_KV_HEAD_GLOBAL * GEMMA4_E2B_HEAD_DIM_GLOBAL,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = L->plan_v,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -618,6 +637,7 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_MODEL,
         .k = GEMMA4_E2B_N_HEAD * GEMMA4_E2B_HEAD_DIM_GLOBAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -664,6 +684,7 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .k = GEMMA4_E2B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -675,6 +696,7 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .k = GEMMA4_E2B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -702,6 +724,7 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -724,6 +747,7 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_PLE,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = L->plan_ple_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_gate", op_gemm(&ple_gate, s->stream));
     /* bf(bf(gelu_tanh(gate)) * per-layer input) (kernels/ref/norm_ref.c) */
@@ -746,6 +770,7 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_MODEL,
         .k = GEMMA4_E2B_D_PLE,
         .plan = L->plan_ple_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_proj", op_gemm(&ple_proj, s->stream));
     /* post_per_layer_input_norm, then the residual add (kernels/ref/norm_ref.c) */
@@ -809,6 +834,7 @@ static int G4_FN(gemma4_e2b_full_shared)(g4_state *s, int il) {
         .n = GEMMA4_E2B_N_HEAD * GEMMA4_E2B_HEAD_DIM_GLOBAL,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
     /* q_norm and RoPE; K/V are the donor layer's (kernels/ref/attn_ref.c) */
@@ -851,6 +877,7 @@ static int G4_FN(gemma4_e2b_full_shared)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_MODEL,
         .k = GEMMA4_E2B_N_HEAD * GEMMA4_E2B_HEAD_DIM_GLOBAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -897,6 +924,7 @@ static int G4_FN(gemma4_e2b_full_shared)(g4_state *s, int il) {
         .k = GEMMA4_E2B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -908,6 +936,7 @@ static int G4_FN(gemma4_e2b_full_shared)(g4_state *s, int il) {
         .k = GEMMA4_E2B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -935,6 +964,7 @@ static int G4_FN(gemma4_e2b_full_shared)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -957,6 +987,7 @@ static int G4_FN(gemma4_e2b_full_shared)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_PLE,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = L->plan_ple_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_gate", op_gemm(&ple_gate, s->stream));
     /* bf(bf(gelu_tanh(gate)) * per-layer input) (kernels/ref/norm_ref.c) */
@@ -979,6 +1010,7 @@ static int G4_FN(gemma4_e2b_full_shared)(g4_state *s, int il) {
         .n = GEMMA4_E2B_D_MODEL,
         .k = GEMMA4_E2B_D_PLE,
         .plan = L->plan_ple_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_proj", op_gemm(&ple_proj, s->stream));
     /* post_per_layer_input_norm, then the residual add (kernels/ref/norm_ref.c) */
@@ -1063,6 +1095,7 @@ static int G4_FN(gemma4_e2b_forward)(g4_state *s, int local_elem_bytes) {
         .n = GEMMA4_E2B_N_LAYER * GEMMA4_E2B_D_PLE,
         .k = GEMMA4_E2B_D_MODEL,
         .plan = s->w->plan_ple_model_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(-1, "ple_model_proj", op_gemm(&ple_model_proj, s->stream));
     /* times d_model^-0.5 (kernels/ref/norm_ref.c) */

@@ -61,6 +61,7 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E4B_N_HEAD * GEMMA4_E4B_HEAD_DIM_LOCAL,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -71,6 +72,7 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E4B_N_KV_HEAD_LOCAL * GEMMA4_E4B_HEAD_DIM_LOCAL,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
@@ -81,6 +83,7 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E4B_N_KV_HEAD_LOCAL * GEMMA4_E4B_HEAD_DIM_LOCAL,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_v,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -131,6 +134,7 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_MODEL,
         .k = GEMMA4_E4B_N_HEAD * GEMMA4_E4B_HEAD_DIM_LOCAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -177,6 +181,7 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -188,6 +193,7 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -215,6 +221,7 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -237,6 +244,7 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_PLE,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_ple_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_gate", op_gemm(&ple_gate, s->stream));
     /* bf(bf(gelu_tanh(gate)) * per-layer input) (kernels/ref/norm_ref.c) */
@@ -259,6 +267,7 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_MODEL,
         .k = GEMMA4_E4B_D_PLE,
         .plan = L->plan_ple_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_proj", op_gemm(&ple_proj, s->stream));
     /* post_per_layer_input_norm, then the residual add (kernels/ref/norm_ref.c) */
@@ -322,6 +331,7 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .n = GEMMA4_E4B_N_HEAD * GEMMA4_E4B_HEAD_DIM_LOCAL,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
     /* q_norm and RoPE; K/V are the donor layer's (kernels/ref/attn_ref.c) */
@@ -364,6 +374,7 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_MODEL,
         .k = GEMMA4_E4B_N_HEAD * GEMMA4_E4B_HEAD_DIM_LOCAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -410,6 +421,7 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -421,6 +433,7 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -448,6 +461,7 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -470,6 +484,7 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_PLE,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_ple_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_gate", op_gemm(&ple_gate, s->stream));
     /* bf(bf(gelu_tanh(gate)) * per-layer input) (kernels/ref/norm_ref.c) */
@@ -492,6 +507,7 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_MODEL,
         .k = GEMMA4_E4B_D_PLE,
         .plan = L->plan_ple_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_proj", op_gemm(&ple_proj, s->stream));
     /* post_per_layer_input_norm, then the residual add (kernels/ref/norm_ref.c) */
@@ -555,6 +571,7 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .n = GEMMA4_E4B_N_HEAD * GEMMA4_E4B_HEAD_DIM_GLOBAL,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -565,6 +582,7 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .n = GEMMA4_E4B_N_KV_HEAD_GLOBAL * GEMMA4_E4B_HEAD_DIM_GLOBAL,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
@@ -575,6 +593,7 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .n = GEMMA4_E4B_N_KV_HEAD_GLOBAL * GEMMA4_E4B_HEAD_DIM_GLOBAL,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_v,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -625,6 +644,7 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_MODEL,
         .k = GEMMA4_E4B_N_HEAD * GEMMA4_E4B_HEAD_DIM_GLOBAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -671,6 +691,7 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -682,6 +703,7 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -709,6 +731,7 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -731,6 +754,7 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_PLE,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_ple_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_gate", op_gemm(&ple_gate, s->stream));
     /* bf(bf(gelu_tanh(gate)) * per-layer input) (kernels/ref/norm_ref.c) */
@@ -753,6 +777,7 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_MODEL,
         .k = GEMMA4_E4B_D_PLE,
         .plan = L->plan_ple_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_proj", op_gemm(&ple_proj, s->stream));
     /* post_per_layer_input_norm, then the residual add (kernels/ref/norm_ref.c) */
@@ -816,6 +841,7 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .n = GEMMA4_E4B_N_HEAD * GEMMA4_E4B_HEAD_DIM_GLOBAL,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
     /* q_norm and RoPE; K/V are the donor layer's (kernels/ref/attn_ref.c) */
@@ -858,6 +884,7 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_MODEL,
         .k = GEMMA4_E4B_N_HEAD * GEMMA4_E4B_HEAD_DIM_GLOBAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -904,6 +931,7 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -915,6 +943,7 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .k = GEMMA4_E4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -942,6 +971,7 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -964,6 +994,7 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_PLE,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = L->plan_ple_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_gate", op_gemm(&ple_gate, s->stream));
     /* bf(bf(gelu_tanh(gate)) * per-layer input) (kernels/ref/norm_ref.c) */
@@ -986,6 +1017,7 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .n = GEMMA4_E4B_D_MODEL,
         .k = GEMMA4_E4B_D_PLE,
         .plan = L->plan_ple_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_proj", op_gemm(&ple_proj, s->stream));
     /* post_per_layer_input_norm, then the residual add (kernels/ref/norm_ref.c) */
@@ -1070,6 +1102,7 @@ static int G4_FN(gemma4_e4b_forward)(g4_state *s, int local_elem_bytes) {
         .n = GEMMA4_E4B_N_LAYER * GEMMA4_E4B_D_PLE,
         .k = GEMMA4_E4B_D_MODEL,
         .plan = s->w->plan_ple_model_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(-1, "ple_model_proj", op_gemm(&ple_model_proj, s->stream));
     /* times d_model^-0.5 (kernels/ref/norm_ref.c) */

@@ -25,6 +25,7 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .n = GEOMETRY_26B_A4B_N_HEAD * GEOMETRY_26B_A4B_HEAD_DIM_LOCAL,
         .k = GEOMETRY_26B_A4B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -35,6 +36,7 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .n = GEOMETRY_26B_A4B_N_KV_HEAD_LOCAL * GEOMETRY_26B_A4B_HEAD_DIM_LOCAL,
         .k = GEOMETRY_26B_A4B_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
@@ -45,6 +47,7 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .n = GEOMETRY_26B_A4B_N_KV_HEAD_LOCAL * GEOMETRY_26B_A4B_HEAD_DIM_LOCAL,
         .k = GEOMETRY_26B_A4B_D_MODEL,
         .plan = L->plan_v,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -95,6 +98,7 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .n = GEOMETRY_26B_A4B_D_MODEL,
         .k = GEOMETRY_26B_A4B_N_HEAD * GEOMETRY_26B_A4B_HEAD_DIM_LOCAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -141,6 +145,7 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .k = GEOMETRY_26B_A4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -152,6 +157,7 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .k = GEOMETRY_26B_A4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -179,6 +185,7 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .n = GEOMETRY_26B_A4B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm_1 on the dense branch (kernels/ref/norm_ref.c) */
@@ -249,6 +256,7 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .n = GEOMETRY_26B_A4B_N_EXPERT,
         .k = GEOMETRY_26B_A4B_D_MODEL,
         .plan = L->plan_router,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "router_proj", op_gemm(&router_proj, s->stream));
     /* softmax, top-k, renormalise, per_expert_scale (kernels/ref/moe_ref.c) */
@@ -353,6 +361,7 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .n = GEOMETRY_26B_A4B_N_HEAD * GEOMETRY_26B_A4B_HEAD_DIM_GLOBAL,
         .k = GEOMETRY_26B_A4B_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -363,6 +372,7 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .n = GEOMETRY_26B_A4B_N_KV_HEAD_GLOBAL * GEOMETRY_26B_A4B_HEAD_DIM_GLOBAL,
         .k = GEOMETRY_26B_A4B_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -413,6 +423,7 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .n = GEOMETRY_26B_A4B_D_MODEL,
         .k = GEOMETRY_26B_A4B_N_HEAD * GEOMETRY_26B_A4B_HEAD_DIM_GLOBAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -459,6 +470,7 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .k = GEOMETRY_26B_A4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -470,6 +482,7 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .k = GEOMETRY_26B_A4B_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -497,6 +510,7 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .n = GEOMETRY_26B_A4B_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm_1 on the dense branch (kernels/ref/norm_ref.c) */
@@ -567,6 +581,7 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .n = GEOMETRY_26B_A4B_N_EXPERT,
         .k = GEOMETRY_26B_A4B_D_MODEL,
         .plan = L->plan_router,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "router_proj", op_gemm(&router_proj, s->stream));
     /* softmax, top-k, renormalise, per_expert_scale (kernels/ref/moe_ref.c) */

@@ -25,6 +25,7 @@ static int G4_FN(tiny_dense_sliding)(g4_state *s, int il) {
         .n = TINY_DENSE_N_HEAD * TINY_DENSE_HEAD_DIM_LOCAL,
         .k = TINY_DENSE_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -35,6 +36,7 @@ static int G4_FN(tiny_dense_sliding)(g4_state *s, int il) {
         .n = TINY_DENSE_N_KV_HEAD_LOCAL * TINY_DENSE_HEAD_DIM_LOCAL,
         .k = TINY_DENSE_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
@@ -45,6 +47,7 @@ static int G4_FN(tiny_dense_sliding)(g4_state *s, int il) {
         .n = TINY_DENSE_N_KV_HEAD_LOCAL * TINY_DENSE_HEAD_DIM_LOCAL,
         .k = TINY_DENSE_D_MODEL,
         .plan = L->plan_v,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -95,6 +98,7 @@ static int G4_FN(tiny_dense_sliding)(g4_state *s, int il) {
         .n = TINY_DENSE_D_MODEL,
         .k = TINY_DENSE_N_HEAD * TINY_DENSE_HEAD_DIM_LOCAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -141,6 +145,7 @@ static int G4_FN(tiny_dense_sliding)(g4_state *s, int il) {
         .k = TINY_DENSE_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -152,6 +157,7 @@ static int G4_FN(tiny_dense_sliding)(g4_state *s, int il) {
         .k = TINY_DENSE_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -179,6 +185,7 @@ static int G4_FN(tiny_dense_sliding)(g4_state *s, int il) {
         .n = TINY_DENSE_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -242,6 +249,7 @@ static int G4_FN(tiny_dense_full)(g4_state *s, int il) {
         .n = TINY_DENSE_N_HEAD * TINY_DENSE_HEAD_DIM_GLOBAL,
         .k = TINY_DENSE_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -252,6 +260,7 @@ static int G4_FN(tiny_dense_full)(g4_state *s, int il) {
         .n = TINY_DENSE_N_KV_HEAD_GLOBAL * TINY_DENSE_HEAD_DIM_GLOBAL,
         .k = TINY_DENSE_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -302,6 +311,7 @@ static int G4_FN(tiny_dense_full)(g4_state *s, int il) {
         .n = TINY_DENSE_D_MODEL,
         .k = TINY_DENSE_N_HEAD * TINY_DENSE_HEAD_DIM_GLOBAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -348,6 +358,7 @@ static int G4_FN(tiny_dense_full)(g4_state *s, int il) {
         .k = TINY_DENSE_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -359,6 +370,7 @@ static int G4_FN(tiny_dense_full)(g4_state *s, int il) {
         .k = TINY_DENSE_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -386,6 +398,7 @@ static int G4_FN(tiny_dense_full)(g4_state *s, int il) {
         .n = TINY_DENSE_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */

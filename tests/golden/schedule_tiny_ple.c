@@ -25,6 +25,7 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .n = TINY_PLE_N_HEAD * TINY_PLE_HEAD_DIM_LOCAL,
         .k = TINY_PLE_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -35,6 +36,7 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .n = TINY_PLE_N_KV_HEAD_LOCAL * TINY_PLE_HEAD_DIM_LOCAL,
         .k = TINY_PLE_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
@@ -45,6 +47,7 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .n = TINY_PLE_N_KV_HEAD_LOCAL * TINY_PLE_HEAD_DIM_LOCAL,
         .k = TINY_PLE_D_MODEL,
         .plan = L->plan_v,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -95,6 +98,7 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .n = TINY_PLE_D_MODEL,
         .k = TINY_PLE_N_HEAD * TINY_PLE_HEAD_DIM_LOCAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -141,6 +145,7 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .k = TINY_PLE_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -152,6 +157,7 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .k = TINY_PLE_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -179,6 +185,7 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .n = TINY_PLE_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -201,6 +208,7 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .n = TINY_PLE_D_PLE,
         .k = TINY_PLE_D_MODEL,
         .plan = L->plan_ple_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_gate", op_gemm(&ple_gate, s->stream));
     /* bf(bf(gelu_tanh(gate)) * per-layer input) (kernels/ref/norm_ref.c) */
@@ -223,6 +231,7 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .n = TINY_PLE_D_MODEL,
         .k = TINY_PLE_D_PLE,
         .plan = L->plan_ple_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_proj", op_gemm(&ple_proj, s->stream));
     /* post_per_layer_input_norm, then the residual add (kernels/ref/norm_ref.c) */
@@ -286,6 +295,7 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .n = TINY_PLE_N_HEAD * TINY_PLE_HEAD_DIM_LOCAL,
         .k = TINY_PLE_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
     /* q_norm and RoPE; K/V are the donor layer's (kernels/ref/attn_ref.c) */
@@ -328,6 +338,7 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .n = TINY_PLE_D_MODEL,
         .k = TINY_PLE_N_HEAD * TINY_PLE_HEAD_DIM_LOCAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -374,6 +385,7 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .k = TINY_PLE_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -385,6 +397,7 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .k = TINY_PLE_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -412,6 +425,7 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .n = TINY_PLE_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -434,6 +448,7 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .n = TINY_PLE_D_PLE,
         .k = TINY_PLE_D_MODEL,
         .plan = L->plan_ple_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_gate", op_gemm(&ple_gate, s->stream));
     /* bf(bf(gelu_tanh(gate)) * per-layer input) (kernels/ref/norm_ref.c) */
@@ -456,6 +471,7 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .n = TINY_PLE_D_MODEL,
         .k = TINY_PLE_D_PLE,
         .plan = L->plan_ple_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_proj", op_gemm(&ple_proj, s->stream));
     /* post_per_layer_input_norm, then the residual add (kernels/ref/norm_ref.c) */
@@ -519,6 +535,7 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .n = TINY_PLE_N_HEAD * TINY_PLE_HEAD_DIM_GLOBAL,
         .k = TINY_PLE_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args k_proj = {
@@ -529,6 +546,7 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .n = TINY_PLE_N_KV_HEAD_GLOBAL * TINY_PLE_HEAD_DIM_GLOBAL,
         .k = TINY_PLE_D_MODEL,
         .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args v_proj = {
@@ -539,6 +557,7 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .n = TINY_PLE_N_KV_HEAD_GLOBAL * TINY_PLE_HEAD_DIM_GLOBAL,
         .k = TINY_PLE_D_MODEL,
         .plan = L->plan_v,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -589,6 +608,7 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .n = TINY_PLE_D_MODEL,
         .k = TINY_PLE_N_HEAD * TINY_PLE_HEAD_DIM_GLOBAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -635,6 +655,7 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .k = TINY_PLE_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -646,6 +667,7 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .k = TINY_PLE_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_2 = {
@@ -673,6 +695,7 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .n = TINY_PLE_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -695,6 +718,7 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .n = TINY_PLE_D_PLE,
         .k = TINY_PLE_D_MODEL,
         .plan = L->plan_ple_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_gate", op_gemm(&ple_gate, s->stream));
     /* bf(bf(gelu_tanh(gate)) * per-layer input) (kernels/ref/norm_ref.c) */
@@ -717,6 +741,7 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .n = TINY_PLE_D_MODEL,
         .k = TINY_PLE_D_PLE,
         .plan = L->plan_ple_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_proj", op_gemm(&ple_proj, s->stream));
     /* post_per_layer_input_norm, then the residual add (kernels/ref/norm_ref.c) */
@@ -780,6 +805,7 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .n = TINY_PLE_N_HEAD * TINY_PLE_HEAD_DIM_GLOBAL,
         .k = TINY_PLE_D_MODEL,
         .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "q_proj", op_gemm(&q_proj, s->stream));
     /* q_norm and RoPE; K/V are the donor layer's (kernels/ref/attn_ref.c) */
@@ -822,6 +848,7 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .n = TINY_PLE_D_MODEL,
         .k = TINY_PLE_N_HEAD * TINY_PLE_HEAD_DIM_GLOBAL,
         .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
     /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -868,6 +895,7 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .k = TINY_PLE_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
     const k_gemm_args up_proj = {
@@ -879,6 +907,7 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .k = TINY_PLE_D_MODEL,
         .ldy = 2 * I->d_ff,
         .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
     const k_gemm_group_args gemm_group_1 = {
@@ -906,6 +935,7 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .n = TINY_PLE_D_MODEL,
         .k = I->d_ff,
         .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
     /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
@@ -928,6 +958,7 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .n = TINY_PLE_D_PLE,
         .k = TINY_PLE_D_MODEL,
         .plan = L->plan_ple_gate,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_gate", op_gemm(&ple_gate, s->stream));
     /* bf(bf(gelu_tanh(gate)) * per-layer input) (kernels/ref/norm_ref.c) */
@@ -950,6 +981,7 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .n = TINY_PLE_D_MODEL,
         .k = TINY_PLE_D_PLE,
         .plan = L->plan_ple_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "ple_proj", op_gemm(&ple_proj, s->stream));
     /* post_per_layer_input_norm, then the residual add (kernels/ref/norm_ref.c) */
@@ -1034,6 +1066,7 @@ static int G4_FN(tiny_ple_forward)(g4_state *s, int local_elem_bytes) {
         .n = TINY_PLE_N_LAYER * TINY_PLE_D_PLE,
         .k = TINY_PLE_D_MODEL,
         .plan = s->w->plan_ple_model_proj,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(-1, "ple_model_proj", op_gemm(&ple_model_proj, s->stream));
     /* times d_model^-0.5 (kernels/ref/norm_ref.c) */

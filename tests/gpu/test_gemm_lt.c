@@ -440,8 +440,15 @@ static void run_group_ref(void) {
     e = g;
     e.g[1].k = K / 2;
     bad += k_gemm_group_check(&e) != K_ERR_SHAPE;
+    e = g; /* members that disagree on their prompt rows */
+    e.g[1].prompt_rows = 1;
+    bad += ref_gemm_group(&e, NULL) != K_ERR_SHAPE;
+    e = g; /* more prompt rows than rows */
+    for (int i = 0; i < 3; i++)
+        e.g[i].prompt_rows = M + 1;
+    bad += ref_gemm_group(&e, NULL) != K_ERR_SHAPE;
     TEST_CHECK("gemm_group_ref", rc == 0 && same && bad == 0,
-               "rc %d, group %s its members' calls, %d of 5 bad groups accepted", rc,
+               "rc %d, group %s its members' calls, %d of 7 bad groups accepted", rc,
                same ? "equals" : "DIFFERS from", bad);
 }
 
@@ -565,6 +572,202 @@ static void run_group(int m, int mixed, int ragged, int wide, int early, uint64_
     free(poison);
 }
 
+/* ---- prompt plans (serve.prompt_gemm: k_gemm_prompt_plans, docs/prompt-rows.md) ---- */
+
+/* One weight planned under auto with prompt plans for the engine's largest step (2,064 rows):
+ * it must have a prompt plan (a shape without one is said here, not found in a prefill's
+ * speed). Then, outputs poisoned before each call, every bit compared:
+ * - prompt rows alone: a 2,047-row all-prompt step, and rows 0, 510 and 2,046 of it again as the
+ *   first of all-prompt steps of 1, 511 and 1,025 rows: the prompt plan's bits do not depend on
+ *   m (split-k 1: one chain of 16-k steps an output);
+ * - mixed steps: d generated rows then p prompt rows (d of 1, 16 and 40: the decode form, its
+ *   largest, the tile form; p of 1 and 300): the generated rows equal the same rows in a step of
+ *   generated rows alone, the prompt rows the same rows of the all-prompt step;
+ * - the prompt rows against the CPU twin (rows 0, 1,000 and 2,046; the rule of run_shape);
+ * - an impossible prompt_rows (m + 1, -1) refused. */
+static void run_prompt(const char *name, int n, int k, uint64_t seed) {
+    enum { MAX_M = 2064, BIG = 2047 };
+    char gate[128];
+    snprintf(gate, sizeof gate, "gemm_prompt[%s n%d k%d]", name, n, k);
+    gemm_bufs g;
+    int rc = gemm_bufs_make(&g, MAX_M, n, k, seed) != 0;
+    const size_t row_bytes = (size_t)n * 2;
+    bf16_t *part = malloc((size_t)MAX_M * row_bytes), *ref = malloc(row_bytes);
+    bf16_t *poison = malloc((size_t)MAX_M * row_bytes);
+    k_gemm_plan *plan = NULL;
+    k_gemm_auto(1);
+    k_gemm_prompt_plans(1);
+    rc = rc || !part || !ref || !poison || k_gemm_plan_create(&plan, MAX_M, n, k) != 0;
+    k_gemm_prompt_plans(0);
+    k_gemm_auto(0);
+    const int has_prompt = k_gemm_plan_has_prompt(plan);
+    long differ = 0, compared = 0, refused = 0;
+    double num = 0, den = 0;
+    char first[160] = "";
+    for (size_t i = 0; poison && i < (size_t)MAX_M * n; i++)
+        poison[i] = 0x7fc0; /* NaN: an unwritten output differs from any result */
+    /* one step: x rows [x0, x0 + m), the last p of them prompt rows, into part */
+    int step_rc = 0;
+#define PROMPT_STEP(x0, m_, p_)                                                                    \
+    do {                                                                                           \
+        k_gemm_args a_ = {.y = g.dy,                                                               \
+                          .x = g.dx + (size_t)(x0)*k,                                              \
+                          .w = g.dw,                                                               \
+                          .m = (m_),                                                               \
+                          .n = n,                                                                  \
+                          .k = k,                                                                  \
+                          .plan = plan,                                                            \
+                          .prompt_rows = (p_)};                                                    \
+        step_rc = k_copy_to_device(g.dy, poison, (size_t)(m_)*row_bytes) | k_gemm(&a_, NULL) |     \
+                  k_sync() | k_copy_to_host(part, g.dy, (size_t)(m_)*row_bytes);                   \
+    } while (0)
+    if (!rc && has_prompt) {
+        PROMPT_STEP(0, BIG, BIG);
+        rc |= step_rc;
+        if (!rc) memcpy(g.y, part, (size_t)BIG * row_bytes);
+        const int rows[] = {0, 510, BIG - 1}, ms[] = {1, 511, 1025};
+        for (size_t r = 0; !rc && r < 3; r++)
+            for (size_t t = 0; !rc && t < 3; t++) {
+                if (rows[r] + ms[t] > MAX_M) continue;
+                PROMPT_STEP(rows[r], ms[t], ms[t]);
+                rc |= step_rc;
+                compared++;
+                if (!rc && memcmp(part, g.y + (size_t)rows[r] * n, row_bytes) != 0) {
+                    if (!differ)
+                        snprintf(first, sizeof first,
+                                 "; first: prompt row %d of the %d-row step against a %d-row one",
+                                 rows[r], BIG, ms[t]);
+                    differ++;
+                }
+            }
+        const int ds[] = {1, 16, 40}, ps[] = {1, 300};
+        bf16_t *gen = malloc((size_t)40 * row_bytes);
+        rc |= !gen;
+        for (size_t a = 0; !rc && a < 3; a++) {
+            PROMPT_STEP(0, ds[a], 0); /* the generated rows alone */
+            rc |= step_rc;
+            if (!rc) memcpy(gen, part, (size_t)ds[a] * row_bytes);
+            for (size_t b = 0; !rc && b < 2; b++) {
+                PROMPT_STEP(0, ds[a] + ps[b], ps[b]);
+                rc |= step_rc;
+                compared += ds[a] + ps[b];
+                long bad = 0;
+                for (int r = 0; !rc && r < ds[a]; r++)
+                    bad += memcmp(part + (size_t)r * n, gen + (size_t)r * n, row_bytes) != 0;
+                for (int r = ds[a]; !rc && r < ds[a] + ps[b]; r++)
+                    bad += memcmp(part + (size_t)r * n, g.y + (size_t)r * n, row_bytes) != 0;
+                if (bad && !differ)
+                    snprintf(first, sizeof first,
+                             "; first: the step of %d generated and %d prompt rows", ds[a], ps[b]);
+                differ += bad;
+            }
+        }
+        free(gen);
+        const int twin[] = {0, 1000, BIG - 1};
+        for (size_t t = 0; !rc && t < 3; t++) {
+            k_gemm_args ra = {
+                .y = ref, .x = g.x + (size_t)twin[t] * k, .w = g.w, .m = 1, .n = n, .k = k};
+            rc |= ref_gemm(&ra, NULL);
+            for (int j = 0; j < n; j++) {
+                float o = ref_bf16_to_f32(g.y[(size_t)twin[t] * n + j]);
+                float e = ref_bf16_to_f32(ref[j]);
+                num += isnan(o) ? 1e30 : (double)(o - e) * (o - e);
+                den += (double)e * e;
+            }
+        }
+        k_gemm_args over = {.y = g.dy, .x = g.dx, .w = g.dw, .m = 4, .n = n, .k = k, .plan = plan};
+        over.prompt_rows = 5;
+        refused += k_gemm(&over, NULL) == K_ERR_SHAPE;
+        over.prompt_rows = -1;
+        refused += k_gemm(&over, NULL) == K_ERR_SHAPE;
+    }
+#undef PROMPT_STEP
+    const double rel = sqrt(num / (den > 0 ? den : 1));
+    TEST_CHECK(gate,
+               rc == 0 && has_prompt && differ == 0 && compared > 0 && rel <= 1e-2 && refused == 2,
+               "rc %d, prompt plan %s, %ld of %ld rows differ in some bit from the same row in "
+               "another step (exact rule)%s; prompt rows against the CPU twin rel err %.2e (limit "
+               "1e-2); %ld of 2 impossible prompt_rows refused",
+               rc, has_prompt ? "made" : "MISSING", differ, compared, first, rel, refused);
+    k_gemm_plan_destroy(plan);
+    gemm_bufs_free(&g);
+    free(part);
+    free(ref);
+    free(poison);
+}
+
+/* q|k|v of the 26B-A4B as one group with prompt plans, 8 generated rows and 12 prompt rows: it
+ * must not claim one launch (k_gemm_group_fuses), and every output bit must equal the members'
+ * calls: the generated rows as a group of their own (fused), the prompt rows as all-prompt
+ * calls. */
+static void run_prompt_group(uint64_t seed) {
+    enum { K = 2816, M = 20, P = 12, N_MAX = 4096 };
+    const int ns[3] = {4096, 2048, 2048};
+    gemm_bufs g;
+    int rc = gemm_bufs_make(&g, M, N_MAX, K, seed) != 0;
+    k_gemm_plan *plan[3] = {0};
+    const size_t bytes = (size_t)M * N_MAX * 2;
+    bf16_t *dy[3] = {0}, *got = malloc(bytes), *want = malloc(bytes), *poison = malloc(bytes);
+    if (poison) memset(poison, 0xff, bytes); /* NaN in every output */
+    k_gemm_auto(1);
+    k_gemm_prompt_plans(1);
+    k_gemm_fuse(1);
+    for (int i = 0; i < 3; i++) {
+        rc |= k_gemm_plan_create(&plan[i], 2064, ns[i], K) != 0;
+        dy[i] = k_device_alloc((size_t)M * ns[i] * 2);
+        rc |= !dy[i] || !k_gemm_plan_has_prompt(plan[i]);
+    }
+    k_gemm_prompt_plans(0);
+    k_gemm_auto(0);
+    long differ = 0;
+    int fused = -1;
+    rc |= !got || !want || !poison;
+    for (int i = 0; !rc && i < 3; i++)
+        rc |= k_copy_to_device(dy[i], poison, (size_t)M * ns[i] * 2);
+    if (!rc) {
+        k_gemm_group_args grp = {.n_gemms = 3};
+        for (int i = 0; i < 3; i++)
+            grp.g[i] = (k_gemm_args){.y = dy[i],
+                                     .x = g.dx,
+                                     .w = g.dw,
+                                     .m = M,
+                                     .n = ns[i],
+                                     .k = K,
+                                     .plan = plan[i],
+                                     .prompt_rows = P};
+        fused = k_gemm_group_fuses(&grp);
+        rc |= k_gemm_group(&grp, NULL) | k_sync();
+        for (int i = 0; !rc && i < 3; i++) {
+            rc |= k_copy_to_host(got, dy[i], (size_t)M * ns[i] * 2);
+            k_gemm_args dec = grp.g[i], pr = grp.g[i];
+            dec.m = M - P;
+            dec.prompt_rows = 0;
+            pr.x = g.dx + (size_t)(M - P) * K;
+            pr.y = dy[i] + (size_t)(M - P) * ns[i];
+            pr.m = pr.prompt_rows = P;
+            rc |= k_copy_to_device(dy[i], poison, (size_t)M * ns[i] * 2) | k_gemm(&dec, NULL) |
+                  k_gemm(&pr, NULL) | k_sync() | k_copy_to_host(want, dy[i], (size_t)M * ns[i] * 2);
+            for (int r = 0; !rc && r < M; r++)
+                differ += memcmp(got + (size_t)r * ns[i], want + (size_t)r * ns[i],
+                                 (size_t)ns[i] * 2) != 0;
+        }
+    }
+    k_gemm_fuse(0);
+    TEST_CHECK("gemm_prompt_group[26B-A4B q|k|v, 8 generated + 12 prompt rows]",
+               rc == 0 && fused == 0 && differ == 0,
+               "rc %d, one launch claimed %d (want 0), %ld of %d member rows differ from the "
+               "members' own calls (exact rule)",
+               rc, fused, differ, 3 * M);
+    for (int i = 0; i < 3; i++) {
+        k_gemm_plan_destroy(plan[i]);
+        k_device_free(dy[i]);
+    }
+    gemm_bufs_free(&g);
+    free(got);
+    free(want);
+    free(poison);
+}
+
 /* every projection shape of the 26B-A4B */
 typedef struct proj_shape {
     const char *name;
@@ -674,6 +877,8 @@ int main(void) {
         test_skip("gemm_staged_choice", "no GPU (%s)", desc);
         test_skip("gemm_wgmma", "no GPU (%s)", desc);
         test_skip("gemm_wgmma_vs_ref", "no GPU (%s)", desc);
+        test_skip("gemm_prompt", "no GPU (%s)", desc);
+        test_skip("gemm_prompt_group", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
@@ -847,5 +1052,10 @@ int main(void) {
     run_group(1, 0, 0, 1, 1, 7081);
     run_group(8, 0, 1, 1, 1, 7091);
     run_group(16, 0, 0, 1, 1, 7101);
+    /* serve.prompt_gemm: every 26B-A4B projection shape and the 31B's k, then q|k|v as a group */
+    for (size_t i = 0; i < N_PROJ; i++)
+        run_prompt(proj[i].name, proj[i].n, proj[i].k, 9950 + i);
+    run_prompt("31B k", 4096, 5376, 9970);
+    run_prompt_group(9971);
     return harness_exit();
 }
