@@ -694,8 +694,12 @@ static int plan_create(k_gemm_plan **out, int max_m, int heur_m, int n, int k, s
         return K_OK;
     }
     int rc = lt_plan_fill(p);
-    if (rc == K_OK) *out = p;
-    return rc;
+    if (rc != K_OK) return rc;
+    /* a plan asked at a decode size (plan_m_for) runs a prefill chunk with a decode-sized
+     * tile; prompt rows get a plan asked at max_m instead */
+    if (prompt_plans && heur_m < max_m) p->prompt = prompt_plan_create(max_m, n, k);
+    *out = p;
+    return K_OK;
 }
 
 /* p's cuBLASLt objects and algorithm (its shape, heur_m, ws_cap and natural set); frees p on

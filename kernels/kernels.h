@@ -289,9 +289,10 @@ void k_gemm_mma(int on);
  * the weight's shape alone, so every m of a weight runs one kernel: batch-invariant. */
 #define K_GEMM_AUTO_MMA_MAX (32ll << 20)
 void k_gemm_auto(int on);
-/* on: plans that auto makes on the tensor-core kernel also get a prompt plan, cuBLASLt held to
- * split-k 1, which k_gemm runs a call's prompt rows on (k_gemm_args.prompt_rows): prefill at
- * cuBLASLt's rate, decode rows on the project's kernel, each kind batch-invariant on its own
+/* on: plans that auto makes on the tensor-core kernel, and cuBLASLt plans asked at less than
+ * their max_m, also get a prompt plan, cuBLASLt asked at max_m and held to split-k 1, which
+ * k_gemm runs a call's prompt rows on (k_gemm_args.prompt_rows): prefill at cuBLASLt's
+ * prefill-sized rate, decode rows on their own kernel, each kind batch-invariant on its own
  * (serve.prompt_gemm, docs/prompt-rows.md). Read while plans are made. */
 void k_gemm_prompt_plans(int on);
 /* 1 when plan has a prompt plan (k_gemm_prompt_plans; none where no split-k-1 algorithm runs

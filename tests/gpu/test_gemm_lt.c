@@ -574,7 +574,8 @@ static void run_group(int m, int mixed, int ragged, int wide, int early, uint64_
 
 /* ---- prompt plans (serve.prompt_gemm: k_gemm_prompt_plans, docs/prompt-rows.md) ---- */
 
-/* One weight planned under auto with prompt plans for the engine's largest step (2,064 rows):
+/* One weight planned under auto with prompt plans for the engine's largest step (2,064 rows),
+ * on the tensor-core kernel or (the 31B's large weights) on a cuBLASLt plan asked at 64 rows:
  * it must have a prompt plan (a shape without one is said here, not found in a prefill's
  * speed). Then, outputs poisoned before each call, every bit compared:
  * - prompt rows alone: a 2,047-row all-prompt step, and rows 0, 510 and 2,046 of it again as the
@@ -1056,6 +1057,8 @@ int main(void) {
     for (size_t i = 0; i < N_PROJ; i++)
         run_prompt(proj[i].name, proj[i].n, proj[i].k, 9950 + i);
     run_prompt("31B k", 4096, 5376, 9970);
+    run_prompt("31B q (cuBLASLt, asked at 64)", 8192, 5376, 9972);
+    run_prompt("31B down (cuBLASLt, split-k at 64)", 5376, 21504, 9973);
     run_prompt_group(9971);
     return harness_exit();
 }
