@@ -10,9 +10,10 @@
 #           and the trained fixtures' sharp gates, the build included, ~8 min
 #   pinned  the GPU recording replayed as committed (expected to differ: prompt rows' bits moved),
 #           re-recorded, then replayed at each speed switch's other setting, ~2 min
-#   ab      bench_decode, prompt_gemm 0 against 1: a 1,024-token prefill of the 26B-A4B (two
-#           rounds; predicted 75.3 -> ~63-66 ms) and of the 31B (one; its small k and v only),
-#           and the 26B-A4B's one- and 16-row decode steps (generated rows: unchanged), ~3 min
+#   ab      bench_decode, prompt_gemm 0 against 1, two rounds: a 1,024-token prefill of the
+#           26B-A4B (predicted 75.3 -> ~63-66 ms) and of the 31B (its prompt rows on plans asked
+#           at the chunk), each with its one-row decode step, and the 26B-A4B's 16-row decode step
+#           (generated rows: unchanged), ~5 min
 #   full    the 26B-A4B's full step, fp8 pool first, after make, ~10 min
 #   serve   (not in the default) release/bench.py bf16 against fp8, c = 1, 4, 16, two rounds
 want() { [[ " ${PLAN_STEPS:-make gates pinned ab full} " == *" $1 "* ]]; }
@@ -31,23 +32,21 @@ pinned_next() {
 }
 want pinned && step pinned pinned_next
 ab_prompt() {
-    local r v
+    local r v m
     [ -f "$Q/logs/make26.time" ] && await make26
     for r in 1 2; do
         echo "-- round $r"
-        for v in 0 1; do
-            echo "== gemma4-26b-a4b prefill, prompt_gemm $v"
-            timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
-                --set model.weights=dummy --set serve.max_context=4096 \
-                --set serve.prompt_gemm=$v --batch 1 --prompt 1024 --steps 8 |
-                grep -E "^prefill|^decode step|proj|expert|attention|breakdown"
+        for m in gemma4-26b-a4b gemma4-31b; do
+            for v in 0 1; do
+                echo "== $m prefill, prompt_gemm $v"
+                timeout 200 build/tests/bench_decode -c conf/$m.ini \
+                    --set model.weights=dummy --set serve.max_context=4096 \
+                    --set serve.prompt_gemm=$v --batch 1 --prompt 1024 --steps 8 |
+                    grep -E "^prefill|^decode step|proj|expert|attention|breakdown"
+            done
         done
     done
     for v in 0 1; do
-        echo "== gemma4-31b prefill, prompt_gemm $v"
-        timeout 200 build/tests/bench_decode -c conf/gemma4-31b.ini --set model.weights=dummy \
-            --set serve.max_context=4096 --set serve.prompt_gemm=$v --batch 1 --prompt 1024 \
-            --steps 8 | grep -E "^prefill|^decode step"
         echo "== gemma4-26b-a4b 16 rows, prompt_gemm $v"
         timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
             --set model.weights=dummy --set serve.max_context=4096 \
