@@ -454,41 +454,62 @@ static void gate_waypoints(const char *dir, const char *fx) {
     fx_dump_free(&sdpa);
 }
 
-/* Token-by-token decode from position 0 against whole-prompt prefill. */
-static void gate_incremental(engine *e, const char *fx, const fx_dump *eager) {
-    double gap = 0.0;
+/* The largest top-k log-probability gap between two runs of one case over every position, and
+ * the argmax mismatches at non-exempt positions (added to *gap, *mismatches). */
+static void incremental_compare(const fx_case *hc, const fx_run *x, const fx_run *y, float *a,
+                                float *b, double *gap, int *mismatches) {
+    for (int p = 0; p < hc->n; p++) {
+        size_t o = (size_t)p * (size_t)x->vocab;
+        fx_log_softmax_row(x->logits + o, x->vocab, a);
+        fx_log_softmax_row(y->logits + o, y->vocab, b);
+        for (int k = 0; k < FX_TOP_K; k++)
+            *gap = max_d(*gap, fabs((double)a[hc->pos[p].ids[k]] - b[hc->pos[p].ids[k]]));
+        if (!fx_tie_exempt(hc->pos[p].top1, hc->pos[p].top2) &&
+            fx_argmax_row(x->logits + o, x->vocab) != fx_argmax_row(y->logits + o, y->vocab))
+            (*mismatches)++;
+    }
+}
+
+/* Token-by-token against whole-prompt prefill, each case twice (docs/gates.md, incremental vs
+ * recompute): as a prompt fed a token a step (the KV cache's path, on the same projection
+ * kernels as the whole prompt: gap <= 0.1, as the contract says), and as one prompt token
+ * followed by generated tokens a step (decode: on the GPU its projections run on other kernels
+ * than the prompt's, docs/prompt-rows.md, whose summation order a random-weight fixture
+ * amplifies as it does HF's own eager against sdpa: gap <= max(0.1, 2 x floor gap), the window
+ * rule). Argmax equal at every non-exempt position in both. */
+static void gate_incremental(engine *e, const char *fx, const fx_dump *eager, double floor_gap) {
+    double gap_prompt = 0.0, gap_decode = 0.0;
     int mismatches = 0, positions = 0, failed = 0;
     /* log_softmax_row fills a whole vocabulary row (262,144 on the geometry fixtures) */
     size_t V = (size_t)engine_model(e)->n_vocab;
     float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
     for (int i = 0; i < eager->n_cases && a && b; i++) {
         const fx_case *hc = &eager->cases[i];
-        fx_run whole = {0}, inc = {0};
+        fx_run whole = {0}, by_prompt = {0}, by_decode = {0};
         if (hc->n > INCREMENTAL_MAX) continue; /* token by token: the W+1 prompts cross W */
         failed |= fx_run_case(e, hc->ids, hc->n, hc->n, hc->n, &whole, NULL, NULL);
-        failed |= fx_run_case(e, hc->ids, hc->n, 1, 1, &inc, NULL, NULL);
-        for (int p = 0; p < hc->n && !failed; p++) {
-            size_t o = (size_t)p * (size_t)whole.vocab;
-            fx_log_softmax_row(whole.logits + o, whole.vocab, a);
-            fx_log_softmax_row(inc.logits + o, inc.vocab, b);
-            for (int k = 0; k < FX_TOP_K; k++)
-                gap = max_d(gap, fabs((double)a[hc->pos[p].ids[k]] - b[hc->pos[p].ids[k]]));
-            positions++;
-            if (!fx_tie_exempt(hc->pos[p].top1, hc->pos[p].top2) &&
-                fx_argmax_row(whole.logits + o, whole.vocab) !=
-                    fx_argmax_row(inc.logits + o, inc.vocab))
-                mismatches++;
+        failed |= fx_run_case(e, hc->ids, hc->n, hc->n, 1, &by_prompt, NULL, NULL);
+        failed |= fx_run_case(e, hc->ids, hc->n, 1, 1, &by_decode, NULL, NULL);
+        if (!failed) {
+            incremental_compare(hc, &whole, &by_prompt, a, b, &gap_prompt, &mismatches);
+            incremental_compare(hc, &whole, &by_decode, a, b, &gap_decode, &mismatches);
+            positions += hc->n;
         }
         free(whole.logits);
-        free(inc.logits);
+        free(by_prompt.logits);
+        free(by_decode.logits);
     }
     free(a);
     free(b);
+    const double limit = max_d(0.1, 2.0 * floor_gap);
     char gate[96];
     snprintf(gate, sizeof gate, "%sincremental_vs_recompute[%s]", gate_prefix, fx);
-    TEST_CHECK(gate, !failed && positions > 0 && mismatches == 0 && gap <= 0.1,
-               "%d positions, gap %.4f (limit 0.1), argmax mismatches %d", positions, gap,
-               mismatches);
+    TEST_CHECK(gate,
+               !failed && positions > 0 && mismatches == 0 && gap_prompt <= 0.1 &&
+                   gap_decode <= limit,
+               "%d positions; a prompt token a step: gap %.4f (limit 0.1); generated tokens a "
+               "step: gap %.4f (limit %.4f, 2 x HF's eager-vs-sdpa floor); argmax mismatches %d",
+               positions, gap_prompt, gap_decode, limit, mismatches);
 }
 
 /* ---- batch invariance (docs/gates.md: exact) ---- */
@@ -1023,7 +1044,7 @@ int main(int argc, char **argv) {
         if (gate_wanted("vs_hf", fixtures[f])) gate_cpu_vs_hf(e, fixtures[f], &eager, &sdpa, &fl);
         if (gate_wanted("greedy", fixtures[f])) gate_greedy(e, fixtures[f], &eager, &sdpa);
         if (gate_wanted("window", fixtures[f])) gate_window(e, fixtures[f], &eager, &sdpa, fl);
-        if (gate_wanted("incremental", fixtures[f])) gate_incremental(e, fixtures[f], &eager);
+        if (gate_wanted("incremental", fixtures[f])) gate_incremental(e, fixtures[f], &eager, fl);
         if (gate_wanted("batch_invariance", fixtures[f]))
             gate_batch_invariance(e, e, "batch_invariance", fixtures[f], &eager);
         if (gate_wanted("row_kinds", fixtures[f]))
