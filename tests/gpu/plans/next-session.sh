@@ -1,9 +1,10 @@
 # tests/gpu/plans/next-session.sh - a box_queue.sh plan for the next session's device time,
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
-# the plan). PLAN_STEPS picks; default "26b-fp8" (~15 min, two calls: the 26B-A4B's full step,
-# fp8 first; docs/perf-notes.md, "Next H200 calls"; the thirtieth session ran attn-nan, wg,
-# serve, lt-probe and timeline). The steps, in the order they run
+# the plan). PLAN_STEPS picks; default "prompt 26b-fp8" (~27 min, three calls: serve.prompt_gemm's
+# gates and A/B on the H200, then the 26B-A4B's full step, fp8 first; docs/perf-notes.md, "Next
+# H200 calls"; the thirtieth session ran attn-nan, wg, serve, lt-probe and timeline, the
+# thirty-first prompt-gemm.sh on an H100). The steps, in the order they run
 # (probe, lt-probe, pf, attn, attn-nan and wg are described beside their code below):
 #   gates    (ran in the twenty-eighth session, 1,635 / 0 / 0) test_gemm_lt's `gemm_staged` gates (serve.gemm_staged, written in the twenty-seventh
 #            session: the prefill projections staged through shared memory, bits against the
@@ -52,7 +53,15 @@
 #            experts' ring on (FULL_SETS="serve.gemm_staged=1 serve.moe_prefill_tiles=3"): the
 #            engine's path through them at full depth, before either default flips, ~8 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-26b-fp8} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-prompt 26b-fp8} " == *" $1 "* ]]; }
+# serve.prompt_gemm on the card of record (written and gated on an H100 in the thirty-first
+# session): its gates, the GPU pinned recording made there replayed with every speed switch, then
+# prompt-gemm.sh's A/B (prefill 0 against 1, two rounds), ~12 min with the build
+if want prompt; then
+    step prompt ./build.sh gpu-test test_gemm_lt engine_vs_hf trained pinned_composition
+    # shellcheck source=/dev/null
+    (PLAN_STEPS=ab && . tests/gpu/plans/prompt-gemm.sh)
+fi
 want gates && step gates ./build.sh gpu-test test_gemm_lt test_moe test_attn
 # the tensor-core order probe (tests/gpu/probe_tc_order.cu), alone: nvcc and one run, ~30 s
 want probe && step probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
