@@ -33,6 +33,8 @@ struct k_gemm_plan {
     int plain;      /* k_gemm_plain: the CUDA-core kernel below, no cuBLASLt */
     int mma;        /* k_gemm_mma: the tensor-core kernel below, no cuBLASLt */
     int natural;    /* a prompt plan: its algorithm held to split-k 1 (choose_algo) */
+    int shares;     /* a prompt plan: the weights holding it, less one (prompt_plan_create) */
+    struct k_gemm_plan *next_prompt; /* the list of live prompt plans */
     /* k_gemm_prompt_plans: the cuBLASLt plan an mma plan's prompt rows run on (NULL: none) */
     struct k_gemm_plan *prompt;
     cublasLtMatmulDesc_t desc;
@@ -731,11 +733,20 @@ static int lt_plan_fill(k_gemm_plan *p) {
     return K_OK;
 }
 
-/* The prompt plan of an mma weight: cuBLASLt asked at max_m (prompt rows come in chunks),
- * held to split-k 1, so every prompt row's output is one natural chain of 16-k steps whatever
- * m is (docs/prompt-rows.md). NULL, said on stderr, where no such algorithm runs the shape: its
- * prompt rows then stay on the tensor-core kernel, which is as batch-invariant. */
+static k_gemm_plan *live_prompts; /* prompt plans made and not yet destroyed */
+
+/* The prompt plan of a weight: cuBLASLt asked at max_m (prompt rows come in chunks), held to
+ * split-k 1, so every prompt row's output is one natural chain of 16-k steps whatever m is
+ * (docs/prompt-rows.md). The layers' weights share a few shapes and the heuristic's answer
+ * depends on the shape alone, so a live plan of the same shape is shared (k_gemm_plan_destroy
+ * frees it with its last holder). NULL, said on stderr, where no such algorithm runs the
+ * shape: its prompt rows then stay on the weight's own plan, which is as batch-invariant. */
 static k_gemm_plan *prompt_plan_create(int max_m, int n, int k) {
+    for (k_gemm_plan *q = live_prompts; q; q = q->next_prompt)
+        if (q->max_m == max_m && q->n == n && q->k == k) {
+            q->shares++;
+            return q;
+        }
     k_gemm_plan *p = (k_gemm_plan *)calloc(1, sizeof *p);
     if (!p) return NULL;
     p->max_m = p->heur_m = max_m;
@@ -750,6 +761,8 @@ static k_gemm_plan *prompt_plan_create(int max_m, int n, int k) {
                 max_m, n, k);
         return NULL;
     }
+    p->next_prompt = live_prompts;
+    live_prompts = p;
     return p;
 }
 
@@ -759,6 +772,17 @@ extern "C" int k_gemm_plan_has_prompt(const k_gemm_plan *p) { return p && p->pro
 
 extern "C" void k_gemm_plan_destroy(k_gemm_plan *p) {
     if (!p) return;
+    if (p->natural) { /* a shared prompt plan: freed with its last holder */
+        if (p->shares > 0) {
+            p->shares--;
+            return;
+        }
+        for (k_gemm_plan **q = &live_prompts; *q; q = &(*q)->next_prompt)
+            if (*q == p) {
+                *q = p->next_prompt;
+                break;
+            }
+    }
     k_gemm_plan_destroy(p->prompt);
     if (p->a) cublasLtMatrixLayoutDestroy(p->a);
     if (p->desc) cublasLtMatmulDescDestroy(p->desc);

@@ -700,7 +700,7 @@ static void run_prompt(const char *name, int n, int k, uint64_t seed) {
 /* q|k|v of the 26B-A4B as one group with prompt plans, 8 generated rows and 12 prompt rows: it
  * must not claim one launch (k_gemm_group_fuses), and every output bit must equal the members'
  * calls: the generated rows as a group of their own (fused), the prompt rows as all-prompt
- * calls. */
+ * calls. k and v share a prompt plan, dropped and planned again in turn before the calls. */
 static void run_prompt_group(uint64_t seed) {
     enum { K = 2816, M = 20, P = 12, N_MAX = 4096 };
     const int ns[3] = {4096, 2048, 2048};
@@ -718,6 +718,14 @@ static void run_prompt_group(uint64_t seed) {
         dy[i] = k_device_alloc((size_t)M * ns[i] * 2);
         rc |= !dy[i] || !k_gemm_plan_has_prompt(plan[i]);
     }
+    /* k and v share one prompt plan (one shape): v's weight dropped and planned again, the
+     * shared plan must outlive the drop and serve both */
+    k_gemm_plan_destroy(plan[2]);
+    plan[2] = NULL;
+    rc |= k_gemm_plan_create(&plan[2], 2064, ns[2], K) != 0 || !k_gemm_plan_has_prompt(plan[2]);
+    k_gemm_plan_destroy(plan[1]);
+    plan[1] = NULL;
+    rc |= k_gemm_plan_create(&plan[1], 2064, ns[1], K) != 0 || !k_gemm_plan_has_prompt(plan[1]);
     k_gemm_prompt_plans(0);
     k_gemm_auto(0);
     long differ = 0;
