@@ -573,6 +573,7 @@ static void emit_ffn(FILE *f, const gen_model *m) {
         fld(f, "d_expert", "%s_D_EXPERT", u);
         fld(f, "n_expert", "%s_N_EXPERT", u);
         fld(f, "top_k", "%s_TOP_K", u);
+        fld(f, "prompt_rows", "s->rows - s->decode_rows"); /* serve.prompt_experts */
         step_end(f, "il", "moe_experts", "experts");
         rmsnorm_step(f, m, "il", "post_ff_norm_2",
                      "post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c)",

@@ -14,6 +14,7 @@
 #include "kernels/common.cuh"
 #include "kernels/bf16.cuh"
 #include "kernels/cp_async.cuh"
+#include "kernels/gemm_batched.h"
 #include "kernels/gemm_wgmma.h"
 #include "kernels/mma.cuh"
 
@@ -35,6 +36,10 @@ struct k_gemm_plan {
     int natural;    /* a prompt plan: its algorithm held to split-k 1 (choose_algo) */
     int shares;     /* a prompt plan: the weights holding it, less one (prompt_plan_create) */
     struct k_gemm_plan *next_prompt; /* the list of live prompt plans */
+    /* k_gemm_batched_plan: batch same-shape products a call, operands stride_w, stride_x and
+     * stride_y elements apart (0: one product) */
+    int batch;
+    long long stride_w, stride_x, stride_y;
     /* k_gemm_prompt_plans: the cuBLASLt plan an mma plan's prompt rows run on (NULL: none) */
     struct k_gemm_plan *prompt;
     cublasLtMatmulDesc_t desc;
@@ -82,6 +87,21 @@ static int layout_bf16(cublasLtMatrixLayout_t *l, int rows, int cols, int ld) {
     return K_OK;
 }
 
+/* layout_bf16 of one of a batched plan's operands (stride its elements apart; batch 0 or 1: a
+ * plain layout) */
+static int layout_of(const k_gemm_plan *p, cublasLtMatrixLayout_t *l, int rows, int cols, int ld,
+                     long long stride) {
+    int rc = layout_bf16(l, rows, cols, ld);
+    if (rc != K_OK || p->batch <= 1) return rc;
+    const int32_t count = p->batch;
+    const int64_t offset = stride;
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                  sizeof count));
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                  &offset, sizeof offset));
+    return K_OK;
+}
+
 /* 1 when algo sums k in one pass: split-k 1 (or unset) and no reduction scheme. */
 static bool algo_unsplit(const cublasLtMatmulAlgo_t *algo) {
     uint32_t splits = 0, scheme = 0;
@@ -116,8 +136,8 @@ static int choose_algo(k_gemm_plan *p, size_t *need) {
             pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
     }
     cublasLtMatrixLayout_t b, c;
-    int rc = layout_bf16(&b, p->k, p->heur_m, p->k);
-    if (rc == K_OK) rc = layout_bf16(&c, p->n, p->heur_m, p->n);
+    int rc = layout_of(p, &b, p->k, p->heur_m, p->k, p->stride_x);
+    if (rc == K_OK) rc = layout_of(p, &c, p->n, p->heur_m, p->n, p->stride_y);
     cublasLtMatmulHeuristicResult_t res[8];
     int found = 0;
     if (rc == K_OK && cublasLtMatmulAlgoGetHeuristic(lt_handle, p->desc, p->a, b, c, c, pref, 8,
@@ -125,9 +145,10 @@ static int choose_algo(k_gemm_plan *p, size_t *need) {
         found = 0;
     cublasLtMatrixLayout_t b1, c1, bm, cm;
     int ok = -1;
-    if (rc == K_OK && layout_bf16(&b1, p->k, 1, p->k) == K_OK &&
-        layout_bf16(&c1, p->n, 1, p->n) == K_OK && layout_bf16(&bm, p->k, p->max_m, p->k) == K_OK &&
-        layout_bf16(&cm, p->n, p->max_m, p->n) == K_OK) {
+    if (rc == K_OK && layout_of(p, &b1, p->k, 1, p->k, p->stride_x) == K_OK &&
+        layout_of(p, &c1, p->n, 1, p->n, p->stride_y) == K_OK &&
+        layout_of(p, &bm, p->k, p->max_m, p->k, p->stride_x) == K_OK &&
+        layout_of(p, &cm, p->n, p->max_m, p->n, p->stride_y) == K_OK) {
         for (int i = 0; i < found && ok < 0; i++) {
             cublasLtMatmulHeuristicResult_t chk, chk_m;
             if (p->natural && !algo_unsplit(&res[i].algo)) continue;
@@ -720,7 +741,7 @@ static int lt_plan_fill(k_gemm_plan *p) {
             CUBLAS_STATUS_SUCCESS ||
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) !=
             CUBLAS_STATUS_SUCCESS ||
-        layout_bf16(&p->a, k, n, k) != K_OK) {
+        layout_of(p, &p->a, k, n, k, p->stride_w) != K_OK) {
         k_gemm_plan_destroy(p);
         return K_ERR_DEVICE;
     }
@@ -767,6 +788,31 @@ static k_gemm_plan *prompt_plan_create(int max_m, int n, int k) {
 }
 
 extern "C" void k_gemm_prompt_plans(int on) { prompt_plans = on != 0; }
+
+/* kernels/gemm_batched.h */
+k_gemm_plan *k_gemm_batched_plan(int batch, int max_m, int n, int k, long long stride_w,
+                                 long long stride_x, long long stride_y) {
+    if (batch < 1 || max_m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return NULL;
+    k_gemm_plan *p = (k_gemm_plan *)calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->max_m = p->heur_m = max_m;
+    p->n = n;
+    p->k = k;
+    p->ws_cap = GEMM_WORKSPACE_BYTES;
+    p->natural = 1;
+    p->batch = batch;
+    p->stride_w = stride_w;
+    p->stride_x = stride_x;
+    p->stride_y = stride_y;
+    if (lt_plan_fill(p) != K_OK) {
+        fprintf(stderr,
+                "g4pipe: warning kernels: no split-k-1 cuBLASLt algorithm for %d products of %d x "
+                "%d x %d\n",
+                batch, max_m, n, k);
+        return NULL;
+    }
+    return p;
+}
 
 extern "C" int k_gemm_plan_has_prompt(const k_gemm_plan *p) { return p && p->prompt; }
 
@@ -859,9 +905,9 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
         return K_OK;
     }
     cublasLtMatrixLayout_t b, c;
-    int rc = layout_bf16(&b, a->k, a->m, a->k);
+    int rc = layout_of(p, &b, a->k, a->m, a->k, p->stride_x);
     if (rc != K_OK) return rc;
-    rc = layout_bf16(&c, a->n, a->m, ldy);
+    rc = layout_of(p, &c, a->n, a->m, ldy, p->stride_y);
     if (rc != K_OK) {
         cublasLtMatrixLayoutDestroy(b);
         return rc;

@@ -26,6 +26,7 @@
 #include "kernels/common.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/bf16.cuh"
+#include "kernels/gemm_batched.h"
 #include "kernels/moe_bucket.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/moe_wgmma.h"
@@ -967,12 +968,178 @@ extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
 
 /* ys [items, d_model] fp32, h [items, d_expert] bf16 (16-byte aligned end), then list [items],
  * active [3 * n_expert] and n_active, int32. */
+/* ---- prompt rows' experts as batched cuBLASLt products (serve.prompt_experts) ----
+ *
+ * A prompt chunk's items (rows x top_k, ~64 an expert at 1,024 rows of the 26B-A4B) are bucketed
+ * as the other paths do, then each round gathers up to PROMPT_CAP items of every expert into a
+ * slab of rows a product ([n_expert, PROMPT_CAP, d_model]), runs gate|up as one batched cuBLASLt
+ * call over every expert, GeGLU, down as another batched call, and scatters each item's row of
+ * the down products into ys for the usual combine. cuBLASLt's split-k-1 algorithms sum an
+ * output row as one chain of 16-k steps at any m (docs/prompt-rows.md), so an item's bits do
+ * not depend on how many items share its expert or its round: batch invariance holds for prompt
+ * rows, which are of another kind than generated rows (those keep the other paths). Rounding
+ * points as there: gate and up to bf16 (cuBLASLt's output), h = bf(bf(gelu(g)) * u), the down
+ * products to bf16, the weighted fp32 sum in rank order. Experts without items compute on
+ * whatever their slab holds; nothing reads those rows. */
+#define PROMPT_CAP 128 /* an expert's items a round: the products' rows */
+#define PROMPT_THREADS 128
+
+static int prompt_experts; /* serve.prompt_experts */
+extern "C" void k_set_moe_prompt_experts(int on) { prompt_experts = on != 0; }
+
+/* The slabs the prompt path adds to the workspace: x gathered (then the down products), the
+ * gate|up products and h, each [n_expert, PROMPT_CAP, width] */
+static size_t prompt_slab_bytes(int d_model, int d_expert, int n_expert) {
+    const size_t rows = (size_t)n_expert * PROMPT_CAP;
+    return (rows * ((size_t)d_model + 3 * (size_t)d_expert) * sizeof(bf16_t) + 15) & ~(size_t)15;
+}
+
 extern "C" size_t k_moe_experts_workspace(int rows, int d_model, int d_expert, int n_expert,
                                           int top_k) {
     size_t items = (size_t)rows * (size_t)top_k;
     size_t ys_bytes = items * (size_t)d_model * sizeof(float);
     size_t h_bytes = (items * (size_t)d_expert * sizeof(bf16_t) + 15) & ~(size_t)15;
-    return ys_bytes + h_bytes + (items + 3 * (size_t)n_expert + 1) * sizeof(int32_t);
+    size_t lists = ((items + 3 * (size_t)n_expert + 1) * sizeof(int32_t) + 15) & ~(size_t)15;
+    return ys_bytes + h_bytes + lists +
+           (prompt_experts ? prompt_slab_bytes(d_model, d_expert, n_expert) : 0);
+}
+
+/* The y-th active expert's (e, bucket start, count), and whether slot round0 + blockIdx.x of it
+ * holds an item */
+static __device__ __forceinline__ bool prompt_slot(const int32_t *active, int round0, int *e,
+                                                   int *start) {
+    *e = active[3 * blockIdx.y];
+    *start = active[3 * blockIdx.y + 1];
+    return round0 + (int)blockIdx.x < active[3 * blockIdx.y + 2];
+}
+
+/* xb[e, slot] = x[row of the item in slot round0 + slot of e's bucket]; grid (slots, active) */
+__global__ static void __launch_bounds__(PROMPT_THREADS)
+    moe_prompt_gather_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                             int round0, bf16_t *xb) {
+    K_GRID_DEPENDENCY();
+    int e, start;
+    if (!prompt_slot(active, round0, &e, &start)) return;
+    const int r = list[start + round0 + (int)blockIdx.x] / a.top_k;
+    const uint4 *src = (const uint4 *)(a.x + (size_t)r * (size_t)a.d_model);
+    uint4 *dst = (uint4 *)(xb + ((size_t)e * PROMPT_CAP + blockIdx.x) * (size_t)a.d_model);
+    for (int i = threadIdx.x; i < a.d_model / 8; i += PROMPT_THREADS)
+        dst[i] = src[i];
+}
+
+/* h[e, slot] = bf(bf(gelu(g)) * u) of the gate|up products' row (gate first, then up) */
+__global__ static void __launch_bounds__(PROMPT_THREADS)
+    moe_prompt_geglu_kernel(const int32_t *active, int round0, int de, const bf16_t *gu,
+                            bf16_t *h) {
+    K_GRID_DEPENDENCY();
+    int e, start;
+    if (!prompt_slot(active, round0, &e, &start)) return;
+    const size_t row = (size_t)e * PROMPT_CAP + blockIdx.x;
+    const bf16_t *g = gu + row * 2 * (size_t)de;
+    bf16_t *o = h + row * (size_t)de;
+    for (int i = threadIdx.x; i < de; i += PROMPT_THREADS)
+        o[i] = k_f32_to_bf16(k_round_bf16(k_gelu_tanh(k_bf16_to_f32(g[i]))) *
+                             k_bf16_to_f32(g[de + i]));
+}
+
+/* ys[item] = the down products' row of the item in slot round0 + slot of e's bucket */
+__global__ static void __launch_bounds__(PROMPT_THREADS)
+    moe_prompt_scatter_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                              int round0, const bf16_t *yb, float *ys) {
+    K_GRID_DEPENDENCY();
+    int e, start;
+    if (!prompt_slot(active, round0, &e, &start)) return;
+    const int item = list[start + round0 + (int)blockIdx.x];
+    const bf16_t *src = yb + ((size_t)e * PROMPT_CAP + blockIdx.x) * (size_t)a.d_model;
+    float *dst = ys + (size_t)item * (size_t)a.d_model;
+    for (int t = threadIdx.x; t < a.d_model; t += PROMPT_THREADS)
+        dst[t] = k_bf16_to_f32(src[t]);
+}
+
+/* The batched plans of one expert shape, made on first use (prompt steps are never captured in
+ * a graph) and kept for the process, as the other kernels' attributes are */
+static struct {
+    int n_expert, d_model, d_expert;
+    k_gemm_plan *up, *down;
+    int32_t *host; /* pinned: the active list and its length, read back each call */
+} pp;
+
+static int prompt_plans_for(const k_moe_experts_args *a) {
+    if (pp.up && pp.n_expert == a->n_expert && pp.d_model == a->d_model &&
+        pp.d_expert == a->d_expert)
+        return K_OK;
+    k_gemm_plan_destroy(pp.up);
+    k_gemm_plan_destroy(pp.down);
+    pp.up = pp.down = NULL;
+    const long long dm = a->d_model, de = a->d_expert, cap = PROMPT_CAP;
+    pp.up = k_gemm_batched_plan(a->n_expert, PROMPT_CAP, 2 * a->d_expert, a->d_model, 2 * de * dm,
+                                cap * dm, cap * 2 * de);
+    pp.down = k_gemm_batched_plan(a->n_expert, PROMPT_CAP, a->d_model, a->d_expert, dm * de,
+                                  cap * de, cap * dm);
+    if (!pp.host)
+        CUDA_CHECK(cudaMallocHost(&pp.host, (3 * EXPERTS_MAX_EXPERT + 1) * sizeof(int32_t)));
+    if (!pp.up || !pp.down) return K_ERR_SHAPE;
+    pp.n_expert = a->n_expert;
+    pp.d_model = a->d_model;
+    pp.d_expert = a->d_expert;
+    return K_OK;
+}
+
+/* The prompt path of k_moe_experts (a: the prompt rows alone), on its bucketed lists in the
+ * workspace */
+static int moe_prompt_experts(const k_moe_experts_args *a, const int32_t *list,
+                              const int32_t *active, const int32_t *n_active, float *ys,
+                              bf16_t *slabs, cudaStream_t s) {
+    int rc = prompt_plans_for(a);
+    if (rc != K_OK) return rc;
+    const size_t rows = (size_t)a->n_expert * PROMPT_CAP;
+    bf16_t *xb = slabs, *gu = xb + rows * (size_t)a->d_model,
+           *h = gu + rows * 2 * (size_t)a->d_expert;
+    /* the buckets' sizes set the rounds: read back once */
+    CUDA_CHECK(cudaMemcpyAsync(pp.host, n_active, sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaMemcpyAsync(pp.host + 1, active, 3 * (size_t)a->n_expert * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    const int n = pp.host[0];
+    int most = 0;
+    for (int i = 0; i < n; i++)
+        most = pp.host[1 + 3 * i + 2] > most ? pp.host[1 + 3 * i + 2] : most;
+    for (int round0 = 0; round0 < most; round0 += PROMPT_CAP) {
+        const int m = most - round0 < PROMPT_CAP ? most - round0 : PROMPT_CAP;
+        const dim3 grid((unsigned)m, (unsigned)n);
+        CUDA_CHECK(k_launch(moe_prompt_gather_kernel, grid, PROMPT_THREADS, 0, s, *a, list, active,
+                            round0, xb));
+        CUDA_CHECK(cudaGetLastError());
+        k_gemm_args up = {.y = gu,
+                          .x = xb,
+                          .w = a->gate_up,
+                          .m = m,
+                          .n = 2 * a->d_expert,
+                          .k = a->d_model,
+                          .ldy = 0,
+                          .plan = pp.up,
+                          .prompt_rows = 0};
+        rc = k_gemm(&up, s);
+        if (rc != K_OK) return rc;
+        CUDA_CHECK(k_launch(moe_prompt_geglu_kernel, grid, PROMPT_THREADS, 0, s, active, round0,
+                            a->d_expert, (const bf16_t *)gu, h));
+        CUDA_CHECK(cudaGetLastError());
+        k_gemm_args down = {.y = xb,
+                            .x = h,
+                            .w = a->down,
+                            .m = m,
+                            .n = a->d_model,
+                            .k = a->d_expert,
+                            .ldy = 0,
+                            .plan = pp.down,
+                            .prompt_rows = 0};
+        rc = k_gemm(&down, s);
+        if (rc != K_OK) return rc;
+        CUDA_CHECK(k_launch(moe_prompt_scatter_kernel, grid, PROMPT_THREADS, 0, s, *a, list, active,
+                            round0, (const bf16_t *)xb, ys));
+        CUDA_CHECK(cudaGetLastError());
+    }
+    return K_OK;
 }
 
 extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
@@ -985,8 +1152,23 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
     if (a->rows == 0) return K_OK;
     if (!a->out || !a->x || !a->gate_up || !a->down || !a->idx || !a->weight ||
         (uintptr_t)a->gate_up % 16 != 0 || (uintptr_t)a->down % 16 != 0 ||
-        (uintptr_t)a->x % 16 != 0)
+        (uintptr_t)a->x % 16 != 0 || a->prompt_rows < 0 || a->prompt_rows > a->rows)
         return K_ERR_SHAPE;
+    const bool prompt_path = prompt_experts && a->prompt_rows > 0;
+    if (prompt_path && a->prompt_rows < a->rows) { /* the generated rows first, as before */
+        k_moe_experts_args gen = *a, pr = *a;
+        gen.rows = a->rows - a->prompt_rows;
+        gen.prompt_rows = 0;
+        int rc = k_moe_experts(&gen, st);
+        if (rc != K_OK) return rc;
+        const size_t r0 = (size_t)gen.rows;
+        pr.rows = pr.prompt_rows = a->prompt_rows;
+        pr.out += r0 * (size_t)a->d_model;
+        pr.x += r0 * (size_t)a->d_model;
+        pr.idx += r0 * (size_t)a->top_k;
+        pr.weight += r0 * (size_t)a->top_k;
+        return k_moe_experts(&pr, st);
+    }
     size_t items = (size_t)a->rows * (size_t)a->top_k;
     if (items > (size_t)INT32_MAX / (size_t)a->d_model) return K_ERR_SHAPE;
     size_t ys_bytes = items * (size_t)a->d_model * sizeof(float);
@@ -1003,17 +1185,23 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
     int32_t *list = (int32_t *)((char *)ws_buf + ys_bytes + h_bytes);
     int32_t *active = list + items;
     int32_t *n_active = active + 3 * a->n_expert;
+    const size_t lists =
+        ((items + 3 * (size_t)a->n_expert + 1) * sizeof(int32_t) + 15) & ~(size_t)15;
     /* one grid row per possible active expert; the rows past *n_active return at once */
     unsigned slots = (unsigned)(items < (size_t)a->n_expert ? items : (size_t)a->n_expert);
 
     const bool tensor_cores = a->d_model % 32 == 0 && a->d_expert % 32 == 0;
     const bool inblock = bucket_in_up && tensor_cores && items <= INBLOCK_MAX_ITEMS;
-    if (!inblock) {
+    if (!inblock || prompt_path) {
         CUDA_CHECK(k_launch(moe_bucket_kernel, 1, BUCKET_THREADS, 0, s, a->idx, (int)items,
                             a->n_expert, list, active, n_active));
         CUDA_CHECK(cudaGetLastError());
     }
-    if (tensor_cores && prefill_tiles == 4 && items > INBLOCK_MAX_ITEMS) {
+    if (prompt_path) {
+        rc = moe_prompt_experts(a, list, active, n_active, ys,
+                                (bf16_t *)((char *)ws_buf + ys_bytes + h_bytes + lists), s);
+        if (rc != K_OK) return rc;
+    } else if (tensor_cores && prefill_tiles == 4 && items > INBLOCK_MAX_ITEMS) {
         rc = staged_allow();
         if (rc != K_OK) return rc;
         rc = moe_wgmma_launch(a, list, active, n_active, h, ys, slots, st);

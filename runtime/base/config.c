@@ -104,6 +104,7 @@ static const struct cfg_key {
     CFG_RANGE(serve, gemm_staged, 0, 2), /* 1 blocks of 8 warps, 2 of 4 warps two an SM */
     CFG_RANGE(serve, gemm_wgmma, 0, 2),  /* 1 loads in chunks of 64 k, 2 of 128 */
     CFG_SWITCH(serve, prompt_gemm),
+    CFG_SWITCH(serve, prompt_experts),
     CFG_RANGE(serve, attn_splits_per_block, 0, 16), /* kernels/attn_common.cuh's ATTN_MAX_SPB */
     CFG_RANGE(serve, sample_threads, 0, 256),
     CFG_RANGE(serve, text_max_tokens, 1, 1000000), /* the protocol's max_tokens range */
@@ -177,6 +178,7 @@ void config_defaults(g4_config *c) {
     c->serve.gemm_staged = 0;         /* measured slower (docs/configuration.md) */
     c->serve.gemm_wgmma = 0;          /* not yet run on the GPU (docs/configuration.md) */
     c->serve.prompt_gemm = 1;         /* prompt rows at cuBLASLt's rate (docs/prompt-rows.md) */
+    c->serve.prompt_experts = 0;      /* not yet run on the GPU (docs/prompt-rows.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
     c->serve.text_max_tokens = 512;

@@ -81,6 +81,7 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_attn_tile_fold(cfg->serve.attn_tile_fold);           /* likewise */
     k_set_gemm_staged(cfg->serve.gemm_staged);                 /* likewise */
     k_set_gemm_wgmma(cfg->serve.gemm_wgmma);                   /* likewise */
+    k_set_moe_prompt_experts(cfg->serve.prompt_experts);       /* other bits for prompt rows */
     return bk;
 }
 

@@ -307,6 +307,7 @@ static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
         .d_expert = GEMMA4_26B_A4B_D_EXPERT,
         .n_expert = GEMMA4_26B_A4B_N_EXPERT,
         .top_k = GEMMA4_26B_A4B_TOP_K,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "experts", op_moe_experts(&experts, s->stream));
     /* post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c) */
@@ -632,6 +633,7 @@ static int G4_FN(gemma4_26b_a4b_full)(g4_state *s, int il) {
         .d_expert = GEMMA4_26B_A4B_D_EXPERT,
         .n_expert = GEMMA4_26B_A4B_N_EXPERT,
         .top_k = GEMMA4_26B_A4B_TOP_K,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "experts", op_moe_experts(&experts, s->stream));
     /* post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c) */

@@ -283,6 +283,7 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .d_expert = GEOMETRY_26B_A4B_D_EXPERT,
         .n_expert = GEOMETRY_26B_A4B_N_EXPERT,
         .top_k = GEOMETRY_26B_A4B_TOP_K,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "experts", op_moe_experts(&experts, s->stream));
     /* post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c) */
@@ -608,6 +609,7 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .d_expert = GEOMETRY_26B_A4B_D_EXPERT,
         .n_expert = GEOMETRY_26B_A4B_N_EXPERT,
         .top_k = GEOMETRY_26B_A4B_TOP_K,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "experts", op_moe_experts(&experts, s->stream));
     /* post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c) */

@@ -283,6 +283,7 @@ static int G4_FN(tiny_moe_sliding)(g4_state *s, int il) {
         .d_expert = TINY_MOE_D_EXPERT,
         .n_expert = TINY_MOE_N_EXPERT,
         .top_k = TINY_MOE_TOP_K,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "experts", op_moe_experts(&experts, s->stream));
     /* post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c) */
@@ -608,6 +609,7 @@ static int G4_FN(tiny_moe_full)(g4_state *s, int il) {
         .d_expert = TINY_MOE_D_EXPERT,
         .n_expert = TINY_MOE_N_EXPERT,
         .top_k = TINY_MOE_TOP_K,
+        .prompt_rows = s->rows - s->decode_rows,
     };
     STEP(il, "experts", op_moe_experts(&experts, s->stream));
     /* post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c) */

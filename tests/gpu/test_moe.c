@@ -359,6 +359,106 @@ static void check_switch(const char *name, const shape *s, int rows, void *d_gu,
     free(on);
 }
 
+/* serve.prompt_experts (docs/prompt-rows.md): prompt rows' experts as batched cuBLASLt
+ * products. One call with every row a prompt row against the CPU twin (the rule of
+ * check_experts); the same rows as two calls (other bucket sizes, other rounds) bit for bit;
+ * a call whose first rows are generated ones: those equal the other paths' run of them alone,
+ * the prompt rows the all-prompt call's, bit for bit. With `one`, every row's items on experts
+ * 0..top_k-1, so each expert's bucket holds every row (rounds of 128 items, the last partial). */
+static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, const bf16_t *dn_h,
+                                 void *d_gu, void *d_dn, const int32_t *idx_in, const float *w,
+                                 int one) {
+    char gate[128];
+    snprintf(gate, sizeof gate, "moe_prompt_experts[e%d k%d dm%d de%d rows%d%s]", s->n_expert,
+             s->top_k, s->d_model, s->d_expert, rows, one ? " one expert set" : "");
+    const size_t nx = (size_t)rows * (size_t)s->d_model, nk = (size_t)rows * (size_t)s->top_k;
+    const size_t row_bytes = (size_t)s->d_model * 2;
+    int32_t *idx = malloc(nk * 4);
+    bf16_t *x = malloc(nx * 2), *all = malloc(nx * 2), *got = malloc(nx * 2), *ref = malloc(nx * 2);
+    void *d_x = k_device_alloc(nx * 2), *d_out = k_device_alloc(nx * 2),
+         *d_idx = k_device_alloc(nk * 4), *d_w = k_device_alloc(nk * 4);
+    int rc = !idx || !x || !all || !got || !ref || !d_x || !d_out || !d_idx || !d_w;
+    for (size_t i = 0; !rc && i < nk; i++)
+        idx[i] = one ? (int32_t)(i % (size_t)s->top_k) : idx_in[i];
+    if (!rc) {
+        fill_uniform(x, nx, 1.0f, 0.0f);
+        rc = k_copy_to_device(d_x, x, nx * 2) | k_copy_to_device(d_idx, idx, nk * 4) |
+             k_copy_to_device(d_w, w, nk * 4);
+    }
+    k_moe_experts_args a = experts_args(s, rows, d_out, d_x, d_gu, d_dn, d_idx, d_w);
+    const int gen = rows > 4 ? 3 : 1, half = rows / 2;
+    long differ = 0;
+    double num = 0, den = 0;
+    int unwritten = 0;
+    k_set_moe_prompt_experts(1);
+    if (!rc) { /* every row a prompt row */
+        a.prompt_rows = rows;
+        rc = experts_with(&a, (switches){1, 3, 0}, all, nx);
+    }
+    if (!rc) { /* the same rows as two calls */
+        k_moe_experts_args b = a;
+        b.rows = b.prompt_rows = half;
+        rc = experts_with(&b, (switches){1, 3, 0}, got, (size_t)half * s->d_model);
+        differ += !rc && memcmp(got, all, (size_t)half * row_bytes) != 0;
+        b = a;
+        b.out = (bf16_t *)b.out + (size_t)half * s->d_model;
+        b.x = (const bf16_t *)b.x + (size_t)half * s->d_model;
+        b.idx = (const int32_t *)b.idx + (size_t)half * s->top_k;
+        b.weight = (const float *)b.weight + (size_t)half * s->top_k;
+        b.rows = b.prompt_rows = rows - half;
+        rc |= experts_with(&b, (switches){1, 3, 0}, got, (size_t)(rows - half) * s->d_model);
+        differ += !rc && memcmp(got, all + (size_t)half * s->d_model,
+                                (size_t)(rows - half) * row_bytes) != 0;
+    }
+    if (!rc) { /* generated rows first: theirs against the other paths alone */
+        k_moe_experts_args g = a;
+        g.rows = gen;
+        g.prompt_rows = 0;
+        k_set_moe_prompt_experts(0);
+        rc = experts_with(&g, (switches){1, 3, 0}, ref, (size_t)gen * s->d_model);
+        k_set_moe_prompt_experts(1);
+        k_moe_experts_args m = a;
+        m.prompt_rows = rows - gen;
+        rc |= experts_with(&m, (switches){1, 3, 0}, got, nx);
+        differ += !rc && memcmp(got, ref, (size_t)gen * row_bytes) != 0;
+        differ += !rc && memcmp(got + (size_t)gen * s->d_model, all + (size_t)gen * s->d_model,
+                                (size_t)(rows - gen) * row_bytes) != 0;
+    }
+    k_set_moe_prompt_experts(0);
+    int rrc = 0;
+    if (!rc) { /* the CPU twin */
+        k_moe_experts_args ra = a;
+        ra.out = ref;
+        ra.x = x;
+        ra.gate_up = gu_h;
+        ra.down = dn_h;
+        ra.idx = idx;
+        ra.weight = w;
+        rrc = ref_moe_experts(&ra, NULL);
+        for (size_t i = 0; i < nx; i++) {
+            float o = ref_bf16_to_f32(all[i]), e = ref_bf16_to_f32(ref[i]);
+            unwritten += isnan(o) != 0;
+            num += isnan(o) ? 1e30 : (double)(o - e) * (o - e);
+            den += (double)e * e;
+        }
+    }
+    const double rel = sqrt(num / (den > 0 ? den : 1));
+    TEST_CHECK(gate, rc == 0 && rrc == 0 && unwritten == 0 && rel <= 1e-2 && den > 0 && differ == 0,
+               "against the CPU twin rel err %.2e (limit 1e-2), unwritten %d; %ld of 4 row "
+               "ranges differ in some bit (two calls; %d generated rows against the other paths; "
+               "the prompt rows beside them), rc %d/%d",
+               rel, unwritten, differ, gen, rc, rrc);
+    k_device_free(d_x);
+    k_device_free(d_out);
+    k_device_free(d_idx);
+    k_device_free(d_w);
+    free(idx);
+    free(x);
+    free(all);
+    free(got);
+    free(ref);
+}
+
 static void run_shape(const shape *s, uint64_t seed) {
     rng_state = seed;
     size_t ngu = (size_t)s->n_expert * 2 * (size_t)s->d_expert * (size_t)s->d_model;
@@ -416,6 +516,8 @@ static void run_shape(const shape *s, uint64_t seed) {
                 test_fail("moe_prefill_staged(one expert)", "out of host memory");
             }
             free(one);
+            check_prompt_experts(s, rows, gu, dn, d_gu, d_dn, idx, w, 0);
+            check_prompt_experts(s, rows, gu, dn, d_gu, d_dn, idx, w, 1);
         }
         if (mma && nk <= 8) { /* one decode row: where serve.wide_loads applies */
             check_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
@@ -471,6 +573,7 @@ int main(void) {
     char desc[256];
     if (k_device_init(desc, sizeof desc) != 0) {
         test_skip("op_vs_ref_moe", "no GPU (%s)", desc);
+        test_skip("moe_prompt_experts", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);

@@ -67,6 +67,24 @@ want gates && step gates ./build.sh gpu-test test_gemm_lt test_moe test_attn
 want probe && step probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
     -gencode arch=compute_90a,code=sm_90a -O2 -I. tests/gpu/probe_tc_order.cu \
     -o build/tests/probe_tc_order && build/tests/probe_tc_order'
+# (not in the default) serve.prompt_experts (written in the thirty-first session without a device):
+# test_moe's moe_prompt_experts gates, the engine gates with it on, then a 1,024-token prefill of
+# the 26B-A4B at 0 and 1, two rounds (predicted its experts 31.2 -> ~12-16 ms), ~8 min with the build
+pe_next() {
+    local r v
+    for r in 1 2; do
+        for v in 0 1; do
+            echo "== round $r, gemma4-26b-a4b prefill, prompt_experts $v"
+            timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
+                --set model.weights=dummy --set serve.max_context=4096 \
+                --set serve.prompt_experts=$v --batch 1 --prompt 1024 --steps 8 |
+                grep -E "^prefill|^decode step|expert|breakdown"
+        done
+    done
+}
+want pe && step pe-gates ./build.sh gpu-test test_moe
+want pe && step pe-engine env G4_FIXTURE_SET="serve.prompt_experts=1" ./build.sh gpu-test engine_vs_hf
+want pe && step pe-ab pe_next
 # (not in the default) whether cuBLASLt's plans sum k as one natural 16-k instruction after another
 # (tests/gpu/probe_lt_order.cu; docs/perf-notes.md, thirtieth session): nvcc and one run, ~40 s
 want lt-probe && step lt-probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
