@@ -760,28 +760,17 @@ static k_gemm_plan *live_prompts; /* prompt plans made and not yet destroyed */
  * split-k 1, so every prompt row's output is one natural chain of 16-k steps whatever m is
  * (docs/prompt-rows.md). The layers' weights share a few shapes and the heuristic's answer
  * depends on the shape alone, so a live plan of the same shape is shared (k_gemm_plan_destroy
- * frees it with its last holder). NULL, said on stderr, where no such algorithm runs the
- * shape: its prompt rows then stay on the weight's own plan, which is as batch-invariant. */
+ * frees it with its last holder). It is a batched plan of one product. NULL, said on stderr
+ * (k_gemm_batched_plan), where no such algorithm runs the shape: its prompt rows then stay on
+ * the weight's own plan, which is as batch-invariant. */
 static k_gemm_plan *prompt_plan_create(int max_m, int n, int k) {
     for (k_gemm_plan *q = live_prompts; q; q = q->next_prompt)
         if (q->max_m == max_m && q->n == n && q->k == k) {
             q->shares++;
             return q;
         }
-    k_gemm_plan *p = (k_gemm_plan *)calloc(1, sizeof *p);
+    k_gemm_plan *p = k_gemm_batched_plan(1, max_m, n, k, 0, 0, 0);
     if (!p) return NULL;
-    p->max_m = p->heur_m = max_m;
-    p->n = n;
-    p->k = k;
-    p->ws_cap = GEMM_WORKSPACE_BYTES;
-    p->natural = 1;
-    if (lt_plan_fill(p) != K_OK) {
-        fprintf(stderr,
-                "g4pipe: warning kernels: no split-k-1 cuBLASLt algorithm for %d x %d x %d: its "
-                "prompt rows stay on the tensor-core kernel\n",
-                max_m, n, k);
-        return NULL;
-    }
     p->next_prompt = live_prompts;
     live_prompts = p;
     return p;
@@ -806,8 +795,8 @@ k_gemm_plan *k_gemm_batched_plan(int batch, int max_m, int n, int k, long long s
     p->stride_y = stride_y;
     if (lt_plan_fill(p) != K_OK) {
         fprintf(stderr,
-                "g4pipe: warning kernels: no split-k-1 cuBLASLt algorithm for %d products of %d x "
-                "%d x %d\n",
+                "g4pipe: warning kernels: no split-k-1 cuBLASLt algorithm for %d product(s) of "
+                "%d x %d x %d\n",
                 batch, max_m, n, k);
         return NULL;
     }
