@@ -40,6 +40,8 @@ struct k_gemm_plan {
      * stride_y elements apart (0: one product) */
     int batch;
     long long stride_w, stride_x, stride_y;
+    /* k_gemm_ptrs_plan: the operands named by device arrays of pointers, batch set a call */
+    int ptrs;
     /* k_gemm_prompt_plans: the cuBLASLt plan an mma plan's prompt rows run on (NULL: none) */
     struct k_gemm_plan *prompt;
     cublasLtMatmulDesc_t desc;
@@ -89,17 +91,28 @@ static int layout_bf16(cublasLtMatrixLayout_t *l, int rows, int cols, int ld) {
 
 /* layout_bf16 of one of a batched plan's operands (stride its elements apart; batch 0 or 1: a
  * plain layout) */
-static int layout_of(const k_gemm_plan *p, cublasLtMatrixLayout_t *l, int rows, int cols, int ld,
-                     long long stride) {
+static int layout_batch(const k_gemm_plan *p, cublasLtMatrixLayout_t *l, int rows, int cols, int ld,
+                        long long stride, int batch) {
     int rc = layout_bf16(l, rows, cols, ld);
-    if (rc != K_OK || p->batch <= 1) return rc;
-    const int32_t count = p->batch;
-    const int64_t offset = stride;
+    if (rc != K_OK || (batch <= 1 && !p->ptrs)) return rc;
+    const int32_t count = batch;
     CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
                                                   sizeof count));
+    if (p->ptrs) {
+        const uint32_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &mode,
+                                                      sizeof mode));
+        return K_OK;
+    }
+    const int64_t offset = stride;
     CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                                   &offset, sizeof offset));
     return K_OK;
+}
+
+static int layout_of(const k_gemm_plan *p, cublasLtMatrixLayout_t *l, int rows, int cols, int ld,
+                     long long stride) {
+    return layout_batch(p, l, rows, cols, ld, stride, p->batch);
 }
 
 /* 1 when algo sums k in one pass: split-k 1 (or unset) and no reduction scheme. */
@@ -803,6 +816,63 @@ k_gemm_plan *k_gemm_batched_plan(int batch, int max_m, int n, int k, long long s
     return p;
 }
 
+/* kernels/gemm_batched.h */
+k_gemm_plan *k_gemm_ptrs_plan(int batch, int m, int n, int k) {
+    if (batch < 1 || m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return NULL;
+    k_gemm_plan *p = (k_gemm_plan *)calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->max_m = p->heur_m = m;
+    p->n = n;
+    p->k = k;
+    p->ws_cap = GEMM_WORKSPACE_BYTES;
+    p->natural = 1;
+    p->batch = batch;
+    p->ptrs = 1;
+    if (lt_plan_fill(p) != K_OK) {
+        fprintf(stderr,
+                "g4pipe: warning kernels: no split-k-1 cuBLASLt algorithm for pointer-array "
+                "batches of %d x %d x %d\n",
+                m, n, k);
+        return NULL;
+    }
+    return p;
+}
+
+/* kernels/gemm_batched.h */
+int k_gemm_ptrs(const k_gemm_plan *p, int batch, const void *w, const void *x, void *y,
+                g4_stream st) {
+    if (!p || !p->ptrs || batch < 0 || !w || !x || !y) return K_ERR_SHAPE;
+    if (batch == 0) return K_OK;
+    cublasLtMatrixLayout_t la, lb, lc;
+    int rc = layout_batch(p, &la, p->k, p->n, p->k, 0, batch);
+    if (rc != K_OK) return rc;
+    rc = layout_batch(p, &lb, p->k, p->max_m, p->k, 0, batch);
+    if (rc != K_OK) {
+        cublasLtMatrixLayoutDestroy(la);
+        return rc;
+    }
+    rc = layout_batch(p, &lc, p->n, p->max_m, p->n, 0, batch);
+    if (rc != K_OK) {
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatrixLayoutDestroy(lb);
+        return rc;
+    }
+    const float one = 1.0f, zero = 0.0f;
+#ifdef G4_KERNEL_TRACE
+    CUDA_CHECK(k_launch(cublaslt_matmul_stamp_kernel, dim3(1), dim3(1), 0, (cudaStream_t)st));
+#endif
+    cublasStatus_t s =
+        cublasLtMatmul(lt_handle, p->desc, &one, w, la, x, lb, &zero, y, lc, y, lc, &p->algo,
+                       lt_workspace, GEMM_WORKSPACE_BYTES, (cudaStream_t)st);
+    lt_launched = true;
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    CUBLAS_CHECK(s);
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
+}
+
 extern "C" int k_gemm_plan_has_prompt(const k_gemm_plan *p) { return p && p->prompt; }
 
 extern "C" void k_gemm_plan_destroy(k_gemm_plan *p) {
@@ -848,8 +918,8 @@ static int gemm_prompt_split(const k_gemm_args *a, int ldy, g4_stream st) {
 extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
     k_gemm_plan *p = (k_gemm_plan *)a->plan;
     int ldy = a->ldy ? a->ldy : a->n;
-    if (!p || a->m < 0 || a->m > p->max_m || a->n != p->n || a->k != p->k || ldy < a->n ||
-        a->prompt_rows < 0 || a->prompt_rows > a->m)
+    if (!p || p->ptrs || a->m < 0 || a->m > p->max_m || a->n != p->n || a->k != p->k ||
+        ldy < a->n || a->prompt_rows < 0 || a->prompt_rows > a->m)
         return K_ERR_SHAPE;
     /* no rows: nothing to do, as ref_gemm (a prefill chunk that is not a prompt's last asks the
      * LM head for no logits) */

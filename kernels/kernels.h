@@ -454,14 +454,17 @@ int k_topk(const k_topk_args *a, g4_stream st);
 /* kernels/moe.cu: routing and the routed experts */
 int k_moe_route(const k_moe_route_args *a, g4_stream st);
 int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
-/* on: a k_moe_experts call's prompt rows (prompt_rows) run their experts as two batched cuBLASLt
- * products a round over every expert (items gathered into [n_expert, up to 128] rows, split-k 1:
- * an item's bits do not depend on how many share its expert), GeGLU between them, the same
+/* on: a k_moe_experts call's prompt rows (prompt_rows) run their experts as two pointer-array
+ * batched cuBLASLt products over tiles of 64 items (each tile one expert's; split-k 1: an item's
+ * bits do not depend on its tile or how many share its expert), GeGLU between them, the same
  * rounding points and combine as the other paths; generated rows keep those (serve.prompt_experts,
  * default off until measured; other bits for prompt rows than off). One host synchronisation a
- * call (the largest bucket sets the rows a round). Process-wide; read by k_moe_experts_workspace
- * too, so set it before the workspace is reserved. */
+ * call (the tile count sets the batch). Process-wide; read by k_moe_experts_workspace too, so set
+ * it before the workspace is reserved. */
 void k_set_moe_prompt_experts(int on);
+/* What the prompt path has run since the process began: calls, items (rows x top_k) and tile
+ * rows computed (items plus each tile's padding), for benchmarks */
+void k_moe_prompt_stats(long long *calls, long long *items, long long *tile_rows);
 /* On: a k_moe_experts call of at most 128 items (rows x top_k) on the tensor-core path lets
  * each block of its up kernel bucket the items itself, without the bucket kernel's launch
  * (serve.moe_bucket_in_up, default on; speed only: every item's arithmetic is the same).

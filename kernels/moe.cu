@@ -909,14 +909,17 @@ static int staged_allow(void) {
 }
 extern "C" int k_moe_setup(void) { return staged_allow(); }
 
-/* out[r, t] = bf(sum_k ys[r*top_k + k, t] * w[r, k]) in rank order. Grid: (rows, d_model tiles
- * of COMBINE_THREADS), one output per thread. The row's ids and weights go to shared memory
- * first, then every thread issues its top_k loads before the first add, so a block waits on one
- * load's latency rather than top_k in a chain (docs/perf-notes.md, "Experts"). The product and
+/* out[r, t] = bf(sum_k ys[r*top_k + k, t] * w[r, k]) in rank order (SLAB: the item's row of the
+ * prompt path's down products, yb[pos[item]], in place of ys; the same values). Grid: (rows,
+ * d_model tiles of COMBINE_THREADS), one output per thread. The row's ids and weights go to shared
+ * memory first, then every thread issues its top_k loads before the first add, so a block waits on
+ * one load's latency rather than top_k in a chain (docs/perf-notes.md, "Experts"). The product and
  * the sum are rounded separately (__fmul_rn, __fadd_rn), as the C reference does: y_k * w_k is
  * not exact in fp32, so an FMA would round differently. */
+template <bool SLAB = false>
 __global__ static void __launch_bounds__(COMBINE_THREADS)
-    moe_combine_kernel(k_moe_experts_args a, const float *ys) {
+    moe_combine_kernel(k_moe_experts_args a, const float *ys, const bf16_t *yb = NULL,
+                       const int32_t *pos = NULL) {
     K_GRID_DEPENDENCY();
     __shared__ int bad;
     __shared__ float wk[ROUTE_MAX_TOP_K];
@@ -932,9 +935,20 @@ __global__ static void __launch_bounds__(COMBINE_THREADS)
     __syncthreads();
     if (t >= dm) return;
     float y[ROUTE_MAX_TOP_K];
+    if constexpr (SLAB) {
+        if (bad) { /* a bad id's item has no slab row */
+            a.out[(size_t)r * (size_t)dm + (size_t)t] = k_f32_to_bf16(NAN);
+            return;
+        }
 #pragma unroll
-    for (int k = 0; k < ROUTE_MAX_TOP_K; k++)
-        if (k < a.top_k) y[k] = ys[(item0 + (size_t)k) * (size_t)dm + (size_t)t];
+        for (int k = 0; k < ROUTE_MAX_TOP_K; k++)
+            if (k < a.top_k)
+                y[k] = k_bf16_to_f32(yb[(size_t)pos[item0 + (size_t)k] * (size_t)dm + (size_t)t]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < ROUTE_MAX_TOP_K; k++)
+            if (k < a.top_k) y[k] = ys[(item0 + (size_t)k) * (size_t)dm + (size_t)t];
+    }
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < ROUTE_MAX_TOP_K; k++)
@@ -971,27 +985,42 @@ extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
 /* ---- prompt rows' experts as batched cuBLASLt products (serve.prompt_experts) ----
  *
  * A prompt chunk's items (rows x top_k, ~64 an expert at 1,024 rows of the 26B-A4B) are bucketed
- * as the other paths do, then each round gathers up to PROMPT_CAP items of every expert into a
- * slab of rows a product ([n_expert, PROMPT_CAP, d_model]), runs gate|up as one batched cuBLASLt
- * call over every expert, GeGLU, down as another batched call, and scatters each item's row of
- * the down products into ys for the usual combine. cuBLASLt's split-k-1 algorithms sum an
- * output row as one chain of 16-k steps at any m (docs/prompt-rows.md), so an item's bits do
- * not depend on how many items share its expert or its round: batch invariance holds for prompt
- * rows, which are of another kind than generated rows (those keep the other paths). Rounding
- * points as there: gate and up to bf16 (cuBLASLt's output), h = bf(bf(gelu(g)) * u), the down
- * products to bf16, the weighted fp32 sum in rank order. Experts without items compute on
- * whatever their slab holds; nothing reads those rows. */
-#define PROMPT_CAP 128 /* an expert's items a round: the products' rows */
+ * as the other paths do, then each active expert's bucket is cut into tiles of PROMPT_TILE items
+ * (the last one partial). Every tile's items are gathered into a slab of PROMPT_TILE rows; gate|up
+ * runs as one pointer-array batched cuBLASLt call over every tile (each tile's product reads its
+ * own expert's weights), GeGLU, down likewise, and the combine reads each item's row of the down
+ * products where its tile put it. So each expert's weights are read about once a call (its tiles
+ * are neighbours in the batch), whatever the largest bucket holds: the strided form this replaced
+ * ran every expert's product over the largest bucket's rounds. cuBLASLt's split-k-1 algorithms
+ * sum an output row as one chain of 16-k steps at any m (docs/prompt-rows.md), so an item's bits
+ * do not depend on its tile, its place in it or how many items share its expert: batch
+ * invariance holds for prompt rows, which are of another kind than generated rows (those keep the
+ * other paths). Rounding points as there: gate and up to bf16 (cuBLASLt's output),
+ * h = bf(bf(gelu(g)) * u), the down products to bf16, the weighted fp32 sum in rank order. A
+ * tile's rows past its items compute on whatever the slab holds; nothing reads them. */
+#define PROMPT_TILE 64 /* items a tile: the products' rows (padding ~half a tile an expert) */
 #define PROMPT_THREADS 128
+#define PROMPT_TILE_THREADS 1024 /* the tiles kernel: one thread an active expert */
+#define PROMPT_PTRS 6            /* pointer arrays: up's w, x, y, then down's */
 
 static int prompt_experts; /* serve.prompt_experts */
 extern "C" void k_set_moe_prompt_experts(int on) { prompt_experts = on != 0; }
 
-/* The slabs the prompt path adds to the workspace: x gathered (then the down products), the
- * gate|up products and h, each [n_expert, PROMPT_CAP, width] */
-static size_t prompt_slab_bytes(int d_model, int d_expert, int n_expert) {
-    const size_t rows = (size_t)n_expert * PROMPT_CAP;
-    return (rows * ((size_t)d_model + 3 * (size_t)d_expert) * sizeof(bf16_t) + 15) & ~(size_t)15;
+/* The most tiles a call of items items can cut: every active expert's last tile partial */
+static size_t prompt_max_tiles(size_t items, int n_expert) {
+    const size_t active = items < (size_t)n_expert ? items : (size_t)n_expert;
+    return (items + PROMPT_TILE - 1) / PROMPT_TILE + active;
+}
+
+/* What the prompt path adds to the workspace, in this order: the pointer arrays
+ * [PROMPT_PTRS][tiles], the slab x gathered (then the down products) [tiles * PROMPT_TILE,
+ * d_model], gate|up [.., 2 * d_expert] and h [.., d_expert], then int32 tiles' table
+ * [tiles][3], the tile count and each item's slab row [items] */
+static size_t prompt_ws_bytes(size_t items, int d_model, int d_expert, int n_expert) {
+    const size_t tiles = prompt_max_tiles(items, n_expert), rows = tiles * PROMPT_TILE;
+    return PROMPT_PTRS * tiles * sizeof(void *) +
+           ((rows * ((size_t)d_model + 3 * (size_t)d_expert) * sizeof(bf16_t) + 15) & ~(size_t)15) +
+           (((3 * tiles + 1 + items) * sizeof(int32_t) + 15) & ~(size_t)15);
 }
 
 extern "C" size_t k_moe_experts_workspace(int rows, int d_model, int d_expert, int n_expert,
@@ -1001,59 +1030,106 @@ extern "C" size_t k_moe_experts_workspace(int rows, int d_model, int d_expert, i
     size_t h_bytes = (items * (size_t)d_expert * sizeof(bf16_t) + 15) & ~(size_t)15;
     size_t lists = ((items + 3 * (size_t)n_expert + 1) * sizeof(int32_t) + 15) & ~(size_t)15;
     return ys_bytes + h_bytes + lists +
-           (prompt_experts ? prompt_slab_bytes(d_model, d_expert, n_expert) : 0);
+           (prompt_experts ? prompt_ws_bytes(items, d_model, d_expert, n_expert) : 0);
 }
 
-/* The y-th active expert's (e, bucket start, count), and whether slot round0 + blockIdx.x of it
- * holds an item */
-static __device__ __forceinline__ bool prompt_slot(const int32_t *active, int round0, int *e,
-                                                   int *start) {
-    *e = active[3 * blockIdx.y];
-    *start = active[3 * blockIdx.y + 1];
-    return round0 + (int)blockIdx.x < active[3 * blockIdx.y + 2];
+/* The prompt path's parts of the workspace (prompt_ws_bytes) */
+typedef struct {
+    const void **ptrs; /* [PROMPT_PTRS][max_tiles] */
+    bf16_t *xb, *gu, *h;
+    int32_t *tiles, *n_tiles, *pos;
+    int max_tiles;
+} prompt_ws;
+
+static prompt_ws prompt_ws_at(void *base, size_t items, int d_model, int d_expert, int n_expert) {
+    prompt_ws w;
+    const size_t tiles = prompt_max_tiles(items, n_expert), rows = tiles * PROMPT_TILE;
+    w.max_tiles = (int)tiles;
+    w.ptrs = (const void **)base;
+    w.xb = (bf16_t *)((char *)base + PROMPT_PTRS * tiles * sizeof(void *));
+    w.gu = w.xb + rows * (size_t)d_model;
+    w.h = w.gu + rows * 2 * (size_t)d_expert;
+    w.tiles = (int32_t *)((char *)w.xb +
+                          ((rows * ((size_t)d_model + 3 * (size_t)d_expert) * sizeof(bf16_t) + 15) &
+                           ~(size_t)15));
+    w.n_tiles = w.tiles + 3 * tiles;
+    w.pos = w.n_tiles + 1;
+    return w;
 }
 
-/* xb[e, slot] = x[row of the item in slot round0 + slot of e's bucket]; grid (slots, active) */
-__global__ static void __launch_bounds__(PROMPT_THREADS)
-    moe_prompt_gather_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
-                             int round0, bf16_t *xb) {
+/* One block: the active experts' buckets (moe_bucket_kernel) cut into tiles of PROMPT_TILE
+ * items in expert order, tile t = (expert, its first item's place in list, its items), and the
+ * pointers the batched products read: up w = the expert's gate|up, x = the tile's slab rows,
+ * y = its gate|up rows; down w = the expert's down, x = its h rows, y = its slab rows again. */
+__global__ static void __launch_bounds__(PROMPT_TILE_THREADS)
+    moe_prompt_tiles_kernel(k_moe_experts_args a, const int32_t *active, const int32_t *n_active,
+                            prompt_ws w) {
     K_GRID_DEPENDENCY();
-    int e, start;
-    if (!prompt_slot(active, round0, &e, &start)) return;
-    const int r = list[start + round0 + (int)blockIdx.x] / a.top_k;
-    const uint4 *src = (const uint4 *)(a.x + (size_t)r * (size_t)a.d_model);
-    uint4 *dst = (uint4 *)(xb + ((size_t)e * PROMPT_CAP + blockIdx.x) * (size_t)a.d_model);
+    __shared__ int first[EXPERTS_MAX_EXPERT + 1];
+    const int n = *n_active, i = threadIdx.x;
+    const int count = i < n ? active[3 * i + 2] : 0;
+    if (i < EXPERTS_MAX_EXPERT) first[i + 1] = (count + PROMPT_TILE - 1) / PROMPT_TILE;
+    __syncthreads();
+    if (i == 0) { /* at most n_expert adds: a few microseconds, once a call */
+        first[0] = 0;
+        for (int j = 1; j <= n; j++)
+            first[j] += first[j - 1];
+        *w.n_tiles = first[n];
+    }
+    __syncthreads();
+    if (i >= n) return;
+    const int e = active[3 * i], start = active[3 * i + 1];
+    const size_t dm = (size_t)a.d_model, de = (size_t)a.d_expert, mt = (size_t)w.max_tiles;
+    for (int t = first[i]; t < first[i + 1]; t++) {
+        const int j = t - first[i];
+        const size_t row = (size_t)t * PROMPT_TILE;
+        w.tiles[3 * t] = e;
+        w.tiles[3 * t + 1] = start + j * PROMPT_TILE;
+        w.tiles[3 * t + 2] = min(PROMPT_TILE, count - j * PROMPT_TILE);
+        w.ptrs[0 * mt + t] = a.gate_up + (size_t)e * 2 * de * dm;
+        w.ptrs[1 * mt + t] = w.xb + row * dm;
+        w.ptrs[2 * mt + t] = w.gu + row * 2 * de;
+        w.ptrs[3 * mt + t] = a.down + (size_t)e * dm * de;
+        w.ptrs[4 * mt + t] = w.h + row * de;
+        w.ptrs[5 * mt + t] = w.xb + row * dm;
+    }
+}
+
+/* Whether slot blockIdx.x of tile blockIdx.y holds an item; *item its place in list */
+static __device__ __forceinline__ bool prompt_slot(const prompt_ws &w, int *place) {
+    const int *t = w.tiles + 3 * blockIdx.y;
+    *place = t[1] + (int)blockIdx.x;
+    return (int)blockIdx.x < t[2];
+}
+
+/* xb[tile, slot] = x[row of the slot's item]; pos[item] = that slab row. Grid (PROMPT_TILE,
+ * tiles). */
+__global__ static void __launch_bounds__(PROMPT_THREADS)
+    moe_prompt_gather_kernel(k_moe_experts_args a, const int32_t *list, prompt_ws w) {
+    K_GRID_DEPENDENCY();
+    int place;
+    if (!prompt_slot(w, &place)) return;
+    const int item = list[place];
+    const size_t row = (size_t)blockIdx.y * PROMPT_TILE + blockIdx.x;
+    if (threadIdx.x == 0) w.pos[item] = (int32_t)row;
+    const uint4 *src = (const uint4 *)(a.x + (size_t)(item / a.top_k) * (size_t)a.d_model);
+    uint4 *dst = (uint4 *)(w.xb + row * (size_t)a.d_model);
     for (int i = threadIdx.x; i < a.d_model / 8; i += PROMPT_THREADS)
         dst[i] = src[i];
 }
 
-/* h[e, slot] = bf(bf(gelu(g)) * u) of the gate|up products' row (gate first, then up) */
+/* h[row] = bf(bf(gelu(g)) * u) of the gate|up products' row (gate first, then up) */
 __global__ static void __launch_bounds__(PROMPT_THREADS)
-    moe_prompt_geglu_kernel(const int32_t *active, int round0, int de, const bf16_t *gu,
-                            bf16_t *h) {
+    moe_prompt_geglu_kernel(int de, prompt_ws w) {
     K_GRID_DEPENDENCY();
-    int e, start;
-    if (!prompt_slot(active, round0, &e, &start)) return;
-    const size_t row = (size_t)e * PROMPT_CAP + blockIdx.x;
-    const bf16_t *g = gu + row * 2 * (size_t)de;
-    bf16_t *o = h + row * (size_t)de;
+    int place;
+    if (!prompt_slot(w, &place)) return;
+    const size_t row = (size_t)blockIdx.y * PROMPT_TILE + blockIdx.x;
+    const bf16_t *g = w.gu + row * 2 * (size_t)de;
+    bf16_t *o = w.h + row * (size_t)de;
     for (int i = threadIdx.x; i < de; i += PROMPT_THREADS)
         o[i] = k_f32_to_bf16(k_round_bf16(k_gelu_tanh(k_bf16_to_f32(g[i]))) *
                              k_bf16_to_f32(g[de + i]));
-}
-
-/* ys[item] = the down products' row of the item in slot round0 + slot of e's bucket */
-__global__ static void __launch_bounds__(PROMPT_THREADS)
-    moe_prompt_scatter_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
-                              int round0, const bf16_t *yb, float *ys) {
-    K_GRID_DEPENDENCY();
-    int e, start;
-    if (!prompt_slot(active, round0, &e, &start)) return;
-    const int item = list[start + round0 + (int)blockIdx.x];
-    const bf16_t *src = yb + ((size_t)e * PROMPT_CAP + blockIdx.x) * (size_t)a.d_model;
-    float *dst = ys + (size_t)item * (size_t)a.d_model;
-    for (int t = threadIdx.x; t < a.d_model; t += PROMPT_THREADS)
-        dst[t] = k_bf16_to_f32(src[t]);
 }
 
 /* The batched plans of one expert shape, made on first use (prompt steps are never captured in
@@ -1061,8 +1137,15 @@ __global__ static void __launch_bounds__(PROMPT_THREADS)
 static struct {
     int n_expert, d_model, d_expert;
     k_gemm_plan *up, *down;
-    int32_t *host; /* pinned: the active list and its length, read back each call */
+    int32_t *host;                     /* pinned: the tile count, read back each call */
+    long long calls, items, tile_rows; /* k_moe_prompt_stats */
 } pp;
+
+extern "C" void k_moe_prompt_stats(long long *calls, long long *items, long long *tile_rows) {
+    *calls = pp.calls;
+    *items = pp.items;
+    *tile_rows = pp.tile_rows;
+}
 
 static int prompt_plans_for(const k_moe_experts_args *a) {
     if (pp.up && pp.n_expert == a->n_expert && pp.d_model == a->d_model &&
@@ -1071,13 +1154,11 @@ static int prompt_plans_for(const k_moe_experts_args *a) {
     k_gemm_plan_destroy(pp.up);
     k_gemm_plan_destroy(pp.down);
     pp.up = pp.down = NULL;
-    const long long dm = a->d_model, de = a->d_expert, cap = PROMPT_CAP;
-    pp.up = k_gemm_batched_plan(a->n_expert, PROMPT_CAP, 2 * a->d_expert, a->d_model, 2 * de * dm,
-                                cap * dm, cap * 2 * de);
-    pp.down = k_gemm_batched_plan(a->n_expert, PROMPT_CAP, a->d_model, a->d_expert, dm * de,
-                                  cap * de, cap * dm);
-    if (!pp.host)
-        CUDA_CHECK(cudaMallocHost(&pp.host, (3 * EXPERTS_MAX_EXPERT + 1) * sizeof(int32_t)));
+    /* the heuristic asked at a chunk's usual count: one or two tiles an expert */
+    const int typical = 2 * a->n_expert;
+    pp.up = k_gemm_ptrs_plan(typical, PROMPT_TILE, 2 * a->d_expert, a->d_model);
+    pp.down = k_gemm_ptrs_plan(typical, PROMPT_TILE, a->d_model, a->d_expert);
+    if (!pp.host) CUDA_CHECK(cudaMallocHost(&pp.host, sizeof(int32_t)));
     if (!pp.up || !pp.down) return K_ERR_SHAPE;
     pp.n_expert = a->n_expert;
     pp.d_model = a->d_model;
@@ -1085,61 +1166,34 @@ static int prompt_plans_for(const k_moe_experts_args *a) {
     return K_OK;
 }
 
-/* The prompt path of k_moe_experts (a: the prompt rows alone), on its bucketed lists in the
- * workspace */
+/* The prompt path of k_moe_experts (a: the prompt rows alone), on its bucketed lists; the
+ * combine reads the down products through w.pos */
 static int moe_prompt_experts(const k_moe_experts_args *a, const int32_t *list,
-                              const int32_t *active, const int32_t *n_active, float *ys,
-                              bf16_t *slabs, cudaStream_t s) {
+                              const int32_t *active, const int32_t *n_active, const prompt_ws &w,
+                              cudaStream_t s) {
     int rc = prompt_plans_for(a);
     if (rc != K_OK) return rc;
-    const size_t rows = (size_t)a->n_expert * PROMPT_CAP;
-    bf16_t *xb = slabs, *gu = xb + rows * (size_t)a->d_model,
-           *h = gu + rows * 2 * (size_t)a->d_expert;
-    /* the buckets' sizes set the rounds: read back once */
-    CUDA_CHECK(cudaMemcpyAsync(pp.host, n_active, sizeof(int32_t), cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaMemcpyAsync(pp.host + 1, active, 3 * (size_t)a->n_expert * sizeof(int32_t),
-                               cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(
+        k_launch(moe_prompt_tiles_kernel, 1, PROMPT_TILE_THREADS, 0, s, *a, active, n_active, w));
+    CUDA_CHECK(cudaGetLastError());
+    /* the tile count sets the products' batch: read back once */
+    CUDA_CHECK(cudaMemcpyAsync(pp.host, w.n_tiles, sizeof(int32_t), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     const int n = pp.host[0];
-    int most = 0;
-    for (int i = 0; i < n; i++)
-        most = pp.host[1 + 3 * i + 2] > most ? pp.host[1 + 3 * i + 2] : most;
-    for (int round0 = 0; round0 < most; round0 += PROMPT_CAP) {
-        const int m = most - round0 < PROMPT_CAP ? most - round0 : PROMPT_CAP;
-        const dim3 grid((unsigned)m, (unsigned)n);
-        CUDA_CHECK(k_launch(moe_prompt_gather_kernel, grid, PROMPT_THREADS, 0, s, *a, list, active,
-                            round0, xb));
-        CUDA_CHECK(cudaGetLastError());
-        k_gemm_args up = {.y = gu,
-                          .x = xb,
-                          .w = a->gate_up,
-                          .m = m,
-                          .n = 2 * a->d_expert,
-                          .k = a->d_model,
-                          .ldy = 0,
-                          .plan = pp.up,
-                          .prompt_rows = 0};
-        rc = k_gemm(&up, s);
-        if (rc != K_OK) return rc;
-        CUDA_CHECK(k_launch(moe_prompt_geglu_kernel, grid, PROMPT_THREADS, 0, s, active, round0,
-                            a->d_expert, (const bf16_t *)gu, h));
-        CUDA_CHECK(cudaGetLastError());
-        k_gemm_args down = {.y = xb,
-                            .x = h,
-                            .w = a->down,
-                            .m = m,
-                            .n = a->d_model,
-                            .k = a->d_expert,
-                            .ldy = 0,
-                            .plan = pp.down,
-                            .prompt_rows = 0};
-        rc = k_gemm(&down, s);
-        if (rc != K_OK) return rc;
-        CUDA_CHECK(k_launch(moe_prompt_scatter_kernel, grid, PROMPT_THREADS, 0, s, *a, list, active,
-                            round0, (const bf16_t *)xb, ys));
-        CUDA_CHECK(cudaGetLastError());
-    }
-    return K_OK;
+    if (n < 0 || n > w.max_tiles) return K_ERR_SHAPE;
+    pp.calls++;
+    pp.items += (long long)a->rows * a->top_k;
+    pp.tile_rows += (long long)n * PROMPT_TILE;
+    if (n == 0) return K_OK; /* every id bad: the combine says so */
+    const dim3 grid(PROMPT_TILE, (unsigned)n);
+    const size_t mt = (size_t)w.max_tiles;
+    CUDA_CHECK(k_launch(moe_prompt_gather_kernel, grid, PROMPT_THREADS, 0, s, *a, list, w));
+    CUDA_CHECK(cudaGetLastError());
+    rc = k_gemm_ptrs(pp.up, n, w.ptrs, w.ptrs + mt, (void *)(w.ptrs + 2 * mt), s);
+    if (rc != K_OK) return rc;
+    CUDA_CHECK(k_launch(moe_prompt_geglu_kernel, grid, PROMPT_THREADS, 0, s, a->d_expert, w));
+    CUDA_CHECK(cudaGetLastError());
+    return k_gemm_ptrs(pp.down, n, w.ptrs + 3 * mt, w.ptrs + 4 * mt, (void *)(w.ptrs + 5 * mt), s);
 }
 
 extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
@@ -1197,11 +1251,19 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
                             a->n_expert, list, active, n_active));
         CUDA_CHECK(cudaGetLastError());
     }
+    dim3 combine((unsigned)a->rows,
+                 (unsigned)((a->d_model + COMBINE_THREADS - 1) / COMBINE_THREADS));
     if (prompt_path) {
-        rc = moe_prompt_experts(a, list, active, n_active, ys,
-                                (bf16_t *)((char *)ws_buf + ys_bytes + h_bytes + lists), s);
+        const prompt_ws w = prompt_ws_at((char *)ws_buf + ys_bytes + h_bytes + lists, items,
+                                         a->d_model, a->d_expert, a->n_expert);
+        rc = moe_prompt_experts(a, list, active, n_active, w, s);
         if (rc != K_OK) return rc;
-    } else if (tensor_cores && prefill_tiles == 4 && items > INBLOCK_MAX_ITEMS) {
+        CUDA_CHECK(k_launch(moe_combine_kernel<true>, combine, COMBINE_THREADS, 0, s, *a, ys,
+                            (const bf16_t *)w.xb, (const int32_t *)w.pos));
+        CUDA_CHECK(cudaGetLastError());
+        return K_OK;
+    }
+    if (tensor_cores && prefill_tiles == 4 && items > INBLOCK_MAX_ITEMS) {
         rc = staged_allow();
         if (rc != K_OK) return rc;
         rc = moe_wgmma_launch(a, list, active, n_active, h, ys, slots, st);
@@ -1272,9 +1334,8 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
                             h, ys));
         CUDA_CHECK(cudaGetLastError());
     }
-    dim3 combine((unsigned)a->rows,
-                 (unsigned)((a->d_model + COMBINE_THREADS - 1) / COMBINE_THREADS));
-    CUDA_CHECK(k_launch(moe_combine_kernel, combine, COMBINE_THREADS, 0, s, *a, ys));
+    CUDA_CHECK(k_launch(moe_combine_kernel<>, combine, COMBINE_THREADS, 0, s, *a, ys,
+                        (const bf16_t *)NULL, (const int32_t *)NULL));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

@@ -60,6 +60,9 @@ void k_gemm_mma(int on) { (void)on; }
 void k_gemm_auto(int on) { (void)on; }
 void k_gemm_prompt_plans(int on) { (void)on; }
 void k_set_moe_prompt_experts(int on) { (void)on; }
+void k_moe_prompt_stats(long long *calls, long long *items, long long *tile_rows) {
+    *calls = *items = *tile_rows = 0;
+}
 int k_gemm_plan_has_prompt(const k_gemm_plan *plan) {
     (void)plan;
     return 0;

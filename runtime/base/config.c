@@ -178,7 +178,7 @@ void config_defaults(g4_config *c) {
     c->serve.gemm_staged = 0;         /* measured slower (docs/configuration.md) */
     c->serve.gemm_wgmma = 0;          /* not yet run on the GPU (docs/configuration.md) */
     c->serve.prompt_gemm = 1;         /* prompt rows at cuBLASLt's rate (docs/prompt-rows.md) */
-    c->serve.prompt_experts = 0;      /* not yet run on the GPU (docs/prompt-rows.md) */
+    c->serve.prompt_experts = 0;      /* its tile form not yet measured (docs/prompt-rows.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
     c->serve.text_max_tokens = 512;

@@ -451,6 +451,12 @@ int main(int argc, char **argv) {
            bw, floor_ms, floor_ms / med);
     printf("prefill: %d tokens x %d sequences in %.1f ms\n", prompt, batch, ttft);
     printf("prefill, the process's first (kernels loaded on first launch): %.1f ms\n", cold);
+    long long pe_calls, pe_items, pe_rows;
+    k_moe_prompt_stats(&pe_calls, &pe_items, &pe_rows);
+    if (pe_calls > 0)
+        printf("prompt experts (serve.prompt_experts): %lld calls, %lld items in %lld tile rows "
+               "(%.2f rows an item)\n",
+               pe_calls, pe_items, pe_rows, (double)pe_rows / (double)pe_items);
     profile_print(&prof, "per-step");
     printf("op calls per decoder layer: %.1f (moe_experts launches 4 kernels, attention 2, the "
            "others 1)\n",

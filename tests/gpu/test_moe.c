@@ -359,12 +359,13 @@ static void check_switch(const char *name, const shape *s, int rows, void *d_gu,
     free(on);
 }
 
-/* serve.prompt_experts (docs/prompt-rows.md): prompt rows' experts as batched cuBLASLt
- * products. One call with every row a prompt row against the CPU twin (the rule of
- * check_experts); the same rows as two calls (other bucket sizes, other rounds) bit for bit;
- * a call whose first rows are generated ones: those equal the other paths' run of them alone,
- * the prompt rows the all-prompt call's, bit for bit. With `one`, every row's items on experts
- * 0..top_k-1, so each expert's bucket holds every row (rounds of 128 items, the last partial). */
+/* serve.prompt_experts (docs/prompt-rows.md): prompt rows' experts as pointer-array batched
+ * cuBLASLt products over 64-item tiles. One call with every row a prompt row against the CPU twin
+ * (the rule of check_experts); the same rows as two calls (other bucket sizes, so other tiles
+ * and places in them) bit for bit; a call whose first rows are generated ones: those equal the
+ * other paths' run of them alone, the prompt rows the all-prompt call's, bit for bit; bad ids:
+ * their rows NaN, the others as in the all-prompt call. With `one`, every row's items on experts
+ * 0..top_k-1, so each expert's bucket holds every row (several tiles, the last partial). */
 static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, const bf16_t *dn_h,
                                  void *d_gu, void *d_dn, const int32_t *idx_in, const float *w,
                                  int one) {
@@ -424,6 +425,29 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         differ += !rc && memcmp(got + (size_t)gen * s->d_model, all + (size_t)gen * s->d_model,
                                 (size_t)(rows - gen) * row_bytes) != 0;
     }
+    size_t nan_rows = 0, bad_differ = 0;
+    if (!rc) { /* bad ids: row 0's second pick out of range, the last row's first negative; those
+                * rows NaN, every other row as before (no slab row is read for a bad item) */
+        int32_t *ids = malloc(nk * 4);
+        rc = !ids;
+        if (!rc) {
+            for (size_t i = 0; i < nk; i++)
+                ids[i] = one ? (int32_t)(i % (size_t)s->top_k) : idx_in[i];
+            ids[s->top_k > 1 ? 1 : 0] = s->n_expert;
+            ids[(size_t)(rows - 1) * (size_t)s->top_k] = -1;
+            rc = k_copy_to_device(d_idx, ids, nk * 4) |
+                 experts_with(&a, (switches){1, 3, 0}, got, nx) |
+                 k_copy_to_device(d_idx, idx, nk * 4);
+        }
+        for (int r = 0; !rc && r < rows; r++) {
+            const size_t o = (size_t)r * (size_t)s->d_model;
+            if (r == 0 || r == rows - 1)
+                nan_rows += isnan(ref_bf16_to_f32(got[o])) != 0;
+            else
+                bad_differ += memcmp(got + o, all + o, row_bytes) != 0;
+        }
+        free(ids);
+    }
     k_set_moe_prompt_experts(0);
     int rrc = 0;
     if (!rc) { /* the CPU twin */
@@ -443,11 +467,15 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         }
     }
     const double rel = sqrt(num / (den > 0 ? den : 1));
-    TEST_CHECK(gate, rc == 0 && rrc == 0 && unwritten == 0 && rel <= 1e-2 && den > 0 && differ == 0,
+    const size_t want_nan = rows > 1 ? 2 : 1;
+    TEST_CHECK(gate,
+               rc == 0 && rrc == 0 && unwritten == 0 && rel <= 1e-2 && den > 0 && differ == 0 &&
+                   nan_rows == want_nan && bad_differ == 0,
                "against the CPU twin rel err %.2e (limit 1e-2), unwritten %d; %ld of 4 row "
                "ranges differ in some bit (two calls; %d generated rows against the other paths; "
-               "the prompt rows beside them), rc %d/%d",
-               rel, unwritten, differ, gen, rc, rrc);
+               "the prompt rows beside them); with bad ids NaN rows %zu (want %zu), other rows "
+               "differing %zu, rc %d/%d",
+               rel, unwritten, differ, gen, nan_rows, want_nan, bad_differ, rc, rrc);
     k_device_free(d_x);
     k_device_free(d_out);
     k_device_free(d_idx);

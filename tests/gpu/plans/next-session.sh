@@ -57,6 +57,11 @@ want() { [[ " ${PLAN_STEPS:-prompt 26b-fp8} " == *" $1 "* ]]; }
 # serve.prompt_gemm on the card of record (written and gated on an H100 in the thirty-first
 # session): its gates, the GPU pinned recording made there replayed with every speed switch, then
 # prompt-gemm.sh's A/B (prefill 0 against 1, two rounds), ~12 min with the build
+# the thirty-second session's first call: serve.prompt_gemm's gates and serve.prompt_experts' gates in
+# one build (test_moe's moe_prompt_experts among them), the pinned recording replayed with every
+# speed switch; then `pe-engine` and `pe-ab` (PLAN_STEPS="pgates pe"), ~12 min
+want pgates && step pgates ./build.sh gpu-test test_gemm_lt test_moe engine_vs_hf trained \
+    pinned_composition
 if want prompt; then
     step prompt ./build.sh gpu-test test_gemm_lt engine_vs_hf trained pinned_composition
     # shellcheck source=/dev/null
@@ -78,12 +83,13 @@ pe_next() {
             timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
                 --set model.weights=dummy --set serve.max_context=4096 \
                 --set serve.prompt_experts=$v --batch 1 --prompt 1024 --steps 8 |
-                grep -E "^prefill|^decode step|expert|breakdown"
+                grep -E "^prefill|^decode step|expert|breakdown|^prompt experts"
         done
     done
 }
-want pe && step pe-gates ./build.sh gpu-test test_moe
-want pe && step pe-engine env G4_FIXTURE_SET="serve.prompt_experts=1" ./build.sh gpu-test engine_vs_hf
+want pe && ! want pgates && step pe-gates ./build.sh gpu-test test_moe
+want pe && step pe-engine env G4_FIXTURE_SET="serve.prompt_experts=1" ./build.sh gpu-test \
+    engine_vs_hf trained
 want pe && step pe-ab pe_next
 # (not in the default) whether cuBLASLt's plans sum k as one natural 16-k instruction after another
 # (tests/gpu/probe_lt_order.cu; docs/perf-notes.md, thirtieth session): nvcc and one run, ~40 s
