@@ -462,6 +462,12 @@ int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
  * call (the tile count sets the batch). Process-wide; read by k_moe_experts_workspace too, so set
  * it before the workspace is reserved. */
 void k_set_moe_prompt_experts(int on);
+/* With the switch on, makes the prompt path's cuBLASLt plans for the model's expert shape now
+ * (at load: otherwise the first prompt pays ~10 ms for them). Where cuBLASLt has no split-k-1
+ * pointer-array algorithm for the shape, turns the switch off (prompt rows keep the other paths)
+ * and returns K_ERR_SHAPE for the caller to say so; K_OK otherwise. Call before the workspace is
+ * sized (k_moe_experts_workspace). */
+int k_moe_prompt_prepare(int d_model, int d_expert, int n_expert);
 /* What the prompt path has run since the process began: calls, items (rows x top_k) and tile
  * rows computed (items plus each tile's padding), for benchmarks */
 void k_moe_prompt_stats(long long *calls, long long *items, long long *tile_rows);

@@ -1147,23 +1147,29 @@ extern "C" void k_moe_prompt_stats(long long *calls, long long *items, long long
     *tile_rows = pp.tile_rows;
 }
 
-static int prompt_plans_for(const k_moe_experts_args *a) {
-    if (pp.up && pp.n_expert == a->n_expert && pp.d_model == a->d_model &&
-        pp.d_expert == a->d_expert)
+static int prompt_plans_for(int d_model, int d_expert, int n_expert) {
+    if (pp.up && pp.n_expert == n_expert && pp.d_model == d_model && pp.d_expert == d_expert)
         return K_OK;
     k_gemm_plan_destroy(pp.up);
     k_gemm_plan_destroy(pp.down);
     pp.up = pp.down = NULL;
     /* the heuristic asked at a chunk's usual count: one or two tiles an expert */
-    const int typical = 2 * a->n_expert;
-    pp.up = k_gemm_ptrs_plan(typical, PROMPT_TILE, 2 * a->d_expert, a->d_model);
-    pp.down = k_gemm_ptrs_plan(typical, PROMPT_TILE, a->d_model, a->d_expert);
+    const int typical = 2 * n_expert;
+    pp.up = k_gemm_ptrs_plan(typical, PROMPT_TILE, 2 * d_expert, d_model);
+    pp.down = k_gemm_ptrs_plan(typical, PROMPT_TILE, d_model, d_expert);
     if (!pp.host) CUDA_CHECK(cudaMallocHost(&pp.host, sizeof(int32_t)));
     if (!pp.up || !pp.down) return K_ERR_SHAPE;
-    pp.n_expert = a->n_expert;
-    pp.d_model = a->d_model;
-    pp.d_expert = a->d_expert;
+    pp.n_expert = n_expert;
+    pp.d_model = d_model;
+    pp.d_expert = d_expert;
     return K_OK;
+}
+
+extern "C" int k_moe_prompt_prepare(int d_model, int d_expert, int n_expert) {
+    if (!prompt_experts) return K_OK;
+    const int rc = prompt_plans_for(d_model, d_expert, n_expert);
+    if (rc != K_OK) prompt_experts = 0;
+    return rc;
 }
 
 /* The prompt path of k_moe_experts (a: the prompt rows alone), on its bucketed lists; the
@@ -1171,7 +1177,7 @@ static int prompt_plans_for(const k_moe_experts_args *a) {
 static int moe_prompt_experts(const k_moe_experts_args *a, const int32_t *list,
                               const int32_t *active, const int32_t *n_active, const prompt_ws &w,
                               cudaStream_t s) {
-    int rc = prompt_plans_for(a);
+    int rc = prompt_plans_for(a->d_model, a->d_expert, a->n_expert);
     if (rc != K_OK) return rc;
     CUDA_CHECK(
         k_launch(moe_prompt_tiles_kernel, 1, PROMPT_TILE_THREADS, 0, s, *a, active, n_active, w));

@@ -60,6 +60,10 @@ void k_gemm_mma(int on) { (void)on; }
 void k_gemm_auto(int on) { (void)on; }
 void k_gemm_prompt_plans(int on) { (void)on; }
 void k_set_moe_prompt_experts(int on) { (void)on; }
+int k_moe_prompt_prepare(int d_model, int d_expert, int n_expert) {
+    (void)d_model, (void)d_expert, (void)n_expert;
+    return K_OK;
+}
 void k_moe_prompt_stats(long long *calls, long long *items, long long *tile_rows) {
     *calls = *items = *tile_rows = 0;
 }

@@ -148,6 +148,12 @@ static const g4_schedule *gpu_find_schedule(const char *model, const char *varia
 /* The ops' workspaces at their largest, before the KV budget takes what is left: no step
  * allocates after this, which graph capture needs and serving likes. */
 static int reserve_workspaces(const g4_model_desc *m, int max_rows) {
+    if (m->n_expert && k_moe_prompt_prepare(m->d_model, m->d_expert, m->n_expert) != K_OK)
+        log_msg(LOG_WARN, "engine",
+                "serve.prompt_experts: no cuBLASLt plan for the experts' shape (%d x %d: no "
+                "split-k-1 pointer-array algorithm, or a device error above); prompt rows' "
+                "experts stay on the other kernels",
+                m->d_model, m->d_expert);
     size_t moe = m->n_expert ? k_moe_experts_workspace(max_rows, m->d_model, m->d_expert,
                                                        m->n_expert, m->top_k)
                              : 0;

@@ -1,10 +1,13 @@
 # tests/gpu/plans/next-session.sh - a box_queue.sh plan for the next session's device time,
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
-# the plan). PLAN_STEPS picks; default "prompt 26b-fp8" (~27 min, three calls: serve.prompt_gemm's
-# gates and A/B on the H200, then the 26B-A4B's full step, fp8 first; docs/perf-notes.md, "Next
-# H200 calls"; the thirtieth session ran attn-nan, wg, serve, lt-probe and timeline, the
-# thirty-first prompt-gemm.sh on an H100). The steps, in the order they run
+# the plan). PLAN_STEPS picks; default "pe 26b-fp8 serve" (~22 min, three calls: the tile form of
+# serve.prompt_experts' gates and A/B, the 26B-A4B's full step, fp8 first, its checkpoint made
+# from the start beside the gates where the card has over 100 GB, then the serving A/B;
+# docs/perf-notes.md, "Next H200 calls"; the thirtieth session ran attn-nan, wg, serve, lt-probe
+# and timeline, the thirty-first prompt-gemm.sh on an H100, the thirty-second pgates and pe (the
+# strided form) there). Never start it from inside $Q/tree: `start` empties $Q first. The steps,
+# in the order they run
 # (probe, lt-probe, pf, attn, attn-nan and wg are described beside their code below):
 #   gates    (ran in the twenty-eighth session, 1,635 / 0 / 0) test_gemm_lt's `gemm_staged` gates (serve.gemm_staged, written in the twenty-seventh
 #            session: the prefill projections staged through shared memory, bits against the
@@ -53,7 +56,17 @@
 #            experts' ring on (FULL_SETS="serve.gemm_staged=1 serve.moe_prefill_tiles=3"): the
 #            engine's path through them at full depth, before either default flips, ~8 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-prompt 26b-fp8} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-pe 26b-fp8 serve} " == *" $1 "* ]]; }
+# the 26B-A4B's full checkpoint and HF references (torch, ~5 min; the full step makes them itself
+# when absent) beside the gates only where the card holds both: on an 80 GB H100 the make's
+# torch model left the gates no memory (the thirty-first session), so there the full step makes
+# them in turn. The benchmarks wait for it (a 26B-A4B engine beside the torch model).
+mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+if { want 26b-fp8 || want 26b; } && [ "${mib:-0}" -gt 100000 ]; then
+    step make26 env python3 tests/full/full_step.py make --model 26b-a4b \
+        --dir /dev/shm/g4full/26b-a4b --pools "fp8 bf16" &
+fi
+await_make() { [ -f "$Q/logs/make26.time" ] && await make26; return 0; }
 # serve.prompt_gemm on the card of record (written and gated on an H100 in the thirty-first
 # session): its gates, the GPU pinned recording made there replayed with every speed switch, then
 # prompt-gemm.sh's A/B (prefill 0 against 1, two rounds), ~12 min with the build
@@ -72,9 +85,10 @@ want gates && step gates ./build.sh gpu-test test_gemm_lt test_moe test_attn
 want probe && step probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
     -gencode arch=compute_90a,code=sm_90a -O2 -I. tests/gpu/probe_tc_order.cu \
     -o build/tests/probe_tc_order && build/tests/probe_tc_order'
-# (not in the default) serve.prompt_experts (written in the thirty-first session without a device):
-# test_moe's moe_prompt_experts gates, the engine gates with it on, then a 1,024-token prefill of
-# the 26B-A4B at 0 and 1, two rounds (predicted its experts 31.2 -> ~12-16 ms), ~8 min with the build
+# serve.prompt_experts' tile form (written in the thirty-second session; 72 of test_moe's gates ran
+# on an H100 before its call ended): test_moe, the engine gates with it on, then a 1,024-token
+# prefill of the 26B-A4B at 0 and 1, two rounds (predicted its experts 31.0 -> ~14-17 ms on the
+# H100, ~12-14 on the H200; the strided form measured 25.5 there), ~8 min with the build
 pe_next() {
     local r v
     for r in 1 2; do
@@ -90,7 +104,8 @@ pe_next() {
 want pe && ! want pgates && step pe-gates ./build.sh gpu-test test_moe
 want pe && step pe-engine env G4_FIXTURE_SET="serve.prompt_experts=1" ./build.sh gpu-test \
     engine_vs_hf trained
-want pe && step pe-ab pe_next
+pe_ab() { await_make && pe_next; }
+want pe && step pe-ab pe_ab
 # (not in the default) whether cuBLASLt's plans sum k as one natural 16-k instruction after another
 # (tests/gpu/probe_lt_order.cu; docs/perf-notes.md, thirtieth session): nvcc and one run, ~40 s
 want lt-probe && step lt-probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
@@ -191,10 +206,10 @@ pf_next() {
 want pf && step pf-build ./build.sh tests
 want pf && step pf bash -c "$(declare -f pf_next); pf_next"
 #   attn     (not in the default) test_attn alone (its `longest first` gates among them), ~3 min
-want 26b && step full-26b env FULL_MODELS="26b-a4b" ./build.sh gpu-test full
+want 26b && await_make && step full-26b env FULL_MODELS="26b-a4b" ./build.sh gpu-test full
 # (not in the default) the same with the fp8 pool's checks first: the half that has not come back
 # on the query-tile defaults, for a call too short for both
-want 26b-fp8 && step full-26b-fp8 env FULL_MODELS="26b-a4b" FULL_POOLS="fp8 bf16" \
+want 26b-fp8 && await_make && step full-26b-fp8 env FULL_MODELS="26b-a4b" FULL_POOLS="fp8 bf16" \
     ./build.sh gpu-test full
 # (not in the default) test_attn's fold NaN paths alone, on the tensor-core passes (~1 min after a
 # build): the one group of its gates the twenty-ninth session's first call did not reach
