@@ -521,13 +521,14 @@ gpu_gates() {
             # up kernel, the cluster attention kernel (off by default, on here), the prefill
             # experts' tiles, the row-op chain (off, then at 2 without the preloaded operands),
             # the router's lanes form, the decode k loops' wide load groups, the early
-            # weight loads (off by default, on here) and the attention's query tiles (at 64 rows by
-            # default; at 1 here, so that the recording's short prompts take them too)
+            # weight loads (off by default, on here), the attention's query tiles (at 64 rows by
+            # default; at 1 here, so that the recording's short prompts take them too) and the
+            # MoE branch beside the dense MLP on a stream of its own (off by default, on here)
             local set
             for set in serve.fuse_projections=0 serve.attn_fold=0 serve.moe_bucket_in_up=0 \
                 serve.attn_cluster_rows=16 serve.moe_prefill_tiles=0 serve.row_chain=0 \
                 serve.moe_route_lanes=0 serve.wide_loads=0 serve.row_chain=2 \
-                serve.early_weights=1 serve.attn_query_tiles=1; do
+                serve.early_weights=1 serve.attn_query_tiles=1 serve.moe_branches=1; do
                 BUILD_DIR="$B" PINNED_SET=$set run_test python3 tests/proto/test_pinned.py \
                     --backend gpu
             done
@@ -670,6 +671,11 @@ suite_test() {
         BUILD_DIR="$B" run_test python3 tests/proto/test_startup_faults.py
         BUILD_DIR="$B" run_test python3 tests/proto/test_soak.py  # 10,000 requests, ~5 min
         BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend cpu
+        # serve.moe_branches' layer form (the router and experts after the fork, the dense MLP
+        # after them, buffers of their own) answers the same bytes on the CPU, which runs the
+        # two branches in turn
+        BUILD_DIR="$B" PINNED_SET=serve.moe_branches=1 run_test python3 tests/proto/test_pinned.py \
+            --backend cpu
         run_test python3 tests/full/test_judge.py
         run_test python3 tests/gpu/ab_table.py --self-test # the plans' A/B reader, on a sample
         fuzz_suite "${FUZZ_SECONDS:-20}"

@@ -256,6 +256,10 @@ static struct {
     char var[K_ROW_OPS_MAX][64];
 } row_group;
 
+/* The stream the steps emitted now run on: s->side for a MoE layer's router and experts under
+ * serve.moe_branches (emit_ffn_branches), else s->stream. Groups are flushed before it changes. */
+static const char *emit_stream = "s->stream";
+
 static int is_row_op(const char *op) {
     return !strcmp(op, "rmsnorm") || !strcmp(op, "mul_vec_scale") || !strcmp(op, "scale_add");
 }
@@ -276,8 +280,8 @@ static void row_group_flush(FILE *f) {
     row_group.n = 0;
     if (n == 0) return;
     if (n == 1) {
-        fprintf(f, "    STEP(%s, \"%s\", op_%s(&%s, s->stream));\n", row_group.layer,
-                row_group.var[0], row_group.op[0], row_group.var[0]);
+        fprintf(f, "    STEP(%s, \"%s\", op_%s(&%s, %s));\n", row_group.layer, row_group.var[0],
+                row_group.op[0], row_group.var[0], emit_stream);
         return;
     }
     char var[32], step[K_ROW_OPS_MAX * 66], list[K_ROW_OPS_MAX * 70];
@@ -304,7 +308,7 @@ static void row_group_flush(FILE *f) {
     /* clang-format's break for a line past the column limit (100): after the name, the call
      * aligned under the first argument */
     char call[64];
-    snprintf(call, sizeof call, "op_row_ops(&%s, s->stream));", var);
+    snprintf(call, sizeof call, "op_row_ops(&%s, %s));", var, emit_stream);
     if (strlen("    STEP(, \"\", ") + strlen(row_group.layer) + strlen(step) + strlen(call) <= 100)
         fprintf(f, "    STEP(%s, \"%s\", %s\n", row_group.layer, step, call);
     else
@@ -327,8 +331,8 @@ static void gemm_group_flush(FILE *f) {
     gemm_group.n = 0;
     if (n == 0) return;
     if (n == 1) {
-        fprintf(f, "    STEP(%s, \"%s\", op_gemm(&%s, s->stream));\n", gemm_group.layer,
-                gemm_group.var[0], gemm_group.var[0]);
+        fprintf(f, "    STEP(%s, \"%s\", op_gemm(&%s, %s));\n", gemm_group.layer, gemm_group.var[0],
+                gemm_group.var[0], emit_stream);
         return;
     }
     char var[32], step[K_GEMM_GROUP_MAX * 66], list[K_GEMM_GROUP_MAX * 66];
@@ -342,8 +346,8 @@ static void gemm_group_flush(FILE *f) {
     fprintf(f, "        .n_gemms = %d,\n", n);
     fprintf(f, "        .g = {%s},\n", list);
     fprintf(f, "    };\n");
-    fprintf(f, "    STEP(%s, \"%s\", op_gemm_group(&%s, s->stream));\n", gemm_group.layer, step,
-            var);
+    fprintf(f, "    STEP(%s, \"%s\", op_gemm_group(&%s, %s));\n", gemm_group.layer, step, var,
+            emit_stream);
 }
 
 /* One named step is a local argument struct, one field per line, then its STEP() line. */
@@ -374,7 +378,7 @@ static void step_end(FILE *f, const char *layer, const char *op, const char *var
         row_group.n++;
         return;
     }
-    fprintf(f, "    STEP(%s, \"%s\", op_%s(&%s, s->stream));\n", layer, var, op, var);
+    fprintf(f, "    STEP(%s, \"%s\", op_%s(&%s, %s));\n", layer, var, op, var, emit_stream);
 }
 
 static void rmsnorm_step(FILE *f, const gen_model *m, const char *layer, const char *var,
@@ -584,6 +588,101 @@ static void emit_ffn(FILE *f, const gen_model *m) {
                  "s->x", "s->t", "L->post_ff_norm", "s->x", "s->rows", dm);
 }
 
+/* serve.moe_branches (docs/decode-design.md, "The MoE branch beside the dense MLP"): a MoE
+ * layer's feed-forward with the router and experts on s->side, beside the dense MLP on s->stream.
+ * They read the same residual and meet only at post_feedforward_layernorm_2, so each op is the
+ * same op on the same values as in emit_ffn, in another order: the same bits. What must differ
+ * is the buffers the two branches would share: the router's input goes to xr (emit_ffn reuses
+ * xn after the dense MLP has read it) and the experts' output to t2 (emit_ffn reuses t). */
+static void emit_ffn_branches(FILE *f, const gen_model *m) {
+    const char *u = m->upper;
+    char dm[160], ne[160];
+    snprintf(dm, sizeof dm, "%s_D_MODEL", u);
+    snprintf(ne, sizeof ne, "%s_N_EXPERT", u);
+    rmsnorm_step(f, m, "il", "pre_ff_norm", "pre_feedforward_layernorm (kernels/ref/norm_ref.c)",
+                 "s->xn", "s->x", "L->pre_ff_norm", NULL, "s->rows", dm);
+    gemm_group_flush(f);
+    row_group_flush(f);
+    fprintf(f, "    /* the router and experts from here on s->side, beside the dense MLP */\n");
+    fprintf(f, "    STEP(il, \"fork\", op_stream_fork(s->stream, s->side));\n");
+    emit_stream = "s->side";
+    rmsnorm_step(f, m, "il", "router_norm",
+                 "router.norm, weightless, on the residual r (kernels/ref/norm_ref.c)", "s->xr",
+                 "s->x", NULL, NULL, "s->rows", dm);
+    step_begin(f, "router.scale, then d_model^-0.5 (kernels/ref/norm_ref.c)", "mul_vec_scale",
+               "router_scale");
+    fld(f, "out", "s->xr");
+    fld(f, "a", "s->xr");
+    fld(f, "v", "L->router_scale");
+    fld(f, "rows", "s->rows");
+    fld(f, "width", "%s", dm);
+    fld(f, "scale", "%s_INV_SQRT_D_MODEL", u);
+    step_end(f, "il", "mul_vec_scale", "router_scale");
+    rmsnorm_step(f, m, "il", "pre_ff_norm_2",
+                 "pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c)", "s->xn2",
+                 "s->x", "L->pre_ff_norm_2", NULL, "s->rows", dm);
+    gemm_step(f, "il", "router_proj", "router.proj (kernels/ref/gemm_ref.c)", "s->router_logits",
+              "s->xr", "L->router", "s->rows", ne, dm, NULL, "L->plan_router");
+    step_begin(f, "softmax, top-k, renormalise, per_expert_scale (kernels/ref/moe_ref.c)",
+               "moe_route", "moe_route");
+    fld(f, "idx", "s->moe_idx");
+    fld(f, "weight", "s->moe_w");
+    fld(f, "logits", "s->router_logits");
+    fld(f, "per_expert_scale", "L->per_expert_scale");
+    fld(f, "rows", "s->rows");
+    fld(f, "n_expert", "%s_N_EXPERT", u);
+    fld(f, "top_k", "%s_TOP_K", u);
+    step_end(f, "il", "moe_route", "moe_route");
+    step_begin(f, "the routed experts (kernels/ref/moe_ref.c)", "moe_experts", "experts");
+    fld(f, "out", "s->t2");
+    fld(f, "x", "s->xn2");
+    fld(f, "gate_up", "L->experts_gate_up");
+    fld(f, "down", "L->experts_down");
+    fld(f, "idx", "s->moe_idx");
+    fld(f, "weight", "s->moe_w");
+    fld(f, "rows", "s->rows");
+    fld(f, "d_model", "%s", dm);
+    fld(f, "d_expert", "%s_D_EXPERT", u);
+    fld(f, "n_expert", "%s_N_EXPERT", u);
+    fld(f, "top_k", "%s_TOP_K", u);
+    fld(f, "prompt_rows", "s->rows - s->decode_rows"); /* serve.prompt_experts */
+    step_end(f, "il", "moe_experts", "experts");
+    gemm_group_flush(f);
+    row_group_flush(f);
+    fprintf(f, "    /* the dense MLP on s->stream */\n");
+    emit_stream = "s->stream";
+    gemm_step(f, "il", "gate_proj", "mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c)",
+              "s->gu", "s->xn", "L->gate", "s->rows", "I->d_ff", dm, "2 * I->d_ff", "L->plan_gate");
+    gemm_step(f, "il", "up_proj", "mlp.up_proj into the up half (kernels/ref/gemm_ref.c)",
+              "s->gu + I->d_ff", "s->xn", "L->up", "s->rows", "I->d_ff", dm, "2 * I->d_ff",
+              "L->plan_up");
+    step_begin(f, "GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c)", "gelu_mul",
+               "geglu");
+    fld(f, "out", "s->act");
+    fld(f, "a", "s->gu");
+    fld(f, "b", "s->gu + I->d_ff");
+    fld(f, "rows", "s->rows");
+    fld(f, "width", "I->d_ff");
+    fld(f, "lda", "2 * I->d_ff");
+    fld(f, "ldb", "2 * I->d_ff");
+    step_end(f, "il", "gelu_mul", "geglu");
+    gemm_step(f, "il", "down_proj", "mlp.down_proj (kernels/ref/gemm_ref.c)", "s->t", "s->act",
+              "L->down", "s->rows", dm, "I->d_ff", NULL, "L->plan_down");
+    rmsnorm_step(f, m, "il", "post_ff_norm_1",
+                 "post_feedforward_layernorm_1 on the dense branch (kernels/ref/norm_ref.c)",
+                 "s->m1", "s->t", "L->post_ff_norm_1", NULL, "s->rows", dm);
+    gemm_group_flush(f);
+    row_group_flush(f);
+    fprintf(f, "    /* the branches meet */\n");
+    fprintf(f, "    STEP(il, \"join\", op_stream_join(s->stream, s->side));\n");
+    rmsnorm_step(f, m, "il", "post_ff_norm_2",
+                 "post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c)",
+                 "s->t2", "s->t2", "L->post_ff_norm_2", "s->m1", "s->rows", dm);
+    rmsnorm_step(f, m, "il", "post_ff_norm",
+                 "post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c)",
+                 "s->x", "s->t2", "L->post_ff_norm", "s->x", "s->rows", dm);
+}
+
 static void emit_ple_layer(FILE *f, const gen_model *m) {
     const char *u = m->upper;
     char dm[160], dp[160];
@@ -613,16 +712,25 @@ static const char *const variants[2] = {"local_bf16", "local_fp8"};
 /* One function per layer kind, shared by both local-pool variants: the pool's element width
  * travels in the KV view (s->kv_local.elem_bytes) and the ops read it there, so the layers'
  * code is the same for both. */
-static void emit_layer_fn(FILE *f, const gen_model *m, int kind) {
-    fprintf(f, "/* %s layer */\n", kind_names[kind]);
-    fprintf(f, "static int G4_FN(%s_%s)(g4_state *s, int il) {\n", m->lower, kind_names[kind]);
+static void emit_layer_fn(FILE *f, const gen_model *m, int kind, int branches) {
+    const char *suffix = branches ? "_branches" : "";
+    fprintf(f, "/* %s layer%s */\n", kind_names[kind],
+            branches ? ", the router and experts beside the dense MLP (serve.moe_branches)" : "");
+    fprintf(f, "static int G4_FN(%s_%s%s)(g4_state *s, int il) {\n", m->lower, kind_names[kind],
+            suffix);
     fprintf(f, "    const g4_layer_weights *L = &s->w->layer[il];\n");
     fprintf(f, "    const g4_layer_info *I = &%s_layers[il];\n", m->lower);
+    if (m->d.n_expert && !branches)
+        fprintf(f, "    if (s->branches) return G4_FN(%s_%s_branches)(s, il);\n", m->lower,
+                kind_names[kind]);
     row_group.on = 1;
     row_group.groups = 0;
     gemm_group.groups = 0;
     emit_attention(f, m, kind);
-    emit_ffn(f, m);
+    if (branches)
+        emit_ffn_branches(f, m);
+    else
+        emit_ffn(f, m);
     if (m->d.d_ple) emit_ple_layer(f, m);
     step_begin(f, "layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c)", "scale_add",
                "layer_scalar");
@@ -753,7 +861,10 @@ static void emit_schedule(FILE *f, const gen_model *m) {
     for (int l = 0; l < d->n_layer; l++)
         used[layer_kind_of(d, l)] = 1;
     for (int k = 0; k < N_KINDS; k++)
-        if (used[k]) emit_layer_fn(f, m, k);
+        if (used[k]) { /* the branches' form first: the other hands its steps to it */
+            if (m->d.n_expert) emit_layer_fn(f, m, k, 1);
+            emit_layer_fn(f, m, k, 0);
+        }
     emit_forward(f, m);
     for (int v = 0; v < 2; v++) {
         fprintf(f, "/* The %s local pool. */\n", variants[v]);

@@ -20,7 +20,9 @@
  *   op_gather_rows    the rows that need logits
  *   op_softcap        x = bf(bf(tanh(bf(x / c))) * c)                    final logits
  *   op_row_ops        consecutive rmsnorm/mul_vec_scale/scale_add ops    one kernel, same bits
- *   op_gemm_group     consecutive projections of one input (q|k|v, gate|up)  each as alone */
+ *   op_gemm_group     consecutive projections of one input (q|k|v, gate|up)  each as alone
+ *   op_stream_fork    what `to` runs next waits for what `from` has run     serve.moe_branches
+ *   op_stream_join    what `main` runs next waits for what `side` has run   (no-ops on the CPU) */
 #ifndef G4_OPS_H
 #define G4_OPS_H
 
@@ -48,6 +50,8 @@
 #define op_softcap(a, st) G4_FN(softcap)(a, st)
 #define op_row_ops(a, st) G4_FN(row_ops)(a, st)
 #define op_gemm_group(a, st) G4_FN(gemm_group)(a, st)
+#define op_stream_fork(from, to) G4_FN(stream_fork)(from, to)
+#define op_stream_join(main, side) G4_FN(stream_join)(main, side)
 #endif
 
 #endif

@@ -73,12 +73,17 @@ typedef struct g4_layer_info {
 typedef struct g4_state {
     const g4_weights *w;
     g4_stream stream;
-    int rows;                  /* tokens in this step */
-    int decode_rows;           /* the leading rows that are generated tokens; prompt rows follow */
-    const int32_t *ids;        /* [rows] token ids */
-    const int32_t *pos;        /* [rows] position of each token in its sequence */
-    const int32_t *seq;        /* [rows] sequence slot (row of the KV page tables) */
-    int max_pos;               /* the largest of pos (host-side; sizes the attention grid) */
+    /* serve.moe_branches: a MoE layer's router and experts run on side, beside the dense MLP on
+     * stream (the layer functions' _branches form); set per step by the engine, 0 off */
+    int branches;
+    g4_stream side;
+    int branch_veto;    /* set by a backend that cannot run branches (why: said in its log) */
+    int rows;           /* tokens in this step */
+    int decode_rows;    /* the leading rows that are generated tokens; prompt rows follow */
+    const int32_t *ids; /* [rows] token ids */
+    const int32_t *pos; /* [rows] position of each token in its sequence */
+    const int32_t *seq; /* [rows] sequence slot (row of the KV page tables) */
+    int max_pos;        /* the largest of pos (host-side; sizes the attention grid) */
     int attn_splits_per_block; /* serve.attn_splits_per_block: 0 lets the launcher choose */
     int out_rows;              /* rows that need logits */
     const int32_t *out_src;    /* [out_rows] which rows */
@@ -87,6 +92,8 @@ typedef struct g4_state {
     bf16_t *x;                 /* [rows, H] residual stream */
     bf16_t *xn;                /* [rows, H] normed input of a block */
     bf16_t *xn2;               /* [rows, H] the experts' normed input (MoE) */
+    bf16_t *xr;                /* [rows, H] the router's input, under branches (MoE) */
+    bf16_t *t2;                /* [rows, H] the experts' output, under branches (MoE) */
     bf16_t *q;                 /* [rows, n_head*512] */
     bf16_t *k, *v;             /* [rows, n_kv*hd] raw projections */
     bf16_t *attn;              /* [rows, n_head*hd] attention output */

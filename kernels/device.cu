@@ -248,6 +248,27 @@ extern "C" int k_stream_create(g4_stream *out) {
     return K_OK;
 }
 
+/* One event a direction (k_stream_branch_setup), recorded again for every layer: a wait takes
+ * the record before it */
+static int stream_wait(cudaEvent_t ev, g4_stream done, g4_stream waits) {
+    if (!ev) return K_ERR_DEVICE;
+    CUDA_CHECK(cudaEventRecord(ev, (cudaStream_t)done));
+    CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)waits, ev, 0));
+    return K_OK;
+}
+static cudaEvent_t fork_event, join_event;
+extern "C" int k_stream_branch_setup(void) {
+    if (!fork_event) CUDA_CHECK(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming));
+    if (!join_event) CUDA_CHECK(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming));
+    return K_OK;
+}
+extern "C" int k_stream_fork(g4_stream from, g4_stream to) {
+    return stream_wait(fork_event, from, to);
+}
+extern "C" int k_stream_join(g4_stream main, g4_stream side) {
+    return stream_wait(join_event, side, main);
+}
+
 extern "C" void k_stream_destroy(g4_stream st) {
     if (st) cudaStreamDestroy((cudaStream_t)st);
 }

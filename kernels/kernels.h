@@ -505,6 +505,13 @@ size_t k_device_free_bytes(void);
  * enqueued between k_capture_begin and k_capture_end, with the same arguments and addresses. */
 typedef struct k_graph k_graph;
 int k_stream_create(g4_stream *out);
+/* serve.moe_branches: the next work on `to` waits for the work enqueued on `from` so far
+ * (k_stream_fork), the next work on `main` for that on `side` (k_stream_join); an event each, so
+ * a capture on `main` takes `side` into its graph as a branch and back */
+int k_stream_fork(g4_stream from, g4_stream to);
+int k_stream_join(g4_stream main, g4_stream side);
+/* Makes the two events now (the first fork may come inside a graph capture) */
+int k_stream_branch_setup(void);
 void k_stream_destroy(g4_stream st);
 int k_stream_sync(g4_stream st);
 void *k_host_alloc_pinned(size_t bytes);

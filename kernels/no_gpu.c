@@ -59,6 +59,15 @@ void k_gemm_plain(int on) { (void)on; }
 void k_gemm_mma(int on) { (void)on; }
 void k_gemm_auto(int on) { (void)on; }
 void k_gemm_prompt_plans(int on) { (void)on; }
+int k_stream_fork(g4_stream from, g4_stream to) {
+    (void)from, (void)to;
+    return K_ERR_DEVICE;
+}
+int k_stream_join(g4_stream main, g4_stream side) {
+    (void)main, (void)side;
+    return K_ERR_DEVICE;
+}
+int k_stream_branch_setup(void) { return K_ERR_DEVICE; }
 void k_set_moe_prompt_experts(int on) { (void)on; }
 int k_moe_prompt_prepare(int d_model, int d_expert, int n_expert) {
     (void)d_model, (void)d_expert, (void)n_expert;

@@ -28,6 +28,9 @@ int ref_gather_rows(const k_gather_rows_args *a, g4_stream st);
 int ref_softcap(const k_softcap_args *a, g4_stream st);
 int ref_row_ops(const k_row_ops_args *a, g4_stream st);
 int ref_gemm_group(const k_gemm_group_args *a, g4_stream st);
+/* serve.moe_branches' stream order: the CPU runs every op in turn, so nothing to do */
+int ref_stream_fork(g4_stream from, g4_stream to);
+int ref_stream_join(g4_stream main, g4_stream side);
 int ref_fill_uniform(const k_fill_args *a, g4_stream st);
 int ref_argmax(const k_argmax_args *a, g4_stream st);
 int ref_topk(const k_topk_args *a, g4_stream st);

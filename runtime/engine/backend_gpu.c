@@ -32,6 +32,7 @@ struct backend {
     /* serve.cuda_graphs: decode-only steps replay a graph captured per padded size */
     int graphs;
     g4_stream stream;     /* the backend's stream; NULL (legacy stream) without graphs */
+    g4_stream side;       /* serve.moe_branches: the router's and experts' stream */
     int32_t *h_meta;      /* pinned twin of d_meta, the graphs' copy source */
     int32_t *h_argmax;    /* pinned twin of d_argmax, the graphs' copy target */
     int32_t *h_tables[2]; /* pinned twins of d_tables (the padding slot's row is zero) */
@@ -91,6 +92,7 @@ static void gpu_destroy(backend *bk) {
         k_graph_destroy(bk->graph[i]);
     if (bk->stream) k_stream_sync(bk->stream);
     k_stream_destroy(bk->stream);
+    k_stream_destroy(bk->side);
     k_host_free_pinned(bk->h_meta);
     k_host_free_pinned(bk->h_argmax);
     k_host_free_pinned(bk->h_tables[0]);
@@ -183,6 +185,33 @@ static int open_graphs(backend *bk, size_t meta_bytes, g4_state *s) {
     return 0;
 }
 
+/* serve.moe_branches: the side stream the router and experts run on. Vetoed (the layers then run
+ * in one stream, as with the switch off) where a feed-forward projection runs on cuBLASLt at
+ * decode sizes: both branches' calls would share its one workspace. */
+static void open_branches(backend *bk, const g4_model_desc *m, g4_state *s) {
+    for (int l = 0; l < m->n_layer; l++) {
+        const g4_layer_weights *L = &s->w->layer[l];
+        const void *plans[] = {L->plan_gate, L->plan_up, L->plan_down, L->plan_router};
+        for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
+            const char *kind = k_gemm_plan_kernel(plans[i]);
+            if (kind && !strcmp(kind, "cublaslt")) {
+                log_msg(LOG_WARN, "engine",
+                        "serve.moe_branches: off (layer %d's feed-forward projection %zu runs "
+                        "on cuBLASLt, whose workspace the branches would share)",
+                        l, i);
+                s->branch_veto = 1;
+                return;
+            }
+        }
+    }
+    if ((!bk->side && k_stream_create(&bk->side) != 0) || k_stream_branch_setup() != 0) {
+        log_msg(LOG_WARN, "engine", "serve.moe_branches: off (no second stream or its events)");
+        s->branch_veto = 1;
+        return;
+    }
+    s->side = bk->side;
+}
+
 static int gpu_open_step(backend *bk, const backend_sizes *z, g4_state *s) {
     bk->z = *z;
     size_t out = (size_t)z->max_out_rows;
@@ -199,6 +228,7 @@ static int gpu_open_step(backend *bk, const backend_sizes *z, g4_state *s) {
         return -1;
     bk->d_topk = (int32_t *)topk;
     bk->d_topk_vals = (bf16_t *)(topk + out * sizeof(int32_t) * (1 + K_TOPK_MAX));
+    if (bk->cfg->serve.moe_branches && z->model->n_expert) open_branches(bk, z->model, s);
     return 0;
 }
 

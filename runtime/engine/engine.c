@@ -17,6 +17,7 @@
 
 struct engine {
     g4_config cfg;
+    int branches; /* serve.moe_branches in force: a MoE model, and the backend can */
     const g4_model_desc *model;
     const g4_schedule *schedule;
     const backend_ops *ops;
@@ -64,6 +65,8 @@ static int alloc_state(engine *e) {
         {(void **)&s->x, R * H * B},
         {(void **)&s->xn, R * H * B},
         {(void **)&s->xn2, R * (m->n_expert ? H : 1) * B},
+        {(void **)&s->xr, R * (m->n_expert ? H : 1) * B},
+        {(void **)&s->t2, R * (m->n_expert ? H : 1) * B},
         {(void **)&s->q, R * q_w * B},
         {(void **)&s->k, R * kv_w * B},
         {(void **)&s->v, R * kv_w * B},
@@ -274,6 +277,11 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
         engine_close(e);
         return -1;
     }
+    e->branches = e->cfg.serve.moe_branches && e->model->n_expert && !e->s.branch_veto;
+    if (e->branches)
+        log_msg(LOG_INFO, "engine",
+                "serve.moe_branches: decode steps run the router and experts beside the dense "
+                "MLP");
     e->ops->log_ready(e->bk, e->model, variant, log_clock_s() - t_open);
     *out = e;
     return 0;
@@ -451,6 +459,9 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
         s->hook = debug_hook;
         s->hook_ctx = e;
     }
+    /* serve.moe_branches: decode steps only (a prompt step's cuBLASLt plans share one
+     * workspace), and never under a per-step hook (it reads buffers by step name in order) */
+    s->branches = e->branches && !s->hook && decode_rows == b->rows;
     backend_failure where = {BACKEND_AT_FORWARD, 0};
     int rc = e->ops->step(e->bk, b, e->schedule, s, logits, &where);
     if (rc == 0) return 0;

@@ -36,10 +36,349 @@ static const g4_layer_info gemma4_26b_a4b_layers[GEMMA4_26B_A4B_N_LAYER] = {
     {.kind = G4_LAYER_FULL, .owns_kv = 1, .kv_donor = 29, .kv_layer = 4, .d_ff = 2112},
 };
 
+/* sliding layer, the router and experts beside the dense MLP (serve.moe_branches) */
+static int G4_FN(gemma4_26b_a4b_sliding_branches)(g4_state *s, int il) {
+    const g4_layer_weights *L = &s->w->layer[il];
+    const g4_layer_info *I = &gemma4_26b_a4b_layers[il];
+    /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
+    const k_gemm_args q_proj = {
+        .y = s->q,
+        .x = s->xn,
+        .w = L->q,
+        .m = s->rows,
+        .n = GEMMA4_26B_A4B_N_HEAD * GEMMA4_26B_A4B_HEAD_DIM_LOCAL,
+        .k = GEMMA4_26B_A4B_D_MODEL,
+        .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
+    const k_gemm_args k_proj = {
+        .y = s->k,
+        .x = s->xn,
+        .w = L->k,
+        .m = s->rows,
+        .n = GEMMA4_26B_A4B_N_KV_HEAD_LOCAL * GEMMA4_26B_A4B_HEAD_DIM_LOCAL,
+        .k = GEMMA4_26B_A4B_D_MODEL,
+        .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    /* self_attn.v_proj (kernels/ref/gemm_ref.c) */
+    const k_gemm_args v_proj = {
+        .y = s->v,
+        .x = s->xn,
+        .w = L->v,
+        .m = s->rows,
+        .n = GEMMA4_26B_A4B_N_KV_HEAD_LOCAL * GEMMA4_26B_A4B_HEAD_DIM_LOCAL,
+        .k = GEMMA4_26B_A4B_D_MODEL,
+        .plan = L->plan_v,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    /* the 3 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_1 = {
+        .n_gemms = 3,
+        .g = {q_proj, k_proj, v_proj},
+    };
+    STEP(il, "q_proj+k_proj+v_proj", op_gemm_group(&gemm_group_1, s->stream));
+    /* q_norm, k_norm, v_norm, RoPE, KV write (kernels/ref/attn_ref.c) */
+    const k_attn_prep_args attn_prep = {
+        .q = s->q,
+        .k_raw = s->k,
+        .v_raw = s->v,
+        .k_norm = L->k_norm,
+        .q_norm = L->q_norm,
+        .pos = s->pos,
+        .seq = s->seq,
+        .kv = s->kv_local,
+        .rows = s->rows,
+        .n_head = GEMMA4_26B_A4B_N_HEAD,
+        .kv_layer = I->kv_layer,
+        .write_kv = 1,
+        .n_rot = GEMMA4_26B_A4B_N_ROT_LOCAL,
+        .rope_base = GEMMA4_26B_A4B_ROPE_BASE_LOCAL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    STEP(il, "attn_prep", op_attn_prep(&attn_prep, s->stream));
+    /* attention over the window i-W < j <= i (kernels/ref/attn_ref.c) */
+    const k_attention_args attention = {
+        .out = s->attn,
+        .q = s->q,
+        .pos = s->pos,
+        .seq = s->seq,
+        .kv = s->kv_local,
+        .rows = s->rows,
+        .n_head = GEMMA4_26B_A4B_N_HEAD,
+        .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
+        .window = GEMMA4_26B_A4B_WINDOW,
+    };
+    STEP(il, "attention", op_attention(&attention, s->stream));
+    /* self_attn.o_proj (kernels/ref/gemm_ref.c) */
+    const k_gemm_args o_proj = {
+        .y = s->t,
+        .x = s->attn,
+        .w = L->o,
+        .m = s->rows,
+        .n = GEMMA4_26B_A4B_D_MODEL,
+        .k = GEMMA4_26B_A4B_N_HEAD * GEMMA4_26B_A4B_HEAD_DIM_LOCAL,
+        .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
+    /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args post_attn_norm = {
+        .out = s->x,
+        .in = s->t,
+        .w = L->post_attn_norm,
+        .residual = s->x,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args pre_ff_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = L->pre_ff_norm,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
+    /* the router and experts from here on s->side, beside the dense MLP */
+    STEP(il, "fork", op_stream_fork(s->stream, s->side));
+    /* router.norm, weightless, on the residual r (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args router_norm = {
+        .out = s->xr,
+        .in = s->x,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    /* router.scale, then d_model^-0.5 (kernels/ref/norm_ref.c) */
+    const k_mul_vec_scale_args router_scale = {
+        .out = s->xr,
+        .a = s->xr,
+        .v = L->router_scale,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .scale = GEMMA4_26B_A4B_INV_SQRT_D_MODEL,
+    };
+    /* pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args pre_ff_norm_2 = {
+        .out = s->xn2,
+        .in = s->x,
+        .w = L->pre_ff_norm_2,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    const k_row_op router_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = router_norm,
+    };
+    const k_row_op router_scale_op = {
+        .kind = K_ROW_MUL_VEC_SCALE,
+        .u.mul_vec_scale = router_scale,
+    };
+    const k_row_op pre_ff_norm_2_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm_2,
+    };
+    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 3,
+        .op = {router_norm_op, router_scale_op, pre_ff_norm_2_op},
+    };
+    STEP(il, "router_norm+router_scale+pre_ff_norm_2", op_row_ops(&row_ops_2, s->side));
+    /* router.proj (kernels/ref/gemm_ref.c) */
+    const k_gemm_args router_proj = {
+        .y = s->router_logits,
+        .x = s->xr,
+        .w = L->router,
+        .m = s->rows,
+        .n = GEMMA4_26B_A4B_N_EXPERT,
+        .k = GEMMA4_26B_A4B_D_MODEL,
+        .plan = L->plan_router,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    STEP(il, "router_proj", op_gemm(&router_proj, s->side));
+    /* softmax, top-k, renormalise, per_expert_scale (kernels/ref/moe_ref.c) */
+    const k_moe_route_args moe_route = {
+        .idx = s->moe_idx,
+        .weight = s->moe_w,
+        .logits = s->router_logits,
+        .per_expert_scale = L->per_expert_scale,
+        .rows = s->rows,
+        .n_expert = GEMMA4_26B_A4B_N_EXPERT,
+        .top_k = GEMMA4_26B_A4B_TOP_K,
+    };
+    STEP(il, "moe_route", op_moe_route(&moe_route, s->side));
+    /* the routed experts (kernels/ref/moe_ref.c) */
+    const k_moe_experts_args experts = {
+        .out = s->t2,
+        .x = s->xn2,
+        .gate_up = L->experts_gate_up,
+        .down = L->experts_down,
+        .idx = s->moe_idx,
+        .weight = s->moe_w,
+        .rows = s->rows,
+        .d_model = GEMMA4_26B_A4B_D_MODEL,
+        .d_expert = GEMMA4_26B_A4B_D_EXPERT,
+        .n_expert = GEMMA4_26B_A4B_N_EXPERT,
+        .top_k = GEMMA4_26B_A4B_TOP_K,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    STEP(il, "experts", op_moe_experts(&experts, s->side));
+    /* the dense MLP on s->stream */
+    /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
+    const k_gemm_args gate_proj = {
+        .y = s->gu,
+        .x = s->xn,
+        .w = L->gate,
+        .m = s->rows,
+        .n = I->d_ff,
+        .k = GEMMA4_26B_A4B_D_MODEL,
+        .ldy = 2 * I->d_ff,
+        .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
+    const k_gemm_args up_proj = {
+        .y = s->gu + I->d_ff,
+        .x = s->xn,
+        .w = L->up,
+        .m = s->rows,
+        .n = I->d_ff,
+        .k = GEMMA4_26B_A4B_D_MODEL,
+        .ldy = 2 * I->d_ff,
+        .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_2 = {
+        .n_gemms = 2,
+        .g = {gate_proj, up_proj},
+    };
+    STEP(il, "gate_proj+up_proj", op_gemm_group(&gemm_group_2, s->stream));
+    /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
+    const k_gelu_mul_args geglu = {
+        .out = s->act,
+        .a = s->gu,
+        .b = s->gu + I->d_ff,
+        .rows = s->rows,
+        .width = I->d_ff,
+        .lda = 2 * I->d_ff,
+        .ldb = 2 * I->d_ff,
+    };
+    STEP(il, "geglu", op_gelu_mul(&geglu, s->stream));
+    /* mlp.down_proj (kernels/ref/gemm_ref.c) */
+    const k_gemm_args down_proj = {
+        .y = s->t,
+        .x = s->act,
+        .w = L->down,
+        .m = s->rows,
+        .n = GEMMA4_26B_A4B_D_MODEL,
+        .k = I->d_ff,
+        .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
+    /* post_feedforward_layernorm_1 on the dense branch (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args post_ff_norm_1 = {
+        .out = s->m1,
+        .in = s->t,
+        .w = L->post_ff_norm_1,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    STEP(il, "post_ff_norm_1", op_rmsnorm(&post_ff_norm_1, s->stream));
+    /* the branches meet */
+    STEP(il, "join", op_stream_join(s->stream, s->side));
+    /* post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args post_ff_norm_2 = {
+        .out = s->t2,
+        .in = s->t2,
+        .w = L->post_ff_norm_2,
+        .residual = s->m1,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args post_ff_norm = {
+        .out = s->x,
+        .in = s->t2,
+        .w = L->post_ff_norm,
+        .residual = s->x,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
+    const k_scale_add_args layer_scalar = {
+        .out = s->x,
+        .a = s->x,
+        .n = (size_t)s->rows * GEMMA4_26B_A4B_D_MODEL,
+        .scale = L->layer_scalar,
+    };
+    /* input_layernorm of the layer after (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args next_input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[il + 1 < GEMMA4_26B_A4B_N_LAYER ? il + 1 : il].input_norm,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    const k_row_op post_ff_norm_2_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_ff_norm_2,
+    };
+    const k_row_op post_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_ff_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    const k_row_op next_input_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = next_input_norm,
+    };
+    /* the 4 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_3 = {
+        .rows = s->rows,
+        .n_ops = 4,
+        .op = {post_ff_norm_2_op, post_ff_norm_op, layer_scalar_op, next_input_norm_op},
+    };
+    STEP(il, "post_ff_norm_2+post_ff_norm+layer_scalar+next_input_norm",
+         op_row_ops(&row_ops_3, s->stream));
+    return 0;
+}
+
 /* sliding layer */
 static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &gemma4_26b_a4b_layers[il];
+    if (s->branches) return G4_FN(gemma4_26b_a4b_sliding_branches)(s, il);
     /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args q_proj = {
         .y = s->q,
@@ -373,10 +712,338 @@ static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
     return 0;
 }
 
+/* full layer, the router and experts beside the dense MLP (serve.moe_branches) */
+static int G4_FN(gemma4_26b_a4b_full_branches)(g4_state *s, int il) {
+    const g4_layer_weights *L = &s->w->layer[il];
+    const g4_layer_info *I = &gemma4_26b_a4b_layers[il];
+    /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
+    const k_gemm_args q_proj = {
+        .y = s->q,
+        .x = s->xn,
+        .w = L->q,
+        .m = s->rows,
+        .n = GEMMA4_26B_A4B_N_HEAD * GEMMA4_26B_A4B_HEAD_DIM_GLOBAL,
+        .k = GEMMA4_26B_A4B_D_MODEL,
+        .plan = L->plan_q,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    /* self_attn.k_proj (kernels/ref/gemm_ref.c) */
+    const k_gemm_args k_proj = {
+        .y = s->k,
+        .x = s->xn,
+        .w = L->k,
+        .m = s->rows,
+        .n = GEMMA4_26B_A4B_N_KV_HEAD_GLOBAL * GEMMA4_26B_A4B_HEAD_DIM_GLOBAL,
+        .k = GEMMA4_26B_A4B_D_MODEL,
+        .plan = L->plan_k,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_1 = {
+        .n_gemms = 2,
+        .g = {q_proj, k_proj},
+    };
+    STEP(il, "q_proj+k_proj", op_gemm_group(&gemm_group_1, s->stream));
+    /* q_norm, k_norm, v_norm, RoPE, KV write (kernels/ref/attn_ref.c) */
+    const k_attn_prep_args attn_prep = {
+        .q = s->q,
+        .k_raw = s->k,
+        .v_raw = s->k /* k_eq_v: V from the raw K */,
+        .k_norm = L->k_norm,
+        .q_norm = L->q_norm,
+        .pos = s->pos,
+        .seq = s->seq,
+        .kv = s->kv_global,
+        .rows = s->rows,
+        .n_head = GEMMA4_26B_A4B_N_HEAD,
+        .kv_layer = I->kv_layer,
+        .write_kv = 1,
+        .n_rot = GEMMA4_26B_A4B_N_ROT_GLOBAL,
+        .rope_base = GEMMA4_26B_A4B_ROPE_BASE_GLOBAL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    STEP(il, "attn_prep", op_attn_prep(&attn_prep, s->stream));
+    /* attention over the whole context (kernels/ref/attn_ref.c) */
+    const k_attention_args attention = {
+        .out = s->attn,
+        .q = s->q,
+        .pos = s->pos,
+        .seq = s->seq,
+        .kv = s->kv_global,
+        .rows = s->rows,
+        .n_head = GEMMA4_26B_A4B_N_HEAD,
+        .kv_layer = I->kv_layer,
+        .max_pos = s->max_pos,
+        .splits_per_block = s->attn_splits_per_block,
+        .window = 0 /* full attention */,
+    };
+    STEP(il, "attention", op_attention(&attention, s->stream));
+    /* self_attn.o_proj (kernels/ref/gemm_ref.c) */
+    const k_gemm_args o_proj = {
+        .y = s->t,
+        .x = s->attn,
+        .w = L->o,
+        .m = s->rows,
+        .n = GEMMA4_26B_A4B_D_MODEL,
+        .k = GEMMA4_26B_A4B_N_HEAD * GEMMA4_26B_A4B_HEAD_DIM_GLOBAL,
+        .plan = L->plan_o,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    STEP(il, "o_proj", op_gemm(&o_proj, s->stream));
+    /* post_attention_layernorm, then the residual add (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args post_attn_norm = {
+        .out = s->x,
+        .in = s->t,
+        .w = L->post_attn_norm,
+        .residual = s->x,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args pre_ff_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = L->pre_ff_norm,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
+    const k_row_op pre_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm,
+    };
+    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
+        .rows = s->rows,
+        .n_ops = 2,
+        .op = {post_attn_norm_op, pre_ff_norm_op},
+    };
+    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
+    /* the router and experts from here on s->side, beside the dense MLP */
+    STEP(il, "fork", op_stream_fork(s->stream, s->side));
+    /* router.norm, weightless, on the residual r (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args router_norm = {
+        .out = s->xr,
+        .in = s->x,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    /* router.scale, then d_model^-0.5 (kernels/ref/norm_ref.c) */
+    const k_mul_vec_scale_args router_scale = {
+        .out = s->xr,
+        .a = s->xr,
+        .v = L->router_scale,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .scale = GEMMA4_26B_A4B_INV_SQRT_D_MODEL,
+    };
+    /* pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args pre_ff_norm_2 = {
+        .out = s->xn2,
+        .in = s->x,
+        .w = L->pre_ff_norm_2,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    const k_row_op router_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = router_norm,
+    };
+    const k_row_op router_scale_op = {
+        .kind = K_ROW_MUL_VEC_SCALE,
+        .u.mul_vec_scale = router_scale,
+    };
+    const k_row_op pre_ff_norm_2_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = pre_ff_norm_2,
+    };
+    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_2 = {
+        .rows = s->rows,
+        .n_ops = 3,
+        .op = {router_norm_op, router_scale_op, pre_ff_norm_2_op},
+    };
+    STEP(il, "router_norm+router_scale+pre_ff_norm_2", op_row_ops(&row_ops_2, s->side));
+    /* router.proj (kernels/ref/gemm_ref.c) */
+    const k_gemm_args router_proj = {
+        .y = s->router_logits,
+        .x = s->xr,
+        .w = L->router,
+        .m = s->rows,
+        .n = GEMMA4_26B_A4B_N_EXPERT,
+        .k = GEMMA4_26B_A4B_D_MODEL,
+        .plan = L->plan_router,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    STEP(il, "router_proj", op_gemm(&router_proj, s->side));
+    /* softmax, top-k, renormalise, per_expert_scale (kernels/ref/moe_ref.c) */
+    const k_moe_route_args moe_route = {
+        .idx = s->moe_idx,
+        .weight = s->moe_w,
+        .logits = s->router_logits,
+        .per_expert_scale = L->per_expert_scale,
+        .rows = s->rows,
+        .n_expert = GEMMA4_26B_A4B_N_EXPERT,
+        .top_k = GEMMA4_26B_A4B_TOP_K,
+    };
+    STEP(il, "moe_route", op_moe_route(&moe_route, s->side));
+    /* the routed experts (kernels/ref/moe_ref.c) */
+    const k_moe_experts_args experts = {
+        .out = s->t2,
+        .x = s->xn2,
+        .gate_up = L->experts_gate_up,
+        .down = L->experts_down,
+        .idx = s->moe_idx,
+        .weight = s->moe_w,
+        .rows = s->rows,
+        .d_model = GEMMA4_26B_A4B_D_MODEL,
+        .d_expert = GEMMA4_26B_A4B_D_EXPERT,
+        .n_expert = GEMMA4_26B_A4B_N_EXPERT,
+        .top_k = GEMMA4_26B_A4B_TOP_K,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    STEP(il, "experts", op_moe_experts(&experts, s->side));
+    /* the dense MLP on s->stream */
+    /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
+    const k_gemm_args gate_proj = {
+        .y = s->gu,
+        .x = s->xn,
+        .w = L->gate,
+        .m = s->rows,
+        .n = I->d_ff,
+        .k = GEMMA4_26B_A4B_D_MODEL,
+        .ldy = 2 * I->d_ff,
+        .plan = L->plan_gate,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    /* mlp.up_proj into the up half (kernels/ref/gemm_ref.c) */
+    const k_gemm_args up_proj = {
+        .y = s->gu + I->d_ff,
+        .x = s->xn,
+        .w = L->up,
+        .m = s->rows,
+        .n = I->d_ff,
+        .k = GEMMA4_26B_A4B_D_MODEL,
+        .ldy = 2 * I->d_ff,
+        .plan = L->plan_up,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    /* the 2 projections above of one input, each as alone (kernels/ref/gemm_ref.c) */
+    const k_gemm_group_args gemm_group_2 = {
+        .n_gemms = 2,
+        .g = {gate_proj, up_proj},
+    };
+    STEP(il, "gate_proj+up_proj", op_gemm_group(&gemm_group_2, s->stream));
+    /* GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c) */
+    const k_gelu_mul_args geglu = {
+        .out = s->act,
+        .a = s->gu,
+        .b = s->gu + I->d_ff,
+        .rows = s->rows,
+        .width = I->d_ff,
+        .lda = 2 * I->d_ff,
+        .ldb = 2 * I->d_ff,
+    };
+    STEP(il, "geglu", op_gelu_mul(&geglu, s->stream));
+    /* mlp.down_proj (kernels/ref/gemm_ref.c) */
+    const k_gemm_args down_proj = {
+        .y = s->t,
+        .x = s->act,
+        .w = L->down,
+        .m = s->rows,
+        .n = GEMMA4_26B_A4B_D_MODEL,
+        .k = I->d_ff,
+        .plan = L->plan_down,
+        .prompt_rows = s->rows - s->decode_rows,
+    };
+    STEP(il, "down_proj", op_gemm(&down_proj, s->stream));
+    /* post_feedforward_layernorm_1 on the dense branch (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args post_ff_norm_1 = {
+        .out = s->m1,
+        .in = s->t,
+        .w = L->post_ff_norm_1,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    STEP(il, "post_ff_norm_1", op_rmsnorm(&post_ff_norm_1, s->stream));
+    /* the branches meet */
+    STEP(il, "join", op_stream_join(s->stream, s->side));
+    /* post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args post_ff_norm_2 = {
+        .out = s->t2,
+        .in = s->t2,
+        .w = L->post_ff_norm_2,
+        .residual = s->m1,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    /* post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args post_ff_norm = {
+        .out = s->x,
+        .in = s->t2,
+        .w = L->post_ff_norm,
+        .residual = s->x,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    /* layer_scalar, a bf16 multiply (kernels/ref/norm_ref.c) */
+    const k_scale_add_args layer_scalar = {
+        .out = s->x,
+        .a = s->x,
+        .n = (size_t)s->rows * GEMMA4_26B_A4B_D_MODEL,
+        .scale = L->layer_scalar,
+    };
+    /* input_layernorm of the layer after (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args next_input_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = s->w->layer[il + 1 < GEMMA4_26B_A4B_N_LAYER ? il + 1 : il].input_norm,
+        .rows = s->rows,
+        .width = GEMMA4_26B_A4B_D_MODEL,
+        .eps = GEMMA4_26B_A4B_EPS,
+    };
+    const k_row_op post_ff_norm_2_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_ff_norm_2,
+    };
+    const k_row_op post_ff_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_ff_norm,
+    };
+    const k_row_op layer_scalar_op = {
+        .kind = K_ROW_SCALE_ADD,
+        .u.scale_add = layer_scalar,
+    };
+    const k_row_op next_input_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = next_input_norm,
+    };
+    /* the 4 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_3 = {
+        .rows = s->rows,
+        .n_ops = 4,
+        .op = {post_ff_norm_2_op, post_ff_norm_op, layer_scalar_op, next_input_norm_op},
+    };
+    STEP(il, "post_ff_norm_2+post_ff_norm+layer_scalar+next_input_norm",
+         op_row_ops(&row_ops_3, s->stream));
+    return 0;
+}
+
 /* full layer */
 static int G4_FN(gemma4_26b_a4b_full)(g4_state *s, int il) {
     const g4_layer_weights *L = &s->w->layer[il];
     const g4_layer_info *I = &gemma4_26b_a4b_layers[il];
+    if (s->branches) return G4_FN(gemma4_26b_a4b_full_branches)(s, il);
     /* self_attn.q_proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args q_proj = {
         .y = s->q,

@@ -1,8 +1,9 @@
 # tests/gpu/plans/next-session.sh - a box_queue.sh plan for the next session's device time,
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
-# the plan). PLAN_STEPS picks; default "pe 26b-fp8 serve" (~22 min, three calls: the tile form of
-# serve.prompt_experts' gates and A/B, the 26B-A4B's full step, fp8 first, its checkpoint made
+# the plan). PLAN_STEPS picks; default "pe br 26b-fp8 serve" (~27 min, three calls: the tile form
+# of serve.prompt_experts' gates and A/B, serve.moe_branches' gates and A/B, the 26B-A4B's full
+# step, fp8 first, its checkpoint made
 # from the start beside the gates where the card has over 100 GB, then the serving A/B;
 # docs/perf-notes.md, "Next H200 calls"; the thirtieth session ran attn-nan, wg, serve, lt-probe
 # and timeline, the thirty-first prompt-gemm.sh on an H100, the thirty-second pgates and pe (the
@@ -56,7 +57,7 @@
 #            experts' ring on (FULL_SETS="serve.gemm_staged=1 serve.moe_prefill_tiles=3"): the
 #            engine's path through them at full depth, before either default flips, ~8 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-pe 26b-fp8 serve} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-pe br 26b-fp8 serve} " == *" $1 "* ]]; }
 # the 26B-A4B's full checkpoint and HF references (torch, ~5 min; the full step makes them itself
 # when absent) beside the gates only where the card holds both: on an 80 GB H100 the make's
 # torch model left the gates no memory (the thirty-first session), so there the full step makes
@@ -106,6 +107,29 @@ want pe && step pe-engine env G4_FIXTURE_SET="serve.prompt_experts=1" ./build.sh
     engine_vs_hf trained
 pe_ab() { await_make && pe_next; }
 want pe && step pe-ab pe_ab
+# serve.moe_branches (written in the thirty-second session, not run): the MoE branch on a second
+# stream beside the dense MLP at decode. Gates: the GPU pinned recording with it on (graphs and
+# eager steps; in pinned_composition's list), the engine gates with it on (batch invariance, the
+# graphs' equality); then bench_decode at 1 and 16 26B-A4B rows, 0 against 1, two rounds
+# (predicted -0.3 to -0.6 ms at one row, -0.1 to -0.3 at 16), ~6 min with the build
+br_next() {
+    local r v b
+    await_make
+    for r in 1 2; do
+        for b in 1 16; do
+            for v in 0 1; do
+                echo "== round $r, gemma4-26b-a4b, $b rows, moe_branches $v"
+                timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
+                    --set model.weights=dummy --set serve.max_context=4096 \
+                    --set serve.moe_branches=$v --batch $b --prompt 1024 --steps 32 |
+                    grep -E "^decode step|^floor"
+            done
+        done
+    done
+}
+want br && step br-gates env G4_FIXTURE_SET="serve.moe_branches=1" ./build.sh gpu-test \
+    engine_vs_hf pinned_composition
+want br && step br-ab br_next
 # (not in the default) whether cuBLASLt's plans sum k as one natural 16-k instruction after another
 # (tests/gpu/probe_lt_order.cu; docs/perf-notes.md, thirtieth session): nvcc and one run, ~40 s
 want lt-probe && step lt-probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
