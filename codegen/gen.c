@@ -506,14 +506,10 @@ static void emit_attention(FILE *f, const gen_model *m, int kind) {
                  "s->t", "L->post_attn_norm", "s->x", "s->rows", dm);
 }
 
-static void emit_ffn(FILE *f, const gen_model *m) {
-    const char *u = m->upper;
-    char dm[160];
-    snprintf(dm, sizeof dm, "%s_D_MODEL", u);
-    char ne[160];
-    snprintf(ne, sizeof ne, "%s_N_EXPERT", u);
-    rmsnorm_step(f, m, "il", "pre_ff_norm", "pre_feedforward_layernorm (kernels/ref/norm_ref.c)",
-                 "s->xn", "s->x", "L->pre_ff_norm", NULL, "s->rows", dm);
+/* The feed-forward's pieces, shared by emit_ffn and emit_ffn_branches. dm: "<MODEL>_D_MODEL". */
+
+/* The dense MLP on xn (gate|up, GeGLU, down) into t */
+static void emit_dense_mlp(FILE *f, const char *dm) {
     gemm_step(f, "il", "gate_proj", "mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c)",
               "s->gu", "s->xn", "L->gate", "s->rows", "I->d_ff", dm, "2 * I->d_ff", "L->plan_gate");
     gemm_step(f, "il", "up_proj", "mlp.up_proj into the up half (kernels/ref/gemm_ref.c)",
@@ -531,98 +527,40 @@ static void emit_ffn(FILE *f, const gen_model *m) {
     step_end(f, "il", "gelu_mul", "geglu");
     gemm_step(f, "il", "down_proj", "mlp.down_proj (kernels/ref/gemm_ref.c)", "s->t", "s->act",
               "L->down", "s->rows", dm, "I->d_ff", NULL, "L->plan_down");
-    if (m->d.n_expert) {
-        rmsnorm_step(f, m, "il", "post_ff_norm_1",
-                     "post_feedforward_layernorm_1 on the dense branch (kernels/ref/norm_ref.c)",
-                     "s->m1", "s->t", "L->post_ff_norm_1", NULL, "s->rows", dm);
-        rmsnorm_step(f, m, "il", "router_norm",
-                     "router.norm, weightless, on the residual r (kernels/ref/norm_ref.c)", "s->xn",
-                     "s->x", NULL, NULL, "s->rows", dm);
-        step_begin(f, "router.scale, then d_model^-0.5 (kernels/ref/norm_ref.c)", "mul_vec_scale",
-                   "router_scale");
-        fld(f, "out", "s->xn");
-        fld(f, "a", "s->xn");
-        fld(f, "v", "L->router_scale");
-        fld(f, "rows", "s->rows");
-        fld(f, "width", "%s", dm);
-        fld(f, "scale", "%s_INV_SQRT_D_MODEL", u);
-        step_end(f, "il", "mul_vec_scale", "router_scale");
-        /* the experts' input, in the router's row-op group: it reads the residual as the router
-         * norm does, into a buffer of its own (the router projection still reads xn) */
-        rmsnorm_step(f, m, "il", "pre_ff_norm_2",
-                     "pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c)",
-                     "s->xn2", "s->x", "L->pre_ff_norm_2", NULL, "s->rows", dm);
-        gemm_step(f, "il", "router_proj", "router.proj (kernels/ref/gemm_ref.c)",
-                  "s->router_logits", "s->xn", "L->router", "s->rows", ne, dm, NULL,
-                  "L->plan_router");
-        step_begin(f, "softmax, top-k, renormalise, per_expert_scale (kernels/ref/moe_ref.c)",
-                   "moe_route", "moe_route");
-        fld(f, "idx", "s->moe_idx");
-        fld(f, "weight", "s->moe_w");
-        fld(f, "logits", "s->router_logits");
-        fld(f, "per_expert_scale", "L->per_expert_scale");
-        fld(f, "rows", "s->rows");
-        fld(f, "n_expert", "%s_N_EXPERT", u);
-        fld(f, "top_k", "%s_TOP_K", u);
-        step_end(f, "il", "moe_route", "moe_route");
-        step_begin(f, "the routed experts (kernels/ref/moe_ref.c)", "moe_experts", "experts");
-        fld(f, "out", "s->t");
-        fld(f, "x", "s->xn2");
-        fld(f, "gate_up", "L->experts_gate_up");
-        fld(f, "down", "L->experts_down");
-        fld(f, "idx", "s->moe_idx");
-        fld(f, "weight", "s->moe_w");
-        fld(f, "rows", "s->rows");
-        fld(f, "d_model", "%s", dm);
-        fld(f, "d_expert", "%s_D_EXPERT", u);
-        fld(f, "n_expert", "%s_N_EXPERT", u);
-        fld(f, "top_k", "%s_TOP_K", u);
-        fld(f, "prompt_rows", "s->rows - s->decode_rows"); /* serve.prompt_experts */
-        step_end(f, "il", "moe_experts", "experts");
-        rmsnorm_step(f, m, "il", "post_ff_norm_2",
-                     "post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c)",
-                     "s->t", "s->t", "L->post_ff_norm_2", "s->m1", "s->rows", dm);
-    }
-    rmsnorm_step(f, m, "il", "post_ff_norm",
-                 "post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c)",
-                 "s->x", "s->t", "L->post_ff_norm", "s->x", "s->rows", dm);
 }
 
-/* serve.moe_branches (docs/decode-design.md, "The MoE branch beside the dense MLP"): a MoE
- * layer's feed-forward with the router and experts on s->side, beside the dense MLP on s->stream.
- * They read the same residual and meet only at post_feedforward_layernorm_2, so each op is the
- * same op on the same values as in emit_ffn, in another order: the same bits. What must differ
- * is the buffers the two branches would share: the router's input goes to xr (emit_ffn reuses
- * xn after the dense MLP has read it) and the experts' output to t2 (emit_ffn reuses t). */
-static void emit_ffn_branches(FILE *f, const gen_model *m) {
+static void emit_post_ff_norm_1(FILE *f, const gen_model *m, const char *dm) {
+    rmsnorm_step(f, m, "il", "post_ff_norm_1",
+                 "post_feedforward_layernorm_1 on the dense branch (kernels/ref/norm_ref.c)",
+                 "s->m1", "s->t", "L->post_ff_norm_1", NULL, "s->rows", dm);
+}
+
+/* The router's input into xr (router norm, then its scale), the experts' into xn2, the router
+ * projection, the route, and the experts into out */
+static void emit_router_experts(FILE *f, const gen_model *m, const char *dm, const char *xr,
+                                const char *out) {
     const char *u = m->upper;
-    char dm[160], ne[160];
-    snprintf(dm, sizeof dm, "%s_D_MODEL", u);
+    char ne[160];
     snprintf(ne, sizeof ne, "%s_N_EXPERT", u);
-    rmsnorm_step(f, m, "il", "pre_ff_norm", "pre_feedforward_layernorm (kernels/ref/norm_ref.c)",
-                 "s->xn", "s->x", "L->pre_ff_norm", NULL, "s->rows", dm);
-    gemm_group_flush(f);
-    row_group_flush(f);
-    fprintf(f, "    /* the router and experts from here on s->side, beside the dense MLP */\n");
-    fprintf(f, "    STEP(il, \"fork\", op_stream_fork(s->stream, s->side));\n");
-    emit_stream = "s->side";
     rmsnorm_step(f, m, "il", "router_norm",
-                 "router.norm, weightless, on the residual r (kernels/ref/norm_ref.c)", "s->xr",
-                 "s->x", NULL, NULL, "s->rows", dm);
+                 "router.norm, weightless, on the residual r (kernels/ref/norm_ref.c)", xr, "s->x",
+                 NULL, NULL, "s->rows", dm);
     step_begin(f, "router.scale, then d_model^-0.5 (kernels/ref/norm_ref.c)", "mul_vec_scale",
                "router_scale");
-    fld(f, "out", "s->xr");
-    fld(f, "a", "s->xr");
+    fld(f, "out", "%s", xr);
+    fld(f, "a", "%s", xr);
     fld(f, "v", "L->router_scale");
     fld(f, "rows", "s->rows");
     fld(f, "width", "%s", dm);
     fld(f, "scale", "%s_INV_SQRT_D_MODEL", u);
     step_end(f, "il", "mul_vec_scale", "router_scale");
+    /* the experts' input, in the router's row-op group: it reads the residual as the router
+     * norm does, into a buffer of its own (the router projection still reads xr) */
     rmsnorm_step(f, m, "il", "pre_ff_norm_2",
                  "pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c)", "s->xn2",
                  "s->x", "L->pre_ff_norm_2", NULL, "s->rows", dm);
     gemm_step(f, "il", "router_proj", "router.proj (kernels/ref/gemm_ref.c)", "s->router_logits",
-              "s->xr", "L->router", "s->rows", ne, dm, NULL, "L->plan_router");
+              xr, "L->router", "s->rows", ne, dm, NULL, "L->plan_router");
     step_begin(f, "softmax, top-k, renormalise, per_expert_scale (kernels/ref/moe_ref.c)",
                "moe_route", "moe_route");
     fld(f, "idx", "s->moe_idx");
@@ -634,7 +572,7 @@ static void emit_ffn_branches(FILE *f, const gen_model *m) {
     fld(f, "top_k", "%s_TOP_K", u);
     step_end(f, "il", "moe_route", "moe_route");
     step_begin(f, "the routed experts (kernels/ref/moe_ref.c)", "moe_experts", "experts");
-    fld(f, "out", "s->t2");
+    fld(f, "out", "%s", out);
     fld(f, "x", "s->xn2");
     fld(f, "gate_up", "L->experts_gate_up");
     fld(f, "down", "L->experts_down");
@@ -647,40 +585,64 @@ static void emit_ffn_branches(FILE *f, const gen_model *m) {
     fld(f, "top_k", "%s_TOP_K", u);
     fld(f, "prompt_rows", "s->rows - s->decode_rows"); /* serve.prompt_experts */
     step_end(f, "il", "moe_experts", "experts");
+}
+
+/* post_feedforward_layernorm_2 on the experts' output t (MoE: plus the dense branch m1), then
+ * post_feedforward_layernorm on t and the residual add */
+static void emit_ffn_tail(FILE *f, const gen_model *m, const char *dm, const char *t) {
+    if (m->d.n_expert)
+        rmsnorm_step(f, m, "il", "post_ff_norm_2",
+                     "post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c)",
+                     t, t, "L->post_ff_norm_2", "s->m1", "s->rows", dm);
+    rmsnorm_step(f, m, "il", "post_ff_norm",
+                 "post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c)",
+                 "s->x", t, "L->post_ff_norm", "s->x", "s->rows", dm);
+}
+
+static void emit_pre_ff_norm(FILE *f, const gen_model *m, const char *dm) {
+    rmsnorm_step(f, m, "il", "pre_ff_norm", "pre_feedforward_layernorm (kernels/ref/norm_ref.c)",
+                 "s->xn", "s->x", "L->pre_ff_norm", NULL, "s->rows", dm);
+}
+
+static void emit_ffn(FILE *f, const gen_model *m) {
+    char dm[160];
+    snprintf(dm, sizeof dm, "%s_D_MODEL", m->upper);
+    emit_pre_ff_norm(f, m, dm);
+    emit_dense_mlp(f, dm);
+    if (m->d.n_expert) {
+        emit_post_ff_norm_1(f, m, dm);
+        emit_router_experts(f, m, dm, "s->xn", "s->t");
+    }
+    emit_ffn_tail(f, m, dm, "s->t");
+}
+
+/* serve.moe_branches (docs/decode-design.md, "The MoE branch beside the dense MLP"): a MoE
+ * layer's feed-forward with the router and experts on s->side, beside the dense MLP on s->stream.
+ * They read the same residual and meet only at post_feedforward_layernorm_2, so each op is the
+ * same op on the same values as in emit_ffn, in another order: the same bits. What must differ
+ * is the buffers the two branches would share: the router's input goes to xr (emit_ffn reuses
+ * xn after the dense MLP has read it) and the experts' output to t2 (emit_ffn reuses t). */
+static void emit_ffn_branches(FILE *f, const gen_model *m) {
+    char dm[160];
+    snprintf(dm, sizeof dm, "%s_D_MODEL", m->upper);
+    emit_pre_ff_norm(f, m, dm);
+    gemm_group_flush(f);
+    row_group_flush(f);
+    fprintf(f, "    /* the router and experts from here on s->side, beside the dense MLP */\n");
+    fprintf(f, "    STEP(il, \"fork\", op_stream_fork(s->stream, s->side));\n");
+    emit_stream = "s->side";
+    emit_router_experts(f, m, dm, "s->xr", "s->t2");
     gemm_group_flush(f);
     row_group_flush(f);
     fprintf(f, "    /* the dense MLP on s->stream */\n");
     emit_stream = "s->stream";
-    gemm_step(f, "il", "gate_proj", "mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c)",
-              "s->gu", "s->xn", "L->gate", "s->rows", "I->d_ff", dm, "2 * I->d_ff", "L->plan_gate");
-    gemm_step(f, "il", "up_proj", "mlp.up_proj into the up half (kernels/ref/gemm_ref.c)",
-              "s->gu + I->d_ff", "s->xn", "L->up", "s->rows", "I->d_ff", dm, "2 * I->d_ff",
-              "L->plan_up");
-    step_begin(f, "GeGLU: bf(bf(gelu_tanh(gate)) * up) (kernels/ref/norm_ref.c)", "gelu_mul",
-               "geglu");
-    fld(f, "out", "s->act");
-    fld(f, "a", "s->gu");
-    fld(f, "b", "s->gu + I->d_ff");
-    fld(f, "rows", "s->rows");
-    fld(f, "width", "I->d_ff");
-    fld(f, "lda", "2 * I->d_ff");
-    fld(f, "ldb", "2 * I->d_ff");
-    step_end(f, "il", "gelu_mul", "geglu");
-    gemm_step(f, "il", "down_proj", "mlp.down_proj (kernels/ref/gemm_ref.c)", "s->t", "s->act",
-              "L->down", "s->rows", dm, "I->d_ff", NULL, "L->plan_down");
-    rmsnorm_step(f, m, "il", "post_ff_norm_1",
-                 "post_feedforward_layernorm_1 on the dense branch (kernels/ref/norm_ref.c)",
-                 "s->m1", "s->t", "L->post_ff_norm_1", NULL, "s->rows", dm);
+    emit_dense_mlp(f, dm);
+    emit_post_ff_norm_1(f, m, dm);
     gemm_group_flush(f);
     row_group_flush(f);
     fprintf(f, "    /* the branches meet */\n");
     fprintf(f, "    STEP(il, \"join\", op_stream_join(s->stream, s->side));\n");
-    rmsnorm_step(f, m, "il", "post_ff_norm_2",
-                 "post_feedforward_layernorm_2, plus the dense branch (kernels/ref/norm_ref.c)",
-                 "s->t2", "s->t2", "L->post_ff_norm_2", "s->m1", "s->rows", dm);
-    rmsnorm_step(f, m, "il", "post_ff_norm",
-                 "post_feedforward_layernorm, then the residual add (kernels/ref/norm_ref.c)",
-                 "s->x", "s->t2", "L->post_ff_norm", "s->x", "s->rows", dm);
+    emit_ffn_tail(f, m, dm, "s->t2");
 }
 
 static void emit_ple_layer(FILE *f, const gen_model *m) {

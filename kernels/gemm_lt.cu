@@ -791,8 +791,9 @@ static k_gemm_plan *prompt_plan_create(int max_m, int n, int k) {
 
 extern "C" void k_gemm_prompt_plans(int on) { prompt_plans = on != 0; }
 
-/* kernels/gemm_batched.h */
-k_gemm_plan *k_gemm_batched_plan(int batch, int max_m, int n, int k, long long stride_w,
+/* A natural (split-k 1) plan of batch products, strided (ptrs 0: operands stride_* elements
+ * apart) or by pointer arrays (ptrs 1); NULL, said on stderr, where none runs the shape */
+static k_gemm_plan *natural_plan(int batch, int max_m, int n, int k, int ptrs, long long stride_w,
                                  long long stride_x, long long stride_y) {
     if (batch < 1 || max_m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return NULL;
     k_gemm_plan *p = (k_gemm_plan *)calloc(1, sizeof *p);
@@ -803,39 +804,29 @@ k_gemm_plan *k_gemm_batched_plan(int batch, int max_m, int n, int k, long long s
     p->ws_cap = GEMM_WORKSPACE_BYTES;
     p->natural = 1;
     p->batch = batch;
+    p->ptrs = ptrs;
     p->stride_w = stride_w;
     p->stride_x = stride_x;
     p->stride_y = stride_y;
     if (lt_plan_fill(p) != K_OK) {
         fprintf(stderr,
-                "g4pipe: warning kernels: no split-k-1 cuBLASLt algorithm for %d product(s) of "
-                "%d x %d x %d\n",
-                batch, max_m, n, k);
+                "g4pipe: warning kernels: no split-k-1 cuBLASLt algorithm for %d %s product(s) "
+                "of %d x %d x %d\n",
+                batch, ptrs ? "pointer-array" : "strided", max_m, n, k);
         return NULL;
     }
     return p;
 }
 
 /* kernels/gemm_batched.h */
+k_gemm_plan *k_gemm_batched_plan(int batch, int max_m, int n, int k, long long stride_w,
+                                 long long stride_x, long long stride_y) {
+    return natural_plan(batch, max_m, n, k, 0, stride_w, stride_x, stride_y);
+}
+
+/* kernels/gemm_batched.h */
 k_gemm_plan *k_gemm_ptrs_plan(int batch, int m, int n, int k) {
-    if (batch < 1 || m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return NULL;
-    k_gemm_plan *p = (k_gemm_plan *)calloc(1, sizeof *p);
-    if (!p) return NULL;
-    p->max_m = p->heur_m = m;
-    p->n = n;
-    p->k = k;
-    p->ws_cap = GEMM_WORKSPACE_BYTES;
-    p->natural = 1;
-    p->batch = batch;
-    p->ptrs = 1;
-    if (lt_plan_fill(p) != K_OK) {
-        fprintf(stderr,
-                "g4pipe: warning kernels: no split-k-1 cuBLASLt algorithm for pointer-array "
-                "batches of %d x %d x %d\n",
-                m, n, k);
-        return NULL;
-    }
-    return p;
+    return natural_plan(batch, m, n, k, 1, 0, 0, 0);
 }
 
 /* kernels/gemm_batched.h */
