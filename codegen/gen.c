@@ -535,13 +535,9 @@ static void emit_post_ff_norm_1(FILE *f, const gen_model *m, const char *dm) {
                  "s->m1", "s->t", "L->post_ff_norm_1", NULL, "s->rows", dm);
 }
 
-/* The router's input into xr (router norm, then its scale), the experts' into xn2, the router
- * projection, the route, and the experts into out */
-static void emit_router_experts(FILE *f, const gen_model *m, const char *dm, const char *xr,
-                                const char *out) {
+/* The router's input into xr (router norm, then its scale) and the experts' into xn2: row ops */
+static void emit_router_norms(FILE *f, const gen_model *m, const char *dm, const char *xr) {
     const char *u = m->upper;
-    char ne[160];
-    snprintf(ne, sizeof ne, "%s_N_EXPERT", u);
     rmsnorm_step(f, m, "il", "router_norm",
                  "router.norm, weightless, on the residual r (kernels/ref/norm_ref.c)", xr, "s->x",
                  NULL, NULL, "s->rows", dm);
@@ -559,6 +555,14 @@ static void emit_router_experts(FILE *f, const gen_model *m, const char *dm, con
     rmsnorm_step(f, m, "il", "pre_ff_norm_2",
                  "pre_feedforward_layernorm_2 on the residual r (kernels/ref/norm_ref.c)", "s->xn2",
                  "s->x", "L->pre_ff_norm_2", NULL, "s->rows", dm);
+}
+
+/* The router projection of xr, the route, and the experts of xn2 into out */
+static void emit_router_experts(FILE *f, const gen_model *m, const char *dm, const char *xr,
+                                const char *out) {
+    const char *u = m->upper;
+    char ne[160];
+    snprintf(ne, sizeof ne, "%s_N_EXPERT", u);
     gemm_step(f, "il", "router_proj", "router.proj (kernels/ref/gemm_ref.c)", "s->router_logits",
               xr, "L->router", "s->rows", ne, dm, NULL, "L->plan_router");
     step_begin(f, "softmax, top-k, renormalise, per_expert_scale (kernels/ref/moe_ref.c)",
@@ -611,6 +615,7 @@ static void emit_ffn(FILE *f, const gen_model *m) {
     emit_dense_mlp(f, dm);
     if (m->d.n_expert) {
         emit_post_ff_norm_1(f, m, dm);
+        emit_router_norms(f, m, dm, "s->xn");
         emit_router_experts(f, m, dm, "s->xn", "s->t");
     }
     emit_ffn_tail(f, m, dm, "s->t");
@@ -625,7 +630,9 @@ static void emit_ffn(FILE *f, const gen_model *m) {
 static void emit_ffn_branches(FILE *f, const gen_model *m) {
     char dm[160];
     snprintf(dm, sizeof dm, "%s_D_MODEL", m->upper);
-    emit_pre_ff_norm(f, m, dm);
+    /* the router's norms in the row-op group that writes r: the branch that waits on them is
+     * the longer one */
+    emit_router_norms(f, m, dm, "s->xr");
     gemm_group_flush(f);
     row_group_flush(f);
     fprintf(f, "    /* the router and experts from here on s->side, beside the dense MLP */\n");
@@ -636,6 +643,7 @@ static void emit_ffn_branches(FILE *f, const gen_model *m) {
     row_group_flush(f);
     fprintf(f, "    /* the dense MLP on s->stream */\n");
     emit_stream = "s->stream";
+    emit_pre_ff_norm(f, m, dm);
     emit_dense_mlp(f, dm);
     emit_post_ff_norm_1(f, m, dm);
     gemm_group_flush(f);

@@ -111,32 +111,6 @@ static int G4_FN(geometry_26b_a4b_sliding_branches)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args pre_ff_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->pre_ff_norm,
-        .rows = s->rows,
-        .width = GEOMETRY_26B_A4B_D_MODEL,
-        .eps = GEOMETRY_26B_A4B_EPS,
-    };
-    const k_row_op post_attn_norm_op = {
-        .kind = K_ROW_RMSNORM,
-        .u.rmsnorm = post_attn_norm,
-    };
-    const k_row_op pre_ff_norm_op = {
-        .kind = K_ROW_RMSNORM,
-        .u.rmsnorm = pre_ff_norm,
-    };
-    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
-    const k_row_ops_args row_ops_1 = {
-        .rows = s->rows,
-        .n_ops = 2,
-        .op = {post_attn_norm_op, pre_ff_norm_op},
-    };
-    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
-    /* the router and experts from here on s->side, beside the dense MLP */
-    STEP(il, "fork", op_stream_fork(s->stream, s->side));
     /* router.norm, weightless, on the residual r (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args router_norm = {
         .out = s->xr,
@@ -163,6 +137,10 @@ static int G4_FN(geometry_26b_a4b_sliding_branches)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
     const k_row_op router_norm_op = {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = router_norm,
@@ -175,13 +153,16 @@ static int G4_FN(geometry_26b_a4b_sliding_branches)(g4_state *s, int il) {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = pre_ff_norm_2,
     };
-    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
-    const k_row_ops_args row_ops_2 = {
+    /* the 4 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
         .rows = s->rows,
-        .n_ops = 3,
-        .op = {router_norm_op, router_scale_op, pre_ff_norm_2_op},
+        .n_ops = 4,
+        .op = {post_attn_norm_op, router_norm_op, router_scale_op, pre_ff_norm_2_op},
     };
-    STEP(il, "router_norm+router_scale+pre_ff_norm_2", op_row_ops(&row_ops_2, s->side));
+    STEP(il, "post_attn_norm+router_norm+router_scale+pre_ff_norm_2",
+         op_row_ops(&row_ops_1, s->stream));
+    /* the router and experts from here on s->side, beside the dense MLP */
+    STEP(il, "fork", op_stream_fork(s->stream, s->side));
     /* router.proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args router_proj = {
         .y = s->router_logits,
@@ -222,6 +203,16 @@ static int G4_FN(geometry_26b_a4b_sliding_branches)(g4_state *s, int il) {
     };
     STEP(il, "experts", op_moe_experts(&experts, s->side));
     /* the dense MLP on s->stream */
+    /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args pre_ff_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = L->pre_ff_norm,
+        .rows = s->rows,
+        .width = GEOMETRY_26B_A4B_D_MODEL,
+        .eps = GEOMETRY_26B_A4B_EPS,
+    };
+    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -340,13 +331,13 @@ static int G4_FN(geometry_26b_a4b_sliding_branches)(g4_state *s, int il) {
         .u.rmsnorm = next_input_norm,
     };
     /* the 4 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
-    const k_row_ops_args row_ops_3 = {
+    const k_row_ops_args row_ops_2 = {
         .rows = s->rows,
         .n_ops = 4,
         .op = {post_ff_norm_2_op, post_ff_norm_op, layer_scalar_op, next_input_norm_op},
     };
     STEP(il, "post_ff_norm_2+post_ff_norm+layer_scalar+next_input_norm",
-         op_row_ops(&row_ops_3, s->stream));
+         op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
@@ -776,32 +767,6 @@ static int G4_FN(geometry_26b_a4b_full_branches)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
-    /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
-    const k_rmsnorm_args pre_ff_norm = {
-        .out = s->xn,
-        .in = s->x,
-        .w = L->pre_ff_norm,
-        .rows = s->rows,
-        .width = GEOMETRY_26B_A4B_D_MODEL,
-        .eps = GEOMETRY_26B_A4B_EPS,
-    };
-    const k_row_op post_attn_norm_op = {
-        .kind = K_ROW_RMSNORM,
-        .u.rmsnorm = post_attn_norm,
-    };
-    const k_row_op pre_ff_norm_op = {
-        .kind = K_ROW_RMSNORM,
-        .u.rmsnorm = pre_ff_norm,
-    };
-    /* the 2 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
-    const k_row_ops_args row_ops_1 = {
-        .rows = s->rows,
-        .n_ops = 2,
-        .op = {post_attn_norm_op, pre_ff_norm_op},
-    };
-    STEP(il, "post_attn_norm+pre_ff_norm", op_row_ops(&row_ops_1, s->stream));
-    /* the router and experts from here on s->side, beside the dense MLP */
-    STEP(il, "fork", op_stream_fork(s->stream, s->side));
     /* router.norm, weightless, on the residual r (kernels/ref/norm_ref.c) */
     const k_rmsnorm_args router_norm = {
         .out = s->xr,
@@ -828,6 +793,10 @@ static int G4_FN(geometry_26b_a4b_full_branches)(g4_state *s, int il) {
         .width = GEOMETRY_26B_A4B_D_MODEL,
         .eps = GEOMETRY_26B_A4B_EPS,
     };
+    const k_row_op post_attn_norm_op = {
+        .kind = K_ROW_RMSNORM,
+        .u.rmsnorm = post_attn_norm,
+    };
     const k_row_op router_norm_op = {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = router_norm,
@@ -840,13 +809,16 @@ static int G4_FN(geometry_26b_a4b_full_branches)(g4_state *s, int il) {
         .kind = K_ROW_RMSNORM,
         .u.rmsnorm = pre_ff_norm_2,
     };
-    /* the 3 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
-    const k_row_ops_args row_ops_2 = {
+    /* the 4 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
+    const k_row_ops_args row_ops_1 = {
         .rows = s->rows,
-        .n_ops = 3,
-        .op = {router_norm_op, router_scale_op, pre_ff_norm_2_op},
+        .n_ops = 4,
+        .op = {post_attn_norm_op, router_norm_op, router_scale_op, pre_ff_norm_2_op},
     };
-    STEP(il, "router_norm+router_scale+pre_ff_norm_2", op_row_ops(&row_ops_2, s->side));
+    STEP(il, "post_attn_norm+router_norm+router_scale+pre_ff_norm_2",
+         op_row_ops(&row_ops_1, s->stream));
+    /* the router and experts from here on s->side, beside the dense MLP */
+    STEP(il, "fork", op_stream_fork(s->stream, s->side));
     /* router.proj (kernels/ref/gemm_ref.c) */
     const k_gemm_args router_proj = {
         .y = s->router_logits,
@@ -887,6 +859,16 @@ static int G4_FN(geometry_26b_a4b_full_branches)(g4_state *s, int il) {
     };
     STEP(il, "experts", op_moe_experts(&experts, s->side));
     /* the dense MLP on s->stream */
+    /* pre_feedforward_layernorm (kernels/ref/norm_ref.c) */
+    const k_rmsnorm_args pre_ff_norm = {
+        .out = s->xn,
+        .in = s->x,
+        .w = L->pre_ff_norm,
+        .rows = s->rows,
+        .width = GEOMETRY_26B_A4B_D_MODEL,
+        .eps = GEOMETRY_26B_A4B_EPS,
+    };
+    STEP(il, "pre_ff_norm", op_rmsnorm(&pre_ff_norm, s->stream));
     /* mlp.gate_proj into the gate half (kernels/ref/gemm_ref.c) */
     const k_gemm_args gate_proj = {
         .y = s->gu,
@@ -1005,13 +987,13 @@ static int G4_FN(geometry_26b_a4b_full_branches)(g4_state *s, int il) {
         .u.rmsnorm = next_input_norm,
     };
     /* the 4 row ops above in one kernel, each as alone (kernels/ref/norm_ref.c) */
-    const k_row_ops_args row_ops_3 = {
+    const k_row_ops_args row_ops_2 = {
         .rows = s->rows,
         .n_ops = 4,
         .op = {post_ff_norm_2_op, post_ff_norm_op, layer_scalar_op, next_input_norm_op},
     };
     STEP(il, "post_ff_norm_2+post_ff_norm+layer_scalar+next_input_norm",
-         op_row_ops(&row_ops_3, s->stream));
+         op_row_ops(&row_ops_2, s->stream));
     return 0;
 }
 
