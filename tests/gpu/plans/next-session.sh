@@ -1,10 +1,10 @@
 # tests/gpu/plans/next-session.sh - a box_queue.sh plan for the next session's device time,
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
-# the plan). PLAN_STEPS picks; default "pe br 26b-fp8 serve" (~27 min, three calls: the tile form
-# of serve.prompt_experts' gates and A/B, serve.moe_branches' gates and A/B, the 26B-A4B's full
-# step, fp8 first, its checkpoint made
-# from the start beside the gates where the card has over 100 GB, then the serving A/B;
+# the plan). PLAN_STEPS picks; default "pe br 26b-fp8" (~23 min, three calls: the tile form of
+# serve.prompt_experts' gates and A/B, serve.moe_branches' gates and A/B, the 26B-A4B's full step,
+# fp8 first, its checkpoint made from the start beside the gates where the card has over 100 GB;
+# `serve`, the serving A/B, when a second session's time allows;
 # docs/perf-notes.md, "Next H200 calls"; the thirtieth session ran attn-nan, wg, serve, lt-probe
 # and timeline, the thirty-first prompt-gemm.sh on an H100, the thirty-second pgates and pe (the
 # strided form) there). Never start it from inside $Q/tree: `start` empties $Q first. The steps,
@@ -57,7 +57,7 @@
 #            experts' ring on (FULL_SETS="serve.gemm_staged=1 serve.moe_prefill_tiles=3"): the
 #            engine's path through them at full depth, before either default flips, ~8 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-pe br 26b-fp8 serve} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-pe br 26b-fp8} " == *" $1 "* ]]; }
 # the 26B-A4B's full checkpoint and HF references (torch, ~5 min; the full step makes them itself
 # when absent) beside the gates only where the card holds both: on an 80 GB H100 the make's
 # torch model left the gates no memory (the thirty-first session), so there the full step makes
