@@ -202,6 +202,39 @@ static k_moe_experts_args experts_args(const shape *s, int rows, void *out, cons
                                 .top_k = s->top_k};
 }
 
+/* The CPU twin of call a on host copies of its operands (ref: its output, nx elements), against
+ * the device's output out: the relative error, the elements left NaN (the poison, or a bad row),
+ * and those more than one ulp apart (both zero aside). */
+typedef struct twin_result {
+    int rc;
+    double rel, den;
+    int unwritten, far;
+} twin_result;
+
+static twin_result against_twin(const k_moe_experts_args *a, bf16_t *ref, const bf16_t *x,
+                                const bf16_t *gu_h, const bf16_t *dn_h, const int32_t *idx,
+                                const float *w, const bf16_t *out, size_t nx) {
+    k_moe_experts_args ra = *a;
+    ra.out = ref;
+    ra.x = x;
+    ra.gate_up = gu_h;
+    ra.down = dn_h;
+    ra.idx = idx;
+    ra.weight = w;
+    twin_result t = {.rc = ref_moe_experts(&ra, NULL)};
+    double num = 0;
+    for (size_t i = 0; i < nx; i++) {
+        float o = ref_bf16_to_f32(out[i]), e = ref_bf16_to_f32(ref[i]);
+        t.unwritten += isnan(o) != 0;
+        num += isnan(o) ? 0 : (double)(o - e) * (o - e);
+        t.den += (double)e * e;
+        int d = (int)out[i] - (int)ref[i];
+        if (d > 1 || d < -1) t.far += !(o == 0 && e == 0);
+    }
+    t.rel = sqrt(num / (t.den > 0 ? t.den : 1));
+    return t;
+}
+
 /* k_moe_experts vs ref_moe_experts on the same ids and weights. */
 static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf16_t *dn_h,
                           void *d_gu, void *d_dn, const int32_t *idx, const float *w) {
@@ -221,24 +254,7 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
               k_copy_to_device(d_idx, idx, nk * 4) | k_copy_to_device(d_w, w, nk * 4);
     k_moe_experts_args a = experts_args(s, rows, d_out, d_x, d_gu, d_dn, d_idx, d_w);
     if (rc == 0) rc |= k_moe_experts(&a, NULL) | k_sync() | k_copy_to_host(out, d_out, nx * 2);
-    k_moe_experts_args ra = a;
-    ra.out = ref;
-    ra.x = x;
-    ra.gate_up = gu_h;
-    ra.down = dn_h;
-    ra.idx = idx;
-    ra.weight = w;
-    int rrc = ref_moe_experts(&ra, NULL);
-    double num = 0, den = 0;
-    int unwritten = 0, far = 0;
-    for (size_t i = 0; i < nx; i++) {
-        float o = ref_bf16_to_f32(out[i]), e = ref_bf16_to_f32(ref[i]);
-        if (isnan(o)) unwritten++;
-        num += (double)(o - e) * (o - e);
-        den += (double)e * e;
-        int d = (int)out[i] - (int)ref[i];
-        if (d > 1 || d < -1) far += !(o == 0 && e == 0);
-    }
+    const twin_result t = against_twin(&a, ref, x, gu_h, dn_h, idx, w, out, nx);
     /* batch invariance: row 0 alone equals row 0 of the batch, bit for bit */
     int variant = 0;
     if (rows > 1 && rc == 0) {
@@ -250,11 +266,11 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
         variant = memcmp(row, out, (size_t)s->d_model * 2) != 0;
         free(row);
     }
-    double rel = sqrt(num / (den > 0 ? den : 1));
-    TEST_CHECK(gate, rc == 0 && rrc == 0 && unwritten == 0 && rel <= 1e-2 && !variant && den > 0,
+    TEST_CHECK(gate,
+               rc == 0 && t.rc == 0 && t.unwritten == 0 && t.rel <= 1e-2 && !variant && t.den > 0,
                "rel err %.2e (limit 1e-2), unwritten %d, elements over 1 ulp %d, row 0 alone %s, "
                "rc %d/%d",
-               rel, unwritten, far, variant ? "DIFFERS" : "identical", rc, rrc);
+               t.rel, t.unwritten, t.far, variant ? "DIFFERS" : "identical", rc, t.rc);
     k_device_free(d_x);
     k_device_free(d_out);
     k_device_free(d_idx);
@@ -389,8 +405,6 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     k_moe_experts_args a = experts_args(s, rows, d_out, d_x, d_gu, d_dn, d_idx, d_w);
     const int gen = rows > 4 ? 3 : 1, half = rows / 2;
     long differ = 0;
-    double num = 0, den = 0;
-    int unwritten = 0;
     k_set_moe_prompt_experts(1);
     if (!rc) { /* every row a prompt row */
         a.prompt_rows = rows;
@@ -449,33 +463,17 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         free(ids);
     }
     k_set_moe_prompt_experts(0);
-    int rrc = 0;
-    if (!rc) { /* the CPU twin */
-        k_moe_experts_args ra = a;
-        ra.out = ref;
-        ra.x = x;
-        ra.gate_up = gu_h;
-        ra.down = dn_h;
-        ra.idx = idx;
-        ra.weight = w;
-        rrc = ref_moe_experts(&ra, NULL);
-        for (size_t i = 0; i < nx; i++) {
-            float o = ref_bf16_to_f32(all[i]), e = ref_bf16_to_f32(ref[i]);
-            unwritten += isnan(o) != 0;
-            num += isnan(o) ? 1e30 : (double)(o - e) * (o - e);
-            den += (double)e * e;
-        }
-    }
-    const double rel = sqrt(num / (den > 0 ? den : 1));
+    twin_result t = {0};
+    if (!rc) t = against_twin(&a, ref, x, gu_h, dn_h, idx, w, all, nx);
     const size_t want_nan = rows > 1 ? 2 : 1;
     TEST_CHECK(gate,
-               rc == 0 && rrc == 0 && unwritten == 0 && rel <= 1e-2 && den > 0 && differ == 0 &&
-                   nan_rows == want_nan && bad_differ == 0,
+               rc == 0 && t.rc == 0 && t.unwritten == 0 && t.rel <= 1e-2 && t.den > 0 &&
+                   differ == 0 && nan_rows == want_nan && bad_differ == 0,
                "against the CPU twin rel err %.2e (limit 1e-2), unwritten %d; %ld of 4 row "
                "ranges differ in some bit (two calls; %d generated rows against the other paths; "
                "the prompt rows beside them); with bad ids NaN rows %zu (want %zu), other rows "
                "differing %zu, rc %d/%d",
-               rel, unwritten, differ, gen, nan_rows, want_nan, bad_differ, rc, rrc);
+               t.rel, t.unwritten, differ, gen, nan_rows, want_nan, bad_differ, rc, t.rc);
     k_device_free(d_x);
     k_device_free(d_out);
     k_device_free(d_idx);
