@@ -228,7 +228,7 @@ static int gpu_open_step(backend *bk, const backend_sizes *z, g4_state *s) {
         return -1;
     bk->d_topk = (int32_t *)topk;
     bk->d_topk_vals = (bf16_t *)(topk + out * sizeof(int32_t) * (1 + K_TOPK_MAX));
-    if (bk->cfg->serve.moe_branches && z->model->n_expert) open_branches(bk, z->model, s);
+    if (bk->cfg->serve.moe_branches > 0 && z->model->n_expert) open_branches(bk, z->model, s);
     return 0;
 }
 

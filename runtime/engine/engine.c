@@ -277,11 +277,12 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
         engine_close(e);
         return -1;
     }
-    e->branches = e->cfg.serve.moe_branches && e->model->n_expert && !e->s.branch_veto;
+    e->branches = e->cfg.serve.moe_branches > 0 && e->model->n_expert && !e->s.branch_veto;
     if (e->branches)
         log_msg(LOG_INFO, "engine",
-                "serve.moe_branches: decode steps run the router and experts beside the dense "
-                "MLP");
+                "serve.moe_branches: decode steps of at most %d rows run the router and experts "
+                "beside the dense MLP",
+                e->cfg.serve.moe_branches);
     e->ops->log_ready(e->bk, e->model, variant, log_clock_s() - t_open);
     *out = e;
     return 0;
@@ -459,9 +460,11 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
         s->hook = debug_hook;
         s->hook_ctx = e;
     }
-    /* serve.moe_branches: decode steps only (a prompt step's cuBLASLt plans share one
-     * workspace), and never under a per-step hook (it reads buffers by step name in order) */
-    s->branches = e->branches && !s->hook && decode_rows == b->rows;
+    /* serve.moe_branches: decode steps of at most that many rows (a prompt step's cuBLASLt
+     * plans share one workspace), never under a per-step hook (it reads buffers by step name in
+     * order). Speed only: the bits are the same either way. */
+    s->branches =
+        e->branches && !s->hook && decode_rows == b->rows && b->rows <= e->cfg.serve.moe_branches;
     backend_failure where = {BACKEND_AT_FORWARD, 0};
     int rc = e->ops->step(e->bk, b, e->schedule, s, logits, &where);
     if (rc == 0) return 0;

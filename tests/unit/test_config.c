@@ -142,7 +142,7 @@ static void test_full_ini(void) {
                                              "gemm_wgmma = 2\n"
                                              "prompt_gemm = 0\n"
                                              "prompt_experts = 1\n"
-                                             "moe_branches = 1\n"
+                                             "moe_branches = 16\n"
                                              "sample_threads = 3\n"
                                              "[log]\n"
                                              "level = debug\n"
@@ -168,7 +168,7 @@ static void test_full_ini(void) {
         c.serve.attn_global_keep == 1 && c.serve.attn_early_lookup == 1 &&
         c.serve.attn_longest_first == 0 && c.serve.attn_stats_together == 0 &&
         c.serve.attn_tile_fold == 0 && c.serve.gemm_staged == 2 && c.serve.gemm_wgmma == 2 &&
-        c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 && c.serve.moe_branches == 1 &&
+        c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 && c.serve.moe_branches == 16 &&
         c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG && c.debug.sync == 1 &&
         c.debug.gemm == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,

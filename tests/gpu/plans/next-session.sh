@@ -118,16 +118,16 @@ br_next() {
     for r in 1 2; do
         for b in 1 16; do
             for v in 0 1; do
-                echo "== round $r, gemma4-26b-a4b, $b rows, moe_branches $v"
+                echo "== round $r, gemma4-26b-a4b, $b rows, moe_branches $((v * 16))"
                 timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
                     --set model.weights=dummy --set serve.max_context=4096 \
-                    --set serve.moe_branches=$v --batch $b --prompt 1024 --steps 32 |
+                    --set serve.moe_branches=$((v * 16)) --batch $b --prompt 1024 --steps 32 |
                     grep -E "^decode step|^floor"
             done
         done
     done
 }
-want br && step br-gates env G4_FIXTURE_SET="serve.moe_branches=1" ./build.sh gpu-test \
+want br && step br-gates env G4_FIXTURE_SET="serve.moe_branches=64" ./build.sh gpu-test \
     engine_vs_hf pinned_composition
 want br && step br-ab br_next
 # (not in the default) whether cuBLASLt's plans sum k as one natural 16-k instruction after another
