@@ -295,6 +295,16 @@ lint() {
 # Runs one gate program: its gate lines pass through; a program that dies (a signal, an abort)
 # or exits non-zero without printing a FAIL line of its own counts as one FAIL, so a crash can
 # never end a suite green.
+# The device plans parse: a syntax error found on the GPU box costs a call's minutes, here none
+plans_parse() {
+    local f bad=0 n=0
+    for f in tests/gpu/box_queue.sh tests/gpu/plans/*.sh; do
+        n=$((n + 1))
+        bash -n "$f" 2> "$B/plans_parse.err" || { bad=1; echo "FAIL plans_parse: $f: $(head -1 "$B/plans_parse.err")"; }
+    done
+    [ $bad = 0 ] && echo "PASS plans_parse: $n device plans (tests/gpu) parse as bash"
+}
+
 run_test() {
     local name rc out
     name=$(basename "$1"); [ "$name" = python3 ] && name=$(basename "${2:-python3}" .py)
@@ -678,6 +688,7 @@ suite_test() {
             --backend cpu
         run_test python3 tests/full/test_judge.py
         run_test python3 tests/gpu/ab_table.py --self-test # the plans' A/B reader, on a sample
+        plans_parse
         fuzz_suite "${FUZZ_SECONDS:-20}"
         sanitized_suite
         trace_build_check
