@@ -450,6 +450,9 @@ static int gpu_step(backend *bk, const engine_batch *b, const g4_schedule *sch, 
     }
     rc = sch->forward(s);
     if (rc != 0) {
+        /* a step that failed between a fork and its join leaves work on the side stream: what
+         * the main stream runs next waits for it */
+        if (s->branches) (void)k_stream_join(s->stream, s->side);
         where->at = BACKEND_AT_FORWARD;
         return rc;
     }
