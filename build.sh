@@ -538,7 +538,7 @@ gpu_gates() {
             for set in serve.fuse_projections=0 serve.attn_fold=0 serve.moe_bucket_in_up=0 \
                 serve.attn_cluster_rows=16 serve.moe_prefill_tiles=0 serve.row_chain=0 \
                 serve.moe_route_lanes=0 serve.wide_loads=0 serve.row_chain=2 \
-                serve.early_weights=1 serve.attn_query_tiles=1 serve.moe_branches=4; do
+                serve.early_weights=1 serve.attn_query_tiles=1 serve.moe_branches=64; do
                 BUILD_DIR="$B" PINNED_SET=$set run_test python3 tests/proto/test_pinned.py \
                     --backend gpu
             done
@@ -684,7 +684,7 @@ suite_test() {
         # serve.moe_branches' layer form (the router and experts after the fork, the dense MLP
         # after them, buffers of their own) answers the same bytes on the CPU, which runs the
         # two branches in turn
-        BUILD_DIR="$B" PINNED_SET=serve.moe_branches=4 run_test python3 tests/proto/test_pinned.py \
+        BUILD_DIR="$B" PINNED_SET=serve.moe_branches=64 run_test python3 tests/proto/test_pinned.py \
             --backend cpu
         run_test python3 tests/full/test_judge.py
         run_test python3 tests/gpu/ab_table.py --self-test # the plans' A/B reader, on a sample

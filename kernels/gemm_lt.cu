@@ -57,6 +57,24 @@ static cublasLtHandle_t lt_handle;
 static void *lt_workspace;
 static size_t lt_workspace_bytes;
 static bool lt_launched; /* a k_gemm has run: its buffer may be in a captured graph */
+/* serve.moe_branches: the second stream's cuBLASLt calls get a workspace of their own, so that
+ * the two branches of a layer never share one (k_gemm_side_stream) */
+static cudaStream_t side_stream;
+static void *side_workspace;
+
+/* The workspace of a call on st that asks for need bytes; NULL where st is the side stream and
+ * its workspace is too small (the large-workspace plans are the 31B's, which never branch) */
+static void *workspace_for(cudaStream_t st, size_t need) {
+    if (side_stream && st == side_stream)
+        return need <= GEMM_WORKSPACE_BYTES ? side_workspace : NULL;
+    return lt_workspace;
+}
+
+extern "C" int k_gemm_side_stream(g4_stream st) {
+    if (!side_workspace) CUDA_CHECK(cudaMalloc(&side_workspace, GEMM_WORKSPACE_BYTES));
+    side_stream = (cudaStream_t)st;
+    return K_OK;
+}
 
 static int lt_init(void) {
     if (lt_handle) return K_OK;
@@ -852,9 +870,10 @@ int k_gemm_ptrs(const k_gemm_plan *p, int batch, const void *w, const void *x, v
 #ifdef G4_KERNEL_TRACE
     CUDA_CHECK(k_launch(cublaslt_matmul_stamp_kernel, dim3(1), dim3(1), 0, (cudaStream_t)st));
 #endif
-    cublasStatus_t s =
-        cublasLtMatmul(lt_handle, p->desc, &one, w, la, x, lb, &zero, y, lc, y, lc, &p->algo,
-                       lt_workspace, GEMM_WORKSPACE_BYTES, (cudaStream_t)st);
+    void *ws = workspace_for((cudaStream_t)st, p->ws_need);
+    cublasStatus_t s = ws ? cublasLtMatmul(lt_handle, p->desc, &one, w, la, x, lb, &zero, y, lc, y,
+                                           lc, &p->algo, ws, GEMM_WORKSPACE_BYTES, (cudaStream_t)st)
+                          : CUBLAS_STATUS_NOT_SUPPORTED;
     lt_launched = true;
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
@@ -966,10 +985,13 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
 #ifdef G4_KERNEL_TRACE
     CUDA_CHECK(k_launch(cublaslt_matmul_stamp_kernel, dim3(1), dim3(1), 0, (cudaStream_t)st));
 #endif
-    cublasStatus_t s = cublasLtMatmul(
-        lt_handle, p->desc, &one, a->w, p->a, a->x, b, &zero, a->y, c, a->y, c, &p->algo,
-        lt_workspace, p->ws_cap > GEMM_WORKSPACE_BYTES ? lt_workspace_bytes : GEMM_WORKSPACE_BYTES,
-        (cudaStream_t)st);
+    void *ws = workspace_for((cudaStream_t)st, p->ws_need);
+    cublasStatus_t s = ws ? cublasLtMatmul(lt_handle, p->desc, &one, a->w, p->a, a->x, b, &zero,
+                                           a->y, c, a->y, c, &p->algo, ws,
+                                           p->ws_cap > GEMM_WORKSPACE_BYTES ? lt_workspace_bytes
+                                                                            : GEMM_WORKSPACE_BYTES,
+                                           (cudaStream_t)st)
+                          : CUBLAS_STATUS_NOT_SUPPORTED;
     lt_launched = true;
     cublasLtMatrixLayoutDestroy(b);
     cublasLtMatrixLayoutDestroy(c);

@@ -512,6 +512,9 @@ int k_stream_fork(g4_stream from, g4_stream to);
 int k_stream_join(g4_stream main, g4_stream side);
 /* Makes the two events now (the first fork may come inside a graph capture) */
 int k_stream_branch_setup(void);
+/* serve.moe_branches: cuBLASLt calls on st get a workspace of their own (32 MB, allocated here),
+ * so that a layer's two branches never share one; a plan needing more refuses to run on st */
+int k_gemm_side_stream(g4_stream st);
 void k_stream_destroy(g4_stream st);
 int k_stream_sync(g4_stream st);
 void *k_host_alloc_pinned(size_t bytes);

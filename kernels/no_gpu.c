@@ -68,6 +68,10 @@ int k_stream_join(g4_stream main, g4_stream side) {
     return K_ERR_DEVICE;
 }
 int k_stream_branch_setup(void) { return K_ERR_DEVICE; }
+int k_gemm_side_stream(g4_stream st) {
+    (void)st;
+    return K_ERR_DEVICE;
+}
 void k_set_moe_prompt_experts(int on) { (void)on; }
 int k_moe_prompt_prepare(int d_model, int d_expert, int n_expert) {
     (void)d_model, (void)d_expert, (void)n_expert;

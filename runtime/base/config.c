@@ -105,7 +105,7 @@ static const struct cfg_key {
     CFG_RANGE(serve, gemm_wgmma, 0, 2),  /* 1 loads in chunks of 64 k, 2 of 128 */
     CFG_SWITCH(serve, prompt_gemm),
     CFG_SWITCH(serve, prompt_experts),
-    CFG_RANGE(serve, moe_branches, 0, 1024), /* the most rows of a step that branches; 0 off */
+    CFG_RANGE(serve, moe_branches, 0, 4096), /* the most rows of a step that branches; 0 off */
     CFG_RANGE(serve, attn_splits_per_block, 0, 16), /* kernels/attn_common.cuh's ATTN_MAX_SPB */
     CFG_RANGE(serve, sample_threads, 0, 256),
     CFG_RANGE(serve, text_max_tokens, 1, 1000000), /* the protocol's max_tokens range */

@@ -69,8 +69,8 @@ typedef struct g4_config {
         int gemm_wgmma;     /* 0..2, default 0: prefill projections on Hopper's wgmma */
         int prompt_gemm;    /* 0/1, default 1: prompt rows' projections on split-k-1 cuBLASLt */
         int prompt_experts; /* 0/1, default 0: prompt rows' experts as batched cuBLASLt products */
-        int moe_branches;   /* default 0: decode steps of at most this many rows run the router
-                             * and experts beside the dense MLP (0 off) */
+        int moe_branches;   /* default 0: steps of at most this many rows run the router and
+                             * experts beside the dense MLP (0 off) */
         int attn_splits_per_block; /* 0..16, default 0 (the launcher's choice): speed only */
         int sample_threads;        /* 0..256, default 0 (a thread per CPU): host draws */
         int text_max_tokens;       /* --text's answer limit, 1..1000000, default 512 */

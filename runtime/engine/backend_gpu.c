@@ -185,27 +185,14 @@ static int open_graphs(backend *bk, size_t meta_bytes, g4_state *s) {
     return 0;
 }
 
-/* serve.moe_branches: the side stream the router and experts run on. Vetoed (the layers then run
- * in one stream, as with the switch off) where a feed-forward projection runs on cuBLASLt at
- * decode sizes: both branches' calls would share its one workspace. */
-static void open_branches(backend *bk, const g4_model_desc *m, g4_state *s) {
-    for (int l = 0; l < m->n_layer; l++) {
-        const g4_layer_weights *L = &s->w->layer[l];
-        const void *plans[] = {L->plan_gate, L->plan_up, L->plan_down, L->plan_router};
-        for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
-            const char *kind = k_gemm_plan_kernel(plans[i]);
-            if (kind && !strcmp(kind, "cublaslt")) {
-                log_msg(LOG_WARN, "engine",
-                        "serve.moe_branches: off (layer %d's feed-forward projection %zu runs "
-                        "on cuBLASLt, whose workspace the branches would share)",
-                        l, i);
-                s->branch_veto = 1;
-                return;
-            }
-        }
-    }
-    if ((!bk->side && k_stream_create(&bk->side) != 0) || k_stream_branch_setup() != 0) {
-        log_msg(LOG_WARN, "engine", "serve.moe_branches: off (no second stream or its events)");
+/* serve.moe_branches: the side stream the router and experts run on, its events and its own
+ * cuBLASLt workspace (the two branches' prompt-row projections may run on cuBLASLt at once).
+ * Vetoed where any is missing: the layers then run in one stream, as with the switch off. */
+static void open_branches(backend *bk, g4_state *s) {
+    if ((!bk->side && k_stream_create(&bk->side) != 0) || k_stream_branch_setup() != 0 ||
+        k_gemm_side_stream(bk->side) != 0) {
+        log_msg(LOG_WARN, "engine",
+                "serve.moe_branches: off (no second stream, its events or its workspace)");
         s->branch_veto = 1;
         return;
     }
@@ -228,7 +215,7 @@ static int gpu_open_step(backend *bk, const backend_sizes *z, g4_state *s) {
         return -1;
     bk->d_topk = (int32_t *)topk;
     bk->d_topk_vals = (bf16_t *)(topk + out * sizeof(int32_t) * (1 + K_TOPK_MAX));
-    if (bk->cfg->serve.moe_branches > 0 && z->model->n_expert) open_branches(bk, z->model, s);
+    if (bk->cfg->serve.moe_branches > 0 && z->model->n_expert) open_branches(bk, s);
     return 0;
 }
 

@@ -280,8 +280,8 @@ int engine_open(const g4_config *cfg, int max_out_rows, engine **out) {
     e->branches = e->cfg.serve.moe_branches > 0 && e->model->n_expert && !e->s.branch_veto;
     if (e->branches)
         log_msg(LOG_INFO, "engine",
-                "serve.moe_branches: decode steps of at most %d rows run the router and experts "
-                "beside the dense MLP",
+                "serve.moe_branches: steps of at most %d rows run the router and experts beside "
+                "the dense MLP",
                 e->cfg.serve.moe_branches);
     e->ops->log_ready(e->bk, e->model, variant, log_clock_s() - t_open);
     *out = e;
@@ -460,11 +460,9 @@ int engine_step(engine *e, const engine_batch *b, bf16_t *logits,
         s->hook = debug_hook;
         s->hook_ctx = e;
     }
-    /* serve.moe_branches: decode steps of at most that many rows (a prompt step's cuBLASLt
-     * plans share one workspace), never under a per-step hook (it reads buffers by step name in
-     * order). Speed only: the bits are the same either way. */
-    s->branches =
-        e->branches && !s->hook && decode_rows == b->rows && b->rows <= e->cfg.serve.moe_branches;
+    /* serve.moe_branches: steps of at most that many rows, never under a per-step hook (it reads
+     * buffers by step name in order). Speed only: the bits are the same either way. */
+    s->branches = e->branches && !s->hook && b->rows <= e->cfg.serve.moe_branches;
     backend_failure where = {BACKEND_AT_FORWARD, 0};
     int rc = e->ops->step(e->bk, b, e->schedule, s, logits, &where);
     if (rc == 0) return 0;

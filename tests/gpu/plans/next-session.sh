@@ -108,10 +108,11 @@ want pe && step pe-engine env G4_FIXTURE_SET="serve.prompt_experts=1" ./build.sh
 pe_ab() { await_make && pe_next; }
 want pe && step pe-ab pe_ab
 # serve.moe_branches (written in the thirty-second session, not run): the MoE branch on a second
-# stream beside the dense MLP at decode. Gates: the GPU pinned recording with it on (graphs and
-# eager steps; in pinned_composition's list), the engine gates with it on (batch invariance, the
-# graphs' equality); then bench_decode at 1 and 16 26B-A4B rows, 0 against 1, two rounds
-# (predicted -0.3 to -0.6 ms at one row, -0.1 to -0.3 at 16), ~6 min with the build
+# stream beside the dense MLP (decode and prompt steps). Gates: the GPU pinned recording with it
+# on (graphs and eager steps; in pinned_composition's list), the engine gates with it on (batch
+# invariance, the graphs' equality); then bench_decode at 1 and 16 26B-A4B rows, 0 against 16, and a 1,024-token
+# prefill, 0 against 4096, two rounds (predicted -0.3 to -0.6 ms at one row, -0.1 to -0.3 at 16,
+# -1.5 to -3 ms of the prefill), ~7 min with the build
 br_next() {
     local r v b
     await_make
@@ -124,6 +125,13 @@ br_next() {
                     --set serve.moe_branches=$((v * 16)) --batch $b --prompt 1024 --steps 32 |
                     grep -E "^decode step|^floor"
             done
+        done
+        for v in 0 4096; do
+            echo "== round $r, gemma4-26b-a4b prefill, moe_branches $v"
+            timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
+                --set model.weights=dummy --set serve.max_context=4096 \
+                --set serve.moe_branches=$v --batch 1 --prompt 1024 --steps 8 |
+                grep -E "^prefill:|^decode step"
         done
     done
 }
