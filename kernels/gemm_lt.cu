@@ -809,6 +809,24 @@ static k_gemm_plan *prompt_plan_create(int max_m, int n, int k) {
 
 extern "C" void k_gemm_prompt_plans(int on) { prompt_plans = on != 0; }
 
+/* One cuBLASLt call of plan p, y = bf(x @ w^T) on the given layouts, with the workspace of st's
+ * stream (workspace_for); the caller frees the layouts and checks the status. */
+static cublasStatus_t lt_matmul(const k_gemm_plan *p, const void *w, cublasLtMatrixLayout_t la,
+                                const void *x, cublasLtMatrixLayout_t lb, void *y,
+                                cublasLtMatrixLayout_t lc, cudaStream_t st) {
+#ifdef G4_KERNEL_TRACE
+    if (k_launch(cublaslt_matmul_stamp_kernel, dim3(1), dim3(1), 0, st) != cudaSuccess)
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+#endif
+    const float one = 1.0f, zero = 0.0f;
+    void *ws = workspace_for(st, p->ws_need);
+    if (!ws) return CUBLAS_STATUS_NOT_SUPPORTED;
+    lt_launched = true;
+    return cublasLtMatmul(
+        lt_handle, p->desc, &one, w, la, x, lb, &zero, y, lc, y, lc, &p->algo, ws,
+        p->ws_cap > GEMM_WORKSPACE_BYTES ? lt_workspace_bytes : GEMM_WORKSPACE_BYTES, st);
+}
+
 /* A natural (split-k 1) plan of batch products, strided (ptrs 0: operands stride_* elements
  * apart) or by pointer arrays (ptrs 1); NULL, said on stderr, where none runs the shape */
 static k_gemm_plan *natural_plan(int batch, int max_m, int n, int k, int ptrs, long long stride_w,
@@ -866,15 +884,7 @@ int k_gemm_ptrs(const k_gemm_plan *p, int batch, const void *w, const void *x, v
         cublasLtMatrixLayoutDestroy(lb);
         return rc;
     }
-    const float one = 1.0f, zero = 0.0f;
-#ifdef G4_KERNEL_TRACE
-    CUDA_CHECK(k_launch(cublaslt_matmul_stamp_kernel, dim3(1), dim3(1), 0, (cudaStream_t)st));
-#endif
-    void *ws = workspace_for((cudaStream_t)st, p->ws_need);
-    cublasStatus_t s = ws ? cublasLtMatmul(lt_handle, p->desc, &one, w, la, x, lb, &zero, y, lc, y,
-                                           lc, &p->algo, ws, GEMM_WORKSPACE_BYTES, (cudaStream_t)st)
-                          : CUBLAS_STATUS_NOT_SUPPORTED;
-    lt_launched = true;
+    cublasStatus_t s = lt_matmul(p, w, la, x, lb, y, lc, (cudaStream_t)st);
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(lc);
@@ -981,18 +991,7 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
         cublasLtMatrixLayoutDestroy(b);
         return rc;
     }
-    const float one = 1.0f, zero = 0.0f;
-#ifdef G4_KERNEL_TRACE
-    CUDA_CHECK(k_launch(cublaslt_matmul_stamp_kernel, dim3(1), dim3(1), 0, (cudaStream_t)st));
-#endif
-    void *ws = workspace_for((cudaStream_t)st, p->ws_need);
-    cublasStatus_t s = ws ? cublasLtMatmul(lt_handle, p->desc, &one, a->w, p->a, a->x, b, &zero,
-                                           a->y, c, a->y, c, &p->algo, ws,
-                                           p->ws_cap > GEMM_WORKSPACE_BYTES ? lt_workspace_bytes
-                                                                            : GEMM_WORKSPACE_BYTES,
-                                           (cudaStream_t)st)
-                          : CUBLAS_STATUS_NOT_SUPPORTED;
-    lt_launched = true;
+    cublasStatus_t s = lt_matmul(p, a->w, p->a, a->x, b, a->y, c, (cudaStream_t)st);
     cublasLtMatrixLayoutDestroy(b);
     cublasLtMatrixLayoutDestroy(c);
     CUBLAS_CHECK(s);
