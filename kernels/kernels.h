@@ -455,13 +455,22 @@ int k_topk(const k_topk_args *a, g4_stream st);
 int k_moe_route(const k_moe_route_args *a, g4_stream st);
 int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
 /* on: a k_moe_experts call's prompt rows (prompt_rows) run their experts as two pointer-array
- * batched cuBLASLt products over tiles of 64 items (each tile one expert's; split-k 1: an item's
- * bits do not depend on its tile or how many share its expert), GeGLU between them, the same
- * rounding points and combine as the other paths; generated rows keep those (serve.prompt_experts,
- * default off until measured; other bits for prompt rows than off). One host synchronisation a
- * call (the tile count sets the batch). Process-wide; read by k_moe_experts_workspace too, so set
- * it before the workspace is reserved. */
+ * batched cuBLASLt products over tiles of serve.prompt_tile items (each tile one expert's; split-k
+ * 1: an item's bits do not depend on its tile or how many share its expert), GeGLU between them,
+ * the same rounding points and combine as the other paths; generated rows keep those
+ * (serve.prompt_experts, default off until measured; other bits for prompt rows than off). One host
+ * synchronisation a call (the tile count sets the batch). Process-wide; read by
+ * k_moe_experts_workspace too, so set it before the workspace is reserved. */
 void k_set_moe_prompt_experts(int on);
+/* Items a tile of the prompt path (serve.prompt_tile): each tile reads its expert's weights, so a
+ * tile past an expert's usual bucket reads them once where a smaller one reads them again; rows
+ * past a tile's items are computed and dropped. In [K_PROMPT_TILE_MIN, K_PROMPT_TILE_MAX], else
+ * K_ERR_SHAPE and nothing changes. An item's bits do not depend on it.
+ * Set it before the workspace is reserved, as the switch. */
+#define K_PROMPT_TILE_MIN 16
+#define K_PROMPT_TILE_MAX 256
+#define K_PROMPT_TILE_DEFAULT 64
+int k_set_moe_prompt_tile(int items);
 /* With the switch on, makes the prompt path's cuBLASLt plans for the model's expert shape now
  * (at load: otherwise the first prompt pays ~10 ms for them). Where cuBLASLt has no split-k-1
  * pointer-array algorithm for the shape, turns the switch off (prompt rows keep the other paths)

@@ -985,8 +985,8 @@ extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
 /* ---- prompt rows' experts as batched cuBLASLt products (serve.prompt_experts) ----
  *
  * A prompt chunk's items (rows x top_k, ~64 an expert at 1,024 rows of the 26B-A4B) are bucketed
- * as the other paths do, then each active expert's bucket is cut into tiles of PROMPT_TILE items
- * (the last one partial). Every tile's items are gathered into a slab of PROMPT_TILE rows; gate|up
+ * as the other paths do, then each active expert's bucket is cut into tiles of prompt_tile items
+ * (the last one partial). Every tile's items are gathered into a slab of prompt_tile rows; gate|up
  * runs as one pointer-array batched cuBLASLt call over every tile (each tile's product reads its
  * own expert's weights), GeGLU, down likewise, and the combine reads each item's row of the down
  * products where its tile put it. So each expert's weights are read about once a call (its tiles
@@ -998,26 +998,32 @@ extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
  * other paths). Rounding points as there: gate and up to bf16 (cuBLASLt's output),
  * h = bf(bf(gelu(g)) * u), the down products to bf16, the weighted fp32 sum in rank order. A
  * tile's rows past its items compute on whatever the slab holds; nothing reads them. */
-#define PROMPT_TILE 64 /* items a tile: the products' rows (padding ~half a tile an expert) */
 #define PROMPT_THREADS 128
 #define PROMPT_TILE_THREADS 1024 /* the tiles kernel: one thread an active expert */
 #define PROMPT_PTRS 6            /* pointer arrays: up's w, x, y, then down's */
 
 static int prompt_experts; /* serve.prompt_experts */
 extern "C" void k_set_moe_prompt_experts(int on) { prompt_experts = on != 0; }
+/* items a tile: the products' rows (serve.prompt_tile; an expert's padding below one tile) */
+static int prompt_tile = K_PROMPT_TILE_DEFAULT;
+extern "C" int k_set_moe_prompt_tile(int items) {
+    if (items < K_PROMPT_TILE_MIN || items > K_PROMPT_TILE_MAX) return K_ERR_SHAPE;
+    prompt_tile = items;
+    return K_OK;
+}
 
 /* The most tiles a call of items items can cut: every active expert's last tile partial */
 static size_t prompt_max_tiles(size_t items, int n_expert) {
     const size_t active = items < (size_t)n_expert ? items : (size_t)n_expert;
-    return (items + PROMPT_TILE - 1) / PROMPT_TILE + active;
+    return (items + (size_t)prompt_tile - 1) / (size_t)prompt_tile + active;
 }
 
 /* What the prompt path adds to the workspace, in this order: the pointer arrays
- * [PROMPT_PTRS][tiles], the slab x gathered (then the down products) [tiles * PROMPT_TILE,
+ * [PROMPT_PTRS][tiles], the slab x gathered (then the down products) [tiles * prompt_tile,
  * d_model], gate|up [.., 2 * d_expert] and h [.., d_expert], then int32 tiles' table
  * [tiles][3], the tile count and each item's slab row [items] */
 static size_t prompt_ws_bytes(size_t items, int d_model, int d_expert, int n_expert) {
-    const size_t tiles = prompt_max_tiles(items, n_expert), rows = tiles * PROMPT_TILE;
+    const size_t tiles = prompt_max_tiles(items, n_expert), rows = tiles * (size_t)prompt_tile;
     return PROMPT_PTRS * tiles * sizeof(void *) +
            ((rows * ((size_t)d_model + 3 * (size_t)d_expert) * sizeof(bf16_t) + 15) & ~(size_t)15) +
            (((3 * tiles + 1 + items) * sizeof(int32_t) + 15) & ~(size_t)15);
@@ -1038,13 +1044,14 @@ typedef struct {
     const void **ptrs; /* [PROMPT_PTRS][max_tiles] */
     bf16_t *xb, *gu, *h;
     int32_t *tiles, *n_tiles, *pos;
-    int max_tiles;
+    int max_tiles, tile; /* tile: items a tile (prompt_tile when the workspace was cut) */
 } prompt_ws;
 
 static prompt_ws prompt_ws_at(void *base, size_t items, int d_model, int d_expert, int n_expert) {
     prompt_ws w;
-    const size_t tiles = prompt_max_tiles(items, n_expert), rows = tiles * PROMPT_TILE;
+    const size_t tiles = prompt_max_tiles(items, n_expert), rows = tiles * (size_t)prompt_tile;
     w.max_tiles = (int)tiles;
+    w.tile = prompt_tile;
     w.ptrs = (const void **)base;
     w.xb = (bf16_t *)((char *)base + PROMPT_PTRS * tiles * sizeof(void *));
     w.gu = w.xb + rows * (size_t)d_model;
@@ -1057,7 +1064,7 @@ static prompt_ws prompt_ws_at(void *base, size_t items, int d_model, int d_exper
     return w;
 }
 
-/* One block: the active experts' buckets (moe_bucket_kernel) cut into tiles of PROMPT_TILE
+/* One block: the active experts' buckets (moe_bucket_kernel) cut into tiles of w.tile
  * items in expert order, tile t = (expert, its first item's place in list, its items), and the
  * pointers the batched products read: up w = the expert's gate|up, x = the tile's slab rows,
  * y = its gate|up rows; down w = the expert's down, x = its h rows, y = its slab rows again. */
@@ -1068,7 +1075,8 @@ __global__ static void __launch_bounds__(PROMPT_TILE_THREADS)
     __shared__ int first[EXPERTS_MAX_EXPERT + 1];
     const int n = *n_active, i = threadIdx.x;
     const int count = i < n ? active[3 * i + 2] : 0;
-    if (i < EXPERTS_MAX_EXPERT) first[i + 1] = (count + PROMPT_TILE - 1) / PROMPT_TILE;
+    const int tile = w.tile;
+    if (i < EXPERTS_MAX_EXPERT) first[i + 1] = (count + tile - 1) / tile;
     __syncthreads();
     if (i == 0) { /* at most n_expert adds: a few microseconds, once a call */
         first[0] = 0;
@@ -1082,10 +1090,10 @@ __global__ static void __launch_bounds__(PROMPT_TILE_THREADS)
     const size_t dm = (size_t)a.d_model, de = (size_t)a.d_expert, mt = (size_t)w.max_tiles;
     for (int t = first[i]; t < first[i + 1]; t++) {
         const int j = t - first[i];
-        const size_t row = (size_t)t * PROMPT_TILE;
+        const size_t row = (size_t)t * tile;
         w.tiles[3 * t] = e;
-        w.tiles[3 * t + 1] = start + j * PROMPT_TILE;
-        w.tiles[3 * t + 2] = min(PROMPT_TILE, count - j * PROMPT_TILE);
+        w.tiles[3 * t + 1] = start + j * tile;
+        w.tiles[3 * t + 2] = min(tile, count - j * tile);
         w.ptrs[0 * mt + t] = a.gate_up + (size_t)e * 2 * de * dm;
         w.ptrs[1 * mt + t] = w.xb + row * dm;
         w.ptrs[2 * mt + t] = w.gu + row * 2 * de;
@@ -1102,7 +1110,7 @@ static __device__ __forceinline__ bool prompt_slot(const prompt_ws &w, int *plac
     return (int)blockIdx.x < t[2];
 }
 
-/* xb[tile, slot] = x[row of the slot's item]; pos[item] = that slab row. Grid (PROMPT_TILE,
+/* xb[tile, slot] = x[row of the slot's item]; pos[item] = that slab row. Grid (w.tile,
  * tiles). */
 __global__ static void __launch_bounds__(PROMPT_THREADS)
     moe_prompt_gather_kernel(k_moe_experts_args a, const int32_t *list, prompt_ws w) {
@@ -1110,7 +1118,7 @@ __global__ static void __launch_bounds__(PROMPT_THREADS)
     int place;
     if (!prompt_slot(w, &place)) return;
     const int item = list[place];
-    const size_t row = (size_t)blockIdx.y * PROMPT_TILE + blockIdx.x;
+    const size_t row = (size_t)blockIdx.y * (size_t)w.tile + blockIdx.x;
     if (threadIdx.x == 0) w.pos[item] = (int32_t)row;
     const uint4 *src = (const uint4 *)(a.x + (size_t)(item / a.top_k) * (size_t)a.d_model);
     uint4 *dst = (uint4 *)(w.xb + row * (size_t)a.d_model);
@@ -1124,7 +1132,7 @@ __global__ static void __launch_bounds__(PROMPT_THREADS)
     K_GRID_DEPENDENCY();
     int place;
     if (!prompt_slot(w, &place)) return;
-    const size_t row = (size_t)blockIdx.y * PROMPT_TILE + blockIdx.x;
+    const size_t row = (size_t)blockIdx.y * (size_t)w.tile + blockIdx.x;
     const bf16_t *g = w.gu + row * 2 * (size_t)de;
     bf16_t *o = w.h + row * (size_t)de;
     for (int i = threadIdx.x; i < de; i += PROMPT_THREADS)
@@ -1135,7 +1143,7 @@ __global__ static void __launch_bounds__(PROMPT_THREADS)
 /* The batched plans of one expert shape, made on first use (prompt steps are never captured in
  * a graph) and kept for the process, as the other kernels' attributes are */
 static struct {
-    int n_expert, d_model, d_expert;
+    int n_expert, d_model, d_expert, tile;
     k_gemm_plan *up, *down;
     int32_t *host;                     /* pinned: the tile count, read back each call */
     long long calls, items, tile_rows; /* k_moe_prompt_stats */
@@ -1148,20 +1156,22 @@ extern "C" void k_moe_prompt_stats(long long *calls, long long *items, long long
 }
 
 static int prompt_plans_for(int d_model, int d_expert, int n_expert) {
-    if (pp.up && pp.n_expert == n_expert && pp.d_model == d_model && pp.d_expert == d_expert)
+    if (pp.up && pp.n_expert == n_expert && pp.d_model == d_model && pp.d_expert == d_expert &&
+        pp.tile == prompt_tile)
         return K_OK;
     k_gemm_plan_destroy(pp.up);
     k_gemm_plan_destroy(pp.down);
     pp.up = pp.down = NULL;
     /* the heuristic asked at a chunk's usual count: one or two tiles an expert */
     const int typical = 2 * n_expert;
-    pp.up = k_gemm_ptrs_plan(typical, PROMPT_TILE, 2 * d_expert, d_model);
-    pp.down = k_gemm_ptrs_plan(typical, PROMPT_TILE, d_model, d_expert);
+    pp.up = k_gemm_ptrs_plan(typical, prompt_tile, 2 * d_expert, d_model);
+    pp.down = k_gemm_ptrs_plan(typical, prompt_tile, d_model, d_expert);
     if (!pp.host) CUDA_CHECK(cudaMallocHost(&pp.host, sizeof(int32_t)));
     if (!pp.up || !pp.down) return K_ERR_SHAPE;
     pp.n_expert = n_expert;
     pp.d_model = d_model;
     pp.d_expert = d_expert;
+    pp.tile = prompt_tile;
     return K_OK;
 }
 
@@ -1189,9 +1199,9 @@ static int moe_prompt_experts(const k_moe_experts_args *a, const int32_t *list,
     if (n < 0 || n > w.max_tiles) return K_ERR_SHAPE;
     pp.calls++;
     pp.items += (long long)a->rows * a->top_k;
-    pp.tile_rows += (long long)n * PROMPT_TILE;
+    pp.tile_rows += (long long)n * w.tile;
     if (n == 0) return K_OK; /* every id bad: the combine says so */
-    const dim3 grid(PROMPT_TILE, (unsigned)n);
+    const dim3 grid((unsigned)w.tile, (unsigned)n);
     const size_t mt = (size_t)w.max_tiles;
     CUDA_CHECK(k_launch(moe_prompt_gather_kernel, grid, PROMPT_THREADS, 0, s, *a, list, w));
     CUDA_CHECK(cudaGetLastError());

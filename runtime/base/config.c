@@ -105,6 +105,7 @@ static const struct cfg_key {
     CFG_RANGE(serve, gemm_wgmma, 0, 2),  /* 1 loads in chunks of 64 k, 2 of 128 */
     CFG_SWITCH(serve, prompt_gemm),
     CFG_SWITCH(serve, prompt_experts),
+    CFG_RANGE(serve, prompt_tile, 16, 256),  /* kernels.h K_PROMPT_TILE_MIN..MAX */
     CFG_RANGE(serve, moe_branches, 0, 4096), /* the most rows of a step that branches; 0 off */
     CFG_RANGE(serve, attn_splits_per_block, 0, 16), /* kernels/attn_common.cuh's ATTN_MAX_SPB */
     CFG_RANGE(serve, sample_threads, 0, 256),
@@ -180,6 +181,7 @@ void config_defaults(g4_config *c) {
     c->serve.gemm_wgmma = 0;          /* not yet run on the GPU (docs/configuration.md) */
     c->serve.prompt_gemm = 1;         /* prompt rows at cuBLASLt's rate (docs/prompt-rows.md) */
     c->serve.prompt_experts = 0;      /* its tile form not yet measured (docs/prompt-rows.md) */
+    c->serve.prompt_tile = 64;        /* K_PROMPT_TILE_DEFAULT (docs/prompt-rows.md) */
     c->serve.moe_branches = 0;        /* not yet run on the GPU (docs/decode-design.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;

@@ -376,18 +376,20 @@ static void check_switch(const char *name, const shape *s, int rows, void *d_gu,
 }
 
 /* serve.prompt_experts (docs/prompt-rows.md): prompt rows' experts as pointer-array batched
- * cuBLASLt products over 64-item tiles. One call with every row a prompt row against the CPU twin
- * (the rule of check_experts); the same rows as two calls (other bucket sizes, so other tiles
- * and places in them) bit for bit; a call whose first rows are generated ones: those equal the
- * other paths' run of them alone, the prompt rows the all-prompt call's, bit for bit; bad ids:
- * their rows NaN, the others as in the all-prompt call. With `one`, every row's items on experts
- * 0..top_k-1, so each expert's bucket holds every row (several tiles, the last partial). */
+ * cuBLASLt products over tiles of `tile` items (serve.prompt_tile). One call with every row a
+ * prompt row against the CPU twin (the rule of check_experts); the same rows as two calls (other
+ * bucket sizes, so other tiles and places in them) bit for bit; a call whose first rows are
+ * generated ones: those equal the other paths' run of them alone, the prompt rows the all-prompt
+ * call's, bit for bit; bad ids: their rows NaN, the others as in the all-prompt call. With `one`,
+ * every row's items on experts 0..top_k-1, so each expert's bucket holds every row (several tiles,
+ * the last partial). */
 static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, const bf16_t *dn_h,
                                  void *d_gu, void *d_dn, const int32_t *idx_in, const float *w,
-                                 int one) {
-    char gate[128];
-    snprintf(gate, sizeof gate, "moe_prompt_experts[e%d k%d dm%d de%d rows%d%s]", s->n_expert,
-             s->top_k, s->d_model, s->d_expert, rows, one ? " one expert set" : "");
+                                 int one, int tile) {
+    char gate[160];
+    snprintf(gate, sizeof gate, "moe_prompt_experts[e%d k%d dm%d de%d rows%d tile%d%s]",
+             s->n_expert, s->top_k, s->d_model, s->d_expert, rows, tile,
+             one ? " one expert set" : "");
     const size_t nx = (size_t)rows * (size_t)s->d_model, nk = (size_t)rows * (size_t)s->top_k;
     const size_t row_bytes = (size_t)s->d_model * 2;
     int32_t *idx = malloc(nk * 4);
@@ -406,6 +408,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     const int gen = rows > 4 ? 3 : 1, half = rows / 2;
     long differ = 0;
     k_set_moe_prompt_experts(1);
+    if (!rc) rc = k_set_moe_prompt_tile(tile);
     if (!rc) { /* every row a prompt row */
         a.prompt_rows = rows;
         rc = experts_with(&a, (switches){1, 3, 0}, all, nx);
@@ -463,6 +466,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         free(ids);
     }
     k_set_moe_prompt_experts(0);
+    (void)k_set_moe_prompt_tile(K_PROMPT_TILE_DEFAULT);
     twin_result t = {0};
     if (!rc) t = against_twin(&a, ref, x, gu_h, dn_h, idx, w, all, nx);
     const size_t want_nan = rows > 1 ? 2 : 1;
@@ -542,8 +546,12 @@ static void run_shape(const shape *s, uint64_t seed) {
                 test_fail("moe_prefill_staged(one expert)", "out of host memory");
             }
             free(one);
-            check_prompt_experts(s, rows, gu, dn, d_gu, d_dn, idx, w, 0);
-            check_prompt_experts(s, rows, gu, dn, d_gu, d_dn, idx, w, 1);
+            /* the default tile and one past the 26B-A4B's usual bucket (~64 items an expert
+             * at 1,024 rows): one tile an expert, mostly */
+            for (int tile = 64; tile <= 128; tile += 64) {
+                check_prompt_experts(s, rows, gu, dn, d_gu, d_dn, idx, w, 0, tile);
+                check_prompt_experts(s, rows, gu, dn, d_gu, d_dn, idx, w, 1, tile);
+            }
         }
         if (mma && nk <= 8) { /* one decode row: where serve.wide_loads applies */
             check_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
@@ -603,6 +611,16 @@ int main(void) {
         return 0;
     }
     printf("# device: %s\n", desc);
+    /* serve.prompt_tile's range (the config's): a tile outside it refused, the tile unchanged */
+    const int below = k_set_moe_prompt_tile(K_PROMPT_TILE_MIN - 1),
+              above = k_set_moe_prompt_tile(K_PROMPT_TILE_MAX + 1),
+              lo = k_set_moe_prompt_tile(K_PROMPT_TILE_MIN),
+              hi = k_set_moe_prompt_tile(K_PROMPT_TILE_MAX),
+              back = k_set_moe_prompt_tile(K_PROMPT_TILE_DEFAULT);
+    TEST_CHECK("moe_prompt_tile_range",
+               below == K_ERR_SHAPE && above == K_ERR_SHAPE && lo == K_OK && hi == K_OK &&
+                   back == K_OK,
+               "%d below, %d above, %d %d at the ends, %d back", below, above, lo, hi, back);
     /* the 26B-A4B (with 160 rows: ~10 items an expert, a few experts past one 16-item tile at
      * the long k), the tiny fixture (with 200 rows: ~50 items an expert, so the tensor-core
      * path's tiles run full, partial and several to an expert), the 26B-A4B's routing with a

@@ -1,0 +1,65 @@
+# tests/gpu/plans/branches-tiles.sh - a box_queue.sh plan for one short call (the thirty-third
+# session's last ~500 s of device time): the measurements first, since they decide the defaults,
+# then the gates of what they measure. Carry .deps and .prebuilt (tests/gpu/prebuilt.sh: the
+# objects built here, so the box links instead of compiling for ~3 min).
+#   build     ./build.sh tests (links, where the carried objects are current)
+#   ab        bench_decode, two rounds: serve.moe_branches 0 against 16 at 1 and 16 26B-A4B rows
+#             (predicted -0.3 to -0.6 ms at one row, -0.1 to -0.3 at 16), a 1,024-token prefill
+#             0 against 4096 (-1.5 to -3 ms); serve.prompt_tile 64, 96 and 128 with
+#             serve.prompt_experts on, against it off (predicted its experts 24.2 -> ~15-17 ms at
+#             128: each expert's weights read once where 64-item tiles read them ~1.45 times)
+#   gates     the engine gates and the GPU pinned recording with serve.moe_branches = 64 (the
+#             recording is replayed with every speed switch, moe_branches among them), then
+#             test_moe (moe_prompt_experts at tiles 64 and 128, moe_prompt_tile_range)
+#   sweep     (when time is left) the three bf16-pool attention switches still off, 0 against
+#             1 at 1 and 16 26B-A4B rows, one round
+want() { [[ " ${PLAN_STEPS:-build ab gates sweep} " == *" $1 "* ]]; }
+bench26() { # label, then bench_decode's arguments past the model's
+    local label=$1
+    shift
+    echo "== $label"
+    timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
+        --set serve.max_context=4096 "$@" |
+        grep -E "^decode step|^prefill|^prompt experts|^experts|^attention"
+}
+ab_next() {
+    local r v b t
+    for r in 1 2; do
+        for b in 1 16; do
+            for v in 0 16; do
+                bench26 "round $r, $b rows, moe_branches $v" --set serve.moe_branches=$v \
+                    --batch $b --prompt 1024 --steps 32
+            done
+        done
+        for v in 0 4096; do
+            bench26 "round $r, prefill, moe_branches $v" --set serve.moe_branches=$v \
+                --batch 1 --prompt 1024 --steps 8
+        done
+        bench26 "round $r, prefill, prompt_experts 0" --batch 1 --prompt 1024 --steps 8
+        for t in 64 96 128; do
+            bench26 "round $r, prefill, prompt_experts 1, prompt_tile $t" \
+                --set serve.prompt_experts=1 --set serve.prompt_tile=$t --batch 1 --prompt 1024 \
+                --steps 8
+        done
+        bench26 "round $r, prefill, prompt_experts 1, prompt_tile 128, moe_branches 4096" \
+            --set serve.prompt_experts=1 --set serve.prompt_tile=128 \
+            --set serve.moe_branches=4096 --batch 1 --prompt 1024 --steps 8
+    done
+}
+sweep_next() {
+    local sw b v
+    for sw in attn_half_units attn_global_keep attn_early_lookup; do
+        for b in 1 16; do
+            for v in 0 1; do
+                bench26 "$b rows, $sw $v" --set serve.$sw=$v --batch $b --prompt 1024 --steps 32
+            done
+        done
+    done
+}
+want build && step build ./build.sh tests
+want ab && step ab ab_next
+want gates && step br-engine env G4_FIXTURE_SET="serve.moe_branches=64" ./build.sh gpu-test \
+    engine_vs_hf
+want gates && step pinned ./build.sh gpu-test pinned_composition
+want gates && step moe ./build.sh gpu-test test_moe
+want sweep && step sweep sweep_next
