@@ -8,8 +8,8 @@
 #             0 against 4096 (-1.5 to -3 ms); serve.prompt_tile 64, 96 and 128 with
 #             serve.prompt_experts on, against it off (predicted its experts 24.2 -> ~15-17 ms at
 #             128: each expert's weights read once where 64-item tiles read them ~1.45 times)
-#   gates     the engine gates and the GPU pinned recording with serve.moe_branches = 64 (the
-#             recording is replayed with every speed switch, moe_branches among them), then
+#   gates     the GPU pinned recording (replayed with every speed switch, serve.moe_branches =
+#             64 among them), the engine gates with serve.moe_branches = 64, then
 #             test_moe (moe_prompt_experts at tiles 64 and 128, moe_prompt_tile_range)
 #   sweep     (when time is left) the three bf16-pool attention switches still off, 0 against
 #             1 at 1 and 16 26B-A4B rows, one round
@@ -58,8 +58,8 @@ sweep_next() {
 }
 want build && step build ./build.sh tests
 want ab && step ab ab_next
+want gates && step pinned ./build.sh gpu-test pinned_composition
 want gates && step br-engine env G4_FIXTURE_SET="serve.moe_branches=64" ./build.sh gpu-test \
     engine_vs_hf
-want gates && step pinned ./build.sh gpu-test pinned_composition
 want gates && step moe ./build.sh gpu-test test_moe
 want sweep && step sweep sweep_next
