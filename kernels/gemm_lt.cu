@@ -275,6 +275,19 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
 /* serve.early_weights' kernels hold the first weight group across the wait; bounded to the four
  * blocks an SM the lo form has without it (left to itself the compiler took 186-214 registers) */
 #define MMA_GEMM_EW_BLOCKS 4
+/* serve.weight_tiles: from this many rows on, a decode-form warp takes weight_tiles weight tiles
+ * of 8 outputs, each row fragment loaded once for all of them. Below it the rows' loads are a
+ * small part of a warp's bytes (one row: 1/8 of the weights'), and wider blocks would only mean
+ * fewer of them. */
+#define MMA_GEMM_TILES_MIN_M 4
+static int weight_tiles = 1; /* serve.weight_tiles */
+extern "C" int k_set_gemm_weight_tiles(int tiles) {
+    if (tiles != 1 && tiles != 2 && tiles != 4) return K_ERR_SHAPE;
+    weight_tiles = tiles;
+    return K_OK;
+}
+/* Weight tiles a warp of the decode form takes at m rows */
+static int decode_nb(int m) { return m >= MMA_GEMM_TILES_MIN_M ? weight_tiles : 1; }
 
 /* Block bx's outputs of one projection: the body of both kernels below. LO (MT = 1, m <= 8: the
  * tile's rows past the 8th are padding) takes the k loop through mma_rows_lo, U 32-k blocks a
@@ -935,6 +948,40 @@ static int gemm_prompt_split(const k_gemm_args *a, int ldy, g4_stream st) {
     return k_gemm(&pr, st);
 }
 
+/* The decode form (m <= MMA_GEMM_DECODE_M) of gemm_mma_kernel or gemm_mma_group_kernel (GROUP)
+ * at NB weight tiles a warp: the lo form with wide loads at m <= 8 (NB x U = 12 32-k blocks of
+ * weights a group at every NB, so a warp's bytes in flight stay those of NB = 1), else 8 blocks
+ * a group. Every output gets mma_rows' sequence at any NB (mma.cuh), so the bits are NB = 1's. */
+template <bool GROUP, int NB, typename... Args>
+static cudaError_t decode_launch_nb(int m, dim3 grid, cudaStream_t s, Args... args) {
+    constexpr int LO_U = MMA_GEMM_LO_U / NB, U = 8 / NB;
+    const bool lo = k_wide_loads && m <= MMA_GEMM_LO_M;
+    if constexpr (GROUP) {
+        if (lo && NB == 1 && k_early_weights)
+            return k_launch(gemm_mma_group_kernel<1, 1, MMA_GEMM_LO_U, true, true>, grid,
+                            MMA_GEMM_THREADS, 0, s, args...);
+        if (lo)
+            return k_launch(gemm_mma_group_kernel<1, NB, LO_U, true>, grid, MMA_GEMM_THREADS, 0, s,
+                            args...);
+        return k_launch(gemm_mma_group_kernel<1, NB, U>, grid, MMA_GEMM_THREADS, 0, s, args...);
+    } else {
+        if (lo && NB == 1 && k_early_weights)
+            return k_launch(gemm_mma_kernel<1, 1, MMA_GEMM_LO_U, true, true>, grid,
+                            MMA_GEMM_THREADS, 0, s, args...);
+        if (lo)
+            return k_launch(gemm_mma_kernel<1, NB, LO_U, true>, grid, MMA_GEMM_THREADS, 0, s,
+                            args...);
+        return k_launch(gemm_mma_kernel<1, NB, U>, grid, MMA_GEMM_THREADS, 0, s, args...);
+    }
+}
+
+template <bool GROUP, typename... Args>
+static cudaError_t decode_launch(int m, int nb, dim3 grid, cudaStream_t s, Args... args) {
+    return nb == 4   ? decode_launch_nb<GROUP, 4>(m, grid, s, args...)
+           : nb == 2 ? decode_launch_nb<GROUP, 2>(m, grid, s, args...)
+                     : decode_launch_nb<GROUP, 1>(m, grid, s, args...);
+}
+
 extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
     k_gemm_plan *p = (k_gemm_plan *)a->plan;
     int ldy = a->ldy ? a->ldy : a->n;
@@ -949,19 +996,12 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
         /* 16-byte loads: x, w rows start on 16 bytes when the bases do (k % 32 == 0) */
         if (((uintptr_t)a->x | (uintptr_t)a->w) & 15) return K_ERR_SHAPE;
         if (a->m <= MMA_GEMM_DECODE_M) {
-            int tiles = (a->m + 15) / 16;
-            dim3 grid((unsigned)((a->n + 7) / 8),
+            const int tiles = (a->m + 15) / 16, nb = decode_nb(a->m);
+            dim3 grid((unsigned)((a->n + 8 * nb - 1) / (8 * nb)),
                       (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
-            if (k_wide_loads && a->m <= MMA_GEMM_LO_M)
-                CUDA_CHECK(
-                    k_launch(k_early_weights ? gemm_mma_kernel<1, 1, MMA_GEMM_LO_U, true, true>
-                                             : gemm_mma_kernel<1, 1, MMA_GEMM_LO_U, true>,
-                             grid, MMA_GEMM_THREADS, 0, (cudaStream_t)st, (bf16_t *)a->y,
-                             (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
-            else
-                CUDA_CHECK(k_launch(gemm_mma_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
-                                    (cudaStream_t)st, (bf16_t *)a->y, (const bf16_t *)a->x,
-                                    (const bf16_t *)a->w, a->m, a->n, a->k, ldy));
+            CUDA_CHECK(decode_launch<false>(a->m, nb, grid, (cudaStream_t)st, (bf16_t *)a->y,
+                                            (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n,
+                                            a->k, ldy));
         } else if (const int shape = staged_shape(p, a->m)) {
             return gemm_staged_launch(a, ldy, shape, st);
         } else {
@@ -1065,25 +1105,20 @@ extern "C" int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
     if (m == 0) return K_OK;
     mma_group_table t = {};
     t.n_members = a->n_gemms;
+    const int nb = decode_nb(m);
     for (int i = 0; i < a->n_gemms; i++) {
         const k_gemm_args *g = &a->g[i];
         t.w[i] = (const bf16_t *)g->w;
         t.y[i] = (bf16_t *)g->y;
         t.n[i] = g->n;
         t.ldy[i] = g->ldy ? g->ldy : g->n;
-        t.first[i + 1] = t.first[i] + (g->n + 7) / 8;
+        t.first[i + 1] = t.first[i] + (g->n + 8 * nb - 1) / (8 * nb);
     }
     const bf16_t *x = (const bf16_t *)a->g[0].x;
     int tiles = (m + 15) / 16;
     dim3 grid((unsigned)t.first[a->n_gemms],
               (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
-    if (k_wide_loads && m <= MMA_GEMM_LO_M)
-        CUDA_CHECK(k_launch(k_early_weights ? gemm_mma_group_kernel<1, 1, MMA_GEMM_LO_U, true, true>
-                                            : gemm_mma_group_kernel<1, 1, MMA_GEMM_LO_U, true>,
-                            grid, MMA_GEMM_THREADS, 0, (cudaStream_t)st, t, x, m, k));
-    else
-        CUDA_CHECK(k_launch(gemm_mma_group_kernel<1, 1, 8>, grid, MMA_GEMM_THREADS, 0,
-                            (cudaStream_t)st, t, x, m, k));
+    CUDA_CHECK(decode_launch<true>(m, nb, grid, (cudaStream_t)st, t, x, m, k));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

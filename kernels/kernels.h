@@ -317,6 +317,15 @@ void k_set_wide_loads(int on);
  * the same order, so the same bits (serve.early_weights, default off until measured).
  * Process-wide. */
 void k_set_early_weights(int on);
+/* 1 (the default), 2 or 4: weight tiles of 8 outputs that a warp of the decode projections
+ * (k_gemm, and k_gemm_group's one launch, at 4 to 32 rows) takes, each fragment of the rows
+ * loaded once for all of them: at 16 rows a warp reads two bytes of rows from L2 for every byte
+ * of weights with one tile, one with two, half with four; the grid has that many times fewer
+ * blocks. Every output gets the same mma sequence and k quarters at any count, so the same bits
+ * (serve.weight_tiles). The preloaded first group of serve.early_weights is one tile's only:
+ * above 1 the lo form loads it after the wait. Others: K_ERR_SHAPE, nothing changes.
+ * Process-wide. */
+int k_set_gemm_weight_tiles(int tiles);
 /* 1: the mma projections (k_gemm, and k_gemm_group's members at prefill sizes) of at least 128
  * rows stage their rows of x and w through shared memory by cp.async, blocks of 8 warps over
  * 128 x 128 or 256 x 64 tiles (whichever takes fewer waves; the tile form where neither fills

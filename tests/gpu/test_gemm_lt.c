@@ -277,6 +277,19 @@ static const speed_switch wgmma_128k_forced_switch = {
     "wgmma_128k_forced", wgmma_128k_forced, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_WG128};
 
 static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4, 0};
+/* serve.weight_tiles: inert below 4 rows (3), the lo form at 4 and 8 (wide loads on), the
+ * 16-row form at 9, 16 and 32 (two row tiles); the narrow switch: the 16-row form at 4 and 8
+ * (wide loads off) */
+static void weight_tiles_2(int on) { (void)k_set_gemm_weight_tiles(on ? 2 : 1); }
+static void weight_tiles_4(int on) { (void)k_set_gemm_weight_tiles(on ? 4 : 1); }
+static const speed_switch tiles2_switch = {
+    "weight_tiles_2", weight_tiles_2, 1, {3, 4, 8, 9, 16, 32}, 6, 0};
+static const speed_switch tiles4_switch = {
+    "weight_tiles_4", weight_tiles_4, 1, {3, 4, 8, 9, 16, 32}, 6, 0};
+static const speed_switch tiles2_narrow_switch = {
+    "weight_tiles_2_narrow", weight_tiles_2, 0, {4, 8}, 2, 0};
+static const speed_switch tiles4_narrow_switch = {
+    "weight_tiles_4_narrow", weight_tiles_4, 0, {4, 8}, 2, 0};
 static const speed_switch early_switch = {
     "early_weights", k_set_early_weights, 1, {1, 2, 8, 9}, 4, 0};
 static const speed_switch staged_switch = {
@@ -458,13 +471,15 @@ static void run_group_ref(void) {
  * poisoned first: every output bit equal. k_gemm_group_fuses must say one launch at m = 1, 16
  * and 24 (two row tiles) and separate calls at 130 (past the decode form) and when one member is
  * on cuBLASLt. */
-static void run_group(int m, int mixed, int ragged, int wide, int early, uint64_t seed) {
+static void run_group(int m, int mixed, int ragged, int wide, int early, int tiles, uint64_t seed) {
     enum { K = 2816 };
     const int Q = ragged ? 1004 : 4096, KV = ragged ? 518 : 2048, FF = ragged ? 2110 : 2112;
     const int want_fused = !mixed && m <= 32;
-    char gate[96];
-    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s%s]", m, mixed ? " mixed" : "",
-             ragged ? " ragged" : "", wide ? " wide_loads" : "", early ? " early_weights" : "");
+    char gate[128], tiles_name[24] = "";
+    if (tiles > 1) snprintf(tiles_name, sizeof tiles_name, " weight_tiles %d", tiles);
+    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s%s%s]", m, mixed ? " mixed" : "",
+             ragged ? " ragged" : "", wide ? " wide_loads" : "", early ? " early_weights" : "",
+             tiles_name);
     const int ns[5] = {Q, KV, KV, FF, FF};
     gemm_bufs b[5] = {0};
     int rc = 0;
@@ -516,10 +531,12 @@ static void run_group(int m, int mixed, int ragged, int wide, int early, uint64_
      * wait */
     k_set_wide_loads(wide);
     k_set_early_weights(early);
+    rc |= k_set_gemm_weight_tiles(tiles) != K_OK;
     const int fused_qkv = k_gemm_group_fuses(&qkv), fused_gu = k_gemm_group_fuses(&gup);
     if (!rc) rc |= k_gemm_group(&qkv, NULL) | k_gemm_group(&gup, NULL);
     k_set_wide_loads(0);
     k_set_early_weights(0);
+    (void)k_set_gemm_weight_tiles(1);
     k_gemm_fuse(0);
     for (int i = 0; i < 3 && !rc; i++) {
         k_gemm_args one = qkv.g[i];
@@ -867,6 +884,26 @@ static int desc_sms(const char *desc) {
     return p && sscanf(p + 3, "%d SMs", &sms) == 1 ? sms : 0;
 }
 
+/* serve.weight_tiles: 2 and 4 against 1 on every shape, both loads forms (tensor-core kernel
+ * on); the group's one launch against the members' own calls (at 1) at 4 and 8 rows (lo form),
+ * 16 and 24 (the 16-row form, 24 ragged: the last block's tiles partly past n) */
+static void run_weight_tiles(void) {
+    k_gemm_mma(1);
+    run_switch_shapes(&tiles2_switch, 9601);
+    run_switch_shapes(&tiles4_switch, 9621);
+    run_switch_shapes(&tiles2_narrow_switch, 9641);
+    run_switch_shapes(&tiles4_narrow_switch, 9661);
+    k_gemm_mma(0);
+    k_gemm_auto(0);
+    for (int tiles = 2; tiles <= 4; tiles *= 2) {
+        run_group(4, 0, 0, 1, 0, tiles, 7111);
+        run_group(8, 0, 1, 1, 0, tiles, 7121);
+        run_group(16, 0, 0, 1, 0, tiles, 7131);
+        run_group(24, 0, 1, 1, 0, tiles, 7141);
+    }
+    k_gemm_mma(1);
+}
+
 int main(void) {
     char desc[256];
     run_group_ref(); /* the CPU twin: needs no GPU */
@@ -881,6 +918,7 @@ int main(void) {
         test_skip("gemm_group_vs_calls", "no GPU (%s)", desc);
         test_skip("gemm_wide_loads", "no GPU (%s)", desc);
         test_skip("gemm_early_weights", "no GPU (%s)", desc);
+        test_skip("gemm_weight_tiles", "no GPU (%s)", desc);
         test_skip("gemm_staged", "no GPU (%s)", desc);
         test_skip("gemm_staged_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_staged_choice", "no GPU (%s)", desc);
@@ -891,6 +929,14 @@ int main(void) {
         return 0;
     }
     printf("# device: %s\n", desc);
+    /* G4_GEMM_GATES=weight_tiles: only serve.weight_tiles' gates (a short device call's subset;
+     * every gate runs without it) */
+    const char *only = getenv("G4_GEMM_GATES");
+    if (only && strcmp(only, "weight_tiles") == 0) {
+        run_weight_tiles();
+        k_gemm_mma(0);
+        return harness_exit();
+    }
     /* 26B-A4B q_proj and o_proj, an expert's gate_up, a ragged shape, a tiny-fixture shape
      * (plans for up to 64 rows); the 31B's down projection planned for the engine's largest
      * step (prefill_chunk 2048 + max_batch 16): the weight whose plan needs more than the usual
@@ -961,16 +1007,16 @@ int main(void) {
     run_shape("gemm_auto_vs_ref", 5, 1000, 264, 64, 6002);
     run_invariant("auto q", 4096, 2816, 6003);
     k_gemm_auto(0);
-    run_group(1, 0, 0, 0, 0, 7001);
-    run_group(16, 0, 0, 0, 0, 7011);
-    run_group(24, 0, 1, 0, 0, 7021);
-    run_group(130, 0, 0, 0, 0, 7031);
-    run_group(16, 1, 0, 0, 0, 7041);
+    run_group(1, 0, 0, 0, 0, 1, 7001);
+    run_group(16, 0, 0, 0, 0, 1, 7011);
+    run_group(24, 0, 1, 0, 0, 1, 7021);
+    run_group(130, 0, 0, 0, 0, 1, 7031);
+    run_group(16, 1, 0, 0, 0, 1, 7041);
     /* serve.wide_loads: the group's one launch in the lo form at up to 8 rows, against the
      * members' calls in the narrow groups; at 16 rows the switch is inert */
-    run_group(1, 0, 0, 1, 0, 7051);
-    run_group(8, 0, 1, 1, 0, 7061);
-    run_group(16, 0, 0, 1, 0, 7071);
+    run_group(1, 0, 0, 1, 0, 1, 7051);
+    run_group(8, 0, 1, 1, 0, 1, 7061);
+    run_group(16, 0, 0, 1, 0, 1, 7071);
     /* and k_gemm alone: every 26B-A4B projection shape and the 31B's mma ones, wide against
      * narrow at 1, 2 and 8 rows (the lo form) and 9 (inert), and the batch-invariance rule with
      * it on (the 1-row steps in the lo form against the 2,047-row step's tile form) */
@@ -980,6 +1026,7 @@ int main(void) {
     run_invariant("mma wide_loads q", 4096, 2816, 9200);
     run_invariant("mma wide_loads o_global", 2816, 8192, 9201);
     k_set_wide_loads(0);
+    run_weight_tiles();
     /* serve.early_weights: every 26B-A4B projection shape (k of 2,112 to 8,192: up to six
      * groups a warp after the preloaded one), the 31B's k, a ragged one (k = 288: a warp's
      * quarter of k shorter than the first group), and the batch-invariance rule with it on */
@@ -1058,9 +1105,9 @@ int main(void) {
     }
     k_set_gemm_wgmma(0);
     k_gemm_mma(0);
-    run_group(1, 0, 0, 1, 1, 7081);
-    run_group(8, 0, 1, 1, 1, 7091);
-    run_group(16, 0, 0, 1, 1, 7101);
+    run_group(1, 0, 0, 1, 1, 1, 7081);
+    run_group(8, 0, 1, 1, 1, 1, 7091);
+    run_group(16, 0, 0, 1, 1, 1, 7101);
     /* serve.prompt_gemm: every 26B-A4B projection shape and the 31B's k, then q|k|v as a group */
     for (size_t i = 0; i < N_PROJ; i++)
         run_prompt(proj[i].name, proj[i].n, proj[i].k, 9950 + i);

@@ -608,6 +608,7 @@ int main(void) {
     if (k_device_init(desc, sizeof desc) != 0) {
         test_skip("op_vs_ref_moe", "no GPU (%s)", desc);
         test_skip("moe_prompt_experts", "no GPU (%s)", desc);
+        test_skip("moe_prompt_tile_range", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);

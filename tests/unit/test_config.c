@@ -79,9 +79,9 @@ static void test_defaults(void) {
         c.serve.attn_early_lookup == 0 && c.serve.attn_longest_first == 1 &&
         c.serve.attn_stats_together == 1 && c.serve.attn_tile_fold == 1 &&
         c.serve.gemm_staged == 0 && c.serve.gemm_wgmma == 0 && c.serve.prompt_gemm == 1 &&
-        c.serve.prompt_experts == 0 && c.serve.prompt_tile == 64 && c.serve.moe_branches == 0 &&
-        c.serve.sample_threads == 0 && c.log.level == LOG_INFO && c.debug.sync == 0 &&
-        c.debug.gemm == 3;
+        c.serve.prompt_experts == 0 && c.serve.prompt_tile == 64 && c.serve.weight_tiles == 1 &&
+        c.serve.moe_branches == 0 && c.serve.sample_threads == 0 && c.log.level == LOG_INFO &&
+        c.debug.sync == 0 && c.debug.gemm == 3;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
                c.serve.max_context);
 }
@@ -144,6 +144,7 @@ static void test_full_ini(void) {
                                              "prompt_gemm = 0\n"
                                              "prompt_experts = 1\n"
                                              "prompt_tile = 128\n"
+                                             "weight_tiles = 2\n"
                                              "moe_branches = 16\n"
                                              "sample_threads = 3\n"
                                              "[log]\n"
@@ -171,8 +172,8 @@ static void test_full_ini(void) {
         c.serve.attn_longest_first == 0 && c.serve.attn_stats_together == 0 &&
         c.serve.attn_tile_fold == 0 && c.serve.gemm_staged == 2 && c.serve.gemm_wgmma == 2 &&
         c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 && c.serve.prompt_tile == 128 &&
-        c.serve.moe_branches == 16 && c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG &&
-        c.debug.sync == 1 && c.debug.gemm == 1;
+        c.serve.weight_tiles == 2 && c.serve.moe_branches == 16 && c.serve.sample_threads == 3 &&
+        c.log.level == LOG_DEBUG && c.debug.sync == 1 && c.debug.gemm == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
                c.model.path, c.kv.page_tokens, c.kv.budget_gb, rc ? config_last_error() : "");
 
@@ -366,6 +367,23 @@ static void test_finish(void) {
     TEST_CHECK("config.step_tokens_range", st_ok,
                "0, 17 and 2064 accepted at max_batch 16 and prefill_chunk 2048; 16 and 2065 "
                "refused naming the key");
+
+    /* serve.weight_tiles: 1, 2 and 4 (the kernels built); 3 refused by config_finish, 0 and 5
+     * by the range, each naming the key */
+    int wt_ok = 1;
+    for (int v = 0; v <= 5; v++) {
+        config_defaults(&c);
+        (void)config_set(&c, "model.path=/m");
+        char set[64];
+        (void)snprintf(set, sizeof set, "serve.weight_tiles=%d", v);
+        int set_rc = config_set(&c, set);
+        rc = set_rc == 0 ? config_finish(&c) : -1;
+        const int want = v == 1 || v == 2 || v == 4;
+        wt_ok &= want ? rc == 0 && c.serve.weight_tiles == v
+                      : rc == -1 && has(config_last_error(), "serve.weight_tiles");
+    }
+    TEST_CHECK("config.weight_tiles_values", wt_ok,
+               "1, 2 and 4 accepted; 0, 3 and 5 refused naming the key");
 }
 
 int main(void) {

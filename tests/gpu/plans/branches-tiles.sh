@@ -3,13 +3,18 @@
 # then the gates of what they measure. Carry .deps and .prebuilt (tests/gpu/prebuilt.sh: the
 # objects built here, so the box links instead of compiling for ~3 min).
 #   build     ./build.sh tests (links, where the carried objects are current)
-#   ab        bench_decode, two rounds: serve.moe_branches 0 against 16 at 1 and 16 26B-A4B rows
+#   ab        bench_decode, two rounds: serve.weight_tiles 1, 2 and 4 at 4 and 16 26B-A4B rows
+#             (predicted at 16 rows the q|k|v, o, gate|up and down projections ~2.1 -> ~1.4 ms
+#             at 2, ~1.1 at 4 if they are bound by the rows' L2 reads, less where a grid of
+#             n / 16 or n / 32 blocks leaves SMs without enough loads in flight; one row inert);
+#             serve.moe_branches 0 against 16 at 1 and 16 26B-A4B rows
 #             (predicted -0.3 to -0.6 ms at one row, -0.1 to -0.3 at 16), a 1,024-token prefill
 #             0 against 4096 (-1.5 to -3 ms); serve.prompt_tile 64, 96 and 128 with
 #             serve.prompt_experts on, against it off (predicted its experts 24.2 -> ~15-17 ms at
 #             128: each expert's weights read once where 64-item tiles read them ~1.45 times)
 #   gates     the GPU pinned recording (replayed with every speed switch, serve.moe_branches =
-#             64 among them), the engine gates with serve.moe_branches = 64, then
+#             64 and serve.weight_tiles = 2 and 4 among them), test_gemm_lt's weight_tiles gates
+#             (G4_GEMM_GATES), the engine gates with serve.moe_branches = 64, then
 #             test_moe (moe_prompt_experts at tiles 64 and 128, moe_prompt_tile_range)
 #   sweep     (when time is left) the three bf16-pool attention switches still off, 0 against
 #             1 at 1 and 16 26B-A4B rows, one round
@@ -20,11 +25,17 @@ bench26() { # label, then bench_decode's arguments past the model's
     echo "== $label"
     timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
         --set serve.max_context=4096 "$@" |
-        grep -E "^decode step|^prefill|^prompt experts|^experts|^attention"
+        grep -E "^decode step|^prefill|^prompt experts|^experts|^attention|_proj "
 }
 ab_next() {
     local r v b t
     for r in 1 2; do
+        for b in 4 16; do
+            for v in 1 2 4; do
+                bench26 "round $r, $b rows, weight_tiles $v" --set serve.weight_tiles=$v \
+                    --batch $b --prompt 1024 --steps 32
+            done
+        done
         for b in 1 16; do
             for v in 0 16; do
                 bench26 "round $r, $b rows, moe_branches $v" --set serve.moe_branches=$v \
@@ -59,6 +70,7 @@ sweep_next() {
 want build && step build ./build.sh tests
 want ab && step ab ab_next
 want gates && step pinned ./build.sh gpu-test pinned_composition
+want gates && step wt-gates env G4_GEMM_GATES=weight_tiles ./build.sh gpu-test test_gemm_lt
 want gates && step br-engine env G4_FIXTURE_SET="serve.moe_branches=64" ./build.sh gpu-test \
     engine_vs_hf
 want gates && step moe ./build.sh gpu-test test_moe
