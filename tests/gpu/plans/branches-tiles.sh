@@ -1,7 +1,10 @@
-# tests/gpu/plans/branches-tiles.sh - a box_queue.sh plan for one short call (the thirty-third
-# session's last ~500 s of device time): the measurements first, since they decide the defaults,
-# then the gates of what they measure. Carry .deps and .prebuilt (tests/gpu/prebuilt.sh: the
-# objects built here, so the box links instead of compiling for ~3 min).
+# tests/gpu/plans/branches-tiles.sh - a box_queue.sh plan, alone or as next-session.sh's `bt`:
+# the switches the thirty-second and thirty-third sessions wrote and could not run, measured and
+# gated. Alone, the measurements go first, since they decide the defaults; where the 26B-A4B's
+# full checkpoint is being made beside it (next-session.sh's make26), the gates go first and the
+# measurements wait for the make, whose torch model would disturb them. Carry .deps and .prebuilt
+# (tests/gpu/prebuilt.sh: the objects built here, so the box links instead of compiling).
+# BT_STEPS picks (default "build ab gates sweep"):
 #   build     ./build.sh tests (links, where the carried objects are current)
 #   ab        bench_decode, two rounds: serve.weight_tiles 1, 2 and 4 at 4 and 16 26B-A4B rows
 #             (predicted at 16 rows the q|k|v, o, gate|up and down projections ~2.1 -> ~1.4 ms
@@ -18,7 +21,7 @@
 #             test_moe (moe_prompt_experts at tiles 64 and 128, moe_prompt_tile_range)
 #   sweep     (when time is left) the three bf16-pool attention switches still off, 0 against
 #             1 at 1 and 16 26B-A4B rows, one round
-want() { [[ " ${PLAN_STEPS:-build ab gates sweep} " == *" $1 "* ]]; }
+bt_want() { [[ " ${BT_STEPS:-build ab gates sweep} " == *" $1 "* ]]; }
 bench26() { # label, then bench_decode's arguments past the model's
     local label=$1
     shift
@@ -67,11 +70,24 @@ sweep_next() {
         done
     done
 }
-want build && step build ./build.sh tests
-want ab && step ab ab_next
-want gates && step pinned ./build.sh gpu-test pinned_composition
-want gates && step wt-gates env G4_GEMM_GATES=weight_tiles ./build.sh gpu-test test_gemm_lt
-want gates && step br-engine env G4_FIXTURE_SET="serve.moe_branches=64" ./build.sh gpu-test \
-    engine_vs_hf
-want gates && step moe ./build.sh gpu-test test_moe
-want sweep && step sweep sweep_next
+bt_gates() {
+    bt_want gates || return 0
+    step pinned ./build.sh gpu-test pinned_composition
+    step wt-gates env G4_GEMM_GATES=weight_tiles ./build.sh gpu-test test_gemm_lt
+    step br-engine env G4_FIXTURE_SET="serve.moe_branches=64" ./build.sh gpu-test engine_vs_hf
+    step moe ./build.sh gpu-test test_moe
+}
+bt_ab() {
+    bt_want ab || return 0
+    if declare -F await_make > /dev/null; then await_make; fi
+    step ab ab_next
+}
+bt_want build && step build ./build.sh tests
+if [ -f "$Q/logs/make26.time" ] && [ ! -f "$Q/logs/make26.rc" ]; then
+    bt_gates
+    bt_ab
+else
+    bt_ab
+    bt_gates
+fi
+bt_want sweep && step sweep sweep_next

@@ -1,9 +1,11 @@
 # tests/gpu/plans/next-session.sh - a box_queue.sh plan for the next session's device time,
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
-# the plan). PLAN_STEPS picks; default "pe br 26b-fp8" (~23 min, three calls: the tile form of
-# serve.prompt_experts' gates and A/B, serve.moe_branches' gates and A/B, the 26B-A4B's full step,
-# fp8 first, its checkpoint made from the start beside the gates where the card has over 100 GB;
+# the plan; carry .prebuilt too, tests/gpu/prebuilt.sh, and unpack it before `start`).
+# PLAN_STEPS picks; default "bt 26b-fp8" (~21 min, three calls: tests/gpu/plans/branches-tiles.sh,
+# the A/B and gates of serve.weight_tiles, serve.moe_branches and serve.prompt_tile, then the
+# 26B-A4B's full step, fp8 first, its checkpoint made from the start beside the gates where the
+# card has over 100 GB; the thirty-third session ran `pe`;
 # `serve`, the serving A/B, when a second session's time allows;
 # docs/perf-notes.md, "Next H200 calls"; the thirtieth session ran attn-nan, wg, serve, lt-probe
 # and timeline, the thirty-first prompt-gemm.sh on an H100, the thirty-second pgates and pe (the
@@ -57,7 +59,7 @@
 #            experts' ring on (FULL_SETS="serve.gemm_staged=1 serve.moe_prefill_tiles=3"): the
 #            engine's path through them at full depth, before either default flips, ~8 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-pe br 26b-fp8} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-bt 26b-fp8} " == *" $1 "* ]]; }
 # the 26B-A4B's full checkpoint and HF references (torch, ~5 min; the full step makes them itself
 # when absent) beside the gates only where the card holds both: on an 80 GB H100 the make's
 # torch model left the gates no memory (the thirty-first session), so there the full step makes
@@ -68,6 +70,12 @@ if { want 26b-fp8 || want 26b; } && [ "${mib:-0}" -gt 100000 ]; then
         --dir /dev/shm/g4full/26b-a4b --pools "fp8 bf16" &
 fi
 await_make() { [ -f "$Q/logs/make26.time" ] && await make26; return 0; }
+# the switches of the thirty-second and thirty-third sessions (the plan's own header), ~6 min
+# with the objects carried; BT_STEPS picks among its steps
+if want bt; then
+    # shellcheck source=/dev/null
+    . tests/gpu/plans/branches-tiles.sh
+fi
 # serve.prompt_gemm on the card of record (written and gated on an H100 in the thirty-first
 # session): its gates, the GPU pinned recording made there replayed with every speed switch, then
 # prompt-gemm.sh's A/B (prefill 0 against 1, two rounds), ~12 min with the build
