@@ -4,7 +4,7 @@
 # full checkpoint is being made beside it (next-session.sh's make26), the gates go first and the
 # measurements wait for the make, whose torch model would disturb them. Carry .deps and .prebuilt
 # (tests/gpu/prebuilt.sh: the objects built here, so the box links instead of compiling).
-# BT_STEPS picks (default "build ab gates sweep"):
+# BT_STEPS picks (default "build ab gates ncu sweep"):
 #   build     ./build.sh tests (links, where the carried objects are current)
 #   ab        bench_decode, two rounds: serve.weight_tiles 1, 2 and 4 at 4 and 16 26B-A4B rows
 #             (predicted at 16 rows the q|k|v, o, gate|up and down projections ~2.1 -> ~1.4 ms
@@ -19,9 +19,15 @@
 #             64 and serve.weight_tiles = 2 and 4 among them), test_gemm_lt's weight_tiles gates
 #             (G4_GEMM_GATES), the engine gates with serve.moe_branches = 64, then
 #             test_moe (moe_prompt_experts at tiles 64 and 128, moe_prompt_tile_range)
+#   ncu       ncu over the first decode step's projections and experts at 1 and 16 26B-A4B
+#             rows (the first 10 such launches: layer 0's q|k|v, o, gate|up, down, router, up
+#             and down experts, then layer 1's), graphs off: DRAM throughput, occupancy, warp
+#             stalls. At one row they stream at 55-63% of copy bandwidth in 7-23 us a launch
+#             (docs/perf-notes.md, thirtieth session); whether ramp and tail or the loads
+#             themselves bound them decides between wider kernels and the persistent one, ~3 min
 #   sweep     (when time is left) the three bf16-pool attention switches still off, 0 against
 #             1 at 1 and 16 26B-A4B rows, one round
-bt_want() { [[ " ${BT_STEPS:-build ab gates sweep} " == *" $1 "* ]]; }
+bt_want() { [[ " ${BT_STEPS:-build ab gates ncu sweep} " == *" $1 "* ]]; }
 bench26() { # label, then bench_decode's arguments past the model's
     local label=$1
     shift
@@ -60,6 +66,19 @@ ab_next() {
             --set serve.moe_branches=4096 --batch 1 --prompt 1024 --steps 8
     done
 }
+ncu_next() {
+    local b
+    for b in 1 16; do
+        echo "== ncu, $b rows"
+        timeout 250 ncu --clock-control none \
+            --kernel-name "regex:gemm_mma_group_kernel|gemm_mma_kernel|moe_up_mma_kernel|moe_down_mma_kernel" \
+            --launch-skip 0 --launch-count 10 --section SpeedOfLight --section Occupancy \
+            --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+            build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
+            --set serve.max_context=4096 --set serve.cuda_graphs=0 --batch $b --prompt 64 \
+            --steps 1
+    done
+}
 sweep_next() {
     local sw b v
     for sw in attn_half_units attn_global_keep attn_early_lookup; do
@@ -90,4 +109,5 @@ else
     bt_ab
     bt_gates
 fi
+bt_want ncu && step ncu ncu_next
 bt_want sweep && step sweep sweep_next
