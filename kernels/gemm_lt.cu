@@ -952,27 +952,25 @@ static int gemm_prompt_split(const k_gemm_args *a, int ldy, g4_stream st) {
  * at NB weight tiles a warp: the lo form with wide loads at m <= 8 (NB x U = 12 32-k blocks of
  * weights a group at every NB, so a warp's bytes in flight stay those of NB = 1), else 8 blocks
  * a group. Every output gets mma_rows' sequence at any NB (mma.cuh), so the bits are NB = 1's. */
+template <bool GROUP, int NB, int U, bool LO, bool EW = false>
+static constexpr auto decode_kernel() {
+    if constexpr (GROUP)
+        return gemm_mma_group_kernel<1, NB, U, LO, EW>;
+    else
+        return gemm_mma_kernel<1, NB, U, LO, EW>;
+}
+
 template <bool GROUP, int NB, typename... Args>
 static cudaError_t decode_launch_nb(int m, dim3 grid, cudaStream_t s, Args... args) {
-    constexpr int LO_U = MMA_GEMM_LO_U / NB, U = 8 / NB;
     const bool lo = k_wide_loads && m <= MMA_GEMM_LO_M;
-    if constexpr (GROUP) {
-        if (lo && NB == 1 && k_early_weights)
-            return k_launch(gemm_mma_group_kernel<1, 1, MMA_GEMM_LO_U, true, true>, grid,
-                            MMA_GEMM_THREADS, 0, s, args...);
-        if (lo)
-            return k_launch(gemm_mma_group_kernel<1, NB, LO_U, true>, grid, MMA_GEMM_THREADS, 0, s,
-                            args...);
-        return k_launch(gemm_mma_group_kernel<1, NB, U>, grid, MMA_GEMM_THREADS, 0, s, args...);
-    } else {
-        if (lo && NB == 1 && k_early_weights)
-            return k_launch(gemm_mma_kernel<1, 1, MMA_GEMM_LO_U, true, true>, grid,
-                            MMA_GEMM_THREADS, 0, s, args...);
-        if (lo)
-            return k_launch(gemm_mma_kernel<1, NB, LO_U, true>, grid, MMA_GEMM_THREADS, 0, s,
-                            args...);
-        return k_launch(gemm_mma_kernel<1, NB, U>, grid, MMA_GEMM_THREADS, 0, s, args...);
-    }
+    if (lo && NB == 1 && k_early_weights)
+        return k_launch(decode_kernel<GROUP, 1, MMA_GEMM_LO_U, true, true>(), grid,
+                        MMA_GEMM_THREADS, 0, s, args...);
+    if (lo)
+        return k_launch(decode_kernel<GROUP, NB, MMA_GEMM_LO_U / NB, true>(), grid,
+                        MMA_GEMM_THREADS, 0, s, args...);
+    return k_launch(decode_kernel<GROUP, NB, 8 / NB, false>(), grid, MMA_GEMM_THREADS, 0, s,
+                    args...);
 }
 
 template <bool GROUP, typename... Args>
