@@ -14,7 +14,8 @@
 #             (predicted -0.3 to -0.6 ms at one row, -0.1 to -0.3 at 16), a 1,024-token prefill
 #             0 against 4096 (-1.5 to -3 ms); serve.prompt_tile 64, 96 and 128 with
 #             serve.prompt_experts on, against it off (predicted its experts 24.2 -> ~15-17 ms at
-#             128: each expert's weights read once where 64-item tiles read them ~1.45 times)
+#             128: each expert's weights read once where 64-item tiles read them ~1.45 times);
+#             then the 31B at 16 rows, debug.gemm auto and mma at weight_tiles 1, 2 (and 4)
 #   gates     the GPU pinned recording (replayed with every speed switch, serve.moe_branches =
 #             64 and serve.weight_tiles = 2 and 4 among them), test_gemm_lt's weight_tiles gates
 #             (G4_GEMM_GATES), the engine gates with serve.moe_branches = 64, then
@@ -64,6 +65,16 @@ ab_next() {
         bench26 "round $r, prefill, prompt_experts 1, prompt_tile 128, moe_branches 4096" \
             --set serve.prompt_experts=1 --set serve.prompt_tile=128 \
             --set serve.moe_branches=4096 --batch 1 --prompt 1024 --steps 8
+    done
+    # the 31B at 16 rows, one round: its large projections are on cuBLASLt's decode plans
+    # (debug.gemm = auto); with wider warps the project's kernel may take them too
+    local g
+    for g in "auto 1" "auto 2" "mma 1" "mma 2" "mma 4"; do
+        set -- $g
+        echo "== gemma4-31b, 16 rows, debug.gemm $1, weight_tiles $2"
+        timeout 200 build/tests/bench_decode -c conf/gemma4-31b.ini --set model.weights=dummy \
+            --set serve.max_context=4096 --set debug.gemm=$1 --set serve.weight_tiles=$2 \
+            --batch 16 --prompt 1024 --steps 32 | grep -E "^decode step|_proj "
     done
 }
 ncu_next() {
