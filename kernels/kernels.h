@@ -467,9 +467,10 @@ int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
  * batched cuBLASLt products over tiles of serve.prompt_tile items (each tile one expert's; split-k
  * 1: an item's bits do not depend on its tile or how many share its expert), GeGLU between them,
  * the same rounding points and combine as the other paths; generated rows keep those
- * (serve.prompt_experts, default off until measured; other bits for prompt rows than off). One host
- * synchronisation a call (the tile count sets the batch). Process-wide; read by
- * k_moe_experts_workspace too, so set it before the workspace is reserved. */
+ * (serve.prompt_experts, default off: it gives prompt rows other bits than off, so it waits for a
+ * re-made GPU pinned recording and the full step). One host synchronisation a call (the tile count
+ * sets the batch). Process-wide; read by k_moe_experts_workspace too, so set it before the
+ * workspace is reserved. */
 void k_set_moe_prompt_experts(int on);
 /* Items a tile of the prompt path (serve.prompt_tile): each tile reads its expert's weights, so a
  * tile past an expert's usual bucket reads them once where a smaller one reads them again; rows

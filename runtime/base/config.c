@@ -181,7 +181,7 @@ void config_defaults(g4_config *c) {
     c->serve.gemm_staged = 0;         /* measured slower (docs/configuration.md) */
     c->serve.gemm_wgmma = 0;          /* not yet run on the GPU (docs/configuration.md) */
     c->serve.prompt_gemm = 1;         /* prompt rows at cuBLASLt's rate (docs/prompt-rows.md) */
-    c->serve.prompt_experts = 0;      /* its tile form not yet measured (docs/prompt-rows.md) */
+    c->serve.prompt_experts = 0;      /* moves prompt rows' bits (docs/prompt-rows.md) */
     c->serve.weight_tiles = 1;        /* not yet measured (docs/configuration.md) */
     c->serve.prompt_tile = 64;        /* K_PROMPT_TILE_DEFAULT (docs/prompt-rows.md) */
     c->serve.moe_branches = 0;        /* not yet run on the GPU (docs/decode-design.md) */
