@@ -256,16 +256,17 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
  * depends on k alone, and every (row tile, weight tile) pair runs mma_rows' instruction
  * sequence whatever MT and NB are (kernels/mma.cuh), so an output's arithmetic is the same at
  * every m and in every batch: batch invariance by construction, for decode rows and prefill
- * chunks alike, and the launcher may pick the tile shape by m. Decode (m <= 32) takes MT = NB =
- * 1: ~n/8 blocks whose warps keep 4 KB of weight loads each in flight, where cuBLASLt's m = 16
- * plans ran the 26B-A4B's projections at ~1 TB/s (docs/perf-notes.md, twelfth session).
+ * chunks alike, and the launcher may pick the tile shape by m. Decode (m <= 32) takes MT = 1
+ * and NB = 1 (or serve.weight_tiles from 4 rows): ~n/8 blocks whose warps keep 4 KB of weight
+ * loads each in flight, where cuBLASLt's m = 16 plans ran the 26B-A4B's projections at ~1 TB/s
+ * (docs/perf-notes.md, twelfth session).
  * Larger m take 64 x 32 tiles, so x and w are read from L2 n/32 and m/64 times rather than n/8
  * and m/16 times. Needs k % 32 == 0 (the plan falls back to the plain kernel otherwise) and
  * 16-byte aligned x and w (checked at each call). */
 #define MMA_GEMM_WARPS 4
 #define MMA_GEMM_THREADS (32 * MMA_GEMM_WARPS)
 #define MMA_GEMM_ROW_BLOCKS 16 /* grid.y of the decode form: bits do not depend on it */
-#define MMA_GEMM_DECODE_M 32   /* the most rows the decode form (MT = NB = 1) takes */
+#define MMA_GEMM_DECODE_M 32   /* the most rows the decode form (MT = 1) takes */
 /* serve.wide_loads: at most 8 rows (a tile's lo half) take the lo form, 12 32-k blocks a group:
  * a warp's quarter of k in two round trips at k = 2,816 (three in groups of 8) at the registers
  * that keep four blocks of 128 threads an SM, as the narrow form has (at 16 a group, three: the
@@ -280,12 +281,14 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
  * small part of a warp's bytes (one row: 1/8 of the weights'), and wider blocks would only mean
  * fewer of them. */
 #define MMA_GEMM_TILES_MIN_M 4
-static int weight_tiles = 1; /* serve.weight_tiles */
+static int weight_tiles = 1;         /* serve.weight_tiles */
+static long long wide_tile_launches; /* k_gemm_wide_tile_launches */
 extern "C" int k_set_gemm_weight_tiles(int tiles) {
     if (tiles != 1 && tiles != 2 && tiles != 4) return K_ERR_SHAPE;
     weight_tiles = tiles;
     return K_OK;
 }
+extern "C" long long k_gemm_wide_tile_launches(void) { return wide_tile_launches; }
 /* Weight tiles a warp of the decode form takes at m rows */
 static int decode_nb(int m) { return m >= MMA_GEMM_TILES_MIN_M ? weight_tiles : 1; }
 
@@ -975,6 +978,7 @@ static cudaError_t decode_launch_nb(int m, dim3 grid, cudaStream_t s, Args... ar
 
 template <bool GROUP, typename... Args>
 static cudaError_t decode_launch(int m, int nb, dim3 grid, cudaStream_t s, Args... args) {
+    wide_tile_launches += nb > 1;
     return nb == 4   ? decode_launch_nb<GROUP, 4>(m, grid, s, args...)
            : nb == 2 ? decode_launch_nb<GROUP, 2>(m, grid, s, args...)
                      : decode_launch_nb<GROUP, 1>(m, grid, s, args...);

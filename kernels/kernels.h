@@ -326,6 +326,8 @@ void k_set_early_weights(int on);
  * above 1 the lo form loads it after the wait. Others: K_ERR_SHAPE, nothing changes.
  * Process-wide. */
 int k_set_gemm_weight_tiles(int tiles);
+/* Decode-form launches that took more than one weight tile a warp, for the gates */
+long long k_gemm_wide_tile_launches(void);
 /* 1: the mma projections (k_gemm, and k_gemm_group's members at prefill sizes) of at least 128
  * rows stage their rows of x and w through shared memory by cp.async, blocks of 8 warps over
  * 128 x 128 or 256 x 64 tiles (whichever takes fewer waves; the tile form where neither fills

@@ -239,8 +239,10 @@ typedef struct speed_switch {
     int with_wide; /* wide_loads on for both runs */
     int ms[SWITCH_MS_MAX];
     int n_ms;
-    int staged; /* the form the run with the switch on must take (k_gemm_plan_staged's
-                 * K_GEMM_STAGED_*); -1: any, printed */
+    int staged;     /* the form the run with the switch on must take (k_gemm_plan_staged's
+                     * K_GEMM_STAGED_*); -1: any, printed */
+    int wide_tiles; /* a serve.weight_tiles switch: its on run must launch wide warps exactly
+                     * from MMA_GEMM_TILES_MIN_M (4) rows */
 } speed_switch;
 
 static const char *staged_form(int shape) {
@@ -268,40 +270,40 @@ static void wgmma_128k(int on) { k_set_gemm_wgmma(on ? 2 : 0); }
 static void wgmma_64k_forced(int on) { k_set_gemm_wgmma(on ? 3 : 0); }
 static void wgmma_128k_forced(int on) { k_set_gemm_wgmma(on ? 4 : 0); }
 static const speed_switch wgmma_switch = {"wgmma", wgmma_64k, 0, {128, 130, 256, 1024, 1040, 2064},
-                                          6,       -1};
-static const speed_switch wgmma_128k_switch = {"wgmma_128k",           wgmma_128k, 0,
-                                               {128, 130, 1024, 2064}, 4,          -1};
+                                          6,       -1,        0};
+static const speed_switch wgmma_128k_switch = {
+    "wgmma_128k", wgmma_128k, 0, {128, 130, 1024, 2064}, 4, -1, 0};
 static const speed_switch wgmma_64k_forced_switch = {
-    "wgmma_64k_forced", wgmma_64k_forced, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_WG64};
+    "wgmma_64k_forced", wgmma_64k_forced, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_WG64, 0};
 static const speed_switch wgmma_128k_forced_switch = {
-    "wgmma_128k_forced", wgmma_128k_forced, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_WG128};
+    "wgmma_128k_forced", wgmma_128k_forced, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_WG128, 0};
 
-static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4, 0};
+static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4, 0, 0};
 /* serve.weight_tiles: inert below 4 rows (3), the lo form at 4 and 8 (wide loads on), the
  * 16-row form at 9, 16 and 32 (two row tiles); the narrow switch: the 16-row form at 4 and 8
  * (wide loads off) */
 static void weight_tiles_2(int on) { (void)k_set_gemm_weight_tiles(on ? 2 : 1); }
 static void weight_tiles_4(int on) { (void)k_set_gemm_weight_tiles(on ? 4 : 1); }
 static const speed_switch tiles2_switch = {
-    "weight_tiles_2", weight_tiles_2, 1, {3, 4, 8, 9, 16, 32}, 6, 0};
+    "weight_tiles_2", weight_tiles_2, 1, {3, 4, 8, 9, 16, 32}, 6, 0, 1};
 static const speed_switch tiles4_switch = {
-    "weight_tiles_4", weight_tiles_4, 1, {3, 4, 8, 9, 16, 32}, 6, 0};
+    "weight_tiles_4", weight_tiles_4, 1, {3, 4, 8, 9, 16, 32}, 6, 0, 1};
 static const speed_switch tiles2_narrow_switch = {
-    "weight_tiles_2_narrow", weight_tiles_2, 0, {4, 8}, 2, 0};
+    "weight_tiles_2_narrow", weight_tiles_2, 0, {4, 8}, 2, 0, 1};
 static const speed_switch tiles4_narrow_switch = {
-    "weight_tiles_4_narrow", weight_tiles_4, 0, {4, 8}, 2, 0};
+    "weight_tiles_4_narrow", weight_tiles_4, 0, {4, 8}, 2, 0, 1};
 static const speed_switch early_switch = {
-    "early_weights", k_set_early_weights, 1, {1, 2, 8, 9}, 4, 0};
+    "early_weights", k_set_early_weights, 1, {1, 2, 8, 9}, 4, 0, 0};
 static const speed_switch staged_switch = {
-    "staged", staged_by_waves, 0, {128, 130, 256, 1024, 1040, 2064}, 6, -1};
+    "staged", staged_by_waves, 0, {128, 130, 256, 1024, 1040, 2064}, 6, -1, 0};
 static const speed_switch staged_pair_switch = {
-    "staged_pairs", staged_pairs, 0, {128, 130, 1024, 2064}, 4, -1};
+    "staged_pairs", staged_pairs, 0, {128, 130, 1024, 2064}, 4, -1, 0};
 static const speed_switch staged_square_switch = {
-    "staged_128x128", staged_128x128, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_SQUARE};
+    "staged_128x128", staged_128x128, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_SQUARE, 0};
 static const speed_switch staged_tall_switch = {
-    "staged_256x64", staged_256x64, 0, {128, 256, 1040}, 3, K_GEMM_STAGED_TALL};
+    "staged_256x64", staged_256x64, 0, {128, 256, 1040}, 3, K_GEMM_STAGED_TALL, 0};
 static const speed_switch staged_pair_forced_switch = {
-    "staged_128x64", staged_128x64, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_PAIR};
+    "staged_128x64", staged_128x64, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_PAIR, 0};
 
 /* Both runs take x from a kernel launched just before the gemm, no synchronisation between them
  * (x poisoned with NaN before that kernel), as a step's projections take theirs: a switch that
@@ -327,13 +329,16 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
         /* x = bf(src * 1.0): src exactly */
         const k_scale_add_args produce = {.out = g.dx, .a = dsrc, .n = xs, .scale = 1.0f};
         int staged_ran = 0;
+        long long wide_ran = 0;
         for (int on = 0; on < 2 && !rc; on++) {
             k_set_wide_loads(sw->with_wide);
             sw->set(on);
             if (on) staged_ran = k_gemm_plan_staged(plan, m);
+            const long long wide_before = k_gemm_wide_tile_launches();
             rc |= k_copy_to_device(g.dy, poison, ys * 2) | k_copy_to_device(g.dx, poison, xs * 2) |
                   k_scale_add(&produce, NULL) | k_gemm(&a, NULL) | k_sync() |
                   k_copy_to_host(on ? g.y : off, g.dy, ys * 2);
+            if (on) wide_ran = k_gemm_wide_tile_launches() - wide_before;
             sw->set(0);
             k_set_wide_loads(0);
         }
@@ -343,14 +348,19 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
             nan_off += (off[j] & 0x7f80) == 0x7f80 && (off[j] & 0x7f);
         }
         const char *kernel = plan ? k_gemm_plan_kernel(plan) : NULL;
+        const int wide_ok = !sw->wide_tiles || (wide_ran > 0) == (m >= 4);
         TEST_CHECK(gate,
                    rc == 0 && differ == 0 && nan_off == 0 && kernel && strcmp(kernel, "mma") == 0 &&
-                       (sw->staged < 0 || staged_ran == sw->staged),
+                       (sw->staged < 0 || staged_ran == sw->staged) && wide_ok,
                    "rc %d, %ld of %zu outputs differ from the switch off's (exact rule), %ld NaN "
-                   "in the switch off's (want none); on %s (want mma); with the switch on %s%s%s%s",
+                   "in the switch off's (want none); on %s (want mma); with the switch on %s%s%s%s"
+                   "%s",
                    rc, differ, ys, nan_off, kernel ? kernel : "(no plan)", staged_form(staged_ran),
                    sw->staged < 0 ? "" : " (want ", sw->staged < 0 ? "" : staged_form(sw->staged),
-                   sw->staged < 0 ? "" : ")");
+                   sw->staged < 0 ? "" : ")",
+                   !sw->wide_tiles ? ""
+                   : wide_ran > 0  ? "; wide warps launched (want them from 4 rows)"
+                                   : "; no wide warps launched (want them from 4 rows)");
         k_gemm_plan_destroy(plan);
         gemm_bufs_free(&g);
         k_device_free(dsrc);
@@ -532,8 +542,12 @@ static void run_group(int m, int mixed, int ragged, int wide, int early, int til
     k_set_wide_loads(wide);
     k_set_early_weights(early);
     rc |= k_set_gemm_weight_tiles(tiles) != K_OK;
+    const long long wide_before = k_gemm_wide_tile_launches();
     const int fused_qkv = k_gemm_group_fuses(&qkv), fused_gu = k_gemm_group_fuses(&gup);
     if (!rc) rc |= k_gemm_group(&qkv, NULL) | k_gemm_group(&gup, NULL);
+    /* both groups' one launch with wide warps, where the tiles and the rows ask for them */
+    const long long wide_ran = k_gemm_wide_tile_launches() - wide_before,
+                    wide_want = tiles > 1 && m >= 4 && m <= 32 ? 2 : 0;
     k_set_wide_loads(0);
     k_set_early_weights(0);
     (void)k_set_gemm_weight_tiles(1);
@@ -569,15 +583,17 @@ static void run_group(int m, int mixed, int ragged, int wide, int early, int til
         free(h);
         free(h2);
     }
-    const int path_ok = fused_qkv == want_fused && fused_gu == (m <= 32);
+    const int path_ok = fused_qkv == want_fused && fused_gu == (m <= 32) &&
+                        (mixed || wide_ran == wide_want); /* mixed: the runs use tiles 1 */
     TEST_CHECK(gate, rc == 0 && differ == 0 && total > 0 && path_ok,
                "rc %d, %ld of %ld outputs differ from the members' own calls (exact rule); "
-               "q|k|v %s, gate|up %s (want %s, %s); k on %s",
+               "q|k|v %s, gate|up %s (want %s, %s); k on %s; %lld launches with wide warps "
+               "(want %lld)",
                rc, differ, total, fused_qkv ? "one launch" : "separate calls",
                fused_gu ? "one launch" : "separate calls",
                want_fused ? "one launch" : "separate calls",
                m <= 32 ? "one launch" : "separate calls",
-               plan[1] ? k_gemm_plan_kernel(plan[1]) : "(no plan)");
+               plan[1] ? k_gemm_plan_kernel(plan[1]) : "(no plan)", wide_ran, wide_want);
     for (int i = 0; i < 5; i++) {
         k_gemm_plan_destroy(plan[i]);
         gemm_bufs_free(&b[i]);

@@ -382,10 +382,16 @@ static void check_switch(const char *name, const shape *s, int rows, void *d_gu,
  * generated ones: those equal the other paths' run of them alone, the prompt rows the all-prompt
  * call's, bit for bit; bad ids: their rows NaN, the others as in the all-prompt call. With `one`,
  * every row's items on experts 0..top_k-1, so each expert's bucket holds every row (several tiles,
- * the last partial). */
+ * the last partial). base: the first tile's run keeps its x and all-prompt output there, and
+ * each later tile's run takes that x and must give that output bit for bit (an item's bits do
+ * not depend on the tile). */
+typedef struct tile_base {
+    bf16_t *x, *all; /* [rows, d_model] each, NULL until the first run */
+} tile_base;
+
 static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, const bf16_t *dn_h,
                                  void *d_gu, void *d_dn, const int32_t *idx_in, const float *w,
-                                 int one, int tile) {
+                                 int one, int tile, tile_base *base) {
     char gate[160];
     snprintf(gate, sizeof gate, "moe_prompt_experts[e%d k%d dm%d de%d rows%d tile%d%s]",
              s->n_expert, s->top_k, s->d_model, s->d_expert, rows, tile,
@@ -400,18 +406,34 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     for (size_t i = 0; !rc && i < nk; i++)
         idx[i] = one ? (int32_t)(i % (size_t)s->top_k) : idx_in[i];
     if (!rc) {
-        fill_uniform(x, nx, 1.0f, 0.0f);
+        if (base->x)
+            memcpy(x, base->x, nx * 2);
+        else
+            fill_uniform(x, nx, 1.0f, 0.0f);
         rc = k_copy_to_device(d_x, x, nx * 2) | k_copy_to_device(d_idx, idx, nk * 4) |
              k_copy_to_device(d_w, w, nk * 4);
     }
     k_moe_experts_args a = experts_args(s, rows, d_out, d_x, d_gu, d_dn, d_idx, d_w);
     const int gen = rows > 4 ? 3 : 1, half = rows / 2;
-    long differ = 0;
+    long differ = 0, tile_differ = 0;
     k_set_moe_prompt_experts(1);
     if (!rc) rc = k_set_moe_prompt_tile(tile);
     if (!rc) { /* every row a prompt row */
         a.prompt_rows = rows;
         rc = experts_with(&a, (switches){1, 3, 0}, all, nx);
+    }
+    if (!rc && base->all) { /* against the first tile's run, row by row */
+        for (int r = 0; r < rows; r++)
+            tile_differ += memcmp(all + (size_t)r * s->d_model, base->all + (size_t)r * s->d_model,
+                                  row_bytes) != 0;
+    } else if (!rc) {
+        base->x = malloc(nx * 2);
+        base->all = malloc(nx * 2);
+        rc = !base->x || !base->all;
+        if (!rc) {
+            memcpy(base->x, x, nx * 2);
+            memcpy(base->all, all, nx * 2);
+        }
     }
     if (!rc) { /* the same rows as two calls */
         k_moe_experts_args b = a;
@@ -472,12 +494,13 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     const size_t want_nan = rows > 1 ? 2 : 1;
     TEST_CHECK(gate,
                rc == 0 && t.rc == 0 && t.unwritten == 0 && t.rel <= 1e-2 && t.den > 0 &&
-                   differ == 0 && nan_rows == want_nan && bad_differ == 0,
+                   differ == 0 && nan_rows == want_nan && bad_differ == 0 && tile_differ == 0,
                "against the CPU twin rel err %.2e (limit 1e-2), unwritten %d; %ld of 4 row "
                "ranges differ in some bit (two calls; %d generated rows against the other paths; "
                "the prompt rows beside them); with bad ids NaN rows %zu (want %zu), other rows "
-               "differing %zu, rc %d/%d",
-               t.rel, t.unwritten, differ, gen, nan_rows, want_nan, bad_differ, rc, t.rc);
+               "differing %zu; %ld rows differ from the first tile's run; rc %d/%d",
+               t.rel, t.unwritten, differ, gen, nan_rows, want_nan, bad_differ, tile_differ, rc,
+               t.rc);
     k_device_free(d_x);
     k_device_free(d_out);
     k_device_free(d_idx);
@@ -546,12 +569,19 @@ static void run_shape(const shape *s, uint64_t seed) {
                 test_fail("moe_prefill_staged(one expert)", "out of host memory");
             }
             free(one);
-            /* the default tile and one past the 26B-A4B's usual bucket (~64 items an expert
-             * at 1,024 rows): one tile an expert, mostly */
-            for (int tile = 64; tile <= 128; tile += 64) {
-                check_prompt_experts(s, rows, gu, dn, d_gu, d_dn, idx, w, 0, tile);
-                check_prompt_experts(s, rows, gu, dn, d_gu, d_dn, idx, w, 1, tile);
+            /* the default tile, one past the 26B-A4B's usual bucket (~64 items an expert at
+             * 1,024 rows: one tile an expert, mostly), and one no multiple of 8; each against
+             * the first's bits */
+            static const int tiles[] = {64, 128, 100};
+            tile_base spread = {0}, one_set = {0};
+            for (size_t ti = 0; ti < sizeof tiles / sizeof tiles[0]; ti++) {
+                check_prompt_experts(s, rows, gu, dn, d_gu, d_dn, idx, w, 0, tiles[ti], &spread);
+                check_prompt_experts(s, rows, gu, dn, d_gu, d_dn, idx, w, 1, tiles[ti], &one_set);
             }
+            free(spread.x);
+            free(spread.all);
+            free(one_set.x);
+            free(one_set.all);
         }
         if (mma && nk <= 8) { /* one decode row: where serve.wide_loads applies */
             check_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
