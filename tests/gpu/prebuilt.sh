@@ -1,24 +1,37 @@
 #!/usr/bin/env bash
 # tests/gpu/prebuilt.sh - the GPU build's objects made here, carried to the device machine so a
-# short call links instead of compiling (~3 min of nvcc on its 16 cores, the most of a call's
-# build). The objects are only good for the tree they were built from: pack right after
-# `./build.sh tests` with nothing edited since.
+# short call links instead of compiling (nvcc over every kernel on its 16 cores, the most of a
+# call's build). The objects are only good for the sources they were built from: pack right after
+# `./build.sh tests`; pack records a digest of those sources, and unpack refuses (the build then
+# compiles everything, as without this) where the tree it lands in differs.
 #   prebuilt.sh pack     here: build/obj and build/gen into .prebuilt/objs.tar.xz (~11 MB; carry
-#                        .prebuilt, ignored by git)
+#                        .prebuilt, ignored by git), and the sources' digest beside them
 #   prebuilt.sh unpack   there, before the build: unpacks them and stamps every file with one
 #                        time, later than the copied sources', so build.sh's staleness test
 #                        (an object older than its source or any header) keeps them; the
 #                        device copy need not keep the files' times
 set -eu
+# what the objects are built from: the sources, headers and model descriptions, and build.sh (its
+# flags); a digest over their contents, so a copy elsewhere gives the same one
+digest() {
+    find runtime graph kernels codegen tests -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' \
+        -o -name '*.cuh' -o -name '*.ini' \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum |
+        cat - <(sha256sum build.sh) | sha256sum | cut -d' ' -f1
+}
 case ${1:-} in
 pack)
     [ -d build/obj ] && [ -d build/gen ] || { echo "no build/obj or build/gen: ./build.sh tests first"; exit 2; }
     mkdir -p .prebuilt
     tar cf - build/obj build/gen | xz -T0 -6 > .prebuilt/objs.tar.xz
+    digest > .prebuilt/sources.sha256
     echo "packed $(du -h .prebuilt/objs.tar.xz | cut -f1) into .prebuilt/objs.tar.xz"
     ;;
 unpack)
     [ -f .prebuilt/objs.tar.xz ] || { echo "no .prebuilt/objs.tar.xz: the build compiles everything"; exit 0; }
+    if [ "$(cat .prebuilt/sources.sha256 2>/dev/null)" != "$(digest)" ]; then
+        echo "the sources differ from those the objects were packed from: not unpacked, the build compiles everything"
+        exit 0
+    fi
     xz -dc .prebuilt/objs.tar.xz | tar xf -
     stamp=$(( $(date +%s) + 2 ))
     find build/obj build/gen -type f -exec touch -d "@$stamp" {} +
