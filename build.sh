@@ -298,7 +298,7 @@ lint() {
 # The device plans parse: a syntax error found on the GPU box costs a call's minutes, here none
 plans_parse() {
     local f bad=0 n=0
-    for f in tests/gpu/box_queue.sh tests/gpu/plans/*.sh; do
+    for f in tests/gpu/box_queue.sh tests/gpu/prebuilt.sh tests/gpu/plans/*.sh; do
         n=$((n + 1))
         bash -n "$f" 2> "$B/plans_parse.err" || { bad=1; echo "FAIL plans_parse: $f: $(head -1 "$B/plans_parse.err")"; }
     done
@@ -326,6 +326,42 @@ run_test() {
         echo "FAIL $name: printed $got gate lines of the $plan it declared (see $B/tests/$name.stderr)"
     fi
     return 0
+}
+
+# tests/gpu/prebuilt.sh, which device calls rely on to link instead of compiling: this build's
+# objects packed, unpacked into a copy of the tree whose files all have fresh times (as the device
+# copy's may), must build there without one object compiled again; and with one source changed
+# after packing, unpack must leave them out. Where it fails, a device call would spend minutes on
+# nvcc without a word.
+prebuilt_check() {
+    local copy="$B/prebuilt-check" log="$B/prebuilt-check.log" unpacked recompiled refused
+    if [ $HAVE_NVCC = 0 ]; then echo "SKIP prebuilt: skipped: no nvcc (a CPU-only build)"; return; fi
+    if [ "$B" != build ]; then echo "SKIP prebuilt: skipped: packs build/, this build is $B"; return; fi
+    rm -rf "$copy" && mkdir -p "$copy"
+    if ! { tests/gpu/prebuilt.sh pack && git ls-files | tar cf - -T - .prebuilt $([ -d .deps ] && echo .deps) |
+        tar xf - -C "$copy" --touch; } > "$log" 2>&1; then
+        echo "FAIL prebuilt: could not pack or copy the tree (see $log)"; return
+    fi
+    unpacked=$(cd "$copy" && bash tests/gpu/prebuilt.sh unpack 2>&1)
+    if (cd "$copy" && env -u BUILD_DIR ./build.sh tests) >> "$log" 2>&1; then
+        # (the schedules' GPU bindings, *.gpu.o, are compiled by every build: a few seconds of gcc)
+        recompiled=$(find "$copy/build/obj" -name '*.o' ! -name '*.gpu.o' -newer "$copy/build/obj/flags" |
+            wc -l)
+    else
+        recompiled="the build failed"
+    fi
+    refused=$(cd "$copy" && echo "/* changed after packing */" >> kernels/moe.cu &&
+        bash tests/gpu/prebuilt.sh unpack 2>&1)
+    rm -rf "$copy"
+    if [[ $unpacked != unpacked* ]]; then
+        echo "FAIL prebuilt: unpack into a fresh copy of the same tree said: $unpacked"
+    elif [ "$recompiled" != 0 ]; then
+        echo "FAIL prebuilt: the fresh copy's build after unpack: $recompiled objects compiled again (see $log)"
+    elif [[ $refused != *"not unpacked"* ]]; then
+        echo "FAIL prebuilt: unpack took objects packed from other sources: $refused"
+    else
+        echo "PASS prebuilt: unpacked into a fresh copy, its build compiled no object; refused after a source change"
+    fi
 }
 
 # The kernel trace build (./build.sh trace) must keep compiling, though only a GPU runs it.
@@ -692,6 +728,7 @@ suite_test() {
         run_test python3 tests/full/test_judge.py
         run_test python3 tests/gpu/ab_table.py --self-test # the plans' A/B reader, on a sample
         plans_parse
+        prebuilt_check
         fuzz_suite "${FUZZ_SECONDS:-20}"
         sanitized_suite
         trace_build_check
