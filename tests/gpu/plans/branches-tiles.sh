@@ -42,27 +42,27 @@ ab_next() {
     for r in 1 2; do
         for b in 4 16; do
             for v in 1 2 4; do
-                bench26 "round $r, $b rows, weight_tiles $v" --set serve.weight_tiles=$v \
+                bench26 "$b rows, weight_tiles $v, round $r" --set serve.weight_tiles=$v \
                     --batch $b --prompt 1024 --steps 32
             done
         done
         for b in 1 16; do
             for v in 0 16; do
-                bench26 "round $r, $b rows, moe_branches $v" --set serve.moe_branches=$v \
+                bench26 "$b rows, moe_branches $v, round $r" --set serve.moe_branches=$v \
                     --batch $b --prompt 1024 --steps 32
             done
         done
         for v in 0 4096; do
-            bench26 "round $r, prefill, moe_branches $v" --set serve.moe_branches=$v \
+            bench26 "prefill, moe_branches $v, round $r" --set serve.moe_branches=$v \
                 --batch 1 --prompt 1024 --steps 8
         done
-        bench26 "round $r, prefill, prompt_experts 0" --batch 1 --prompt 1024 --steps 8
+        bench26 "prefill, prompt_experts 0, round $r" --batch 1 --prompt 1024 --steps 8
         for t in 64 96 128; do
-            bench26 "round $r, prefill, prompt_experts 1, prompt_tile $t" \
+            bench26 "prefill, prompt_experts 1, prompt_tile $t, round $r" \
                 --set serve.prompt_experts=1 --set serve.prompt_tile=$t --batch 1 --prompt 1024 \
                 --steps 8
         done
-        bench26 "round $r, prefill, prompt_experts 1, prompt_tile 128, moe_branches 4096" \
+        bench26 "prefill, prompt_experts 1, prompt_tile 128, moe_branches 4096, round $r" \
             --set serve.prompt_experts=1 --set serve.prompt_tile=128 \
             --set serve.moe_branches=4096 --batch 1 --prompt 1024 --steps 8
     done
