@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """tests/gpu/ab_table.py - a plan's A/B log (bench_decode runs under "== setting" headers, as
 tests/gpu/plans/next-session.sh's `ab` step prints them) as a markdown table: per setting, in the
-order the log first names it, each run's graphed decode step median, its breakdown's attention
-and experts rows (the first breakdown it prints) and its prefill wall time, one column a run,
+order the log first names it, each run's graphed decode step median, its breakdown's attention,
+experts and projection rows (the first breakdown it prints; q|k|v and gate|up are one step each
+where the schedule groups them) and its prefill wall time, one column a run,
 so that the rounds of a paired A/B read side by side. A reading aid for docs/perf-notes.md, not a test. Standard library only (the GPU
 box installs nothing).
 
@@ -16,8 +17,11 @@ import sys
 HEADER = re.compile(r"^== (.*?)(?:, round \d+)?\s*$")
 DECODE = re.compile(r"^decode step: median ([0-9.]+) ms")
 PREFILL = re.compile(r"^prefill: .* in ([0-9.]+) ms")
-# the breakdown's rows ("attention   2.010   15.1%  ..."): the step's name, then its ms
-STEP = re.compile(r"^(attention|experts)\s+([0-9.]+)\s")
+# the breakdown's rows ("attention   2.010   15.1%  ..."): the step's name, then its ms; the
+# steps read, each with the short name render gives it, in render's order
+STEP_NAMES = (("attention", "attn"), ("experts", "experts"), ("q_proj+k_proj+v_proj", "qkv"),
+              ("o_proj", "o"), ("gate_proj+up_proj", "gate|up"), ("down_proj", "down"))
+STEP = re.compile(r"^(" + "|".join(re.escape(k) for k, _ in STEP_NAMES) + r")\s+([0-9.]+)\s")
 
 
 def parse(lines):
@@ -57,10 +61,7 @@ def render(rows):
             parts = []
             if "decode" in r:
                 parts.append(f"{r['decode']:.3f}")
-            if "attention" in r:
-                parts.append(f"attn {r['attention']:.3f}")
-            if "experts" in r:
-                parts.append(f"experts {r['experts']:.3f}")
+            parts += [f"{short} {r[key]:.3f}" for key, short in STEP_NAMES if key in r]
             if "prefill" in r:
                 parts.append(f"prefill {r['prefill']:.1f}")
             cells.append(", ".join(parts) if parts else "-")
@@ -73,6 +74,7 @@ SAMPLE = """-- round 1
 == gemma4-26b-a4b, 16 rows, bf16 pool, attn_half_units 0
 decode step: median 13.271 ms, p90 13.300 ms, min 13.200 ms (1205.6 tok/s at batch 16)
 attention                                       2.010     15.1%       60      3.700     1840.0
+q_proj+k_proj+v_proj                            0.512      3.9%       30      1.200     2343.8
 == gemma4-26b-a4b, 16 rows, bf16 pool, attn_half_units 1
 decode step: median 12.900 ms, p90 12.950 ms, min 12.800 ms (1240.3 tok/s at batch 16)
 -- round 2
@@ -89,13 +91,14 @@ experts                                        34.530     39.9%       30     45.
 def self_test():
     rows = parse(SAMPLE.splitlines())
     want = [("gemma4-26b-a4b, 16 rows, bf16 pool, attn_half_units 0",
-             [{"decode": 13.271, "attention": 2.010}, {"decode": 13.268}]),
+             [{"decode": 13.271, "attention": 2.010, "q_proj+k_proj+v_proj": 0.512},
+              {"decode": 13.268}]),
             ("gemma4-26b-a4b, 16 rows, bf16 pool, attn_half_units 1", [{"decode": 12.9}]),
             ("gemma4-26b-a4b, one 1,024-token prompt, moe_prefill_tiles 2",
              [{"prefill": 86.6}, {"prefill": 86.4, "experts": 34.53}])]
     ok = rows == want
     table = render(rows)
-    ok = ok and "| 13.271, attn 2.010 | 13.268 |" in table and "prefill 86.4" in table
+    ok = ok and "| 13.271, attn 2.010, qkv 0.512 | 13.268 |" in table and "prefill 86.4" in table
     print(("PASS" if ok else "FAIL") + " ab_table_self_test: a sample log of 3 settings and 5 "
           "runs " + ("parsed and rendered as written" if ok else "read wrongly (below)"))
     if not ok:
