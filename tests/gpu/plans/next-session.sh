@@ -94,58 +94,8 @@ want gates && step gates ./build.sh gpu-test test_gemm_lt test_moe test_attn
 want probe && step probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
     -gencode arch=compute_90a,code=sm_90a -O2 -I. tests/gpu/probe_tc_order.cu \
     -o build/tests/probe_tc_order && build/tests/probe_tc_order'
-# serve.prompt_experts' tile form (written in the thirty-second session; 72 of test_moe's gates ran
-# on an H100 before its call ended): test_moe, the engine gates with it on, then a 1,024-token
-# prefill of the 26B-A4B at 0 and 1, two rounds (predicted its experts 31.0 -> ~14-17 ms on the
-# H100, ~12-14 on the H200; the strided form measured 25.5 there), ~8 min with the build
-pe_next() {
-    local r v
-    for r in 1 2; do
-        for v in 0 1; do
-            echo "== round $r, gemma4-26b-a4b prefill, prompt_experts $v"
-            timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
-                --set model.weights=dummy --set serve.max_context=4096 \
-                --set serve.prompt_experts=$v --batch 1 --prompt 1024 --steps 8 |
-                grep -E "^prefill|^decode step|expert|breakdown|^prompt experts"
-        done
-    done
-}
-want pe && ! want pgates && step pe-gates ./build.sh gpu-test test_moe
-want pe && step pe-engine env G4_FIXTURE_SET="serve.prompt_experts=1" ./build.sh gpu-test \
-    engine_vs_hf trained
-pe_ab() { await_make && pe_next; }
-want pe && step pe-ab pe_ab
-# serve.moe_branches (written in the thirty-second session, not run): the MoE branch on a second
-# stream beside the dense MLP (decode and prompt steps). Gates: the GPU pinned recording with it
-# on (graphs and eager steps; in pinned_composition's list), the engine gates with it on (batch
-# invariance, the graphs' equality); then bench_decode at 1 and 16 26B-A4B rows, 0 against 16, and a 1,024-token
-# prefill, 0 against 4096, two rounds (predicted -0.3 to -0.6 ms at one row, -0.1 to -0.3 at 16,
-# -1.5 to -3 ms of the prefill), ~7 min with the build
-br_next() {
-    local r v b
-    await_make
-    for r in 1 2; do
-        for b in 1 16; do
-            for v in 0 1; do
-                echo "== round $r, gemma4-26b-a4b, $b rows, moe_branches $((v * 16))"
-                timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
-                    --set model.weights=dummy --set serve.max_context=4096 \
-                    --set serve.moe_branches=$((v * 16)) --batch $b --prompt 1024 --steps 32 |
-                    grep -E "^decode step|^floor"
-            done
-        done
-        for v in 0 4096; do
-            echo "== round $r, gemma4-26b-a4b prefill, moe_branches $v"
-            timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
-                --set model.weights=dummy --set serve.max_context=4096 \
-                --set serve.moe_branches=$v --batch 1 --prompt 1024 --steps 8 |
-                grep -E "^prefill:|^decode step"
-        done
-    done
-}
-want br && step br-gates env G4_FIXTURE_SET="serve.moe_branches=64" ./build.sh gpu-test \
-    engine_vs_hf pinned_composition
-want br && step br-ab br_next
+# (`pe` and `br`, serve.prompt_experts' tile form and serve.moe_branches alone, were here: `pe`
+# ran in the thirty-third session, and `bt` above measures and gates both, with the prompt tile)
 # (not in the default) whether cuBLASLt's plans sum k as one natural 16-k instruction after another
 # (tests/gpu/probe_lt_order.cu; docs/perf-notes.md, thirtieth session): nvcc and one run, ~40 s
 want lt-probe && step lt-probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 \
