@@ -86,15 +86,19 @@ say() { echo "build.sh: $*" >&2; }
 
 have_header() { [ -f "/usr/include/$1" ] || [ -f "$DEPS_ROOT/usr/include/$1" ]; }
 
-# Libraries are required; the lint and musl tools only for ./build.sh test. As root, missing
-# packages are installed; where that fails (the offline GPU box) libraries come from .deps/.
+# Libraries are required; the lint and musl tools only for ./build.sh test and lint (argument
+# "tools"), so that a build on the offline GPU box, whose libraries come from .deps/, does not
+# spend minutes on an apt-get that cannot resolve its mirrors. As root, missing packages are
+# installed; where that fails, libraries come from .deps/.
 ensure_deps() {
     local missing="" tools=""
     have_header ini.h || missing="$missing libinih-dev"
     have_header jansson.h || missing="$missing libjansson-dev"
-    command -v musl-gcc >/dev/null || tools="$tools musl-tools"
-    for t in clang clang-format cppcheck clang-tidy; do command -v $t >/dev/null || tools="$tools $t"; done
-    command -v python3 >/dev/null || tools="$tools python3" # release driver and batching tests
+    if [ "${1:-}" = tools ]; then
+        command -v musl-gcc >/dev/null || tools="$tools musl-tools"
+        for t in clang clang-format cppcheck clang-tidy; do command -v $t >/dev/null || tools="$tools $t"; done
+        command -v python3 >/dev/null || tools="$tools python3" # release driver and batching tests
+    fi
     [ -z "$missing$tools" ] && return 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         say "installing Debian packages:$missing$tools"
@@ -569,14 +573,14 @@ gpu_gates() {
             # the router's lanes form, the decode k loops' wide load groups, the early
             # weight loads (off by default, on here), the attention's query tiles (at 64 rows by
             # default; at 1 here, so that the recording's short prompts take them too) and the
-            # MoE branch beside the dense MLP on a stream of its own (off by default, on here),
+            # MoE branch beside the dense MLP on a stream of its own (on by default, off here),
             # the decode projections' warps over 2 and 4 weight tiles (1 by default; the
             # recording's decode steps of 4 rows take them)
             local set
             for set in serve.fuse_projections=0 serve.attn_fold=0 serve.moe_bucket_in_up=0 \
                 serve.attn_cluster_rows=16 serve.moe_prefill_tiles=0 serve.row_chain=0 \
                 serve.moe_route_lanes=0 serve.wide_loads=0 serve.row_chain=2 \
-                serve.early_weights=1 serve.attn_query_tiles=1 serve.moe_branches=64 \
+                serve.early_weights=1 serve.attn_query_tiles=1 serve.moe_branches=0 \
                 serve.weight_tiles=2 serve.weight_tiles=4; do
                 BUILD_DIR="$B" PINNED_SET=$set run_test python3 tests/proto/test_pinned.py \
                     --backend gpu
@@ -720,10 +724,9 @@ suite_test() {
         BUILD_DIR="$B" run_test python3 tests/proto/test_startup_faults.py
         BUILD_DIR="$B" run_test python3 tests/proto/test_soak.py  # 10,000 requests, ~5 min
         BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend cpu
-        # serve.moe_branches' layer form (the router and experts after the fork, the dense MLP
-        # after them, buffers of their own) answers the same bytes on the CPU, which runs the
-        # two branches in turn
-        BUILD_DIR="$B" PINNED_SET=serve.moe_branches=64 run_test python3 tests/proto/test_pinned.py \
+        # serve.moe_branches off (on by default: the router and experts after the fork, the dense
+        # MLP after them, buffers of their own, run in turn on the CPU) answers the same bytes
+        BUILD_DIR="$B" PINNED_SET=serve.moe_branches=0 run_test python3 tests/proto/test_pinned.py \
             --backend cpu
         run_test python3 tests/full/test_judge.py
         run_test python3 tests/gpu/ab_table.py --self-test # the plans' A/B reader, on a sample
@@ -748,7 +751,7 @@ suite_gpu() {
 case "${1:-build}" in
 build) ensure_deps; build_all ;;
 tests) ensure_deps; build_all; build_tests ;; # the test programs, nothing run
-test) ensure_deps; suite_test ;;
+test) ensure_deps tools; suite_test ;;
 gpu-test) shift; suite_gpu "$@" ;;
 fuzz) ensure_deps; build_all; shift; { fuzz_suite "${1:-600}"; echo "$SUITE_END"; } | summarize ;;
 bench)
@@ -762,7 +765,7 @@ bench)
         done; done
     else say "no GPU: decode figures need one"; fi ;;
 format) hand_sources | xargs clang-format -i --style=file; say "formatted" ;;
-lint) ensure_deps; generate; { lint; echo "$SUITE_END"; } | summarize ;;
+lint) ensure_deps tools; generate; { lint; echo "$SUITE_END"; } | summarize ;;
 deps) fill_deps ;;
 debug)
     B=build/debug; INC="-I. -I$B/gen"; [ -d "$DEPS_ROOT/usr/include" ] && INC="$INC -I$DEPS_ROOT/usr/include"

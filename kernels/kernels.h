@@ -481,7 +481,7 @@ void k_set_moe_prompt_experts(int on);
  * Set it before the workspace is reserved, as the switch. */
 #define K_PROMPT_TILE_MIN 16
 #define K_PROMPT_TILE_MAX 256
-#define K_PROMPT_TILE_DEFAULT 64
+#define K_PROMPT_TILE_DEFAULT 96
 int k_set_moe_prompt_tile(int items);
 /* With the switch on, makes the prompt path's cuBLASLt plans for the model's expert shape now
  * (at load: otherwise the first prompt pays ~10 ms for them). Where cuBLASLt has no split-k-1

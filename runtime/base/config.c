@@ -183,8 +183,8 @@ void config_defaults(g4_config *c) {
     c->serve.prompt_gemm = 1;         /* prompt rows at cuBLASLt's rate (docs/prompt-rows.md) */
     c->serve.prompt_experts = 0;      /* moves prompt rows' bits (docs/prompt-rows.md) */
     c->serve.weight_tiles = 1;        /* not yet measured (docs/configuration.md) */
-    c->serve.prompt_tile = 64;        /* K_PROMPT_TILE_DEFAULT (docs/prompt-rows.md) */
-    c->serve.moe_branches = 0;        /* not yet run on the GPU (docs/decode-design.md) */
+    c->serve.prompt_tile = 96;        /* K_PROMPT_TILE_DEFAULT (docs/prompt-rows.md) */
+    c->serve.moe_branches = 64;       /* measured faster (docs/decode-design.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
     c->serve.text_max_tokens = 512;

@@ -79,8 +79,8 @@ static void test_defaults(void) {
         c.serve.attn_early_lookup == 0 && c.serve.attn_longest_first == 1 &&
         c.serve.attn_stats_together == 1 && c.serve.attn_tile_fold == 1 &&
         c.serve.gemm_staged == 0 && c.serve.gemm_wgmma == 0 && c.serve.prompt_gemm == 1 &&
-        c.serve.prompt_experts == 0 && c.serve.prompt_tile == 64 && c.serve.weight_tiles == 1 &&
-        c.serve.moe_branches == 0 && c.serve.sample_threads == 0 && c.log.level == LOG_INFO &&
+        c.serve.prompt_experts == 0 && c.serve.prompt_tile == 96 && c.serve.weight_tiles == 1 &&
+        c.serve.moe_branches == 64 && c.serve.sample_threads == 0 && c.log.level == LOG_INFO &&
         c.debug.sync == 0 && c.debug.gemm == 3;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
                c.serve.max_context);
