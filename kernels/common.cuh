@@ -132,27 +132,4 @@ static inline cudaError_t k_launch(void (*kernel)(Params...), dim3 grid, dim3 bl
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
-/* k_launch for a kernel whose blocks meet in thread block clusters of cluster_x blocks along x
- * (co-resident, each able to read the others' shared memory). */
-template <typename... Params, typename... Args>
-static inline cudaError_t k_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block,
-                                           size_t smem, cudaStream_t st, unsigned cluster_x,
-                                           Args &&...args) {
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = k_pdl_enabled;
-    attr[1].id = cudaLaunchAttributeClusterDimension;
-    attr[1].val.clusterDim.x = cluster_x;
-    attr[1].val.clusterDim.y = 1;
-    attr[1].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cfg.attrs = attr;
-    cfg.numAttrs = 2;
-    return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
-
 #endif

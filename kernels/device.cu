@@ -117,7 +117,6 @@ extern "C" int k_profiler_range(int on) {
 #ifdef G4_KERNEL_TRACE
 #define K_TRACE_UNITS(X)                                                                           \
     X(attn)                                                                                        \
-    X(attn_cluster)                                                                                \
     X(attn_mma)                                                                                    \
     X(attn_prep)                                                                                   \
     X(attn_window) X(fill) X(gemm_lt) X(gemm_wgmma) X(moe) X(moe_wgmma) X(norm) X(sample)

@@ -389,8 +389,8 @@ void k_set_row_chain(int mode);
  * path they test. */
 int k_row_ops_chained(const k_row_ops_args *a);
 
-/* kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_cluster.cu, attn_mma.cu: the per-family prep
- * and the paged attention (head dims 256 and 512) */
+/* kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_mma.cu: the per-family prep and the paged
+ * attention (head dims 256 and 512) */
 int k_attn_prep(const k_attn_prep_args *a, g4_stream st);
 int k_attention(const k_attention_args *a, g4_stream st);
 /* On: an attention launch of at most K_ATTN_FOLD_PAIRS (row, KV head) pairs (a decode step) of
@@ -401,13 +401,6 @@ int k_attention(const k_attention_args *a, g4_stream st);
 #define K_ATTN_FOLD_PAIRS 4096
 #define K_ATTN_FOLD_HEAD_ELEMS 1024
 void k_set_attn_fold(int on);
-/* Attention launches of at most this many rows (decode steps) on the windowed layers of head
- * dim 256, groups up to 4, windows up to 1,024 keys, run both passes and the combine in one
- * kernel whose blocks meet in a thread block cluster (serve.attn_cluster_rows, 0: never; speed
- * only: the same arithmetic in the same order, so the same bits). Process-wide. */
-void k_set_attn_cluster_rows(int rows);
-/* 1 when the card runs the cluster kernel (every instantiation), else 0 (the split kernels). */
-int k_attn_cluster_available(void);
 /* On: every attention launch takes its products on tensor cores (kernels/attn_mma.cu,
  * serve.attn_mma): the same rounding points, other fp32 summation orders, so other bits than the
  * CUDA-core kernels' (both within the op gate's bound of the reference). Process-wide. */

@@ -116,7 +116,6 @@ int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
 }
 void k_gemm_fuse(int on) { (void)on; }
 void k_set_attn_fold(int on) { (void)on; }
-void k_set_attn_cluster_rows(int rows) { (void)rows; }
 void k_set_attn_mma(int on) { (void)on; }
 void k_set_attn_query_tiles(int rows) { (void)rows; }
 void k_set_attn_fp8_frags(int on) { (void)on; }
@@ -128,7 +127,6 @@ void k_set_attn_stats_together(int on) { (void)on; }
 void k_set_attn_tile_fold(int on) { (void)on; }
 long long k_attn_tile_folds(void) { return 0; }
 long long k_attn_tile_launches(void) { return 0; }
-int k_attn_cluster_available(void) { return 0; }
 void k_set_moe_prefill_tiles(int mode) { (void)mode; }
 void k_set_row_chain(int mode) { (void)mode; }
 int k_row_ops_chained(const k_row_ops_args *a) {

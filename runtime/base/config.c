@@ -86,14 +86,13 @@ static const struct cfg_key {
     CFG_SWITCH(serve, fuse_projections),
     CFG_SWITCH(serve, attn_fold),
     CFG_SWITCH(serve, moe_bucket_in_up),
-    CFG_RANGE(serve, attn_cluster_rows, 0, 65535), /* a launch's rows: the grid's z */
-    CFG_RANGE(serve, moe_prefill_tiles, 0, 4),     /* 4: on wgmma */
+    CFG_RANGE(serve, moe_prefill_tiles, 0, 4), /* 4: on wgmma */
     CFG_RANGE(serve, row_chain, 0, 3), /* 0 off, 1 rows up to 3,072, 2 up to 6,144, 3 2 loaded */
     CFG_SWITCH(serve, moe_route_lanes),
     CFG_SWITCH(serve, wide_loads),
     CFG_SWITCH(serve, early_weights),
     CFG_SWITCH(serve, attn_mma),
-    CFG_RANGE(serve, attn_query_tiles, 0, 65535), /* a launch's rows, as attn_cluster_rows */
+    CFG_RANGE(serve, attn_query_tiles, 0, 65535), /* a launch's rows: the grid's z */
     CFG_SWITCH(serve, attn_fp8_frags),
     CFG_SWITCH(serve, attn_half_units),
     CFG_SWITCH(serve, attn_global_keep),
@@ -163,7 +162,6 @@ void config_defaults(g4_config *c) {
     c->serve.fuse_projections = 1;
     c->serve.attn_fold = 1;           /* measured on the H200 (docs/configuration.md) */
     c->serve.moe_bucket_in_up = 1;    /* measured faster (docs/configuration.md) */
-    c->serve.attn_cluster_rows = 0;   /* measured no faster (docs/configuration.md) */
     c->serve.moe_prefill_tiles = 3;   /* measured faster (docs/configuration.md) */
     c->serve.row_chain = 3;           /* measured faster (docs/configuration.md) */
     c->serve.moe_route_lanes = 1;     /* measured faster (docs/configuration.md) */

@@ -20,7 +20,7 @@
 #            the three switches written after the twenty-sixth session's device time, off:
 #            test_attn's `half units` gates (serve.attn_half_units: the bf16 pool's head-dim-256
 #            passes in units of 32 keys, bits against the 64-key units), the fold-NaN paths'
-#            fourth variant, and its `global keep` gates (serve.attn_global_keep: the global
+#            third variant, and its `global keep` gates (serve.attn_global_keep: the global
 #            layers' P.V pass reading kept scores, bits against scoring again) and its `early
 #            lookup` gates (serve.attn_early_lookup: page-table look-ups before the grid wait);
 #            the build included, ~8 min
