@@ -10,8 +10,6 @@ int k_pdl_enabled = 1;
 extern "C" void k_set_pdl(int on) { k_pdl_enabled = on ? 1 : 0; }
 int k_wide_loads = 0; /* serve.wide_loads' default: off until measured */
 extern "C" void k_set_wide_loads(int on) { k_wide_loads = on ? 1 : 0; }
-int k_early_weights = 0; /* serve.early_weights' default: off until measured */
-extern "C" void k_set_early_weights(int on) { k_early_weights = on ? 1 : 0; }
 
 extern "C" int k_device_init(char *desc, size_t desc_len) {
     int n = 0;

@@ -273,9 +273,6 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
  * fused q|k|v and gate|up grids would take a wave more) */
 #define MMA_GEMM_LO_M 8
 #define MMA_GEMM_LO_U 12
-/* serve.early_weights' kernels hold the first weight group across the wait; bounded to the four
- * blocks an SM the lo form has without it (left to itself the compiler took 186-214 registers) */
-#define MMA_GEMM_EW_BLOCKS 4
 /* serve.weight_tiles: from this many rows on, a decode-form warp takes weight_tiles weight tiles
  * of 8 outputs, each row fragment loaded once for all of them. Below it the rows' loads are a
  * small part of a warp's bytes (one row: 1/8 of the weights'), and wider blocks would only mean
@@ -292,9 +289,6 @@ extern "C" long long k_gemm_wide_tile_launches(void) { return wide_tile_launches
 /* Weight tiles a warp of the decode form takes at m rows */
 static int decode_nb(int m) { return m >= MMA_GEMM_TILES_MIN_M ? weight_tiles : 1; }
 
-/* Block bx's outputs of one projection: the body of both kernels below. LO (MT = 1, m <= 8: the
- * tile's rows past the 8th are padding) takes the k loop through mma_rows_lo, U 32-k blocks a
- * group, which gives every output mma_tiles<1, NB, U>'s sums (mma.cuh). */
 /* This warp's quarter of k, 32-k blocks [*kb0, *kb1), and the lane's row of each of block bx's NB
  * weight tiles from there (NULL past n). */
 template <int NB>
@@ -312,26 +306,13 @@ static __device__ __forceinline__ void gemm_warp_rows(int bx, const bf16_t *w, i
     }
 }
 
-/* serve.early_weights: block bx's first group of the lo form's weight loads (mma_lo_weights),
- * issued before the kernel waits on the grid before it. */
-template <int NB, int U>
-static __device__ __forceinline__ void gemm_early_weights(int bx, const bf16_t *w, int n, int k,
-                                                          uint4 (&pre)[U][NB]) {
-    const bf16_t *wrow[NB];
-    int kb0, kb1;
-    gemm_warp_rows<NB>(bx, w, n, k, wrow, &kb0, &kb1);
-    mma_lo_weights<NB, U>(wrow, (kb1 - kb0) * 32, pre);
-    mma_lo_weights_landed<NB, U>(pre);
-}
-
-/* EW (LO only): pre holds the first group's weights (gemm_early_weights), loaded before the
- * wait; the launcher gives EW kernels one row tile (m <= 8), and the loop ends after it. */
-template <int MT, int NB, int U, bool LO = false, bool EW = false>
-static __device__ __forceinline__ void gemm_mma_block(int bx, bf16_t *y, const bf16_t *x,
-                                                      const bf16_t *w, int m, int n, int k, int ldy,
-                                                      const uint4 (&pre)[U][NB]) {
+/* Block bx's outputs of one projection: the body of both kernels below. LO (MT = 1, m <= 8: the
+ * tile's rows past the 8th are padding) takes the k loop through mma_rows_lo, U 32-k blocks a
+ * group, which gives every output mma_tiles<1, NB, U>'s sums (mma.cuh). */
+template <int MT, int NB, int U, bool LO = false>
+static __device__ __forceinline__ void
+gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
     static_assert(!LO || MT == 1, "the lo form holds one row tile");
-    static_assert(!EW || LO, "early weights are the lo form's");
     constexpr int VALS = MT * NB * 4; /* a lane's accumulators */
     __shared__ float part[MMA_GEMM_WARPS][VALS][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
@@ -350,7 +331,7 @@ static __device__ __forceinline__ void gemm_mma_block(int bx, bf16_t *y, const b
         }
         float acc[MT][NB][4];
         if constexpr (LO)
-            mma_rows_lo_from<NB, U, EW>(lo[0], wrow, (kb1 - kb0) * 32, acc[0], pre);
+            mma_rows_lo<NB, U>(lo[0], wrow, (kb1 - kb0) * 32, acc[0]);
         else
             mma_tiles<MT, NB, U>(lo, hi, wrow, (kb1 - kb0) * 32, acc);
 #pragma unroll
@@ -373,19 +354,14 @@ static __device__ __forceinline__ void gemm_mma_block(int bx, bf16_t *y, const b
             if (r < m && o < n) y[(size_t)r * (size_t)ldy + (size_t)o] = k_f32_to_bf16(s);
         }
         __syncthreads(); /* part is reused by the next row tile */
-        /* EW launches hold at most 8 rows, one tile: pre must not outlive it (held across the
-         * loop, beside a group's loads, it spilled) */
-        if constexpr (EW) break;
     }
 }
 
-template <int MT, int NB, int U, bool LO = false, bool EW = false>
-static __global__ void __launch_bounds__(MMA_GEMM_THREADS, EW ? MMA_GEMM_EW_BLOCKS : 0)
+template <int MT, int NB, int U, bool LO = false>
+static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
     gemm_mma_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
-    uint4 pre[U][NB];
-    if constexpr (EW) gemm_early_weights<NB, U>(blockIdx.x, w, n, k, pre);
     K_GRID_DEPENDENCY();
-    gemm_mma_block<MT, NB, U, LO, EW>(blockIdx.x, y, x, w, m, n, k, ldy, pre); /* EW: read */
+    gemm_mma_block<MT, NB, U, LO>(blockIdx.x, y, x, w, m, n, k, ldy);
 }
 
 /* The members of a k_gemm_group in one grid: member i owns blocks first[i] .. first[i + 1] - 1
@@ -400,35 +376,19 @@ typedef struct mma_group_table {
     int n[K_GEMM_GROUP_MAX], ldy[K_GEMM_GROUP_MAX];
 } mma_group_table;
 
-template <int MT, int NB, int U, bool LO = false, bool EW = false>
-static __global__ void __launch_bounds__(MMA_GEMM_THREADS, EW ? MMA_GEMM_EW_BLOCKS : 0)
+template <int MT, int NB, int U, bool LO = false>
+static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
     gemm_mma_group_kernel(mma_group_table t, const bf16_t *x, int m, int k) {
     /* the member by compares, and each member's fields read at constant offsets (an index into
      * the parameters would copy them to local memory) */
     const int b = blockIdx.x;
-    uint4 pre[U][NB];
-    if constexpr (EW) { /* the member's weights by selects, before the wait */
-        const int i = t.n_members > 2 && b >= t.first[2] ? 2 : t.n_members > 1 && b >= t.first[1];
-        gemm_early_weights<NB, U>(b - (i == 2 ? t.first[2]
-                                       : i    ? t.first[1]
-                                              : 0),
-                                  i == 2 ? t.w[2]
-                                  : i    ? t.w[1]
-                                         : t.w[0],
-                                  i == 2 ? t.n[2]
-                                  : i    ? t.n[1]
-                                         : t.n[0],
-                                  k, pre);
-    }
     K_GRID_DEPENDENCY();
     if (t.n_members > 2 && b >= t.first[2])
-        gemm_mma_block<MT, NB, U, LO, EW>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k, t.ldy[2],
-                                          pre);
+        gemm_mma_block<MT, NB, U, LO>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k, t.ldy[2]);
     else if (t.n_members > 1 && b >= t.first[1])
-        gemm_mma_block<MT, NB, U, LO, EW>(b - t.first[1], t.y[1], x, t.w[1], m, t.n[1], k, t.ldy[1],
-                                          pre);
+        gemm_mma_block<MT, NB, U, LO>(b - t.first[1], t.y[1], x, t.w[1], m, t.n[1], k, t.ldy[1]);
     else
-        gemm_mma_block<MT, NB, U, LO, EW>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0], pre);
+        gemm_mma_block<MT, NB, U, LO>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0]);
 }
 
 /* ---- the staged tile form (serve.gemm_staged) ----
@@ -955,20 +915,16 @@ static int gemm_prompt_split(const k_gemm_args *a, int ldy, g4_stream st) {
  * at NB weight tiles a warp: the lo form with wide loads at m <= 8 (NB x U = 12 32-k blocks of
  * weights a group at every NB, so a warp's bytes in flight stay those of NB = 1), else 8 blocks
  * a group. Every output gets mma_rows' sequence at any NB (mma.cuh), so the bits are NB = 1's. */
-template <bool GROUP, int NB, int U, bool LO, bool EW = false>
-static constexpr auto decode_kernel() {
+template <bool GROUP, int NB, int U, bool LO> static constexpr auto decode_kernel() {
     if constexpr (GROUP)
-        return gemm_mma_group_kernel<1, NB, U, LO, EW>;
+        return gemm_mma_group_kernel<1, NB, U, LO>;
     else
-        return gemm_mma_kernel<1, NB, U, LO, EW>;
+        return gemm_mma_kernel<1, NB, U, LO>;
 }
 
 template <bool GROUP, int NB, typename... Args>
 static cudaError_t decode_launch_nb(int m, dim3 grid, cudaStream_t s, Args... args) {
     const bool lo = k_wide_loads && m <= MMA_GEMM_LO_M;
-    if (lo && NB == 1 && k_early_weights)
-        return k_launch(decode_kernel<GROUP, 1, MMA_GEMM_LO_U, true, true>(), grid,
-                        MMA_GEMM_THREADS, 0, s, args...);
     if (lo)
         return k_launch(decode_kernel<GROUP, NB, MMA_GEMM_LO_U / NB, true>(), grid,
                         MMA_GEMM_THREADS, 0, s, args...);

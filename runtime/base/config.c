@@ -90,7 +90,6 @@ static const struct cfg_key {
     CFG_RANGE(serve, row_chain, 0, 3), /* 0 off, 1 rows up to 3,072, 2 up to 6,144, 3 2 loaded */
     CFG_SWITCH(serve, moe_route_lanes),
     CFG_SWITCH(serve, wide_loads),
-    CFG_SWITCH(serve, early_weights),
     CFG_SWITCH(serve, attn_mma),
     CFG_RANGE(serve, attn_query_tiles, 0, 65535), /* a launch's rows: the grid's z */
     CFG_SWITCH(serve, attn_fp8_frags),
@@ -166,7 +165,6 @@ void config_defaults(g4_config *c) {
     c->serve.row_chain = 3;           /* measured faster (docs/configuration.md) */
     c->serve.moe_route_lanes = 1;     /* measured faster (docs/configuration.md) */
     c->serve.wide_loads = 1;          /* measured faster (docs/configuration.md) */
-    c->serve.early_weights = 0;       /* measured no faster (docs/configuration.md) */
     c->serve.attn_mma = 1;            /* measured faster (docs/configuration.md) */
     c->serve.attn_query_tiles = 64;   /* prefill-sized launches (docs/configuration.md) */
     c->serve.attn_fp8_frags = 1;      /* measured faster (docs/configuration.md) */

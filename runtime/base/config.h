@@ -54,7 +54,6 @@ typedef struct g4_config {
         int row_chain;         /* 0..3, default 3: row ops in the compact chain kernel */
         int moe_route_lanes;   /* 0/1, default 1: the router kernel's lanes form */
         int wide_loads;        /* 0/1, default 1: decode k loops in wider load groups */
-        int early_weights;     /* 0/1, default 0: decode weights loaded before the wait */
         int attn_mma;          /* 0/1, default 1: attention's products on tensor cores */
         int attn_query_tiles;  /* 0..65535, default 64: launches of these rows share key loads */
         int attn_fp8_frags;    /* 0/1, default 1: e4m3 keys into mma operands without widening */

@@ -224,8 +224,7 @@ static void run_invariant(const char *name, int n, int k, uint64_t seed) {
 
 /* A speed switch of the tensor-core kernel against its off state, outputs poisoned first so an
  * unwritten one cannot pass: every output bit equal (the same mma operands in the same order).
- * serve.wide_loads: the lo form at m <= 8. serve.early_weights: the lo form's first weight group
- * loaded before the grid wait (with wide_loads on). At m = 9 both are inert.
+ * serve.wide_loads: the lo form at m <= 8; at m = 9 it is inert.
  * serve.gemm_staged: the staged form at m >= 128 against the tile form (a row tile exactly full
  * at 128, partial at 130, two of 128 at 256, the 128-row tile's last partial at 1,040, the
  * 256-row tile's at 1,024 + 16 and 2,064), once as its launcher picks (by waves, and the tile
@@ -292,8 +291,6 @@ static const speed_switch tiles2_narrow_switch = {
     "weight_tiles_2_narrow", weight_tiles_2, 0, {4, 8}, 2, 0, 1};
 static const speed_switch tiles4_narrow_switch = {
     "weight_tiles_4_narrow", weight_tiles_4, 0, {4, 8}, 2, 0, 1};
-static const speed_switch early_switch = {
-    "early_weights", k_set_early_weights, 1, {1, 2, 8, 9}, 4, 0, 0};
 static const speed_switch staged_switch = {
     "staged", staged_by_waves, 0, {128, 130, 256, 1024, 1040, 2064}, 6, -1, 0};
 static const speed_switch staged_pair_switch = {
@@ -481,15 +478,14 @@ static void run_group_ref(void) {
  * poisoned first: every output bit equal. k_gemm_group_fuses must say one launch at m = 1, 16
  * and 24 (two row tiles) and separate calls at 130 (past the decode form) and when one member is
  * on cuBLASLt. */
-static void run_group(int m, int mixed, int ragged, int wide, int early, int tiles, uint64_t seed) {
+static void run_group(int m, int mixed, int ragged, int wide, int tiles, uint64_t seed) {
     enum { K = 2816 };
     const int Q = ragged ? 1004 : 4096, KV = ragged ? 518 : 2048, FF = ragged ? 2110 : 2112;
     const int want_fused = !mixed && m <= 32;
     char gate[128], tiles_name[24] = "";
     if (tiles > 1) snprintf(tiles_name, sizeof tiles_name, " weight_tiles %d", tiles);
-    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s%s%s]", m, mixed ? " mixed" : "",
-             ragged ? " ragged" : "", wide ? " wide_loads" : "", early ? " early_weights" : "",
-             tiles_name);
+    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s%s]", m, mixed ? " mixed" : "",
+             ragged ? " ragged" : "", wide ? " wide_loads" : "", tiles_name);
     const int ns[5] = {Q, KV, KV, FF, FF};
     gemm_bufs b[5] = {0};
     int rc = 0;
@@ -537,10 +533,7 @@ static void run_group(int m, int mixed, int ragged, int wide, int early, int til
                              .ldy = 2 * FF,
                              .plan = plan[4]};
     k_gemm_fuse(1);
-    /* the group's launch only: the members' own calls keep 8 a group, their weights after the
-     * wait */
-    k_set_wide_loads(wide);
-    k_set_early_weights(early);
+    k_set_wide_loads(wide); /* the group's launch only: the members' own calls keep 8 a group */
     rc |= k_set_gemm_weight_tiles(tiles) != K_OK;
     const long long wide_before = k_gemm_wide_tile_launches();
     const int fused_qkv = k_gemm_group_fuses(&qkv), fused_gu = k_gemm_group_fuses(&gup);
@@ -549,7 +542,6 @@ static void run_group(int m, int mixed, int ragged, int wide, int early, int til
     const long long wide_ran = k_gemm_wide_tile_launches() - wide_before,
                     wide_want = tiles > 1 && m >= 4 && m <= 32 ? 2 : 0;
     k_set_wide_loads(0);
-    k_set_early_weights(0);
     (void)k_set_gemm_weight_tiles(1);
     k_gemm_fuse(0);
     for (int i = 0; i < 3 && !rc; i++) {
@@ -912,10 +904,10 @@ static void run_weight_tiles(void) {
     k_gemm_mma(0);
     k_gemm_auto(0);
     for (int tiles = 2; tiles <= 4; tiles *= 2) {
-        run_group(4, 0, 0, 1, 0, tiles, 7111);
-        run_group(8, 0, 1, 1, 0, tiles, 7121);
-        run_group(16, 0, 0, 1, 0, tiles, 7131);
-        run_group(24, 0, 1, 1, 0, tiles, 7141);
+        run_group(4, 0, 0, 1, tiles, 7111);
+        run_group(8, 0, 1, 1, tiles, 7121);
+        run_group(16, 0, 0, 1, tiles, 7131);
+        run_group(24, 0, 1, 1, tiles, 7141);
     }
     k_gemm_mma(1);
 }
@@ -933,7 +925,6 @@ int main(void) {
         test_skip("gemm_auto_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_group_vs_calls", "no GPU (%s)", desc);
         test_skip("gemm_wide_loads", "no GPU (%s)", desc);
-        test_skip("gemm_early_weights", "no GPU (%s)", desc);
         test_skip("gemm_weight_tiles", "no GPU (%s)", desc);
         test_skip("gemm_staged", "no GPU (%s)", desc);
         test_skip("gemm_staged_vs_ref", "no GPU (%s)", desc);
@@ -1023,16 +1014,16 @@ int main(void) {
     run_shape("gemm_auto_vs_ref", 5, 1000, 264, 64, 6002);
     run_invariant("auto q", 4096, 2816, 6003);
     k_gemm_auto(0);
-    run_group(1, 0, 0, 0, 0, 1, 7001);
-    run_group(16, 0, 0, 0, 0, 1, 7011);
-    run_group(24, 0, 1, 0, 0, 1, 7021);
-    run_group(130, 0, 0, 0, 0, 1, 7031);
-    run_group(16, 1, 0, 0, 0, 1, 7041);
+    run_group(1, 0, 0, 0, 1, 7001);
+    run_group(16, 0, 0, 0, 1, 7011);
+    run_group(24, 0, 1, 0, 1, 7021);
+    run_group(130, 0, 0, 0, 1, 7031);
+    run_group(16, 1, 0, 0, 1, 7041);
     /* serve.wide_loads: the group's one launch in the lo form at up to 8 rows, against the
      * members' calls in the narrow groups; at 16 rows the switch is inert */
-    run_group(1, 0, 0, 1, 0, 1, 7051);
-    run_group(8, 0, 1, 1, 0, 1, 7061);
-    run_group(16, 0, 0, 1, 0, 1, 7071);
+    run_group(1, 0, 0, 1, 1, 7051);
+    run_group(8, 0, 1, 1, 1, 7061);
+    run_group(16, 0, 0, 1, 1, 7071);
     /* and k_gemm alone: every 26B-A4B projection shape and the 31B's mma ones, wide against
      * narrow at 1, 2 and 8 rows (the lo form) and 9 (inert), and the batch-invariance rule with
      * it on (the 1-row steps in the lo form against the 2,047-row step's tile form) */
@@ -1043,18 +1034,6 @@ int main(void) {
     run_invariant("mma wide_loads o_global", 2816, 8192, 9201);
     k_set_wide_loads(0);
     run_weight_tiles();
-    /* serve.early_weights: every 26B-A4B projection shape (k of 2,112 to 8,192: up to six
-     * groups a warp after the preloaded one), the 31B's k, a ragged one (k = 288: a warp's
-     * quarter of k shorter than the first group), and the batch-invariance rule with it on */
-    run_switch_shapes(&early_switch, 9401);
-    /* k = 32: three warps without a block; k = 1,536: each warp exactly the preloaded group */
-    run_switch(&early_switch, "k32", 64, 32, 9503);
-    run_switch(&early_switch, "k1536", 520, 1536, 9504);
-    k_set_wide_loads(1);
-    k_set_early_weights(1);
-    run_invariant("mma early_weights q", 4096, 2816, 9502);
-    k_set_early_weights(0);
-    k_set_wide_loads(0);
     /* serve.gemm_staged: every 26B-A4B projection shape and the 31B's (its MLP and q and o as
      * debug.gemm = mma would run them), bits against the tile form; a ragged n with k = 288
      * (quarters of 2, 2, 2 and 3 blocks, the last stage half full), k = 96 (the first quarter
@@ -1121,9 +1100,6 @@ int main(void) {
     }
     k_set_gemm_wgmma(0);
     k_gemm_mma(0);
-    run_group(1, 0, 0, 1, 1, 1, 7081);
-    run_group(8, 0, 1, 1, 1, 1, 7091);
-    run_group(16, 0, 0, 1, 1, 1, 7101);
     /* serve.prompt_gemm: every 26B-A4B projection shape and the 31B's k, then q|k|v as a group */
     for (size_t i = 0; i < N_PROJ; i++)
         run_prompt(proj[i].name, proj[i].n, proj[i].k, 9950 + i);
