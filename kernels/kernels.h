@@ -490,10 +490,9 @@ void k_set_moe_route_lanes(int on);
 /* 1: a k_moe_experts call of more than 128 items (prefill) on the tensor-core path runs its
  * projections with 4 tiles of 16 items a warp, each weight fragment loaded once for all of them;
  * 2: through blocks that stage 128 items and 64 outputs in shared memory; 3: as 2, with three
- * stages in a ring and the mmas of warps that hold only padding items skipped; 4: on Hopper's
- * wgmma, 64 items against 256 weight rows a block (kernels/moe_wgmma.cu); 0: none of these
- * (serve.moe_prefill_tiles, default 3; speed only: every output's mma sequence is the same).
- * Process-wide. */
+ * stages in a ring and the mmas of warps that hold only padding items skipped (larger values are
+ * taken as 3); 0: none of these (serve.moe_prefill_tiles, default 3; speed only: every output's
+ * mma sequence is the same). Process-wide. */
 void k_set_moe_prefill_tiles(int mode);
 
 /* Device management: 0 when a usable sm_90 device is present. A build without nvcc links

@@ -49,8 +49,8 @@ typedef struct g4_config {
         int fuse_projections;  /* 0/1, default 1: q|k|v, gate|up one launch; speed only */
         int attn_fold;         /* 0/1, default 1: attention's combine in its P.V pass; speed only */
         int moe_bucket_in_up;  /* 0/1, default 1: experts bucketed in the up kernel; speed only */
-        int moe_prefill_tiles; /* 0..4, default 3: prefill experts staged in a ring (2: in turn, 1:
-                                  item tiles, 4: on wgmma) */
+        int moe_prefill_tiles; /* 0..3, default 3: prefill experts staged in a ring (2: in turn, 1:
+                                  item tiles) */
         int row_chain;         /* 0..3, default 3: row ops in the compact chain kernel */
         int moe_route_lanes;   /* 0/1, default 1: the router kernel's lanes form */
         int wide_loads;        /* 0/1, default 1: decode k loops in wider load groups */

@@ -249,8 +249,9 @@ static void test_load_errors(void) {
     expect_load_error("config.bad_level", "[log]\nlevel = verbose\n", ":2:", "log.level",
                       "error, warn, info, debug");
     expect_load_error("config.bad_sync", "[debug]\nsync = 2\n", ":2:", "debug.sync", "0, 1");
-    expect_load_error("config.bad_moe_prefill_tiles", "[serve]\nmoe_prefill_tiles = 5\n",
-                      ":2:", "serve.moe_prefill_tiles", NULL);
+    /* 4, the experts on wgmma, was taken out (measured slower: docs/perf-notes.md) */
+    expect_load_error("config.bad_moe_prefill_tiles", "[serve]\nmoe_prefill_tiles = 4\n",
+                      ":2:", "serve.moe_prefill_tiles", "out of range 0..3");
     expect_load_error("config.later_error_after_good",
                       "[kv]\nlocal = fp8\n[serve]\nmax_batch = "
                       "0\n",

@@ -204,19 +204,17 @@ want 26b-fp8 && await_make && step full-26b-fp8 env FULL_MODELS="26b-a4b" FULL_P
 # (not in the default) test_attn's fold NaN paths alone, on the tensor-core passes (~1 min after a
 # build): the one group of its gates the twenty-ninth session's first call did not reach
 want attn-nan && step attn-nan env G4_ATTN_GATES=nan_paths ./build.sh gpu-test test_attn
-# the wgmma projections and experts (serve.gemm_wgmma, serve.moe_prefill_tiles = 4, written in
-# the twenty-ninth session): test_gemm_lt's and test_moe's gates (the bits against the tile form
-# and the experts' other kernels, the CPU twin, the batch-invariance rule), then bench_gemm
+# the wgmma projections (serve.gemm_wgmma, written in the twenty-ninth session): test_gemm_lt's
+# gates (the bits against the tile form, the CPU twin, the batch-invariance rule), then bench_gemm
 # --kernels (the wg64 and wg128 columns) and a 1,024-token prefill of the 26B-A4B at gemm_wgmma
-# 0, 1 and 2, at moe_prefill_tiles 4 and with both, and of the 31B with debug.gemm=mma (its large
-# projections off cuBLASLt) at 0 and 2, two rounds; ~5 min with the build
+# 0, 1 and 2, and of the 31B with debug.gemm=mma (its large projections off cuBLASLt) at 0 and 2,
+# two rounds; ~5 min with the build
 wg_next() {
     local r v m
     echo "== bench_gemm --kernels"
     timeout 200 build/tests/bench_gemm --kernels
     for r in 1 2; do
-        for v in "serve.gemm_wgmma=0" "serve.gemm_wgmma=1" "serve.gemm_wgmma=2" \
-            "serve.moe_prefill_tiles=4" "serve.gemm_wgmma=1 --set serve.moe_prefill_tiles=4"; do
+        for v in "serve.gemm_wgmma=0" "serve.gemm_wgmma=1" "serve.gemm_wgmma=2"; do
             echo "== gemma4-26b-a4b, one 1,024-token prompt, $v, round $r"
             timeout 200 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
                 --set model.weights=dummy --set serve.max_context=4096 \
@@ -230,7 +228,7 @@ wg_next() {
         done
     done
 }
-want wg && step wg-gates ./build.sh gpu-test test_gemm_lt test_moe
+want wg && step wg-gates ./build.sh gpu-test test_gemm_lt
 want wg && step wg bash -c "$(declare -f wg_next); wg_next"
 want attn && step attn ./build.sh gpu-test test_attn
 want serve && step serve python3 release/bench.py -c conf/gemma4-26b-a4b.ini --rounds 2 \
