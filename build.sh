@@ -34,7 +34,7 @@ runtime/text/sampler.c runtime/text/par.c runtime/sched/answer.c runtime/sched/s
 REF_SRC="kernels/ref/bf16_ref.c kernels/ref/norm_ref.c kernels/ref/gemm_ref.c
 kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c kernels/ref/sample_ref.c"
 GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill test_sample"
-CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/gemm_wgmma.cu kernels/fill.cu kernels/norm.cu kernels/attn_prep.cu
+CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/fill.cu kernels/norm.cu kernels/attn_prep.cu
 kernels/attn.cu kernels/attn_window.cu kernels/attn_mma.cu kernels/moe.cu kernels/sample.cu"
 # The unit tests, one line each: name | what it links besides tests/unit/<name>.c (the module
 # under test through its header, no generated code; test_loader brings its own model table) |

@@ -117,7 +117,7 @@ extern "C" int k_profiler_range(int on) {
     X(attn)                                                                                        \
     X(attn_mma)                                                                                    \
     X(attn_prep)                                                                                   \
-    X(attn_window) X(fill) X(gemm_lt) X(gemm_wgmma) X(moe) X(norm) X(sample)
+    X(attn_window) X(fill) X(gemm_lt) X(moe) X(norm) X(sample)
 #define K_TRACE_DECLARE(u) extern "C" int k_trace_bind_##u(k_trace_rec *buf);
 K_TRACE_UNITS(K_TRACE_DECLARE)
 

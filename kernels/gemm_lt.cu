@@ -15,7 +15,6 @@
 #include "kernels/bf16.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/gemm_batched.h"
-#include "kernels/gemm_wgmma.h"
 #include "kernels/mma.cuh"
 
 #include <stdlib.h>
@@ -544,11 +543,9 @@ static __global__ void __launch_bounds__(32 * WM * WN, WM *WN == 4 ? 2 : 1)
 }
 
 static int staged_mode; /* k_set_gemm_staged */
-static int wgmma_mode;  /* k_set_gemm_wgmma */
 static int staged_sms;  /* the card's SMs, for the shape choice; 0 until gemm_staged_allow */
 
 extern "C" void k_set_gemm_staged(int mode) { staged_mode = mode >= 1 && mode <= 5 ? mode : 0; }
-extern "C" void k_set_gemm_wgmma(int mode) { wgmma_mode = mode >= 1 && mode <= 4 ? mode : 0; }
 
 template <int WM, int WN> static int sg_allow_shape(void) {
     CUDA_CHECK(cudaFuncSetAttribute(gemm_staged_kernel<WM, WN>,
@@ -557,16 +554,16 @@ template <int WM, int WN> static int sg_allow_shape(void) {
     return K_OK;
 }
 
-/* The staged and wgmma kernels' shared-memory limits (128, 160, 96, 64 and 128 KB) raised and the
- * SMs counted, once: at start-up (k_gemm_setup, before any graph capture) and, for callers that
- * skip it (the tests), before the first launch. */
+/* The staged kernels' shared-memory limits (128, 160 and 96 KB) raised and the SMs counted, once:
+ * at start-up (k_gemm_setup, before any graph capture) and, for callers that skip it (the tests),
+ * before the first launch. */
 static int gemm_staged_allow(void) {
     if (staged_sms > 0) return K_OK;
     int dev = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     if (sg_allow_shape<2, 4>() != K_OK || sg_allow_shape<4, 2>() != K_OK ||
-        sg_allow_shape<2, 2>() != K_OK || gemm_wgmma_allow() != K_OK)
+        sg_allow_shape<2, 2>() != K_OK)
         return K_ERR_DEVICE;
     staged_sms = sms > 0 ? sms : 1;
     return K_OK;
@@ -585,19 +582,12 @@ template <int WM, int WN> static long long sg_blocks(long long m, long long n) {
  * router, n = 128, would be 8 blocks at 1,024 rows, each streaming all of k, where the tile
  * form's 64 blocks of 4 warps finish sooner). Modes 3, 4 and 5 force one shape at every size
  * (the gates). Past 65,535 row tiles of 128 (grid.y) the tile form, which strides over
- * row tiles, runs. serve.gemm_wgmma, where on, is asked first: 1 and 2 (chunks of 64 and 128 k)
- * where its 128 x 128 blocks fill at least half the SMs, 3 and 4 the same at every size (the
- * gates). Every choice gives every output the same bits. */
+ * row tiles, runs. Every choice gives every output the same bits. */
 static int staged_shape(const k_gemm_plan *p, int m) {
-    if (!p || !p->mma || !(staged_mode || wgmma_mode) || m < SG_MIN_M ||
+    if (!p || !p->mma || !staged_mode || m < SG_MIN_M ||
         ((long long)m + sg_shape<2, 4>::BM - 1) / sg_shape<2, 4>::BM > 65535 ||
-        gemm_wgmma_row_tiles(m) > 65535 || gemm_staged_allow() != K_OK)
+        gemm_staged_allow() != K_OK)
         return K_GEMM_STAGED_NONE;
-    if (wgmma_mode) {
-        const int shape = wgmma_mode % 2 ? K_GEMM_STAGED_WG64 : K_GEMM_STAGED_WG128;
-        if (wgmma_mode >= 3 || 2 * gemm_wgmma_blocks(m, p->n) >= staged_sms) return shape;
-        if (!staged_mode) return K_GEMM_STAGED_NONE;
-    }
     if (staged_mode == 3) return K_GEMM_STAGED_SQUARE;
     if (staged_mode == 4) return K_GEMM_STAGED_TALL;
     if (staged_mode == 5) return K_GEMM_STAGED_PAIR;
@@ -623,11 +613,8 @@ template <int WM, int WN> static int sg_launch(const k_gemm_args *a, int ldy, g4
     return K_OK;
 }
 
-/* y = x w^T through the staged or wgmma kernel in staged_shape's choice. */
+/* y = x w^T through the staged kernel in staged_shape's choice. */
 static int gemm_staged_launch(const k_gemm_args *a, int ldy, int shape, g4_stream st) {
-    if (shape == K_GEMM_STAGED_WG64 || shape == K_GEMM_STAGED_WG128)
-        return gemm_wgmma_launch((bf16_t *)a->y, (const bf16_t *)a->x, (const bf16_t *)a->w, a->m,
-                                 a->n, a->k, ldy, shape == K_GEMM_STAGED_WG128 ? 4 : 2, st);
     return shape == K_GEMM_STAGED_TALL   ? sg_launch<4, 2>(a, ldy, st)
            : shape == K_GEMM_STAGED_PAIR ? sg_launch<2, 2>(a, ldy, st)
                                          : sg_launch<2, 4>(a, ldy, st);

@@ -329,20 +329,12 @@ long long k_gemm_wide_tile_launches(void);
  * quarter adds in the same order, so the same bits (serve.gemm_staged, default off until measured;
  * kernels/gemm_lt.cu). Process-wide. */
 void k_set_gemm_staged(int mode);
-/* 1 or 2: the mma projections of at least 128 rows whose 128 x 128 tiles fill at least half the
- * SMs run on Hopper's wgmma (kernels/gemm_wgmma.cu), loads in chunks of 64 or 128 k; 3 and 4 the
- * same at every size (the gates); 0 off. It takes the tile form's k sets, quarters and quarter
- * adds, so the same bits (serve.gemm_wgmma, default off until measured). Asked before
- * k_set_gemm_staged's form. Process-wide. */
-void k_set_gemm_wgmma(int mode);
 /* How k_gemm runs plan at m rows (its gates check what they test; kernels/gemm_lt.cu,
  * staged_shape). */
 #define K_GEMM_STAGED_NONE 0   /* not in the staged form */
 #define K_GEMM_STAGED_SQUARE 1 /* 8 warps, 128 x 128 */
 #define K_GEMM_STAGED_TALL 2   /* 8 warps, 256 x 64 */
 #define K_GEMM_STAGED_PAIR 3   /* 4 warps, 128 x 64, two blocks an SM */
-#define K_GEMM_STAGED_WG64 4   /* wgmma, 128 x 128, chunks of 64 k */
-#define K_GEMM_STAGED_WG128 5  /* wgmma, 128 x 128, chunks of 128 k */
 int k_gemm_plan_staged(const k_gemm_plan *plan, int m);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 int k_gemm_group(const k_gemm_group_args *a, g4_stream st);

@@ -42,21 +42,18 @@ static float time_gemm(k_gemm_plan *plan, bf16_t *y, const bf16_t *x, const bf16
 }
 
 /* --kernels: one shape at m rows on each kernel: the tile form, the staged form's 8-warp
- * blocks (serve.gemm_staged = 1) and 4-warp pairs (= 2), the wgmma form in chunks of 64 and 128 k
- * (serve.gemm_wgmma = 1, 2), the last three forced (so a shape that the launcher would leave on
- * the tile form still shows their time), and cuBLASLt; a kernel that cannot plan it prints "-". */
+ * blocks (serve.gemm_staged = 1) and 4-warp pairs (= 2), the pairs forced (so a shape that the
+ * launcher would leave on the tile form still shows their time), and cuBLASLt; a kernel that
+ * cannot plan it prints "-". */
 static void time_kernels(const shape *s, int m, bf16_t *y, const bf16_t *x, const bf16_t *w,
                          k_event *ev[2]) {
-    enum { KINDS = 6, LT = KINDS - 1 };
-    static const char *const names[KINDS] = {"tile", "staged8", "pairs",
-                                             "wg64", "wg128",   "cublaslt"};
-    static const int modes[KINDS] = {0, 1, 5, 0, 0, 0};    /* k_set_gemm_staged: by waves, pairs */
-    static const int wg_modes[KINDS] = {0, 0, 0, 3, 4, 0}; /* k_set_gemm_wgmma, forced */
+    enum { KINDS = 4, LT = KINDS - 1 };
+    static const char *const names[KINDS] = {"tile", "staged8", "pairs", "cublaslt"};
+    static const int modes[KINDS] = {0, 1, 5, 0}; /* k_set_gemm_staged: by waves, pairs */
     printf("%-14s %6d", s->name, m);
     for (int kind = 0; kind < KINDS; kind++) {
         k_gemm_mma(kind < LT);
         k_set_gemm_staged(modes[kind]);
-        k_set_gemm_wgmma(wg_modes[kind]);
         k_gemm_plan *plan = NULL;
         float ms = k_gemm_plan_create(&plan, m, s->n, s->k) == 0 &&
                            !strcmp(k_gemm_plan_kernel(plan), kind < LT ? "mma" : "cublaslt")
@@ -73,7 +70,6 @@ static void time_kernels(const shape *s, int m, bf16_t *y, const bf16_t *x, cons
     }
     k_gemm_mma(0);
     k_set_gemm_staged(0);
-    k_set_gemm_wgmma(0);
     printf("\n");
 }
 

@@ -245,13 +245,11 @@ typedef struct speed_switch {
 } speed_switch;
 
 static const char *staged_form(int shape) {
-    return shape == K_GEMM_STAGED_SQUARE  ? "staged, 128 x 128"
-           : shape == K_GEMM_STAGED_TALL  ? "staged, 256 x 64"
-           : shape == K_GEMM_STAGED_PAIR  ? "staged, 128 x 64 two an SM"
-           : shape == K_GEMM_STAGED_WG64  ? "wgmma, chunks of 64 k"
-           : shape == K_GEMM_STAGED_WG128 ? "wgmma, chunks of 128 k"
-           : shape == K_GEMM_STAGED_NONE  ? "not staged"
-                                          : "(no plan)";
+    return shape == K_GEMM_STAGED_SQUARE ? "staged, 128 x 128"
+           : shape == K_GEMM_STAGED_TALL ? "staged, 256 x 64"
+           : shape == K_GEMM_STAGED_PAIR ? "staged, 128 x 64 two an SM"
+           : shape == K_GEMM_STAGED_NONE ? "not staged"
+                                         : "(no plan)";
 }
 
 static void staged_by_waves(int on) { k_set_gemm_staged(on ? 1 : 0); }
@@ -259,23 +257,6 @@ static void staged_pairs(int on) { k_set_gemm_staged(on ? 2 : 0); }
 static void staged_128x128(int on) { k_set_gemm_staged(on ? 3 : 0); }
 static void staged_256x64(int on) { k_set_gemm_staged(on ? 4 : 0); }
 static void staged_128x64(int on) { k_set_gemm_staged(on ? 5 : 0); }
-
-/* serve.gemm_wgmma: as the staged form's switches, against the tile form: at 1 and 2 as the
- * launcher picks (the tile form where its blocks would not fill half the SMs), at 3 and 4 forced
- * at every size; k96 and k32 leave k's quarters empty or one block, ragged (k = 288) ends in a
- * part chunk. */
-static void wgmma_64k(int on) { k_set_gemm_wgmma(on ? 1 : 0); }
-static void wgmma_128k(int on) { k_set_gemm_wgmma(on ? 2 : 0); }
-static void wgmma_64k_forced(int on) { k_set_gemm_wgmma(on ? 3 : 0); }
-static void wgmma_128k_forced(int on) { k_set_gemm_wgmma(on ? 4 : 0); }
-static const speed_switch wgmma_switch = {"wgmma", wgmma_64k, 0, {128, 130, 256, 1024, 1040, 2064},
-                                          6,       -1,        0};
-static const speed_switch wgmma_128k_switch = {
-    "wgmma_128k", wgmma_128k, 0, {128, 130, 1024, 2064}, 4, -1, 0};
-static const speed_switch wgmma_64k_forced_switch = {
-    "wgmma_64k_forced", wgmma_64k_forced, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_WG64, 0};
-static const speed_switch wgmma_128k_forced_switch = {
-    "wgmma_128k_forced", wgmma_128k_forced, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_WG128, 0};
 
 static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4, 0, 0};
 /* serve.weight_tiles: inert below 4 rows (3), the lo form at 4 and 8 (wide loads on), the
@@ -823,14 +804,13 @@ static void run_switch_shapes(const speed_switch *sw, uint64_t seed) {
     run_switch(sw, "ragged", 1004, 288, seed + N_PROJ + 1);
 }
 
-/* serve.gemm_staged's and serve.gemm_wgmma's choice on the card, for the H200's 132 SMs (other
- * counts: printed, not gated). gemm_staged at 1: the 8-warp shape with fewer waves, at 2 the
- * 4-warp pairs, each where its blocks fill at least half the card's block slots; gemm_wgmma: its
- * 128 x 128 blocks where they fill half the SMs; else the tile form, as below 128 rows. */
+/* serve.gemm_staged's choice on the card, for the H200's 132 SMs (other counts: printed, not
+ * gated). At 1: the 8-warp shape with fewer waves, at 2 the 4-warp pairs, each where its blocks
+ * fill at least half the card's block slots; else the tile form, as below 128 rows. */
 static void run_staged_choice(int sms) {
     static const struct {
         const char *name;
-        void (*set)(int mode); /* the switch the case sets; the other stays 0 */
+        void (*set)(int mode); /* the switch the case sets */
         int mode, m, n, k, want;
     } cases[] = {
         /* 256 blocks of either 8-warp shape: a tie */
@@ -851,19 +831,6 @@ static void run_staged_choice(int sms) {
         /* 128 blocks: under half of 264 slots */
         {"2: 26B-A4B k_global, 1,024", k_set_gemm_staged, 2, 1024, 1024, 2816, K_GEMM_STAGED_NONE},
         {"2: 26B-A4B router, 1,024", k_set_gemm_staged, 2, 1024, 128, 2816, K_GEMM_STAGED_NONE},
-        /* 256 blocks */
-        {"wgmma 1: 26B-A4B q, 1,024", k_set_gemm_wgmma, 1, 1024, 4096, 2816, K_GEMM_STAGED_WG64},
-        {"wgmma 2: 26B-A4B q, 1,024", k_set_gemm_wgmma, 2, 1024, 4096, 2816, K_GEMM_STAGED_WG128},
-        /* 136 */
-        {"wgmma 1: 26B-A4B gate_up, 1,024", k_set_gemm_wgmma, 1, 1024, 2112, 2816,
-         K_GEMM_STAGED_WG64},
-        /* 64 */
-        {"wgmma 1: 26B-A4B k_global, 1,024", k_set_gemm_wgmma, 1, 1024, 1024, 2816,
-         K_GEMM_STAGED_NONE},
-        /* 8 */
-        {"wgmma 1: 26B-A4B router, 1,024", k_set_gemm_wgmma, 1, 1024, 128, 2816,
-         K_GEMM_STAGED_NONE},
-        {"wgmma 1: 26B-A4B q, 127 rows", k_set_gemm_wgmma, 1, 127, 4096, 2816, K_GEMM_STAGED_NONE},
     };
     k_gemm_mma(1);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -929,8 +896,6 @@ int main(void) {
         test_skip("gemm_staged", "no GPU (%s)", desc);
         test_skip("gemm_staged_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_staged_choice", "no GPU (%s)", desc);
-        test_skip("gemm_wgmma", "no GPU (%s)", desc);
-        test_skip("gemm_wgmma_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_prompt", "no GPU (%s)", desc);
         test_skip("gemm_prompt_group", "no GPU (%s)", desc);
         return 0;
@@ -1069,36 +1034,6 @@ int main(void) {
     run_invariant("mma staged gate_up", 2112, 2816, 9805);
     run_invariant("mma staged down", 2816, 2112, 9806);
     k_set_gemm_staged(0);
-    /* the wgmma form, each way, against the tile form, then against the CPU twin and in the
-     * batch-invariance rule */
-    run_switch_shapes(&wgmma_switch, 9901);
-    run_switch_shapes(&wgmma_128k_switch, 9951);
-    run_switch(&wgmma_switch, "31B q", 8192, 5376, 9991);
-    run_switch(&wgmma_128k_switch, "31B gate", 21504, 5376, 9992);
-    run_switch(&wgmma_switch, "31B down", 5376, 21504, 9993);
-    static const speed_switch *const wg_forced[] = {&wgmma_64k_forced_switch,
-                                                    &wgmma_128k_forced_switch};
-    for (uint64_t f = 0; f < 2; f++) {
-        run_switch(wg_forced[f], "q", 4096, 2816, 9821 + 10 * f);
-        run_switch(wg_forced[f], "gate_up", 2112, 2816, 9822 + 10 * f);
-        run_switch(wg_forced[f], "ragged", 1004, 288, 9823 + 10 * f);
-        run_switch(wg_forced[f], "k96", 200, 96, 9824 + 10 * f);
-        run_switch(wg_forced[f], "k32", 64, 32, 9825 + 10 * f);
-        run_switch(wg_forced[f], "router", 128, 2816, 9826 + 10 * f);
-    }
-    k_gemm_mma(1);
-    for (int mode = 1; mode <= 2; mode++) {
-        k_set_gemm_wgmma(mode + 2);
-        run_shape("gemm_wgmma_vs_ref", 130, 4096, 2816, 2064, 9861 + 10 * mode);
-        run_shape("gemm_wgmma_vs_ref", 300, 1004, 288, 2064, 9862 + 10 * mode);
-        run_ldy("gemm_wgmma_vs_ref", 130, 9863 + 10 * mode);
-        run_invariant(mode == 1 ? "mma wgmma q" : "mma wgmma 128k q", 4096, 2816, 9864 + 10 * mode);
-        run_invariant(mode == 1 ? "mma wgmma gate_up" : "mma wgmma 128k gate_up", 2112, 2816,
-                      9865 + 10 * mode);
-        run_invariant(mode == 1 ? "mma wgmma down" : "mma wgmma 128k down", 2816, 2112,
-                      9866 + 10 * mode);
-    }
-    k_set_gemm_wgmma(0);
     k_gemm_mma(0);
     /* serve.prompt_gemm: every 26B-A4B projection shape and the 31B's k, then q|k|v as a group */
     for (size_t i = 0; i < N_PROJ; i++)

@@ -11,7 +11,7 @@
 # and timeline, the thirty-first prompt-gemm.sh on an H100, the thirty-second pgates and pe (the
 # strided form) there). Never start it from inside $Q/tree: `start` empties $Q first. The steps,
 # in the order they run
-# (probe, lt-probe, pf, attn, attn-nan and wg are described beside their code below):
+# (probe, lt-probe, pf, attn and attn-nan are described beside their code below):
 #   gates    (ran in the twenty-eighth session, 1,635 / 0 / 0) test_gemm_lt's `gemm_staged` gates (serve.gemm_staged, written in the twenty-seventh
 #            session: the prefill projections staged through shared memory, bits against the
 #            tile form and the CPU twin, ~1 min) and test_moe's `moe_prefill_ring` gates
@@ -204,32 +204,8 @@ want 26b-fp8 && await_make && step full-26b-fp8 env FULL_MODELS="26b-a4b" FULL_P
 # (not in the default) test_attn's fold NaN paths alone, on the tensor-core passes (~1 min after a
 # build): the one group of its gates the twenty-ninth session's first call did not reach
 want attn-nan && step attn-nan env G4_ATTN_GATES=nan_paths ./build.sh gpu-test test_attn
-# the wgmma projections (serve.gemm_wgmma, written in the twenty-ninth session): test_gemm_lt's
-# gates (the bits against the tile form, the CPU twin, the batch-invariance rule), then bench_gemm
-# --kernels (the wg64 and wg128 columns) and a 1,024-token prefill of the 26B-A4B at gemm_wgmma
-# 0, 1 and 2, and of the 31B with debug.gemm=mma (its large projections off cuBLASLt) at 0 and 2,
-# two rounds; ~5 min with the build
-wg_next() {
-    local r v m
-    echo "== bench_gemm --kernels"
-    timeout 200 build/tests/bench_gemm --kernels
-    for r in 1 2; do
-        for v in "serve.gemm_wgmma=0" "serve.gemm_wgmma=1" "serve.gemm_wgmma=2"; do
-            echo "== gemma4-26b-a4b, one 1,024-token prompt, $v, round $r"
-            timeout 200 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
-                --set model.weights=dummy --set serve.max_context=4096 \
-                --set $v --batch 1 --prompt 1024 --steps 8
-        done
-        for v in 0 2; do
-            echo "== gemma4-31b, one 1,024-token prompt, debug.gemm=mma, serve.gemm_wgmma=$v, round $r"
-            timeout 200 build/tests/bench_decode -c conf/gemma4-31b.ini \
-                --set model.weights=dummy --set serve.max_context=4096 --set debug.gemm=mma \
-                --set serve.gemm_wgmma=$v --batch 1 --prompt 1024 --steps 8
-        done
-    done
-}
-want wg && step wg-gates ./build.sh gpu-test test_gemm_lt
-want wg && step wg bash -c "$(declare -f wg_next); wg_next"
+# (`wg`, the wgmma projections' and experts' gates and A/B, ran in the thirtieth session; both
+# forms lost and were taken out)
 want attn && step attn ./build.sh gpu-test test_attn
 want serve && step serve python3 release/bench.py -c conf/gemma4-26b-a4b.ini --rounds 2 \
     --a-label bf16 --a-set kv.local=bf16 --b-label fp8 --b-set kv.local=fp8 \
