@@ -329,7 +329,6 @@ extern "C" int k_workspace_reserve(size_t moe_bytes, size_t attn_bytes) {
     void *p = NULL;
     int rc = k_attention_setup();
     if (rc == K_OK) rc = k_moe_setup();
-    if (rc == K_OK) rc = k_gemm_setup();
     if (rc == K_OK && moe_bytes) rc = k_scratch(K_SCRATCH_MOE, moe_bytes, NULL, &p);
     if (rc == K_OK && attn_bytes) rc = k_scratch(K_SCRATCH_ATTN, attn_bytes, NULL, &p);
     return rc;

@@ -320,22 +320,6 @@ void k_set_wide_loads(int on);
 int k_set_gemm_weight_tiles(int tiles);
 /* Decode-form launches that took more than one weight tile a warp, for the gates */
 long long k_gemm_wide_tile_launches(void);
-/* 1: the mma projections (k_gemm, and k_gemm_group's members at prefill sizes) of at least 128
- * rows stage their rows of x and w through shared memory by cp.async, blocks of 8 warps over
- * 128 x 128 or 256 x 64 tiles (whichever takes fewer waves; the tile form where neither fills
- * half the SMs), instead of the tile form's loads from L2 once a warp; 2: blocks of 4 warps
- * over 128 x 64 tiles, two an SM; 3, 4 and 5 force the 128 x 128, the 256 x 64 and the 128 x 64
- * shape at every size (the gates); 0 off. Every output gets the tile form's mmas, k quarters and
- * quarter adds in the same order, so the same bits (serve.gemm_staged, default off until measured;
- * kernels/gemm_lt.cu). Process-wide. */
-void k_set_gemm_staged(int mode);
-/* How k_gemm runs plan at m rows (its gates check what they test; kernels/gemm_lt.cu,
- * staged_shape). */
-#define K_GEMM_STAGED_NONE 0   /* not in the staged form */
-#define K_GEMM_STAGED_SQUARE 1 /* 8 warps, 128 x 128 */
-#define K_GEMM_STAGED_TALL 2   /* 8 warps, 256 x 64 */
-#define K_GEMM_STAGED_PAIR 3   /* 4 warps, 128 x 64, two blocks an SM */
-int k_gemm_plan_staged(const k_gemm_plan *plan, int m);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 int k_gemm_group(const k_gemm_group_args *a, g4_stream st);
 /* 1 when k_gemm_group would run this group as one launch: fusing on, more than one member, a
@@ -533,8 +517,6 @@ size_t k_attention_workspace(void);
 int k_attention_setup(void);
 /* Likewise the experts' staged prefill kernels' shared-memory limit. GPU build only. */
 int k_moe_setup(void);
-/* Likewise the staged projections' (serve.gemm_staged). GPU build only. */
-int k_gemm_setup(void);
 int k_workspace_reserve(size_t moe_bytes, size_t attn_bytes);
 
 /* CUDA events for timing named steps without synchronising between them (bench_decode). */

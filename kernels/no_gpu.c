@@ -97,11 +97,6 @@ long long k_gemm_wide_tile_launches(void) { return 0; }
 int k_set_gemm_weight_tiles(int tiles) {
     return tiles == 1 || tiles == 2 || tiles == 4 ? K_OK : K_ERR_SHAPE;
 }
-void k_set_gemm_staged(int mode) { (void)mode; }
-int k_gemm_plan_staged(const k_gemm_plan *plan, int m) {
-    (void)plan, (void)m;
-    return 0;
-}
 
 int k_gemm(const k_gemm_args *a, g4_stream st) {
     (void)a, (void)st;

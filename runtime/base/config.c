@@ -99,7 +99,6 @@ static const struct cfg_key {
     CFG_SWITCH(serve, attn_longest_first),
     CFG_SWITCH(serve, attn_stats_together),
     CFG_SWITCH(serve, attn_tile_fold),
-    CFG_RANGE(serve, gemm_staged, 0, 2), /* 1 blocks of 8 warps, 2 of 4 warps two an SM */
     CFG_SWITCH(serve, prompt_gemm),
     CFG_SWITCH(serve, prompt_experts),
     CFG_RANGE(serve, weight_tiles, 1, 4),    /* 3 is refused in config_finish */
@@ -173,7 +172,6 @@ void config_defaults(g4_config *c) {
     c->serve.attn_longest_first = 1;  /* measured faster (docs/configuration.md) */
     c->serve.attn_stats_together = 1; /* measured faster (docs/configuration.md) */
     c->serve.attn_tile_fold = 1;      /* measured faster (docs/configuration.md) */
-    c->serve.gemm_staged = 0;         /* measured slower (docs/configuration.md) */
     c->serve.prompt_gemm = 1;         /* prompt rows at cuBLASLt's rate (docs/prompt-rows.md) */
     c->serve.prompt_experts = 0;      /* moves prompt rows' bits (docs/prompt-rows.md) */
     c->serve.weight_tiles = 1;        /* not yet measured (docs/configuration.md) */

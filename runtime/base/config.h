@@ -63,7 +63,6 @@ typedef struct g4_config {
         int attn_longest_first;  /* 0/1, default 1: query tiles of the most keys start first */
         int attn_stats_together; /* 0/1, default 1: a warp's tile rows' statistics side by side */
         int attn_tile_fold; /* 0/1, default 1: query tiles combine their splits in the P.V pass */
-        int gemm_staged;    /* 0..2, default 0: prefill projections staged in shared memory */
         int prompt_gemm;    /* 0/1, default 1: prompt rows' projections on split-k-1 cuBLASLt */
         int prompt_experts; /* 0/1, default 0: prompt rows' experts as batched cuBLASLt products */
         int weight_tiles;   /* 1, 2 or 4, default 1: weight tiles a decode projection warp takes */

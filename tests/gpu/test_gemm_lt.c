@@ -224,13 +224,7 @@ static void run_invariant(const char *name, int n, int k, uint64_t seed) {
 
 /* A speed switch of the tensor-core kernel against its off state, outputs poisoned first so an
  * unwritten one cannot pass: every output bit equal (the same mma operands in the same order).
- * serve.wide_loads: the lo form at m <= 8; at m = 9 it is inert.
- * serve.gemm_staged: the staged form at m >= 128 against the tile form (a row tile exactly full
- * at 128, partial at 130, two of 128 at 256, the 128-row tile's last partial at 1,040, the
- * 256-row tile's at 1,024 + 16 and 2,064), once as its launcher picks (by waves, and the tile
- * form where a shape would not fill half the SMs; which ran is printed, and gemm_staged_choice
- * gates the choice) and once in each shape forced, so that every warp of both shapes meets the
- * tile form; a forced run must have taken its shape. */
+ * serve.wide_loads: the lo form at m <= 8; at m = 9 it is inert. */
 #define SWITCH_MS_MAX 6
 typedef struct speed_switch {
     const char *name;
@@ -238,50 +232,24 @@ typedef struct speed_switch {
     int with_wide; /* wide_loads on for both runs */
     int ms[SWITCH_MS_MAX];
     int n_ms;
-    int staged;     /* the form the run with the switch on must take (k_gemm_plan_staged's
-                     * K_GEMM_STAGED_*); -1: any, printed */
     int wide_tiles; /* a serve.weight_tiles switch: its on run must launch wide warps exactly
                      * from MMA_GEMM_TILES_MIN_M (4) rows */
 } speed_switch;
 
-static const char *staged_form(int shape) {
-    return shape == K_GEMM_STAGED_SQUARE ? "staged, 128 x 128"
-           : shape == K_GEMM_STAGED_TALL ? "staged, 256 x 64"
-           : shape == K_GEMM_STAGED_PAIR ? "staged, 128 x 64 two an SM"
-           : shape == K_GEMM_STAGED_NONE ? "not staged"
-                                         : "(no plan)";
-}
-
-static void staged_by_waves(int on) { k_set_gemm_staged(on ? 1 : 0); }
-static void staged_pairs(int on) { k_set_gemm_staged(on ? 2 : 0); }
-static void staged_128x128(int on) { k_set_gemm_staged(on ? 3 : 0); }
-static void staged_256x64(int on) { k_set_gemm_staged(on ? 4 : 0); }
-static void staged_128x64(int on) { k_set_gemm_staged(on ? 5 : 0); }
-
-static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4, 0, 0};
+static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4, 0};
 /* serve.weight_tiles: inert below 4 rows (3), the lo form at 4 and 8 (wide loads on), the
  * 16-row form at 9, 16 and 32 (two row tiles); the narrow switch: the 16-row form at 4 and 8
  * (wide loads off) */
 static void weight_tiles_2(int on) { (void)k_set_gemm_weight_tiles(on ? 2 : 1); }
 static void weight_tiles_4(int on) { (void)k_set_gemm_weight_tiles(on ? 4 : 1); }
 static const speed_switch tiles2_switch = {
-    "weight_tiles_2", weight_tiles_2, 1, {3, 4, 8, 9, 16, 32}, 6, 0, 1};
+    "weight_tiles_2", weight_tiles_2, 1, {3, 4, 8, 9, 16, 32}, 6, 1};
 static const speed_switch tiles4_switch = {
-    "weight_tiles_4", weight_tiles_4, 1, {3, 4, 8, 9, 16, 32}, 6, 0, 1};
+    "weight_tiles_4", weight_tiles_4, 1, {3, 4, 8, 9, 16, 32}, 6, 1};
 static const speed_switch tiles2_narrow_switch = {
-    "weight_tiles_2_narrow", weight_tiles_2, 0, {4, 8}, 2, 0, 1};
+    "weight_tiles_2_narrow", weight_tiles_2, 0, {4, 8}, 2, 1};
 static const speed_switch tiles4_narrow_switch = {
-    "weight_tiles_4_narrow", weight_tiles_4, 0, {4, 8}, 2, 0, 1};
-static const speed_switch staged_switch = {
-    "staged", staged_by_waves, 0, {128, 130, 256, 1024, 1040, 2064}, 6, -1, 0};
-static const speed_switch staged_pair_switch = {
-    "staged_pairs", staged_pairs, 0, {128, 130, 1024, 2064}, 4, -1, 0};
-static const speed_switch staged_square_switch = {
-    "staged_128x128", staged_128x128, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_SQUARE, 0};
-static const speed_switch staged_tall_switch = {
-    "staged_256x64", staged_256x64, 0, {128, 256, 1040}, 3, K_GEMM_STAGED_TALL, 0};
-static const speed_switch staged_pair_forced_switch = {
-    "staged_128x64", staged_128x64, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_PAIR, 0};
+    "weight_tiles_4_narrow", weight_tiles_4, 0, {4, 8}, 2, 1};
 
 /* Both runs take x from a kernel launched just before the gemm, no synchronisation between them
  * (x poisoned with NaN before that kernel), as a step's projections take theirs: a switch that
@@ -306,12 +274,10 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
         k_gemm_args a = {.y = g.dy, .x = g.dx, .w = g.dw, .m = m, .n = n, .k = k, .plan = plan};
         /* x = bf(src * 1.0): src exactly */
         const k_scale_add_args produce = {.out = g.dx, .a = dsrc, .n = xs, .scale = 1.0f};
-        int staged_ran = 0;
         long long wide_ran = 0;
         for (int on = 0; on < 2 && !rc; on++) {
             k_set_wide_loads(sw->with_wide);
             sw->set(on);
-            if (on) staged_ran = k_gemm_plan_staged(plan, m);
             const long long wide_before = k_gemm_wide_tile_launches();
             rc |= k_copy_to_device(g.dy, poison, ys * 2) | k_copy_to_device(g.dx, poison, xs * 2) |
                   k_scale_add(&produce, NULL) | k_gemm(&a, NULL) | k_sync() |
@@ -329,13 +295,10 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
         const int wide_ok = !sw->wide_tiles || (wide_ran > 0) == (m >= 4);
         TEST_CHECK(gate,
                    rc == 0 && differ == 0 && nan_off == 0 && kernel && strcmp(kernel, "mma") == 0 &&
-                       (sw->staged < 0 || staged_ran == sw->staged) && wide_ok,
+                       wide_ok,
                    "rc %d, %ld of %zu outputs differ from the switch off's (exact rule), %ld NaN "
-                   "in the switch off's (want none); on %s (want mma); with the switch on %s%s%s%s"
-                   "%s",
-                   rc, differ, ys, nan_off, kernel ? kernel : "(no plan)", staged_form(staged_ran),
-                   sw->staged < 0 ? "" : " (want ", sw->staged < 0 ? "" : staged_form(sw->staged),
-                   sw->staged < 0 ? "" : ")",
+                   "in the switch off's (want none); on %s (want mma)%s",
+                   rc, differ, ys, nan_off, kernel ? kernel : "(no plan)",
                    !sw->wide_tiles ? ""
                    : wide_ran > 0  ? "; wide warps launched (want them from 4 rows)"
                                    : "; no wide warps launched (want them from 4 rows)");
@@ -804,61 +767,6 @@ static void run_switch_shapes(const speed_switch *sw, uint64_t seed) {
     run_switch(sw, "ragged", 1004, 288, seed + N_PROJ + 1);
 }
 
-/* serve.gemm_staged's choice on the card, for the H200's 132 SMs (other counts: printed, not
- * gated). At 1: the 8-warp shape with fewer waves, at 2 the 4-warp pairs, each where its blocks
- * fill at least half the card's block slots; else the tile form, as below 128 rows. */
-static void run_staged_choice(int sms) {
-    static const struct {
-        const char *name;
-        void (*set)(int mode); /* the switch the case sets */
-        int mode, m, n, k, want;
-    } cases[] = {
-        /* 256 blocks of either 8-warp shape: a tie */
-        {"1: 26B-A4B q, 1,024 rows", k_set_gemm_staged, 1, 1024, 4096, 2816, K_GEMM_STAGED_SQUARE},
-        /* 132 blocks against 136: one wave against two */
-        {"1: 26B-A4B gate_up, 1,024", k_set_gemm_staged, 1, 1024, 2112, 2816, K_GEMM_STAGED_TALL},
-        /* 8 blocks */
-        {"1: 26B-A4B router, 1,024", k_set_gemm_staged, 1, 1024, 128, 2816, K_GEMM_STAGED_NONE},
-        /* 64 blocks: under half of 132 */
-        {"1: 26B-A4B k_global, 1,024", k_set_gemm_staged, 1, 1024, 1024, 2816, K_GEMM_STAGED_NONE},
-        {"1: 26B-A4B q, 2,064", k_set_gemm_staged, 1, 2064, 4096, 2816, K_GEMM_STAGED_SQUARE},
-        {"1: 26B-A4B q, 127 rows", k_set_gemm_staged, 1, 127, 4096, 2816, K_GEMM_STAGED_NONE},
-        {"1: 31B down, 1,024", k_set_gemm_staged, 1, 1024, 5376, 21504, K_GEMM_STAGED_SQUARE},
-        /* 512 blocks */
-        {"2: 26B-A4B q, 1,024", k_set_gemm_staged, 2, 1024, 4096, 2816, K_GEMM_STAGED_PAIR},
-        /* 264 */
-        {"2: 26B-A4B gate_up, 1,024", k_set_gemm_staged, 2, 1024, 2112, 2816, K_GEMM_STAGED_PAIR},
-        /* 128 blocks: under half of 264 slots */
-        {"2: 26B-A4B k_global, 1,024", k_set_gemm_staged, 2, 1024, 1024, 2816, K_GEMM_STAGED_NONE},
-        {"2: 26B-A4B router, 1,024", k_set_gemm_staged, 2, 1024, 128, 2816, K_GEMM_STAGED_NONE},
-    };
-    k_gemm_mma(1);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char gate[96];
-        snprintf(gate, sizeof gate, "gemm_staged_choice[%s]", cases[i].name);
-        cases[i].set(cases[i].mode);
-        k_gemm_plan *plan = NULL;
-        int rc = k_gemm_plan_create(&plan, 2064, cases[i].n, cases[i].k);
-        const int got = rc == 0 ? k_gemm_plan_staged(plan, cases[i].m) : -1;
-        if (sms != 132)
-            test_skip(gate, "gated for 132 SMs, this card has %d (takes: %s)", sms,
-                      staged_form(got));
-        else
-            TEST_CHECK(gate, rc == 0 && got == cases[i].want, "rc %d, takes %s, want %s", rc,
-                       staged_form(got), staged_form(cases[i].want));
-        k_gemm_plan_destroy(plan);
-        cases[i].set(0);
-    }
-    k_gemm_mma(0);
-}
-
-/* The SM count in k_device_init's description ("NAME (sm_90), 132 SMs, ..."); 0 if absent. */
-static int desc_sms(const char *desc) {
-    const char *p = strstr(desc, "), ");
-    int sms = 0;
-    return p && sscanf(p + 3, "%d SMs", &sms) == 1 ? sms : 0;
-}
-
 /* serve.weight_tiles: 2 and 4 against 1 on every shape, both loads forms (tensor-core kernel
  * on); the group's one launch against the members' own calls (at 1) at 4 and 8 rows (lo form),
  * 16 and 24 (the 16-row form, 24 ragged: the last block's tiles partly past n) */
@@ -893,9 +801,6 @@ int main(void) {
         test_skip("gemm_group_vs_calls", "no GPU (%s)", desc);
         test_skip("gemm_wide_loads", "no GPU (%s)", desc);
         test_skip("gemm_weight_tiles", "no GPU (%s)", desc);
-        test_skip("gemm_staged", "no GPU (%s)", desc);
-        test_skip("gemm_staged_vs_ref", "no GPU (%s)", desc);
-        test_skip("gemm_staged_choice", "no GPU (%s)", desc);
         test_skip("gemm_prompt", "no GPU (%s)", desc);
         test_skip("gemm_prompt_group", "no GPU (%s)", desc);
         return 0;
@@ -999,41 +904,6 @@ int main(void) {
     run_invariant("mma wide_loads o_global", 2816, 8192, 9201);
     k_set_wide_loads(0);
     run_weight_tiles();
-    /* serve.gemm_staged: every 26B-A4B projection shape and the 31B's (its MLP and q and o as
-     * debug.gemm = mma would run them), bits against the tile form; a ragged n with k = 288
-     * (quarters of 2, 2, 2 and 3 blocks, the last stage half full), k = 96 (the first quarter
-     * empty) and k = 32 (three empty quarters: the total starts from the first one's zero); then
-     * the CPU twin, y's row stride past n, and the batch-invariance rule with it on (rows of the
-     * staged 2,047- and 1,025-row steps against the one-row decode form) */
-    run_switch_shapes(&staged_switch, 9601);
-    run_switch_shapes(&staged_pair_switch, 9651);
-    run_switch(&staged_switch, "31B q", 8192, 5376, 9701);
-    run_switch(&staged_switch, "31B o_global", 5376, 16384, 9703);
-    run_switch(&staged_switch, "31B gate", 21504, 5376, 9704);
-    run_switch(&staged_switch, "31B down", 5376, 21504, 9705);
-    run_switch(&staged_switch, "k96", 200, 96, 9707);
-    run_switch(&staged_switch, "k32", 64, 32, 9708);
-    /* each shape forced: the 26B-A4B's q (n a multiple of both tiles), gate_up (2,112: 33 tiles
-     * of 64, 16.5 of 128) and the ragged shapes */
-    static const speed_switch *const forced[] = {&staged_square_switch, &staged_tall_switch,
-                                                 &staged_pair_forced_switch};
-    for (uint64_t f = 0; f < 3; f++) {
-        run_switch(forced[f], "q", 4096, 2816, 9721 + 10 * f);
-        run_switch(forced[f], "gate_up", 2112, 2816, 9722 + 10 * f);
-        run_switch(forced[f], "ragged", 1004, 288, 9723 + 10 * f);
-        run_switch(forced[f], "k96", 200, 96, 9724 + 10 * f);
-    }
-    k_gemm_mma(0);
-    run_staged_choice(desc_sms(desc));
-    k_gemm_mma(1);
-    k_set_gemm_staged(1);
-    run_shape("gemm_staged_vs_ref", 130, 4096, 2816, 2064, 9801);
-    run_shape("gemm_staged_vs_ref", 300, 1004, 288, 2064, 9802);
-    run_ldy("gemm_staged_vs_ref", 130, 9803);
-    run_invariant("mma staged q", 4096, 2816, 9804);
-    run_invariant("mma staged gate_up", 2112, 2816, 9805);
-    run_invariant("mma staged down", 2816, 2112, 9806);
-    k_set_gemm_staged(0);
     k_gemm_mma(0);
     /* serve.prompt_gemm: every 26B-A4B projection shape and the 31B's k, then q|k|v as a group */
     for (size_t i = 0; i < N_PROJ; i++)

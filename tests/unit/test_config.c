@@ -79,10 +79,9 @@ static void test_defaults(void) {
         c.serve.attn_half_units == 0 && c.serve.attn_global_keep == 0 &&
         c.serve.attn_early_lookup == 0 && c.serve.attn_longest_first == 1 &&
         c.serve.attn_stats_together == 1 && c.serve.attn_tile_fold == 1 &&
-        c.serve.gemm_staged == 0 && c.serve.prompt_gemm == 1 && c.serve.prompt_experts == 0 &&
-        c.serve.prompt_tile == 64 && c.serve.weight_tiles == 1 && c.serve.moe_branches == 0 &&
-        c.serve.sample_threads == 0 && c.log.level == LOG_INFO && c.debug.sync == 0 &&
-        c.debug.gemm == 3;
+        c.serve.prompt_gemm == 1 && c.serve.prompt_experts == 0 && c.serve.prompt_tile == 64 &&
+        c.serve.weight_tiles == 1 && c.serve.moe_branches == 0 && c.serve.sample_threads == 0 &&
+        c.log.level == LOG_INFO && c.debug.sync == 0 && c.debug.gemm == 3;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
                c.serve.max_context);
 }
@@ -138,7 +137,6 @@ static void test_full_ini(void) {
                                              "attn_longest_first = 0\n"
                                              "attn_stats_together = 0\n"
                                              "attn_tile_fold = 0\n"
-                                             "gemm_staged = 2\n"
                                              "prompt_gemm = 0\n"
                                              "prompt_experts = 1\n"
                                              "prompt_tile = 128\n"
@@ -167,10 +165,10 @@ static void test_full_ini(void) {
         c.serve.attn_fp8_frags == 0 && c.serve.attn_half_units == 1 &&
         c.serve.attn_global_keep == 1 && c.serve.attn_early_lookup == 1 &&
         c.serve.attn_longest_first == 0 && c.serve.attn_stats_together == 0 &&
-        c.serve.attn_tile_fold == 0 && c.serve.gemm_staged == 2 && c.serve.prompt_gemm == 0 &&
-        c.serve.prompt_experts == 1 && c.serve.prompt_tile == 128 && c.serve.weight_tiles == 2 &&
-        c.serve.moe_branches == 16 && c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG &&
-        c.debug.sync == 1 && c.debug.gemm == 1;
+        c.serve.attn_tile_fold == 0 && c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 &&
+        c.serve.prompt_tile == 128 && c.serve.weight_tiles == 2 && c.serve.moe_branches == 16 &&
+        c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG && c.debug.sync == 1 &&
+        c.debug.gemm == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
                c.model.path, c.kv.page_tokens, c.kv.budget_gb, rc ? config_last_error() : "");
 
@@ -273,7 +271,8 @@ static void test_load_errors(void) {
  * still sets one is refused as any unknown key is, naming file, line and key, even at a value
  * it once accepted. */
 static void test_removed_keys(void) {
-    static const char *const keys[] = {"attn_cluster_rows", "early_weights", "gemm_wgmma"};
+    static const char *const keys[] = {"attn_cluster_rows", "early_weights", "gemm_wgmma",
+                                       "gemm_staged"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char gate[96], text[96], key[64];
         (void)snprintf(gate, sizeof gate, "config.removed_key[serve.%s]", keys[i]);
