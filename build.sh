@@ -34,8 +34,8 @@ runtime/text/sampler.c runtime/text/par.c runtime/sched/answer.c runtime/sched/s
 REF_SRC="kernels/ref/bf16_ref.c kernels/ref/norm_ref.c kernels/ref/gemm_ref.c
 kernels/ref/attn_ref.c kernels/ref/moe_ref.c kernels/ref/fill_ref.c kernels/ref/sample_ref.c"
 GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill test_sample"
-CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/gemm_wgmma.cu kernels/moe_wgmma.cu kernels/fill.cu kernels/norm.cu kernels/attn_prep.cu
-kernels/attn.cu kernels/attn_window.cu kernels/attn_cluster.cu kernels/attn_mma.cu kernels/moe.cu kernels/sample.cu"
+CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/fill.cu kernels/norm.cu kernels/attn_prep.cu
+kernels/attn.cu kernels/attn_window.cu kernels/attn_mma.cu kernels/moe.cu kernels/sample.cu"
 # The unit tests, one line each: name | what it links besides tests/unit/<name>.c (the module
 # under test through its header, no generated code; test_loader brings its own model table) |
 # its arguments. Registering a unit test is adding its line here; build, run, the musl build
@@ -568,19 +568,17 @@ gpu_gates() {
             BUILD_DIR="$B" run_test python3 tests/proto/test_pinned.py --backend gpu
             # the speed switches answer the same bytes either way, each replayed at its other
             # setting: the fused projections, the folded combine, the experts' bucketing in the
-            # up kernel, the cluster attention kernel (off by default, on here), the prefill
-            # experts' tiles, the row-op chain (off, then at 2 without the preloaded operands),
-            # the router's lanes form, the decode k loops' wide load groups, the early
-            # weight loads (off by default, on here), the attention's query tiles (at 64 rows by
-            # default; at 1 here, so that the recording's short prompts take them too) and the
-            # MoE branch beside the dense MLP on a stream of its own (on by default, off here),
-            # the decode projections' warps over 2 and 4 weight tiles (1 by default; the
-            # recording's decode steps of 4 rows take them)
+            # up kernel, the prefill experts' tiles, the row-op chain (off, then at 2 without the
+            # preloaded operands), the router's lanes form, the decode k loops' wide load groups,
+            # the attention's query tiles (at 64 rows by default; at 1 here, so that the
+            # recording's short prompts take them too) and the MoE branch beside the dense MLP on
+            # a stream of its own (on by default, off here), the decode projections' warps over 2
+            # and 4 weight tiles (1 by default; the recording's decode steps of 4 rows take them)
             local set
             for set in serve.fuse_projections=0 serve.attn_fold=0 serve.moe_bucket_in_up=0 \
-                serve.attn_cluster_rows=16 serve.moe_prefill_tiles=0 serve.row_chain=0 \
+                serve.moe_prefill_tiles=0 serve.row_chain=0 \
                 serve.moe_route_lanes=0 serve.wide_loads=0 serve.row_chain=2 \
-                serve.early_weights=1 serve.attn_query_tiles=1 serve.moe_branches=0 \
+                serve.attn_query_tiles=1 serve.moe_branches=0 \
                 serve.weight_tiles=2 serve.weight_tiles=4; do
                 BUILD_DIR="$B" PINNED_SET=$set run_test python3 tests/proto/test_pinned.py \
                     --backend gpu

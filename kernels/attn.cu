@@ -367,12 +367,6 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
                   ? attn_mma_splits_per_block<D, G, FP8>(max_split, pairs, keep != NULL)
                   : attn_splits_per_block(max_split, pairs);
     }
-    /* decode-sized windowed launches: both passes and the combine in one cluster kernel, the
-     * same bits (attn_cluster.cu); a forced split count per block keeps the split kernels */
-    if constexpr (D == 256 && G <= ATTN_WARP_PV_MAX_G)
-        if (!attn_mma_on && keep && a->splits_per_block == 0 &&
-            attn_cluster_takes<G, FP8>(max_split, nr))
-            return attn_cluster_launch<G, FP8>(a, max_split, row0, nr, s);
     dim3 grid((unsigned)((max_split + spb - 1) / spb), (unsigned)a->kv.n_kv_head, (unsigned)nr);
     int rc;
     if (attn_mma_on && tiles) { /* query tiles: rows of one sequence share a block where they may */

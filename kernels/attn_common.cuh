@@ -646,9 +646,8 @@ static __device__ __forceinline__ void start_stats_block(const float2 *ml, int m
 #define ATTN_COMBINE_BATCH 8 /* splits whose partials a thread has in flight at once */
 
 /* An element pair's sum over n_split splits' partials, 0 + split 0 + split 1 + ... in split
- * order, with ATTN_COMBINE_BATCH of load(s)'s loads in flight at a time: the combine's sum,
- * shared by combine_heads (partials in global memory) and the cluster kernel (in the cluster's
- * shared memory), so the two add alike. */
+ * order, with ATTN_COMBINE_BATCH of load(s)'s loads in flight at a time: the combine's sum
+ * (combine_heads, partials in global memory). */
 template <typename Load>
 static __device__ __forceinline__ float2 sum_split_pairs(int n_split, Load load) {
     float2 o = make_float2(0.0f, 0.0f);
@@ -736,17 +735,6 @@ static __device__ __forceinline__ void pv_fold_nan(const k_attention_args &a, in
                                                    int kvh) {
     if (blockIdx.x == 0) combine_heads<D>(a, r, rl, kvh * G, G, 0, 0, true, NULL, NULL);
 }
-
-/* The decode-sized windowed launches in one cluster kernel (attn_cluster.cu): a cluster holds a
- * row's splits, so at most this many, the largest cluster the H200 schedules (past the portable
- * 8): the splits of a window of 1,024 keys. */
-#define ATTN_CLUSTER_MAX 16
-/* whether a launch of rows rows and max_split splits takes the cluster kernel (the setting, the
- * split count, and the card's answer for that instantiation) */
-template <int G, bool FP8> bool attn_cluster_takes(int max_split, int rows);
-template <int G, bool FP8>
-int attn_cluster_launch(const k_attention_args *a, int max_split, int row0, int nr, cudaStream_t s);
-int attn_cluster_setup(void);
 
 /* The fold's counters (attn.cu), zero at load and between launches. */
 unsigned *attn_fold_counters(void);

@@ -274,7 +274,6 @@ extern "C" int k_attention_setup(void) {
     static_assert(ATTN_WARP_PV_MAX_G == 4, "the window kernels are the groups 1, 2 and 4");
     int rc = K_OK;
     (void)attn_fold_counters(); /* the symbol looked up here, outside any graph capture */
-    rc = attn_cluster_setup();
     if (rc == K_OK) rc = attn_mma_setup();
     if (rc == K_OK) rc = win_smem_allow<1, true, false>();
     if (rc == K_OK) rc = win_smem_allow<1, true, true>();

@@ -53,11 +53,10 @@ int k_scratch(enum k_scratch_kind kind, size_t bytes, cudaStream_t st, void **ou
  * grid before it in the stream has finished and its writes are visible (griddepcontrol.wait,
  * before any load or store, so neither a read-after-write nor a write-after-read can cross the
  * boundary), then lets the next grid be launched. The exceptions: model constants no kernel
- * of a step writes (the row chain's norm weights, the router's per-expert scales, the decode
- * projections' first weight group under serve.early_weights) and the step's inputs, copied in
- * before its first kernel and written by none (the rows' positions and sequences and the page
- * tables, looked up by attention under serve.attn_early_lookup) may be read before the wait;
- * kernels.h names each. The next grid's blocks are then already
+ * of a step writes (the row chain's norm weights, the router's per-expert scales) and the step's
+ * inputs, copied in before its first kernel and written by none (the rows' positions and
+ * sequences and the page tables, looked up by attention under serve.attn_early_lookup) may be
+ * read before the wait; kernels.h names each. The next grid's blocks are then already
  * resident when this one ends, instead of being launched after it; no block of this grid can be
  * kept waiting by them, because the release only takes effect once every block of this grid
  * has started. A kernel launched without the attribute (PDL off, or from another library) sees
@@ -65,9 +64,6 @@ int k_scratch(enum k_scratch_kind kind, size_t bytes, cudaStream_t st, void **ou
 extern int k_pdl_enabled;
 /* serve.wide_loads (kernels.h, k_set_wide_loads): tiles of at most 8 rows take mma_rows_lo. */
 extern int k_wide_loads;
-/* serve.early_weights (kernels.h, k_set_early_weights): the lo form's first weight group before
- * the wait. */
-extern int k_early_weights;
 
 /* The kernel trace (`./build.sh trace` defines G4_KERNEL_TRACE; docs/benchmarks.md): every
  * kernel's first thread of its first block stamps the global timer once its wait on the grid
@@ -129,29 +125,6 @@ static inline cudaError_t k_launch(void (*kernel)(Params...), dim3 grid, dim3 bl
     cfg.stream = st;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
-
-/* k_launch for a kernel whose blocks meet in thread block clusters of cluster_x blocks along x
- * (co-resident, each able to read the others' shared memory). */
-template <typename... Params, typename... Args>
-static inline cudaError_t k_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block,
-                                           size_t smem, cudaStream_t st, unsigned cluster_x,
-                                           Args &&...args) {
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = k_pdl_enabled;
-    attr[1].id = cudaLaunchAttributeClusterDimension;
-    attr[1].val.clusterDim.x = cluster_x;
-    attr[1].val.clusterDim.y = 1;
-    attr[1].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cfg.attrs = attr;
-    cfg.numAttrs = 2;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

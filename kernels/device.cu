@@ -10,8 +10,6 @@ int k_pdl_enabled = 1;
 extern "C" void k_set_pdl(int on) { k_pdl_enabled = on ? 1 : 0; }
 int k_wide_loads = 0; /* serve.wide_loads' default: off until measured */
 extern "C" void k_set_wide_loads(int on) { k_wide_loads = on ? 1 : 0; }
-int k_early_weights = 0; /* serve.early_weights' default: off until measured */
-extern "C" void k_set_early_weights(int on) { k_early_weights = on ? 1 : 0; }
 
 extern "C" int k_device_init(char *desc, size_t desc_len) {
     int n = 0;
@@ -117,10 +115,9 @@ extern "C" int k_profiler_range(int on) {
 #ifdef G4_KERNEL_TRACE
 #define K_TRACE_UNITS(X)                                                                           \
     X(attn)                                                                                        \
-    X(attn_cluster)                                                                                \
     X(attn_mma)                                                                                    \
     X(attn_prep)                                                                                   \
-    X(attn_window) X(fill) X(gemm_lt) X(gemm_wgmma) X(moe) X(moe_wgmma) X(norm) X(sample)
+    X(attn_window) X(fill) X(gemm_lt) X(moe) X(norm) X(sample)
 #define K_TRACE_DECLARE(u) extern "C" int k_trace_bind_##u(k_trace_rec *buf);
 K_TRACE_UNITS(K_TRACE_DECLARE)
 
@@ -332,7 +329,6 @@ extern "C" int k_workspace_reserve(size_t moe_bytes, size_t attn_bytes) {
     void *p = NULL;
     int rc = k_attention_setup();
     if (rc == K_OK) rc = k_moe_setup();
-    if (rc == K_OK) rc = k_gemm_setup();
     if (rc == K_OK && moe_bytes) rc = k_scratch(K_SCRATCH_MOE, moe_bytes, NULL, &p);
     if (rc == K_OK && attn_bytes) rc = k_scratch(K_SCRATCH_ATTN, attn_bytes, NULL, &p);
     return rc;

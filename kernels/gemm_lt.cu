@@ -13,9 +13,7 @@
  * C = D = y (n x m, ld ldy). */
 #include "kernels/common.cuh"
 #include "kernels/bf16.cuh"
-#include "kernels/cp_async.cuh"
 #include "kernels/gemm_batched.h"
-#include "kernels/gemm_wgmma.h"
 #include "kernels/mma.cuh"
 
 #include <stdlib.h>
@@ -273,9 +271,6 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
  * fused q|k|v and gate|up grids would take a wave more) */
 #define MMA_GEMM_LO_M 8
 #define MMA_GEMM_LO_U 12
-/* serve.early_weights' kernels hold the first weight group across the wait; bounded to the four
- * blocks an SM the lo form has without it (left to itself the compiler took 186-214 registers) */
-#define MMA_GEMM_EW_BLOCKS 4
 /* serve.weight_tiles: from this many rows on, a decode-form warp takes weight_tiles weight tiles
  * of 8 outputs, each row fragment loaded once for all of them. Below it the rows' loads are a
  * small part of a warp's bytes (one row: 1/8 of the weights'), and wider blocks would only mean
@@ -292,9 +287,6 @@ extern "C" long long k_gemm_wide_tile_launches(void) { return wide_tile_launches
 /* Weight tiles a warp of the decode form takes at m rows */
 static int decode_nb(int m) { return m >= MMA_GEMM_TILES_MIN_M ? weight_tiles : 1; }
 
-/* Block bx's outputs of one projection: the body of both kernels below. LO (MT = 1, m <= 8: the
- * tile's rows past the 8th are padding) takes the k loop through mma_rows_lo, U 32-k blocks a
- * group, which gives every output mma_tiles<1, NB, U>'s sums (mma.cuh). */
 /* This warp's quarter of k, 32-k blocks [*kb0, *kb1), and the lane's row of each of block bx's NB
  * weight tiles from there (NULL past n). */
 template <int NB>
@@ -312,26 +304,13 @@ static __device__ __forceinline__ void gemm_warp_rows(int bx, const bf16_t *w, i
     }
 }
 
-/* serve.early_weights: block bx's first group of the lo form's weight loads (mma_lo_weights),
- * issued before the kernel waits on the grid before it. */
-template <int NB, int U>
-static __device__ __forceinline__ void gemm_early_weights(int bx, const bf16_t *w, int n, int k,
-                                                          uint4 (&pre)[U][NB]) {
-    const bf16_t *wrow[NB];
-    int kb0, kb1;
-    gemm_warp_rows<NB>(bx, w, n, k, wrow, &kb0, &kb1);
-    mma_lo_weights<NB, U>(wrow, (kb1 - kb0) * 32, pre);
-    mma_lo_weights_landed<NB, U>(pre);
-}
-
-/* EW (LO only): pre holds the first group's weights (gemm_early_weights), loaded before the
- * wait; the launcher gives EW kernels one row tile (m <= 8), and the loop ends after it. */
-template <int MT, int NB, int U, bool LO = false, bool EW = false>
-static __device__ __forceinline__ void gemm_mma_block(int bx, bf16_t *y, const bf16_t *x,
-                                                      const bf16_t *w, int m, int n, int k, int ldy,
-                                                      const uint4 (&pre)[U][NB]) {
+/* Block bx's outputs of one projection: the body of both kernels below. LO (MT = 1, m <= 8: the
+ * tile's rows past the 8th are padding) takes the k loop through mma_rows_lo, U 32-k blocks a
+ * group, which gives every output mma_tiles<1, NB, U>'s sums (mma.cuh). */
+template <int MT, int NB, int U, bool LO = false>
+static __device__ __forceinline__ void
+gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
     static_assert(!LO || MT == 1, "the lo form holds one row tile");
-    static_assert(!EW || LO, "early weights are the lo form's");
     constexpr int VALS = MT * NB * 4; /* a lane's accumulators */
     __shared__ float part[MMA_GEMM_WARPS][VALS][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
@@ -350,7 +329,7 @@ static __device__ __forceinline__ void gemm_mma_block(int bx, bf16_t *y, const b
         }
         float acc[MT][NB][4];
         if constexpr (LO)
-            mma_rows_lo_from<NB, U, EW>(lo[0], wrow, (kb1 - kb0) * 32, acc[0], pre);
+            mma_rows_lo<NB, U>(lo[0], wrow, (kb1 - kb0) * 32, acc[0]);
         else
             mma_tiles<MT, NB, U>(lo, hi, wrow, (kb1 - kb0) * 32, acc);
 #pragma unroll
@@ -373,19 +352,14 @@ static __device__ __forceinline__ void gemm_mma_block(int bx, bf16_t *y, const b
             if (r < m && o < n) y[(size_t)r * (size_t)ldy + (size_t)o] = k_f32_to_bf16(s);
         }
         __syncthreads(); /* part is reused by the next row tile */
-        /* EW launches hold at most 8 rows, one tile: pre must not outlive it (held across the
-         * loop, beside a group's loads, it spilled) */
-        if constexpr (EW) break;
     }
 }
 
-template <int MT, int NB, int U, bool LO = false, bool EW = false>
-static __global__ void __launch_bounds__(MMA_GEMM_THREADS, EW ? MMA_GEMM_EW_BLOCKS : 0)
+template <int MT, int NB, int U, bool LO = false>
+static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
     gemm_mma_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
-    uint4 pre[U][NB];
-    if constexpr (EW) gemm_early_weights<NB, U>(blockIdx.x, w, n, k, pre);
     K_GRID_DEPENDENCY();
-    gemm_mma_block<MT, NB, U, LO, EW>(blockIdx.x, y, x, w, m, n, k, ldy, pre); /* EW: read */
+    gemm_mma_block<MT, NB, U, LO>(blockIdx.x, y, x, w, m, n, k, ldy);
 }
 
 /* The members of a k_gemm_group in one grid: member i owns blocks first[i] .. first[i + 1] - 1
@@ -400,277 +374,19 @@ typedef struct mma_group_table {
     int n[K_GEMM_GROUP_MAX], ldy[K_GEMM_GROUP_MAX];
 } mma_group_table;
 
-template <int MT, int NB, int U, bool LO = false, bool EW = false>
-static __global__ void __launch_bounds__(MMA_GEMM_THREADS, EW ? MMA_GEMM_EW_BLOCKS : 0)
+template <int MT, int NB, int U, bool LO = false>
+static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
     gemm_mma_group_kernel(mma_group_table t, const bf16_t *x, int m, int k) {
     /* the member by compares, and each member's fields read at constant offsets (an index into
      * the parameters would copy them to local memory) */
     const int b = blockIdx.x;
-    uint4 pre[U][NB];
-    if constexpr (EW) { /* the member's weights by selects, before the wait */
-        const int i = t.n_members > 2 && b >= t.first[2] ? 2 : t.n_members > 1 && b >= t.first[1];
-        gemm_early_weights<NB, U>(b - (i == 2 ? t.first[2]
-                                       : i    ? t.first[1]
-                                              : 0),
-                                  i == 2 ? t.w[2]
-                                  : i    ? t.w[1]
-                                         : t.w[0],
-                                  i == 2 ? t.n[2]
-                                  : i    ? t.n[1]
-                                         : t.n[0],
-                                  k, pre);
-    }
     K_GRID_DEPENDENCY();
     if (t.n_members > 2 && b >= t.first[2])
-        gemm_mma_block<MT, NB, U, LO, EW>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k, t.ldy[2],
-                                          pre);
+        gemm_mma_block<MT, NB, U, LO>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k, t.ldy[2]);
     else if (t.n_members > 1 && b >= t.first[1])
-        gemm_mma_block<MT, NB, U, LO, EW>(b - t.first[1], t.y[1], x, t.w[1], m, t.n[1], k, t.ldy[1],
-                                          pre);
+        gemm_mma_block<MT, NB, U, LO>(b - t.first[1], t.y[1], x, t.w[1], m, t.n[1], k, t.ldy[1]);
     else
-        gemm_mma_block<MT, NB, U, LO, EW>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0], pre);
-}
-
-/* ---- the staged tile form (serve.gemm_staged) ----
- *
- * The tile form above reads x and w from L2 once a warp: every row n/32 times, every weight row
- * m/64 times, and its four warps each hold a whole 64 x 32 tile's accumulators for their quarter
- * of k. Here a block of 8 warps stages SG_BM rows of x and SG_BN weight rows into shared memory
- * by cp.async, SG_KB 32-k blocks a stage, SG_STAGES stages in a ring, and each warp computes a
- * 64 x 32 part of the block's tile over the whole of k, reading its mma operands from the stage:
- * rows come from L2 once a block of SG_BN outputs, weight rows once a block of SG_BM rows.
- *
- * The bits are the tile form's: each lane reads the 16 bytes at k0 + 8q of its rows (zero past m
- * and n), exactly what mma_tiles loads, and every (row tile, weight tile) pair gets mma_tiles'
- * two mmas a 32-k block in ascending k. The quarters of k are kept: the accumulators restart from
- * zero at each quarter's first block (nb * w / 4, as gemm_warp_rows cuts them, empty quarters
- * included) and the quarter's sums are added into a running total in quarter order, total =
- * q0, then total + q1, + q2, + q3 with __fadd_rn, the adds the tile form makes across its warps.
- * So an output is the same bits whichever form, tile shape or m ran it (test_gemm_lt's
- * `gemm_staged` gates), and batch invariance holds as before.
- *
- * A stage's rows are 64 bytes (one 32-k block): the 8 lanes of a 16-byte load phase read two
- * whole consecutive rows, no bank conflicts. Three block shapes, the same per-warp work (WM x WN
- * warps): 2 x 4 (128 rows x 128 outputs) and 4 x 2 (256 x 64), one block an SM, of which the
- * launcher takes the one with fewer waves on the card (the 26B-A4B's gate and up, n = 2,112,
- * fill one wave of 256 x 64 tiles at 1,024 rows where 128 x 128 tiles leave 1.03); and 2 x 2
- * (128 x 64, 4 warps), two blocks an SM (serve.gemm_staged = 2), whose warps do not all wait at
- * one block's barriers at once. */
-#define SG_MT 4      /* a warp's row tiles of 16 */
-#define SG_NT 4      /* a warp's weight tiles of 8 */
-#define SG_KB 2      /* 32-k blocks a stage */
-#define SG_STAGES 4  /* stages in the ring: SG_STAGES - 1 in flight while one is read */
-#define SG_MIN_M 128 /* the fewest rows that take the staged form */
-
-template <int WM, int WN> struct sg_shape {
-    static constexpr int THREADS = 32 * WM * WN;
-    static constexpr int PER_SM = WM * WN == 4 ? 2 : 1; /* blocks an SM (registers, memory) */
-    static constexpr int BM = WM * 16 * SG_MT, BN = WN * 8 * SG_NT;
-    static constexpr int ROWS = BM + BN; /* a 32-k block's rows in a stage: x's, then w's */
-    static constexpr int STAGE = SG_KB * ROWS * 64;
-    static constexpr size_t SMEM = (size_t)SG_STAGES * STAGE;
-};
-
-/* One quarter of k ends: the total takes its sums (the first quarter's as they are) and the
- * accumulators restart from zero for the next. */
-static __device__ __forceinline__ void sg_fold(int quarter, float (&acc)[SG_MT][SG_NT][4],
-                                               float (&tot)[SG_MT][SG_NT][4]) {
-#pragma unroll
-    for (int i = 0; i < SG_MT; i++)
-#pragma unroll
-        for (int t = 0; t < SG_NT; t++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                tot[i][t][j] = quarter == 0 ? acc[i][t][j] : __fadd_rn(tot[i][t][j], acc[i][t][j]);
-                acc[i][t][j] = 0.0f;
-            }
-}
-
-template <int WM, int WN>
-static __global__ void __launch_bounds__(32 * WM * WN, WM *WN == 4 ? 2 : 1)
-    gemm_staged_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
-    using S = sg_shape<WM, WN>;
-    extern __shared__ __align__(16) unsigned char sg_smem[];
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, q = lane & 3;
-    const int wm = warp / WN, wn = warp % WN; /* the warp's row and output part */
-    const int r0 = blockIdx.y * S::BM, o0 = blockIdx.x * S::BN;
-    const int nkb = k / 32, n_chunks = (nkb + SG_KB - 1) / SG_KB;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    K_GRID_DEPENDENCY();
-
-    /* chunk c's 32-k blocks of the tile's rows of x and w into stage c % SG_STAGES, then a
-     * group (an empty one past the last chunk, so that the wait below still counts right) */
-    auto issue = [&](int c) {
-        if (c < n_chunks) {
-            unsigned char *st = sg_smem + (c % SG_STAGES) * S::STAGE;
-            for (int e = tid; e < SG_KB * S::ROWS * 4; e += S::THREADS) {
-                const int part = e % 4, row = e / 4 % S::ROWS, kb = e / (4 * S::ROWS);
-                const int kk = (c * SG_KB + kb) * 32 + part * 8;
-                unsigned char *dst = st + (kb * S::ROWS + row) * 64 + part * 16;
-                const bf16_t *src = NULL;
-                if (row < S::BM) {
-                    if (r0 + row < m) src = x + (size_t)(r0 + row) * (size_t)k;
-                } else if (o0 + row - S::BM < n) {
-                    src = w + (size_t)(o0 + row - S::BM) * (size_t)k;
-                }
-                if (src && kk < k)
-                    cp_async16(dst, src + kk);
-                else
-                    *reinterpret_cast<uint4 *>(dst) = zero;
-            }
-        }
-        cp_async_commit();
-    };
-
-    float acc[SG_MT][SG_NT][4], tot[SG_MT][SG_NT][4];
-#pragma unroll
-    for (int i = 0; i < SG_MT; i++)
-#pragma unroll
-        for (int t = 0; t < SG_NT; t++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                acc[i][t][j] = tot[i][t][j] = 0.0f;
-    int quarter = 0, quarter_end = nkb / 4; /* the first 32-k block past this quarter */
-    for (int c = 0; c < SG_STAGES - 1; c++)
-        issue(c);
-    for (int c = 0; c < n_chunks; c++) {
-        cp_async_wait_all_but<SG_STAGES - 2>(); /* this thread's copies of chunk c have landed */
-        __syncthreads();          /* everyone's, and everyone is done reading chunk c - 1's stage */
-        issue(c + SG_STAGES - 1); /* into that stage */
-        const unsigned char *st = sg_smem + (c % SG_STAGES) * S::STAGE;
-#pragma unroll 1
-        for (int kb = 0; kb < SG_KB; kb++) {
-            const int b = c * SG_KB + kb;
-            if (b >= nkb) break;       /* block-uniform */
-            while (b == quarter_end) { /* block-uniform; the last quarter ends at nkb */
-                sg_fold(quarter, acc, tot);
-                quarter++;
-                quarter_end = nkb * (quarter + 1) / 4;
-            }
-            const unsigned char *sb = st + kb * S::ROWS * 64;
-            uint4 av[SG_MT], a8v[SG_MT];
-#pragma unroll
-            for (int i = 0; i < SG_MT; i++) {
-                const int row = wm * 16 * SG_MT + 16 * i + g;
-                av[i] = *reinterpret_cast<const uint4 *>(sb + row * 64 + q * 16);
-                a8v[i] = *reinterpret_cast<const uint4 *>(sb + (row + 8) * 64 + q * 16);
-            }
-#pragma unroll
-            for (int t = 0; t < SG_NT; t++) {
-                const int row = S::BM + wn * 8 * SG_NT + 8 * t + g;
-                const uint4 bv = *reinterpret_cast<const uint4 *>(sb + row * 64 + q * 16);
-#pragma unroll
-                for (int i = 0; i < SG_MT; i++) {
-                    mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
-                    mma_16816(acc[i][t], av[i].z, a8v[i].z, av[i].w, a8v[i].w, bv.z, bv.w);
-                }
-            }
-        }
-    }
-    cp_async_wait_all_but<0>();    /* no copy outlives the block (the empty groups') */
-    for (; quarter < 4; quarter++) /* the last quarter, and any empty ones before it */
-        sg_fold(quarter, acc, tot);
-#pragma unroll
-    for (int i = 0; i < SG_MT; i++)
-#pragma unroll
-        for (int t = 0; t < SG_NT; t++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int r = r0 + wm * 16 * SG_MT + 16 * i + g + (j < 2 ? 0 : 8);
-                const int o = o0 + wn * 8 * SG_NT + 8 * t + 2 * q + (j & 1);
-                if (r < m && o < n)
-                    y[(size_t)r * (size_t)ldy + (size_t)o] = k_f32_to_bf16(tot[i][t][j]);
-            }
-}
-
-static int staged_mode; /* k_set_gemm_staged */
-static int wgmma_mode;  /* k_set_gemm_wgmma */
-static int staged_sms;  /* the card's SMs, for the shape choice; 0 until gemm_staged_allow */
-
-extern "C" void k_set_gemm_staged(int mode) { staged_mode = mode >= 1 && mode <= 5 ? mode : 0; }
-extern "C" void k_set_gemm_wgmma(int mode) { wgmma_mode = mode >= 1 && mode <= 4 ? mode : 0; }
-
-template <int WM, int WN> static int sg_allow_shape(void) {
-    CUDA_CHECK(cudaFuncSetAttribute(gemm_staged_kernel<WM, WN>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)sg_shape<WM, WN>::SMEM));
-    return K_OK;
-}
-
-/* The staged and wgmma kernels' shared-memory limits (128, 160, 96, 64 and 128 KB) raised and the
- * SMs counted, once: at start-up (k_gemm_setup, before any graph capture) and, for callers that
- * skip it (the tests), before the first launch. */
-static int gemm_staged_allow(void) {
-    if (staged_sms > 0) return K_OK;
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (sg_allow_shape<2, 4>() != K_OK || sg_allow_shape<4, 2>() != K_OK ||
-        sg_allow_shape<2, 2>() != K_OK || gemm_wgmma_allow() != K_OK)
-        return K_ERR_DEVICE;
-    staged_sms = sms > 0 ? sms : 1;
-    return K_OK;
-}
-extern "C" int k_gemm_setup(void) { return gemm_staged_allow(); }
-
-template <int WM, int WN> static long long sg_blocks(long long m, long long n) {
-    using S = sg_shape<WM, WN>;
-    return ((n + S::BN - 1) / S::BN) * ((m + S::BM - 1) / S::BM);
-}
-
-/* How k_gemm runs plan p at m rows (K_GEMM_STAGED_*): not staged (the decode or the tile form),
- * or a staged block shape. Mode 1 takes the 8-warp shape with fewer waves (128 x 128 on a tie:
- * its tiles read fewer bytes from L2), mode 2 the 4-warp blocks, two an SM; either falls back to
- * the tile form where its blocks would not fill half the card's block slots (the 26B-A4B's
- * router, n = 128, would be 8 blocks at 1,024 rows, each streaming all of k, where the tile
- * form's 64 blocks of 4 warps finish sooner). Modes 3, 4 and 5 force one shape at every size
- * (the gates). Past 65,535 row tiles of 128 (grid.y) the tile form, which strides over
- * row tiles, runs. serve.gemm_wgmma, where on, is asked first: 1 and 2 (chunks of 64 and 128 k)
- * where its 128 x 128 blocks fill at least half the SMs, 3 and 4 the same at every size (the
- * gates). Every choice gives every output the same bits. */
-static int staged_shape(const k_gemm_plan *p, int m) {
-    if (!p || !p->mma || !(staged_mode || wgmma_mode) || m < SG_MIN_M ||
-        ((long long)m + sg_shape<2, 4>::BM - 1) / sg_shape<2, 4>::BM > 65535 ||
-        gemm_wgmma_row_tiles(m) > 65535 || gemm_staged_allow() != K_OK)
-        return K_GEMM_STAGED_NONE;
-    if (wgmma_mode) {
-        const int shape = wgmma_mode % 2 ? K_GEMM_STAGED_WG64 : K_GEMM_STAGED_WG128;
-        if (wgmma_mode >= 3 || 2 * gemm_wgmma_blocks(m, p->n) >= staged_sms) return shape;
-        if (!staged_mode) return K_GEMM_STAGED_NONE;
-    }
-    if (staged_mode == 3) return K_GEMM_STAGED_SQUARE;
-    if (staged_mode == 4) return K_GEMM_STAGED_TALL;
-    if (staged_mode == 5) return K_GEMM_STAGED_PAIR;
-    if (staged_mode == 2)
-        return 2 * sg_blocks<2, 2>(m, p->n) < (long long)sg_shape<2, 2>::PER_SM * staged_sms
-                   ? K_GEMM_STAGED_NONE
-                   : K_GEMM_STAGED_PAIR;
-    const long long b2 = sg_blocks<2, 4>(m, p->n), b4 = sg_blocks<4, 2>(m, p->n);
-    const bool tall = (b4 + staged_sms - 1) / staged_sms < (b2 + staged_sms - 1) / staged_sms;
-    if (2 * (tall ? b4 : b2) < staged_sms) return K_GEMM_STAGED_NONE;
-    return tall ? K_GEMM_STAGED_TALL : K_GEMM_STAGED_SQUARE;
-}
-
-extern "C" int k_gemm_plan_staged(const k_gemm_plan *p, int m) { return staged_shape(p, m); }
-
-template <int WM, int WN> static int sg_launch(const k_gemm_args *a, int ldy, g4_stream st) {
-    using S = sg_shape<WM, WN>;
-    dim3 grid((unsigned)((a->n + S::BN - 1) / S::BN), (unsigned)((a->m + S::BM - 1) / S::BM));
-    CUDA_CHECK(k_launch(gemm_staged_kernel<WM, WN>, grid, S::THREADS, S::SMEM, (cudaStream_t)st,
-                        (bf16_t *)a->y, (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n,
-                        a->k, ldy));
-    CUDA_CHECK(cudaGetLastError());
-    return K_OK;
-}
-
-/* y = x w^T through the staged or wgmma kernel in staged_shape's choice. */
-static int gemm_staged_launch(const k_gemm_args *a, int ldy, int shape, g4_stream st) {
-    if (shape == K_GEMM_STAGED_WG64 || shape == K_GEMM_STAGED_WG128)
-        return gemm_wgmma_launch((bf16_t *)a->y, (const bf16_t *)a->x, (const bf16_t *)a->w, a->m,
-                                 a->n, a->k, ldy, shape == K_GEMM_STAGED_WG128 ? 4 : 2, st);
-    return shape == K_GEMM_STAGED_TALL   ? sg_launch<4, 2>(a, ldy, st)
-           : shape == K_GEMM_STAGED_PAIR ? sg_launch<2, 2>(a, ldy, st)
-                                         : sg_launch<2, 4>(a, ldy, st);
+        gemm_mma_block<MT, NB, U, LO>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0]);
 }
 
 static bool fuse_groups; /* k_gemm_fuse */
@@ -955,20 +671,16 @@ static int gemm_prompt_split(const k_gemm_args *a, int ldy, g4_stream st) {
  * at NB weight tiles a warp: the lo form with wide loads at m <= 8 (NB x U = 12 32-k blocks of
  * weights a group at every NB, so a warp's bytes in flight stay those of NB = 1), else 8 blocks
  * a group. Every output gets mma_rows' sequence at any NB (mma.cuh), so the bits are NB = 1's. */
-template <bool GROUP, int NB, int U, bool LO, bool EW = false>
-static constexpr auto decode_kernel() {
+template <bool GROUP, int NB, int U, bool LO> static constexpr auto decode_kernel() {
     if constexpr (GROUP)
-        return gemm_mma_group_kernel<1, NB, U, LO, EW>;
+        return gemm_mma_group_kernel<1, NB, U, LO>;
     else
-        return gemm_mma_kernel<1, NB, U, LO, EW>;
+        return gemm_mma_kernel<1, NB, U, LO>;
 }
 
 template <bool GROUP, int NB, typename... Args>
 static cudaError_t decode_launch_nb(int m, dim3 grid, cudaStream_t s, Args... args) {
     const bool lo = k_wide_loads && m <= MMA_GEMM_LO_M;
-    if (lo && NB == 1 && k_early_weights)
-        return k_launch(decode_kernel<GROUP, 1, MMA_GEMM_LO_U, true, true>(), grid,
-                        MMA_GEMM_THREADS, 0, s, args...);
     if (lo)
         return k_launch(decode_kernel<GROUP, NB, MMA_GEMM_LO_U / NB, true>(), grid,
                         MMA_GEMM_THREADS, 0, s, args...);
@@ -1004,8 +716,6 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
             CUDA_CHECK(decode_launch<false>(a->m, nb, grid, (cudaStream_t)st, (bf16_t *)a->y,
                                             (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n,
                                             a->k, ldy));
-        } else if (const int shape = staged_shape(p, a->m)) {
-            return gemm_staged_launch(a, ldy, shape, st);
         } else {
             int tiles = (a->m + 63) / 64;
             dim3 grid((unsigned)((a->n + 31) / 32), (unsigned)(tiles < 65535 ? tiles : 65535));

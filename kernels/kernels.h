@@ -311,47 +311,15 @@ void k_set_pdl(int on);
  * round trips of loads one after another at one decode row. The same mma operands in the same
  * order, so the same bits (serve.wide_loads, default on). Process-wide. */
 void k_set_wide_loads(int on);
-/* on: the lo form of the decode projections (k_gemm, k_gemm_group at m <= 8 with wide loads) issues
- * its first group of weight loads before it waits on the kernel before it, into the registers the
- * k loop then uses: weights are model constants no kernel of a step writes. The same operands in
- * the same order, so the same bits (serve.early_weights, default off until measured).
- * Process-wide. */
-void k_set_early_weights(int on);
 /* 1 (the default), 2 or 4: weight tiles of 8 outputs that a warp of the decode projections
  * (k_gemm, and k_gemm_group's one launch, at 4 to 32 rows) takes, each fragment of the rows
  * loaded once for all of them: at 16 rows a warp reads two bytes of rows from L2 for every byte
  * of weights with one tile, one with two, half with four; the grid has that many times fewer
  * blocks. Every output gets the same mma sequence and k quarters at any count, so the same bits
- * (serve.weight_tiles). The preloaded first group of serve.early_weights is one tile's only:
- * above 1 the lo form loads it after the wait. Others: K_ERR_SHAPE, nothing changes.
- * Process-wide. */
+ * (serve.weight_tiles). Others: K_ERR_SHAPE, nothing changes. Process-wide. */
 int k_set_gemm_weight_tiles(int tiles);
 /* Decode-form launches that took more than one weight tile a warp, for the gates */
 long long k_gemm_wide_tile_launches(void);
-/* 1: the mma projections (k_gemm, and k_gemm_group's members at prefill sizes) of at least 128
- * rows stage their rows of x and w through shared memory by cp.async, blocks of 8 warps over
- * 128 x 128 or 256 x 64 tiles (whichever takes fewer waves; the tile form where neither fills
- * half the SMs), instead of the tile form's loads from L2 once a warp; 2: blocks of 4 warps
- * over 128 x 64 tiles, two an SM; 3, 4 and 5 force the 128 x 128, the 256 x 64 and the 128 x 64
- * shape at every size (the gates); 0 off. Every output gets the tile form's mmas, k quarters and
- * quarter adds in the same order, so the same bits (serve.gemm_staged, default off until measured;
- * kernels/gemm_lt.cu). Process-wide. */
-void k_set_gemm_staged(int mode);
-/* 1 or 2: the mma projections of at least 128 rows whose 128 x 128 tiles fill at least half the
- * SMs run on Hopper's wgmma (kernels/gemm_wgmma.cu), loads in chunks of 64 or 128 k; 3 and 4 the
- * same at every size (the gates); 0 off. It takes the tile form's k sets, quarters and quarter
- * adds, so the same bits (serve.gemm_wgmma, default off until measured). Asked before
- * k_set_gemm_staged's form. Process-wide. */
-void k_set_gemm_wgmma(int mode);
-/* How k_gemm runs plan at m rows (its gates check what they test; kernels/gemm_lt.cu,
- * staged_shape). */
-#define K_GEMM_STAGED_NONE 0   /* not in the staged form */
-#define K_GEMM_STAGED_SQUARE 1 /* 8 warps, 128 x 128 */
-#define K_GEMM_STAGED_TALL 2   /* 8 warps, 256 x 64 */
-#define K_GEMM_STAGED_PAIR 3   /* 4 warps, 128 x 64, two blocks an SM */
-#define K_GEMM_STAGED_WG64 4   /* wgmma, 128 x 128, chunks of 64 k */
-#define K_GEMM_STAGED_WG128 5  /* wgmma, 128 x 128, chunks of 128 k */
-int k_gemm_plan_staged(const k_gemm_plan *plan, int m);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 int k_gemm_group(const k_gemm_group_args *a, g4_stream st);
 /* 1 when k_gemm_group would run this group as one launch: fusing on, more than one member, a
@@ -389,8 +357,8 @@ void k_set_row_chain(int mode);
  * path they test. */
 int k_row_ops_chained(const k_row_ops_args *a);
 
-/* kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_cluster.cu, attn_mma.cu: the per-family prep
- * and the paged attention (head dims 256 and 512) */
+/* kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_mma.cu: the per-family prep and the paged
+ * attention (head dims 256 and 512) */
 int k_attn_prep(const k_attn_prep_args *a, g4_stream st);
 int k_attention(const k_attention_args *a, g4_stream st);
 /* On: an attention launch of at most K_ATTN_FOLD_PAIRS (row, KV head) pairs (a decode step) of
@@ -401,13 +369,6 @@ int k_attention(const k_attention_args *a, g4_stream st);
 #define K_ATTN_FOLD_PAIRS 4096
 #define K_ATTN_FOLD_HEAD_ELEMS 1024
 void k_set_attn_fold(int on);
-/* Attention launches of at most this many rows (decode steps) on the windowed layers of head
- * dim 256, groups up to 4, windows up to 1,024 keys, run both passes and the combine in one
- * kernel whose blocks meet in a thread block cluster (serve.attn_cluster_rows, 0: never; speed
- * only: the same arithmetic in the same order, so the same bits). Process-wide. */
-void k_set_attn_cluster_rows(int rows);
-/* 1 when the card runs the cluster kernel (every instantiation), else 0 (the split kernels). */
-int k_attn_cluster_available(void);
 /* On: every attention launch takes its products on tensor cores (kernels/attn_mma.cu,
  * serve.attn_mma): the same rounding points, other fp32 summation orders, so other bits than the
  * CUDA-core kernels' (both within the op gate's bound of the reference). Process-wide. */
@@ -505,10 +466,9 @@ void k_set_moe_route_lanes(int on);
 /* 1: a k_moe_experts call of more than 128 items (prefill) on the tensor-core path runs its
  * projections with 4 tiles of 16 items a warp, each weight fragment loaded once for all of them;
  * 2: through blocks that stage 128 items and 64 outputs in shared memory; 3: as 2, with three
- * stages in a ring and the mmas of warps that hold only padding items skipped; 4: on Hopper's
- * wgmma, 64 items against 256 weight rows a block (kernels/moe_wgmma.cu); 0: none of these
- * (serve.moe_prefill_tiles, default 3; speed only: every output's mma sequence is the same).
- * Process-wide. */
+ * stages in a ring and the mmas of warps that hold only padding items skipped (larger values are
+ * taken as 3); 0: none of these (serve.moe_prefill_tiles, default 3; speed only: every output's
+ * mma sequence is the same). Process-wide. */
 void k_set_moe_prefill_tiles(int mode);
 
 /* Device management: 0 when a usable sm_90 device is present. A build without nvcc links
@@ -557,8 +517,6 @@ size_t k_attention_workspace(void);
 int k_attention_setup(void);
 /* Likewise the experts' staged prefill kernels' shared-memory limit. GPU build only. */
 int k_moe_setup(void);
-/* Likewise the staged projections' (serve.gemm_staged). GPU build only. */
-int k_gemm_setup(void);
 int k_workspace_reserve(size_t moe_bytes, size_t attn_bytes);
 
 /* CUDA events for timing named steps without synchronising between them (bench_decode). */

@@ -70,24 +70,15 @@ static __device__ __forceinline__ void mma_rows(const bf16_t *lo, const bf16_t *
     }
 }
 
-/* One 32-k block of a lo tile: the two mmas of mma_rows' order, hi's operands zero. */
-static __device__ __forceinline__ void mma_lo_block(float (&d)[4], const uint4 &a, const uint4 &b) {
-    mma_16816(d, a.x, 0u, a.y, 0u, b.x, b.y);
-    mma_16816(d, a.z, 0u, a.w, 0u, b.z, b.w);
-}
-
 /* mma_rows for a tile whose rows past the 8th are all padding (hi NULL: a tile of at most 8
  * rows, as a decode step's are), written without hi's registers so that a group can hold U
  * 32-k blocks of loads in the registers mma_rows spends on hi: at one decode row
  * a warp's k loop is a chain of groups, each one round trip of loads, and more bytes a group
  * means fewer of them (serve.wide_loads). Every mma gets mma_rows' operands (hi's zero) in
- * mma_rows' order, so the sums are the same bits.
- * PRE: the first group's weights come loaded (pre, mma_lo_weights) and only its rows are loaded
- * here; that group is peeled off the loop so pre's registers end with it. */
-template <int NB, int U, bool PRE>
-static __device__ __forceinline__ void
-mma_rows_lo_from(const bf16_t *lo, const bf16_t *const (&w)[NB], int k, float (&acc)[NB][4],
-                 const uint4 (&pre)[U][NB]) {
+ * mma_rows' order, so the sums are the same bits. */
+template <int NB, int U>
+static __device__ __forceinline__ void mma_rows_lo(const bf16_t *lo, const bf16_t *const (&w)[NB],
+                                                   int k, float (&acc)[NB][4]) {
     const int q = threadIdx.x & 3;
     const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
@@ -95,25 +86,7 @@ mma_rows_lo_from(const bf16_t *lo, const bf16_t *const (&w)[NB], int k, float (&
 #pragma unroll
         for (int j = 0; j < 4; j++)
             acc[t][j] = 0.0f;
-    int g_first = 0;
-    if constexpr (PRE) {
-        uint4 a[U];
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            a[u] = 32 * u < k && lo ? __ldg((const uint4 *)(lo + 32 * u + 8 * q)) : zero;
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (32 * u >= k) break; /* warp-uniform */
-#pragma unroll
-            for (int t = 0; t < NB; t++)
-                mma_lo_block(acc[t], a[u], pre[u][t]);
-        }
-        g_first = 32 * U;
-        /* the loop's loads stay after this group's mmas: hoisted above them (as the compiler
-         * would) they held a second group's registers beside pre's and spilled */
-        asm volatile("" ::: "memory");
-    }
-    for (int g0 = g_first; g0 < k; g0 += 32 * U) {
+    for (int g0 = 0; g0 < k; g0 += 32 * U) {
         uint4 a[U], b[U][NB];
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -128,53 +101,12 @@ mma_rows_lo_from(const bf16_t *lo, const bf16_t *const (&w)[NB], int k, float (&
         for (int u = 0; u < U; u++) {
             if (g0 + 32 * u >= k) break; /* warp-uniform */
 #pragma unroll
-            for (int t = 0; t < NB; t++)
-                mma_lo_block(acc[t], a[u], b[u][t]);
+            for (int t = 0; t < NB; t++) {
+                mma_16816(acc[t], a[u].x, 0u, a[u].y, 0u, b[u][t].x, b[u][t].y);
+                mma_16816(acc[t], a[u].z, 0u, a[u].w, 0u, b[u][t].z, b[u][t].w);
+            }
         }
     }
-}
-
-/* mma_rows_lo without preloaded weights (pre is not read) */
-template <int NB, int U>
-static __device__ __forceinline__ void mma_rows_lo(const bf16_t *lo, const bf16_t *const (&w)[NB],
-                                                   int k, float (&acc)[NB][4]) {
-    uint4 unused[U][NB];
-    mma_rows_lo_from<NB, U, false>(lo, w, k, acc, unused);
-}
-
-/* The first group of mma_rows_lo's weight loads, w[t]'s U 32-k blocks from its start (zero past
- * k or for a NULL row), as mma_rows_lo would load them: issued on their own so that a kernel can
- * put them before its wait on the grid before it (weights are constants no kernel writes) and
- * hand them to mma_rows_lo_from<NB, U, true> as pre, which then loads only the rows for that group.
- * The same operands in the same order: the same bits (serve.early_weights). */
-template <int NB, int U>
-static __device__ __forceinline__ void mma_lo_weights(const bf16_t *const (&w)[NB], int k,
-                                                      uint4 (&pre)[U][NB]) {
-    const int q = threadIdx.x & 3;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < U; u++)
-#pragma unroll
-        for (int t = 0; t < NB; t++)
-            pre[u][t] = 32 * u < k && w[t] ? __ldg((const uint4 *)(w[t] + 32 * u + 8 * q)) : zero;
-}
-
-/* Holds the thread until pre's loads have landed, so that a kernel calling it before its grid
- * dependency waits for them there: left to itself ptxas sinks loads whose values are first used
- * after griddepcontrol.wait below it, where they would start only once the producer has ended.
- * The values are folded into a predicate guarding a fence, which runs only if the fold equals an
- * arbitrary constant and changes no value either way. */
-template <int NB, int U>
-static __device__ __forceinline__ void mma_lo_weights_landed(const uint4 (&pre)[U][NB]) {
-    uint32_t f = 0;
-#pragma unroll
-    for (int u = 0; u < U; u++)
-#pragma unroll
-        for (int t = 0; t < NB; t++)
-            f ^= pre[u][t].x ^ pre[u][t].y ^ pre[u][t].z ^ pre[u][t].w;
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %0, 0x9e3779b9;\n\t@p membar.cta;\n\t}" ::"r"(f)
-        : "memory");
 }
 
 /* acc[i][t] += rows of m tile i (lo[i]: the lane's row, hi[i]: row + 8; NULL: padding) . w[t]

@@ -29,7 +29,6 @@
 #include "kernels/gemm_batched.h"
 #include "kernels/moe_bucket.cuh"
 #include "kernels/mma.cuh"
-#include "kernels/moe_wgmma.h"
 
 #include <math.h>
 
@@ -902,7 +901,6 @@ static int staged_allow(void) {
         CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<false, 3>()));
-        if (moe_wgmma_allow() != K_OK) return K_ERR_DEVICE;
         set = true;
     }
     return K_OK;
@@ -963,7 +961,7 @@ static int bucket_in_up = 1; /* serve.moe_bucket_in_up's default */
 extern "C" void k_set_moe_bucket_in_up(int on) { bucket_in_up = on ? 1 : 0; }
 static int prefill_tiles = 3; /* serve.moe_prefill_tiles' default */
 extern "C" void k_set_moe_prefill_tiles(int mode) {
-    prefill_tiles = mode >= 4 ? 4 : mode > 0 ? mode : 0;
+    prefill_tiles = mode >= 3 ? 3 : mode > 0 ? mode : 0;
 }
 static int route_lanes = 1; /* serve.moe_route_lanes' default */
 extern "C" void k_set_moe_route_lanes(int on) { route_lanes = on ? 1 : 0; }
@@ -1279,12 +1277,7 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
         CUDA_CHECK(cudaGetLastError());
         return K_OK;
     }
-    if (tensor_cores && prefill_tiles == 4 && items > INBLOCK_MAX_ITEMS) {
-        rc = staged_allow();
-        if (rc != K_OK) return rc;
-        rc = moe_wgmma_launch(a, list, active, n_active, h, ys, slots, st);
-        if (rc != K_OK) return rc;
-    } else if (tensor_cores && prefill_tiles == 3 && items > INBLOCK_MAX_ITEMS) {
+    if (tensor_cores && prefill_tiles == 3 && items > INBLOCK_MAX_ITEMS) {
         rc = staged_allow();
         if (rc != K_OK) return rc;
         dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);

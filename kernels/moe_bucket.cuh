@@ -1,7 +1,6 @@
-/* kernels/moe_bucket.cuh - an expert's bucket of items as the prefill experts' kernels read it
- * (the staged kernels in moe.cu and the wgmma ones in moe_wgmma.cu): which expert a grid row
- * serves, that expert's weights, and one tile's input rows. One copy, so that the kernels whose
- * bits are gated against each other cannot come to read different rows. */
+/* kernels/moe_bucket.cuh - an expert's bucket of items as the prefill experts' staged kernels
+ * (kernels/moe.cu) read it: which expert a grid row serves, that expert's weights, and one tile's
+ * input rows. */
 #ifndef G4_MOE_BUCKET_CUH
 #define G4_MOE_BUCKET_CUH
 

@@ -93,16 +93,9 @@ const char *k_gemm_plan_kernel(const k_gemm_plan *plan) {
 }
 void k_set_pdl(int on) { (void)on; }
 void k_set_wide_loads(int on) { (void)on; }
-void k_set_early_weights(int on) { (void)on; }
 long long k_gemm_wide_tile_launches(void) { return 0; }
 int k_set_gemm_weight_tiles(int tiles) {
     return tiles == 1 || tiles == 2 || tiles == 4 ? K_OK : K_ERR_SHAPE;
-}
-void k_set_gemm_staged(int mode) { (void)mode; }
-void k_set_gemm_wgmma(int mode) { (void)mode; }
-int k_gemm_plan_staged(const k_gemm_plan *plan, int m) {
-    (void)plan, (void)m;
-    return 0;
 }
 
 int k_gemm(const k_gemm_args *a, g4_stream st) {
@@ -116,7 +109,6 @@ int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
 }
 void k_gemm_fuse(int on) { (void)on; }
 void k_set_attn_fold(int on) { (void)on; }
-void k_set_attn_cluster_rows(int rows) { (void)rows; }
 void k_set_attn_mma(int on) { (void)on; }
 void k_set_attn_query_tiles(int rows) { (void)rows; }
 void k_set_attn_fp8_frags(int on) { (void)on; }
@@ -128,7 +120,6 @@ void k_set_attn_stats_together(int on) { (void)on; }
 void k_set_attn_tile_fold(int on) { (void)on; }
 long long k_attn_tile_folds(void) { return 0; }
 long long k_attn_tile_launches(void) { return 0; }
-int k_attn_cluster_available(void) { return 0; }
 void k_set_moe_prefill_tiles(int mode) { (void)mode; }
 void k_set_row_chain(int mode) { (void)mode; }
 int k_row_ops_chained(const k_row_ops_args *a) {

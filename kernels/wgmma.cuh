@@ -1,6 +1,7 @@
-/* kernels/wgmma.cuh - Hopper's warpgroup matrix multiply (wgmma) from shared memory, and the
- * stores that lay its operands out: for the prefill projections (kernels/gemm_wgmma.cu) and the
- * probe that measured it (tests/gpu/probe_tc_order.cu). Needs sm_90a.
+/* kernels/wgmma.cuh - Hopper's warpgroup matrix multiply (wgmma) from shared memory: the
+ * instruction and descriptors of the probe that measured it (tests/gpu/probe_tc_order.cu). The
+ * prefill projections' and experts' kernels that ran on it held the tile form's bits but
+ * measured slower and were taken out (docs/perf-notes.md, thirtieth session). Needs sm_90a.
  *
  * Operands are K-major without swizzle: a matrix of R rows x 16 k is 8 x 16-byte core matrices
  * (8 rows, 8 k each, 128 contiguous bytes), the two k cores of a row group 128 bytes apart and
@@ -43,17 +44,6 @@ template <int N> static __device__ __forceinline__ void wg_wait() {
  * writer fences, then the block meets at a barrier */
 static __device__ __forceinline__ void wg_fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-/* four 8 x 8 bf16 matrices from a warp's registers into shared memory: register j of lane
- * (g = lane / 4, q = lane % 4) is row g, elements 2q and 2q + 1 of matrix j, and lane 8j + r
- * gives the address of matrix j's row r (16 bytes) */
-static __device__ __forceinline__ void wg_stmatrix_x4(void *row_addr, uint32_t r0, uint32_t r1,
-                                                      uint32_t r2, uint32_t r3) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(row_addr);
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a),
-                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-                 : "memory");
 }
 
 /* d (64 x 128, fp32, the warpgroup's accumulator fragment) += A (64 x 16) B (128 x 16)^T, both

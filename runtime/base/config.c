@@ -86,14 +86,12 @@ static const struct cfg_key {
     CFG_SWITCH(serve, fuse_projections),
     CFG_SWITCH(serve, attn_fold),
     CFG_SWITCH(serve, moe_bucket_in_up),
-    CFG_RANGE(serve, attn_cluster_rows, 0, 65535), /* a launch's rows: the grid's z */
-    CFG_RANGE(serve, moe_prefill_tiles, 0, 4),     /* 4: on wgmma */
+    CFG_RANGE(serve, moe_prefill_tiles, 0, 3), /* 0 off, 1 item tiles, 2 staged, 3 a ring */
     CFG_RANGE(serve, row_chain, 0, 3), /* 0 off, 1 rows up to 3,072, 2 up to 6,144, 3 2 loaded */
     CFG_SWITCH(serve, moe_route_lanes),
     CFG_SWITCH(serve, wide_loads),
-    CFG_SWITCH(serve, early_weights),
     CFG_SWITCH(serve, attn_mma),
-    CFG_RANGE(serve, attn_query_tiles, 0, 65535), /* a launch's rows, as attn_cluster_rows */
+    CFG_RANGE(serve, attn_query_tiles, 0, 65535), /* a launch's rows: the grid's z */
     CFG_SWITCH(serve, attn_fp8_frags),
     CFG_SWITCH(serve, attn_half_units),
     CFG_SWITCH(serve, attn_global_keep),
@@ -101,8 +99,6 @@ static const struct cfg_key {
     CFG_SWITCH(serve, attn_longest_first),
     CFG_SWITCH(serve, attn_stats_together),
     CFG_SWITCH(serve, attn_tile_fold),
-    CFG_RANGE(serve, gemm_staged, 0, 2), /* 1 blocks of 8 warps, 2 of 4 warps two an SM */
-    CFG_RANGE(serve, gemm_wgmma, 0, 2),  /* 1 loads in chunks of 64 k, 2 of 128 */
     CFG_SWITCH(serve, prompt_gemm),
     CFG_SWITCH(serve, prompt_experts),
     CFG_RANGE(serve, weight_tiles, 1, 4),    /* 3 is refused in config_finish */
@@ -163,12 +159,10 @@ void config_defaults(g4_config *c) {
     c->serve.fuse_projections = 1;
     c->serve.attn_fold = 1;           /* measured on the H200 (docs/configuration.md) */
     c->serve.moe_bucket_in_up = 1;    /* measured faster (docs/configuration.md) */
-    c->serve.attn_cluster_rows = 0;   /* measured no faster (docs/configuration.md) */
     c->serve.moe_prefill_tiles = 3;   /* measured faster (docs/configuration.md) */
     c->serve.row_chain = 3;           /* measured faster (docs/configuration.md) */
     c->serve.moe_route_lanes = 1;     /* measured faster (docs/configuration.md) */
     c->serve.wide_loads = 1;          /* measured faster (docs/configuration.md) */
-    c->serve.early_weights = 0;       /* measured no faster (docs/configuration.md) */
     c->serve.attn_mma = 1;            /* measured faster (docs/configuration.md) */
     c->serve.attn_query_tiles = 64;   /* prefill-sized launches (docs/configuration.md) */
     c->serve.attn_fp8_frags = 1;      /* measured faster (docs/configuration.md) */
@@ -178,8 +172,6 @@ void config_defaults(g4_config *c) {
     c->serve.attn_longest_first = 1;  /* measured faster (docs/configuration.md) */
     c->serve.attn_stats_together = 1; /* measured faster (docs/configuration.md) */
     c->serve.attn_tile_fold = 1;      /* measured faster (docs/configuration.md) */
-    c->serve.gemm_staged = 0;         /* measured slower (docs/configuration.md) */
-    c->serve.gemm_wgmma = 0;          /* not yet run on the GPU (docs/configuration.md) */
     c->serve.prompt_gemm = 1;         /* prompt rows at cuBLASLt's rate (docs/prompt-rows.md) */
     c->serve.prompt_experts = 0;      /* moves prompt rows' bits (docs/prompt-rows.md) */
     c->serve.weight_tiles = 1;        /* not yet measured (docs/configuration.md) */

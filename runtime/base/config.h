@@ -49,13 +49,11 @@ typedef struct g4_config {
         int fuse_projections;  /* 0/1, default 1: q|k|v, gate|up one launch; speed only */
         int attn_fold;         /* 0/1, default 1: attention's combine in its P.V pass; speed only */
         int moe_bucket_in_up;  /* 0/1, default 1: experts bucketed in the up kernel; speed only */
-        int attn_cluster_rows; /* 0..65535, default 0: one-launch attention up to these rows */
-        int moe_prefill_tiles; /* 0..4, default 3: prefill experts staged in a ring (2: in turn, 1:
-                                  item tiles, 4: on wgmma) */
+        int moe_prefill_tiles; /* 0..3, default 3: prefill experts staged in a ring (2: in turn, 1:
+                                  item tiles) */
         int row_chain;         /* 0..3, default 3: row ops in the compact chain kernel */
         int moe_route_lanes;   /* 0/1, default 1: the router kernel's lanes form */
         int wide_loads;        /* 0/1, default 1: decode k loops in wider load groups */
-        int early_weights;     /* 0/1, default 0: decode weights loaded before the wait */
         int attn_mma;          /* 0/1, default 1: attention's products on tensor cores */
         int attn_query_tiles;  /* 0..65535, default 64: launches of these rows share key loads */
         int attn_fp8_frags;    /* 0/1, default 1: e4m3 keys into mma operands without widening */
@@ -65,8 +63,6 @@ typedef struct g4_config {
         int attn_longest_first;  /* 0/1, default 1: query tiles of the most keys start first */
         int attn_stats_together; /* 0/1, default 1: a warp's tile rows' statistics side by side */
         int attn_tile_fold; /* 0/1, default 1: query tiles combine their splits in the P.V pass */
-        int gemm_staged;    /* 0..2, default 0: prefill projections staged in shared memory */
-        int gemm_wgmma;     /* 0..2, default 0: prefill projections on Hopper's wgmma */
         int prompt_gemm;    /* 0/1, default 1: prompt rows' projections on split-k-1 cuBLASLt */
         int prompt_experts; /* 0/1, default 0: prompt rows' experts as batched cuBLASLt products */
         int weight_tiles;   /* 1, 2 or 4, default 1: weight tiles a decode projection warp takes */

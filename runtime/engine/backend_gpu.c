@@ -65,12 +65,10 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_gemm_fuse(cfg->serve.fuse_projections); /* likewise */
     k_set_attn_fold(cfg->serve.attn_fold);    /* likewise */
     k_set_moe_bucket_in_up(cfg->serve.moe_bucket_in_up);    /* likewise */
-    k_set_attn_cluster_rows(cfg->serve.attn_cluster_rows);  /* likewise */
     k_set_moe_prefill_tiles(cfg->serve.moe_prefill_tiles);  /* likewise */
     k_set_row_chain(cfg->serve.row_chain);                  /* likewise */
     k_set_moe_route_lanes(cfg->serve.moe_route_lanes);      /* likewise */
     k_set_wide_loads(cfg->serve.wide_loads);                /* likewise */
-    k_set_early_weights(cfg->serve.early_weights);          /* likewise */
     (void)k_set_gemm_weight_tiles(cfg->serve.weight_tiles); /* likewise; 1, 2, 4: the config's */
     k_set_attn_mma(cfg->serve.attn_mma); /* process-wide; other sums, so other bits */
     k_set_attn_query_tiles(cfg->serve.attn_query_tiles);   /* process-wide; the bits are the same */
@@ -81,8 +79,6 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_attn_longest_first(cfg->serve.attn_longest_first);   /* likewise */
     k_set_attn_stats_together(cfg->serve.attn_stats_together); /* likewise */
     k_set_attn_tile_fold(cfg->serve.attn_tile_fold);           /* likewise */
-    k_set_gemm_staged(cfg->serve.gemm_staged);                 /* likewise */
-    k_set_gemm_wgmma(cfg->serve.gemm_wgmma);                   /* likewise */
     k_set_moe_prompt_experts(cfg->serve.prompt_experts);       /* other bits for prompt rows */
     (void)k_set_moe_prompt_tile(cfg->serve.prompt_tile);       /* in range: the config's */
     return bk;

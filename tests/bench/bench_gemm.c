@@ -6,10 +6,9 @@
  * floor at m = 1 (n * k * 2 bytes / --bw GB/s). A benchmark: it prints figures only.
  * With --kernels it times instead, at prefill sizes (1,024 and 2,048 rows, or --m M), each shape
  * on the kernels a prefill projection can take: the project's tensor-core kernel in its tile
- * form, the same in its staged forms (serve.gemm_staged; the same bits) and cuBLASLt's plan, in
- * ms and TFLOP/s (2 m n k flops a call; the H200's dense bf16 matrix rate is ~780 TFLOP/s
- * at the clocks it holds, ~990 nominal).
- * usage: bench_gemm [--max-m M] [--bw GBPS] [--kernels [--m M]] */
+ * form and cuBLASLt's plan, in ms and TFLOP/s (2 m n k flops a call; the H200's dense bf16 matrix
+ * rate is ~780 TFLOP/s at the clocks it holds, ~990 nominal). usage: bench_gemm [--max-m M] [--bw
+ * GBPS] [--kernels [--m M]] */
 #include "kernels/kernels.h"
 
 #include <stdio.h>
@@ -41,39 +40,28 @@ static float time_gemm(k_gemm_plan *plan, bf16_t *y, const bf16_t *x, const bf16
     return t[10];
 }
 
-/* --kernels: one shape at m rows on each kernel: the tile form, the staged form's 8-warp
- * blocks (serve.gemm_staged = 1) and 4-warp pairs (= 2), the wgmma form in chunks of 64 and 128 k
- * (serve.gemm_wgmma = 1, 2), the last three forced (so a shape that the launcher would leave on
- * the tile form still shows their time), and cuBLASLt; a kernel that cannot plan it prints "-". */
+/* --kernels: one shape at m rows on each kernel: the tile form and cuBLASLt; a kernel that cannot
+ * plan it prints "-". */
 static void time_kernels(const shape *s, int m, bf16_t *y, const bf16_t *x, const bf16_t *w,
                          k_event *ev[2]) {
-    enum { KINDS = 6, LT = KINDS - 1 };
-    static const char *const names[KINDS] = {"tile", "staged8", "pairs",
-                                             "wg64", "wg128",   "cublaslt"};
-    static const int modes[KINDS] = {0, 1, 5, 0, 0, 0};    /* k_set_gemm_staged: by waves, pairs */
-    static const int wg_modes[KINDS] = {0, 0, 0, 3, 4, 0}; /* k_set_gemm_wgmma, forced */
+    enum { KINDS = 2, LT = KINDS - 1 };
+    static const char *const names[KINDS] = {"tile", "cublaslt"};
     printf("%-14s %6d", s->name, m);
     for (int kind = 0; kind < KINDS; kind++) {
         k_gemm_mma(kind < LT);
-        k_set_gemm_staged(modes[kind]);
-        k_set_gemm_wgmma(wg_modes[kind]);
         k_gemm_plan *plan = NULL;
         float ms = k_gemm_plan_create(&plan, m, s->n, s->k) == 0 &&
                            !strcmp(k_gemm_plan_kernel(plan), kind < LT ? "mma" : "cublaslt")
                        ? time_gemm(plan, y, x, w, m, s->n, s->k, ev)
                        : -1;
-        /* staged8 is marked * where the launcher keeps the tile form (too few blocks) */
-        const int fell_back = kind == 1 && plan && k_gemm_plan_staged(plan, m) == 0;
         k_gemm_plan_destroy(plan);
         if (ms > 0)
-            printf("  %s %8.4f ms %6.1f TF/s%s", names[kind], ms,
-                   2.0 * m * (double)s->n * s->k / (ms * 1e9), fell_back ? "*" : " ");
+            printf("  %s %8.4f ms %6.1f TF/s ", names[kind], ms,
+                   2.0 * m * (double)s->n * s->k / (ms * 1e9));
         else
             printf("  %s %8s    %6s      ", names[kind], "-", "-");
     }
     k_gemm_mma(0);
-    k_set_gemm_staged(0);
-    k_set_gemm_wgmma(0);
     printf("\n");
 }
 

@@ -16,9 +16,10 @@
  *                     instruction and {4-7, ...} in the next (each lane's 16-byte load split)
  *   wgmma natural     m64n64k16 from shared memory, the natural 16 k an instruction
  *   wgmma project     m64n64k16 with shared memory holding mma_tiles' sets in mma_tiles' slots
- *   wgmma n128        m64n128k16 as the projections' and experts' wgmma kernels run it
- *                     (kernels/wgmma.cuh), mma_tiles' sets, each trial's 64 weight rows twice:
- *                     both column halves against mma project
+ *   wgmma n128        m64n128k16 as the projections' and experts' wgmma kernels ran it
+ *                     (kernels/wgmma.cuh; the kernels were taken out, measured slower),
+ *                     mma_tiles' sets, each trial's 64 weight rows twice: both column halves
+ *                     against mma project
  *
  * Each variant's outputs are first held to a double-precision CPU sum (a wrong fragment or
  * descriptor layout fails there, so a "bits differ" line is never a layout bug), then compared
@@ -204,7 +205,7 @@ __global__ void __launch_bounds__(128) wgmma_chain(const __nv_bfloat16 *x, const
     }
 }
 
-/* The kernels' own instruction and descriptors (kernels/wgmma.cuh): m64n128k16 on mma_tiles'
+/* The wgmma kernels' instruction and descriptors (kernels/wgmma.cuh): m64n128k16 on mma_tiles'
  * sets, B's rows 64..127 a copy of rows 0..63, so both halves of y's 128 columns must be the
  * m64n64 chain's (and mma.sync's) bits. y: TRIALS x M x 2N. */
 __global__ void __launch_bounds__(128)

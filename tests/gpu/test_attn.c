@@ -1,5 +1,5 @@
 /* tests/gpu/test_attn.c - GPU gate: the attention prep and the paged attention core
- * (kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_cluster.cu) against their CPU twins
+ * (kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_mma.cu) against their CPU twins
  * ref_attn_prep and ref_attention, on fresh random inputs over a paged KV store with shuffled page
  * tables.
  *
@@ -33,8 +33,6 @@
 #define N_SEQ 3
 #define SPARE_PAGES 3
 #define BF16_NAN 0x7fc0u
-/* serve.attn_cluster_rows here: every launch of these tests may take the cluster kernel */
-#define CLUSTER_ROWS 4096
 
 typedef struct cfg {
     int d, n_rot, n_head, n_kv, k_eq_v;
@@ -483,11 +481,9 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
         for (size_t i = 0; i < qn; i++)
             again[i] = BF16_NAN;
         k_set_attn_fold(0);
-        k_set_attn_cluster_rows(0); /* else the windowed cases would run the cluster kernel twice */
         rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&a, NULL) | k_sync() |
              k_copy_to_host(again, dout, qn * 2);
         k_set_attn_fold(1);
-        k_set_attn_cluster_rows(CLUSTER_ROWS);
         for (size_t i = 0; i < qn; i++)
             fold_differ += again[i] != out[i];
     }
@@ -497,22 +493,6 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
                "(%s for these %d rows and this group) and its own launch (must be "
                "bit-identical), rc %d",
                fold_differ, folded ? "taken" : "not taken", n_rows, rc);
-    /* the two passes and the combine in one cluster kernel (attn_cluster.cu), which the
-     * launches above took where it applies (windowed head-dim-256 layers of groups up to 4,
-     * windows up to 1,024 keys: a grid of at most 16 splits), against the split kernels with
-     * the fold on: the same bits */
-    long cluster_differ = 0;
-    const int clustered = c->d == 256 && window > 0 && window <= 1024 && c->n_head / c->n_kv <= 4;
-    if (!rc && again) {
-        for (size_t i = 0; i < qn; i++)
-            again[i] = BF16_NAN;
-        k_set_attn_cluster_rows(0);
-        rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&a, NULL) | k_sync() |
-             k_copy_to_host(again, dout, qn * 2);
-        k_set_attn_cluster_rows(CLUSTER_ROWS);
-        for (size_t i = 0; i < qn; i++)
-            cluster_differ += again[i] != out[i];
-    }
     /* query tiles (serve.attn_query_tiles, the tensor-core passes only): consecutive rows of one
      * sequence whose key tiles start at key 0 share a block, the others take theirs in turn; every
      * output bit must equal the one-row blocks' above */
@@ -663,11 +643,6 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
                    form_differ, forms[k].what, rc);
     }
     free(again);
-    snprintf(sgate, sizeof sgate, "%s cluster", gate);
-    TEST_CHECK(sgate, rc == 0 && cluster_differ == 0,
-               "%ld output elements differ between the cluster kernel (%s for these %d rows, "
-               "this group and window) and the split kernels (must be bit-identical), rc %d",
-               cluster_differ, clustered ? "taken" : "not taken", n_rows, rc);
 
     cmp m = {0};
     compare(&m, out, ref, qn);
@@ -691,16 +666,16 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     free(s.tables);
 }
 
-/* The NaN paths of the folded combine and of the cluster kernel against the combine's own
- * launch (serve.attn_fold 1 and 0, serve.attn_cluster_rows):
+/* The NaN paths of the folded combine against the combine's own launch (serve.attn_fold 1 and
+ * 0), and of the other speed forms below:
  * a padding row (pos -1, present in every case), a row past the grid the host sized (max_pos
  * 500 without a window: a grid of 8 splits, where the row at 3,000 has 24; max_pos 700 at a
- * window of 1,024: 11 splits against its 16, and a cluster of 11 blocks; not at the window of
- * 8, where every row has one split) and a row that meets an unmapped page. The engine never
- * passes the last two; the kernels answer them with NaN rather than wrong numbers. Outputs are
- * poisoned with 48.5 (beyond any weighted mean of these V values), so a row left unwritten
- * shows. Rule: the three launches bit-identical; the padding row and the row named all NaN,
- * every other row written and free of NaN. */
+ * window of 1,024: 11 splits against its 16; not at the window of 8, where every row has one
+ * split) and a row that meets an unmapped page. The engine never passes the last two; the
+ * kernels answer them with NaN rather than wrong numbers. Outputs are poisoned with 48.5 (beyond
+ * any weighted mean of these V values), so a row left unwritten shows. Rule: every launch
+ * bit-identical to the combine's own; the padding row and the row named all NaN, every other
+ * row written and free of NaN. */
 static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed) {
     static const char *const names[] = {"padding row", "row past the grid", "unmapped page"};
     const bf16_t poison = 0x4242u;
@@ -713,8 +688,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
            per_row = (size_t)c->n_head * (size_t)c->d;
     size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
            rb = sizeof(int32_t) * (size_t)n_rows;
-    bf16_t *q = malloc(qn * 2), *out[5] = {malloc(qn * 2), malloc(qn * 2), malloc(qn * 2),
-                                           malloc(qn * 2), malloc(qn * 2)};
+    bf16_t *q = malloc(qn * 2),
+           *out[4] = {malloc(qn * 2), malloc(qn * 2), malloc(qn * 2), malloc(qn * 2)};
     bf16_t *kv = malloc(s.elems * 2);
     int32_t *tables = malloc(tb);
     fill_uniform(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
@@ -729,8 +704,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
     void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
     void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
     void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
-    int setup = !q || !out[0] || !out[1] || !out[2] || !out[3] || !out[4] || !kv || !tables ||
-                !dq || !dout || !dkv || !dt || !dpos || !dseq;
+    int setup = !q || !out[0] || !out[1] || !out[2] || !out[3] || !kv || !tables || !dq || !dout ||
+                !dkv || !dt || !dpos || !dseq;
     if (!setup)
         setup = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv, kv_bytes) |
                 k_copy_to_device(dpos, row_pos, rb) | k_copy_to_device(dseq, row_seq, rb);
@@ -758,43 +733,41 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
                               .n_head = c->n_head,
                               .kv_layer = KV_LAYER,
                               .window = window,
-                              /* the grid's splits: 8 without a window, 11 at W 1,024 (a
-                                 cluster of 11 blocks), where the row at 3,000 has 24 or 16 */
+                              /* the grid's splits: 8 without a window, 11 at W 1,024, where
+                                 the row at 3,000 has 24 or 16 */
                               .max_pos = kase == 1 ? (window ? 700 : 500) : 0};
         a.kv.elem_bytes = fp8 ? 1 : 2;
-        /* f: 0 the combine's own launch, 1 folded, 2 the cluster kernel where it applies, 3
-         * folded with the mma operands built as loaded (e4m3: serve.attn_fp8_frags) or with
-         * units of 32 keys (bf16 at head dim 256: serve.attn_half_units) or the global layers'
-         * kept scores (bf16 at head dim 512: serve.attn_global_keep), and with the page-table
-         * look-ups before the grid wait (serve.attn_early_lookup: the NaN paths' early ends
-         * wait too), which only the tensor-core passes read; 4 on the query tiles with their
-         * splits combined in the P.V pass (serve.attn_tile_fold), which must fold where the
-         * grid has at most 16 splits (the row past the grid's case, and the window of 1,024) */
-        const int nf = 5;
+        /* f: 0 the combine's own launch, 1 folded, 2 folded with the mma operands built as
+         * loaded (e4m3: serve.attn_fp8_frags) or with units of 32 keys (bf16 at head dim 256:
+         * serve.attn_half_units) or the global layers' kept scores (bf16 at head dim 512:
+         * serve.attn_global_keep), and with the page-table look-ups before the grid wait
+         * (serve.attn_early_lookup: the NaN paths' early ends wait too), which only the
+         * tensor-core passes read; 3 on the query tiles with their splits combined in the P.V
+         * pass (serve.attn_tile_fold), which must fold where the grid has at most 16 splits (the
+         * row past the grid's case, and the window of 1,024) */
+        const int nf = 4;
         long long tile_folds = 0;
         for (int f = 0; f < nf && !rc; f++) {
             for (size_t i = 0; i < qn; i++)
                 out[f][i] = poison;
             const long long folds0 = k_attn_tile_folds();
-            k_set_attn_query_tiles(f == 4 ? 1 : 0);
-            k_set_attn_tile_fold(f == 4);
+            k_set_attn_query_tiles(f == 3 ? 1 : 0);
+            k_set_attn_tile_fold(f == 3);
             k_set_attn_fold(f > 0);
-            k_set_attn_cluster_rows(f == 2 ? CLUSTER_ROWS : 0);
-            k_set_attn_fp8_frags(f == 3 && fp8);
-            k_set_attn_half_units(f == 3 && !fp8);
-            k_set_attn_global_keep(f == 3 && !fp8);
-            k_set_attn_early_lookup(f == 3);
+            k_set_attn_fp8_frags(f == 2 && fp8);
+            k_set_attn_half_units(f == 2 && !fp8);
+            k_set_attn_global_keep(f == 2 && !fp8);
+            k_set_attn_early_lookup(f == 2);
             rc = k_copy_to_device(dout, out[f], qn * 2) | k_attention(&a, NULL) | k_sync() |
                  k_copy_to_host(out[f], dout, qn * 2);
-            if (f == 4) tile_folds = k_attn_tile_folds() - folds0;
+            if (f == 3) tile_folds = k_attn_tile_folds() - folds0;
         }
         k_set_attn_query_tiles(0);
         k_set_attn_tile_fold(0);
-        /* the query tiles run on the tensor-core passes only: with attn_mma off the fifth variant
-         * takes the one-row blocks, and nothing folds */
+        /* the query tiles run on the tensor-core passes only: with attn_mma off the fourth
+         * variant takes the one-row blocks, and nothing folds */
         const int want_fold = attn_mma && (kase == 1 || window == 1024) && c->n_head / c->n_kv < 16;
         k_set_attn_fold(1);
-        k_set_attn_cluster_rows(CLUSTER_ROWS);
         k_set_attn_fp8_frags(0);
         k_set_attn_half_units(0);
         k_set_attn_global_keep(0);
@@ -816,8 +789,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
         TEST_CHECK(gate,
                    rc == 0 && named >= 0 && differ == 0 && named_number == 0 && other_bad == 0 &&
                        (tile_folds > 0) == want_fold,
-                   "%ld elements differ folded, clustered, with the operands built as loaded "
-                   "(e4m3) or in units of 32 keys (bf16), or on folded query tiles vs own launch "
+                   "%ld elements differ folded, with the operands built as loaded (e4m3) or in "
+                   "units of 32 keys (bf16), or on folded query tiles vs own launch "
                    "(must be bit-identical); row %d and the padding row: %ld elements not NaN "
                    "(must all be); other rows: %ld NaN or unwritten; tiles folded %lld times "
                    "where %d was expected; rc %d",
@@ -834,7 +807,6 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
     free(out[1]);
     free(out[2]);
     free(out[3]);
-    free(out[4]);
     free(kv);
     free(tables);
     free(s.tables);
@@ -895,7 +867,7 @@ static void run_fold_nan_cases(const cfg *cfgs, uint64_t *seed) {
         run_fold_nan_paths(&cfgs[i], 1024, 1, (*seed)++);
     }
     /* and the global layers' group of 8 at head dim 512 (no fold: the combine keeps its launch),
-     * whose fourth variant keeps the scores between the passes */
+     * whose third variant keeps the scores between the passes */
     run_fold_nan_paths(&cfgs[4], 0, 0, (*seed)++);
 }
 
@@ -933,10 +905,8 @@ int main(void) {
         return 0;
     }
     printf("# device: %s\n", desc);
-    /* every launch below folds the combine and takes the cluster kernel where it may, and each
-     * case also runs without them */
+    /* every launch below folds the combine where it may, and each case also runs it unfolded */
     k_set_attn_fold(1);
-    k_set_attn_cluster_rows(CLUSTER_ROWS);
     /* each case's own launch takes a block per row and widens e4m3 units; its `query tiles`
      * and `fp8 fragments` gates turn the others on */
     k_set_attn_query_tiles(0);
@@ -948,10 +918,6 @@ int main(void) {
     k_set_attn_longest_first(0);
     k_set_attn_stats_together(0);
     k_set_attn_tile_fold(0);
-    /* else every `cluster` gate below would compare the split kernels with themselves */
-    TEST_CHECK("attn_cluster_available", k_attn_cluster_available() == 1,
-               "the card refused clusters of 16 blocks for the cluster kernel (the launcher falls "
-               "back to the split kernels)");
     make_rows(0);
     /* local family (hd 256, default RoPE) and global family (hd 512, proportional RoPE: 64 of
      * 256 pairs), GQA groups 1, 2, 4 and 8 (the kept-score P.V splits keys across warps up to

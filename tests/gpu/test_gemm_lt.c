@@ -224,14 +224,7 @@ static void run_invariant(const char *name, int n, int k, uint64_t seed) {
 
 /* A speed switch of the tensor-core kernel against its off state, outputs poisoned first so an
  * unwritten one cannot pass: every output bit equal (the same mma operands in the same order).
- * serve.wide_loads: the lo form at m <= 8. serve.early_weights: the lo form's first weight group
- * loaded before the grid wait (with wide_loads on). At m = 9 both are inert.
- * serve.gemm_staged: the staged form at m >= 128 against the tile form (a row tile exactly full
- * at 128, partial at 130, two of 128 at 256, the 128-row tile's last partial at 1,040, the
- * 256-row tile's at 1,024 + 16 and 2,064), once as its launcher picks (by waves, and the tile
- * form where a shape would not fill half the SMs; which ran is printed, and gemm_staged_choice
- * gates the choice) and once in each shape forced, so that every warp of both shapes meets the
- * tile form; a forced run must have taken its shape. */
+ * serve.wide_loads: the lo form at m <= 8; at m = 9 it is inert. */
 #define SWITCH_MS_MAX 6
 typedef struct speed_switch {
     const char *name;
@@ -239,71 +232,24 @@ typedef struct speed_switch {
     int with_wide; /* wide_loads on for both runs */
     int ms[SWITCH_MS_MAX];
     int n_ms;
-    int staged;     /* the form the run with the switch on must take (k_gemm_plan_staged's
-                     * K_GEMM_STAGED_*); -1: any, printed */
     int wide_tiles; /* a serve.weight_tiles switch: its on run must launch wide warps exactly
                      * from MMA_GEMM_TILES_MIN_M (4) rows */
 } speed_switch;
 
-static const char *staged_form(int shape) {
-    return shape == K_GEMM_STAGED_SQUARE  ? "staged, 128 x 128"
-           : shape == K_GEMM_STAGED_TALL  ? "staged, 256 x 64"
-           : shape == K_GEMM_STAGED_PAIR  ? "staged, 128 x 64 two an SM"
-           : shape == K_GEMM_STAGED_WG64  ? "wgmma, chunks of 64 k"
-           : shape == K_GEMM_STAGED_WG128 ? "wgmma, chunks of 128 k"
-           : shape == K_GEMM_STAGED_NONE  ? "not staged"
-                                          : "(no plan)";
-}
-
-static void staged_by_waves(int on) { k_set_gemm_staged(on ? 1 : 0); }
-static void staged_pairs(int on) { k_set_gemm_staged(on ? 2 : 0); }
-static void staged_128x128(int on) { k_set_gemm_staged(on ? 3 : 0); }
-static void staged_256x64(int on) { k_set_gemm_staged(on ? 4 : 0); }
-static void staged_128x64(int on) { k_set_gemm_staged(on ? 5 : 0); }
-
-/* serve.gemm_wgmma: as the staged form's switches, against the tile form: at 1 and 2 as the
- * launcher picks (the tile form where its blocks would not fill half the SMs), at 3 and 4 forced
- * at every size; k96 and k32 leave k's quarters empty or one block, ragged (k = 288) ends in a
- * part chunk. */
-static void wgmma_64k(int on) { k_set_gemm_wgmma(on ? 1 : 0); }
-static void wgmma_128k(int on) { k_set_gemm_wgmma(on ? 2 : 0); }
-static void wgmma_64k_forced(int on) { k_set_gemm_wgmma(on ? 3 : 0); }
-static void wgmma_128k_forced(int on) { k_set_gemm_wgmma(on ? 4 : 0); }
-static const speed_switch wgmma_switch = {"wgmma", wgmma_64k, 0, {128, 130, 256, 1024, 1040, 2064},
-                                          6,       -1,        0};
-static const speed_switch wgmma_128k_switch = {
-    "wgmma_128k", wgmma_128k, 0, {128, 130, 1024, 2064}, 4, -1, 0};
-static const speed_switch wgmma_64k_forced_switch = {
-    "wgmma_64k_forced", wgmma_64k_forced, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_WG64, 0};
-static const speed_switch wgmma_128k_forced_switch = {
-    "wgmma_128k_forced", wgmma_128k_forced, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_WG128, 0};
-
-static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4, 0, 0};
+static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4, 0};
 /* serve.weight_tiles: inert below 4 rows (3), the lo form at 4 and 8 (wide loads on), the
  * 16-row form at 9, 16 and 32 (two row tiles); the narrow switch: the 16-row form at 4 and 8
  * (wide loads off) */
 static void weight_tiles_2(int on) { (void)k_set_gemm_weight_tiles(on ? 2 : 1); }
 static void weight_tiles_4(int on) { (void)k_set_gemm_weight_tiles(on ? 4 : 1); }
 static const speed_switch tiles2_switch = {
-    "weight_tiles_2", weight_tiles_2, 1, {3, 4, 8, 9, 16, 32}, 6, 0, 1};
+    "weight_tiles_2", weight_tiles_2, 1, {3, 4, 8, 9, 16, 32}, 6, 1};
 static const speed_switch tiles4_switch = {
-    "weight_tiles_4", weight_tiles_4, 1, {3, 4, 8, 9, 16, 32}, 6, 0, 1};
+    "weight_tiles_4", weight_tiles_4, 1, {3, 4, 8, 9, 16, 32}, 6, 1};
 static const speed_switch tiles2_narrow_switch = {
-    "weight_tiles_2_narrow", weight_tiles_2, 0, {4, 8}, 2, 0, 1};
+    "weight_tiles_2_narrow", weight_tiles_2, 0, {4, 8}, 2, 1};
 static const speed_switch tiles4_narrow_switch = {
-    "weight_tiles_4_narrow", weight_tiles_4, 0, {4, 8}, 2, 0, 1};
-static const speed_switch early_switch = {
-    "early_weights", k_set_early_weights, 1, {1, 2, 8, 9}, 4, 0, 0};
-static const speed_switch staged_switch = {
-    "staged", staged_by_waves, 0, {128, 130, 256, 1024, 1040, 2064}, 6, -1, 0};
-static const speed_switch staged_pair_switch = {
-    "staged_pairs", staged_pairs, 0, {128, 130, 1024, 2064}, 4, -1, 0};
-static const speed_switch staged_square_switch = {
-    "staged_128x128", staged_128x128, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_SQUARE, 0};
-static const speed_switch staged_tall_switch = {
-    "staged_256x64", staged_256x64, 0, {128, 256, 1040}, 3, K_GEMM_STAGED_TALL, 0};
-static const speed_switch staged_pair_forced_switch = {
-    "staged_128x64", staged_128x64, 0, {128, 130, 1040}, 3, K_GEMM_STAGED_PAIR, 0};
+    "weight_tiles_4_narrow", weight_tiles_4, 0, {4, 8}, 2, 1};
 
 /* Both runs take x from a kernel launched just before the gemm, no synchronisation between them
  * (x poisoned with NaN before that kernel), as a step's projections take theirs: a switch that
@@ -328,12 +274,10 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
         k_gemm_args a = {.y = g.dy, .x = g.dx, .w = g.dw, .m = m, .n = n, .k = k, .plan = plan};
         /* x = bf(src * 1.0): src exactly */
         const k_scale_add_args produce = {.out = g.dx, .a = dsrc, .n = xs, .scale = 1.0f};
-        int staged_ran = 0;
         long long wide_ran = 0;
         for (int on = 0; on < 2 && !rc; on++) {
             k_set_wide_loads(sw->with_wide);
             sw->set(on);
-            if (on) staged_ran = k_gemm_plan_staged(plan, m);
             const long long wide_before = k_gemm_wide_tile_launches();
             rc |= k_copy_to_device(g.dy, poison, ys * 2) | k_copy_to_device(g.dx, poison, xs * 2) |
                   k_scale_add(&produce, NULL) | k_gemm(&a, NULL) | k_sync() |
@@ -351,13 +295,10 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
         const int wide_ok = !sw->wide_tiles || (wide_ran > 0) == (m >= 4);
         TEST_CHECK(gate,
                    rc == 0 && differ == 0 && nan_off == 0 && kernel && strcmp(kernel, "mma") == 0 &&
-                       (sw->staged < 0 || staged_ran == sw->staged) && wide_ok,
+                       wide_ok,
                    "rc %d, %ld of %zu outputs differ from the switch off's (exact rule), %ld NaN "
-                   "in the switch off's (want none); on %s (want mma); with the switch on %s%s%s%s"
-                   "%s",
-                   rc, differ, ys, nan_off, kernel ? kernel : "(no plan)", staged_form(staged_ran),
-                   sw->staged < 0 ? "" : " (want ", sw->staged < 0 ? "" : staged_form(sw->staged),
-                   sw->staged < 0 ? "" : ")",
+                   "in the switch off's (want none); on %s (want mma)%s",
+                   rc, differ, ys, nan_off, kernel ? kernel : "(no plan)",
                    !sw->wide_tiles ? ""
                    : wide_ran > 0  ? "; wide warps launched (want them from 4 rows)"
                                    : "; no wide warps launched (want them from 4 rows)");
@@ -481,15 +422,14 @@ static void run_group_ref(void) {
  * poisoned first: every output bit equal. k_gemm_group_fuses must say one launch at m = 1, 16
  * and 24 (two row tiles) and separate calls at 130 (past the decode form) and when one member is
  * on cuBLASLt. */
-static void run_group(int m, int mixed, int ragged, int wide, int early, int tiles, uint64_t seed) {
+static void run_group(int m, int mixed, int ragged, int wide, int tiles, uint64_t seed) {
     enum { K = 2816 };
     const int Q = ragged ? 1004 : 4096, KV = ragged ? 518 : 2048, FF = ragged ? 2110 : 2112;
     const int want_fused = !mixed && m <= 32;
     char gate[128], tiles_name[24] = "";
     if (tiles > 1) snprintf(tiles_name, sizeof tiles_name, " weight_tiles %d", tiles);
-    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s%s%s]", m, mixed ? " mixed" : "",
-             ragged ? " ragged" : "", wide ? " wide_loads" : "", early ? " early_weights" : "",
-             tiles_name);
+    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s%s]", m, mixed ? " mixed" : "",
+             ragged ? " ragged" : "", wide ? " wide_loads" : "", tiles_name);
     const int ns[5] = {Q, KV, KV, FF, FF};
     gemm_bufs b[5] = {0};
     int rc = 0;
@@ -537,10 +477,7 @@ static void run_group(int m, int mixed, int ragged, int wide, int early, int til
                              .ldy = 2 * FF,
                              .plan = plan[4]};
     k_gemm_fuse(1);
-    /* the group's launch only: the members' own calls keep 8 a group, their weights after the
-     * wait */
-    k_set_wide_loads(wide);
-    k_set_early_weights(early);
+    k_set_wide_loads(wide); /* the group's launch only: the members' own calls keep 8 a group */
     rc |= k_set_gemm_weight_tiles(tiles) != K_OK;
     const long long wide_before = k_gemm_wide_tile_launches();
     const int fused_qkv = k_gemm_group_fuses(&qkv), fused_gu = k_gemm_group_fuses(&gup);
@@ -549,7 +486,6 @@ static void run_group(int m, int mixed, int ragged, int wide, int early, int til
     const long long wide_ran = k_gemm_wide_tile_launches() - wide_before,
                     wide_want = tiles > 1 && m >= 4 && m <= 32 ? 2 : 0;
     k_set_wide_loads(0);
-    k_set_early_weights(0);
     (void)k_set_gemm_weight_tiles(1);
     k_gemm_fuse(0);
     for (int i = 0; i < 3 && !rc; i++) {
@@ -831,75 +767,6 @@ static void run_switch_shapes(const speed_switch *sw, uint64_t seed) {
     run_switch(sw, "ragged", 1004, 288, seed + N_PROJ + 1);
 }
 
-/* serve.gemm_staged's and serve.gemm_wgmma's choice on the card, for the H200's 132 SMs (other
- * counts: printed, not gated). gemm_staged at 1: the 8-warp shape with fewer waves, at 2 the
- * 4-warp pairs, each where its blocks fill at least half the card's block slots; gemm_wgmma: its
- * 128 x 128 blocks where they fill half the SMs; else the tile form, as below 128 rows. */
-static void run_staged_choice(int sms) {
-    static const struct {
-        const char *name;
-        void (*set)(int mode); /* the switch the case sets; the other stays 0 */
-        int mode, m, n, k, want;
-    } cases[] = {
-        /* 256 blocks of either 8-warp shape: a tie */
-        {"1: 26B-A4B q, 1,024 rows", k_set_gemm_staged, 1, 1024, 4096, 2816, K_GEMM_STAGED_SQUARE},
-        /* 132 blocks against 136: one wave against two */
-        {"1: 26B-A4B gate_up, 1,024", k_set_gemm_staged, 1, 1024, 2112, 2816, K_GEMM_STAGED_TALL},
-        /* 8 blocks */
-        {"1: 26B-A4B router, 1,024", k_set_gemm_staged, 1, 1024, 128, 2816, K_GEMM_STAGED_NONE},
-        /* 64 blocks: under half of 132 */
-        {"1: 26B-A4B k_global, 1,024", k_set_gemm_staged, 1, 1024, 1024, 2816, K_GEMM_STAGED_NONE},
-        {"1: 26B-A4B q, 2,064", k_set_gemm_staged, 1, 2064, 4096, 2816, K_GEMM_STAGED_SQUARE},
-        {"1: 26B-A4B q, 127 rows", k_set_gemm_staged, 1, 127, 4096, 2816, K_GEMM_STAGED_NONE},
-        {"1: 31B down, 1,024", k_set_gemm_staged, 1, 1024, 5376, 21504, K_GEMM_STAGED_SQUARE},
-        /* 512 blocks */
-        {"2: 26B-A4B q, 1,024", k_set_gemm_staged, 2, 1024, 4096, 2816, K_GEMM_STAGED_PAIR},
-        /* 264 */
-        {"2: 26B-A4B gate_up, 1,024", k_set_gemm_staged, 2, 1024, 2112, 2816, K_GEMM_STAGED_PAIR},
-        /* 128 blocks: under half of 264 slots */
-        {"2: 26B-A4B k_global, 1,024", k_set_gemm_staged, 2, 1024, 1024, 2816, K_GEMM_STAGED_NONE},
-        {"2: 26B-A4B router, 1,024", k_set_gemm_staged, 2, 1024, 128, 2816, K_GEMM_STAGED_NONE},
-        /* 256 blocks */
-        {"wgmma 1: 26B-A4B q, 1,024", k_set_gemm_wgmma, 1, 1024, 4096, 2816, K_GEMM_STAGED_WG64},
-        {"wgmma 2: 26B-A4B q, 1,024", k_set_gemm_wgmma, 2, 1024, 4096, 2816, K_GEMM_STAGED_WG128},
-        /* 136 */
-        {"wgmma 1: 26B-A4B gate_up, 1,024", k_set_gemm_wgmma, 1, 1024, 2112, 2816,
-         K_GEMM_STAGED_WG64},
-        /* 64 */
-        {"wgmma 1: 26B-A4B k_global, 1,024", k_set_gemm_wgmma, 1, 1024, 1024, 2816,
-         K_GEMM_STAGED_NONE},
-        /* 8 */
-        {"wgmma 1: 26B-A4B router, 1,024", k_set_gemm_wgmma, 1, 1024, 128, 2816,
-         K_GEMM_STAGED_NONE},
-        {"wgmma 1: 26B-A4B q, 127 rows", k_set_gemm_wgmma, 1, 127, 4096, 2816, K_GEMM_STAGED_NONE},
-    };
-    k_gemm_mma(1);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char gate[96];
-        snprintf(gate, sizeof gate, "gemm_staged_choice[%s]", cases[i].name);
-        cases[i].set(cases[i].mode);
-        k_gemm_plan *plan = NULL;
-        int rc = k_gemm_plan_create(&plan, 2064, cases[i].n, cases[i].k);
-        const int got = rc == 0 ? k_gemm_plan_staged(plan, cases[i].m) : -1;
-        if (sms != 132)
-            test_skip(gate, "gated for 132 SMs, this card has %d (takes: %s)", sms,
-                      staged_form(got));
-        else
-            TEST_CHECK(gate, rc == 0 && got == cases[i].want, "rc %d, takes %s, want %s", rc,
-                       staged_form(got), staged_form(cases[i].want));
-        k_gemm_plan_destroy(plan);
-        cases[i].set(0);
-    }
-    k_gemm_mma(0);
-}
-
-/* The SM count in k_device_init's description ("NAME (sm_90), 132 SMs, ..."); 0 if absent. */
-static int desc_sms(const char *desc) {
-    const char *p = strstr(desc, "), ");
-    int sms = 0;
-    return p && sscanf(p + 3, "%d SMs", &sms) == 1 ? sms : 0;
-}
-
 /* serve.weight_tiles: 2 and 4 against 1 on every shape, both loads forms (tensor-core kernel
  * on); the group's one launch against the members' own calls (at 1) at 4 and 8 rows (lo form),
  * 16 and 24 (the 16-row form, 24 ragged: the last block's tiles partly past n) */
@@ -912,10 +779,10 @@ static void run_weight_tiles(void) {
     k_gemm_mma(0);
     k_gemm_auto(0);
     for (int tiles = 2; tiles <= 4; tiles *= 2) {
-        run_group(4, 0, 0, 1, 0, tiles, 7111);
-        run_group(8, 0, 1, 1, 0, tiles, 7121);
-        run_group(16, 0, 0, 1, 0, tiles, 7131);
-        run_group(24, 0, 1, 1, 0, tiles, 7141);
+        run_group(4, 0, 0, 1, tiles, 7111);
+        run_group(8, 0, 1, 1, tiles, 7121);
+        run_group(16, 0, 0, 1, tiles, 7131);
+        run_group(24, 0, 1, 1, tiles, 7141);
     }
     k_gemm_mma(1);
 }
@@ -933,13 +800,7 @@ int main(void) {
         test_skip("gemm_auto_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_group_vs_calls", "no GPU (%s)", desc);
         test_skip("gemm_wide_loads", "no GPU (%s)", desc);
-        test_skip("gemm_early_weights", "no GPU (%s)", desc);
         test_skip("gemm_weight_tiles", "no GPU (%s)", desc);
-        test_skip("gemm_staged", "no GPU (%s)", desc);
-        test_skip("gemm_staged_vs_ref", "no GPU (%s)", desc);
-        test_skip("gemm_staged_choice", "no GPU (%s)", desc);
-        test_skip("gemm_wgmma", "no GPU (%s)", desc);
-        test_skip("gemm_wgmma_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_prompt", "no GPU (%s)", desc);
         test_skip("gemm_prompt_group", "no GPU (%s)", desc);
         return 0;
@@ -1023,16 +884,16 @@ int main(void) {
     run_shape("gemm_auto_vs_ref", 5, 1000, 264, 64, 6002);
     run_invariant("auto q", 4096, 2816, 6003);
     k_gemm_auto(0);
-    run_group(1, 0, 0, 0, 0, 1, 7001);
-    run_group(16, 0, 0, 0, 0, 1, 7011);
-    run_group(24, 0, 1, 0, 0, 1, 7021);
-    run_group(130, 0, 0, 0, 0, 1, 7031);
-    run_group(16, 1, 0, 0, 0, 1, 7041);
+    run_group(1, 0, 0, 0, 1, 7001);
+    run_group(16, 0, 0, 0, 1, 7011);
+    run_group(24, 0, 1, 0, 1, 7021);
+    run_group(130, 0, 0, 0, 1, 7031);
+    run_group(16, 1, 0, 0, 1, 7041);
     /* serve.wide_loads: the group's one launch in the lo form at up to 8 rows, against the
      * members' calls in the narrow groups; at 16 rows the switch is inert */
-    run_group(1, 0, 0, 1, 0, 1, 7051);
-    run_group(8, 0, 1, 1, 0, 1, 7061);
-    run_group(16, 0, 0, 1, 0, 1, 7071);
+    run_group(1, 0, 0, 1, 1, 7051);
+    run_group(8, 0, 1, 1, 1, 7061);
+    run_group(16, 0, 0, 1, 1, 7071);
     /* and k_gemm alone: every 26B-A4B projection shape and the 31B's mma ones, wide against
      * narrow at 1, 2 and 8 rows (the lo form) and 9 (inert), and the batch-invariance rule with
      * it on (the 1-row steps in the lo form against the 2,047-row step's tile form) */
@@ -1043,87 +904,7 @@ int main(void) {
     run_invariant("mma wide_loads o_global", 2816, 8192, 9201);
     k_set_wide_loads(0);
     run_weight_tiles();
-    /* serve.early_weights: every 26B-A4B projection shape (k of 2,112 to 8,192: up to six
-     * groups a warp after the preloaded one), the 31B's k, a ragged one (k = 288: a warp's
-     * quarter of k shorter than the first group), and the batch-invariance rule with it on */
-    run_switch_shapes(&early_switch, 9401);
-    /* k = 32: three warps without a block; k = 1,536: each warp exactly the preloaded group */
-    run_switch(&early_switch, "k32", 64, 32, 9503);
-    run_switch(&early_switch, "k1536", 520, 1536, 9504);
-    k_set_wide_loads(1);
-    k_set_early_weights(1);
-    run_invariant("mma early_weights q", 4096, 2816, 9502);
-    k_set_early_weights(0);
-    k_set_wide_loads(0);
-    /* serve.gemm_staged: every 26B-A4B projection shape and the 31B's (its MLP and q and o as
-     * debug.gemm = mma would run them), bits against the tile form; a ragged n with k = 288
-     * (quarters of 2, 2, 2 and 3 blocks, the last stage half full), k = 96 (the first quarter
-     * empty) and k = 32 (three empty quarters: the total starts from the first one's zero); then
-     * the CPU twin, y's row stride past n, and the batch-invariance rule with it on (rows of the
-     * staged 2,047- and 1,025-row steps against the one-row decode form) */
-    run_switch_shapes(&staged_switch, 9601);
-    run_switch_shapes(&staged_pair_switch, 9651);
-    run_switch(&staged_switch, "31B q", 8192, 5376, 9701);
-    run_switch(&staged_switch, "31B o_global", 5376, 16384, 9703);
-    run_switch(&staged_switch, "31B gate", 21504, 5376, 9704);
-    run_switch(&staged_switch, "31B down", 5376, 21504, 9705);
-    run_switch(&staged_switch, "k96", 200, 96, 9707);
-    run_switch(&staged_switch, "k32", 64, 32, 9708);
-    /* each shape forced: the 26B-A4B's q (n a multiple of both tiles), gate_up (2,112: 33 tiles
-     * of 64, 16.5 of 128) and the ragged shapes */
-    static const speed_switch *const forced[] = {&staged_square_switch, &staged_tall_switch,
-                                                 &staged_pair_forced_switch};
-    for (uint64_t f = 0; f < 3; f++) {
-        run_switch(forced[f], "q", 4096, 2816, 9721 + 10 * f);
-        run_switch(forced[f], "gate_up", 2112, 2816, 9722 + 10 * f);
-        run_switch(forced[f], "ragged", 1004, 288, 9723 + 10 * f);
-        run_switch(forced[f], "k96", 200, 96, 9724 + 10 * f);
-    }
     k_gemm_mma(0);
-    run_staged_choice(desc_sms(desc));
-    k_gemm_mma(1);
-    k_set_gemm_staged(1);
-    run_shape("gemm_staged_vs_ref", 130, 4096, 2816, 2064, 9801);
-    run_shape("gemm_staged_vs_ref", 300, 1004, 288, 2064, 9802);
-    run_ldy("gemm_staged_vs_ref", 130, 9803);
-    run_invariant("mma staged q", 4096, 2816, 9804);
-    run_invariant("mma staged gate_up", 2112, 2816, 9805);
-    run_invariant("mma staged down", 2816, 2112, 9806);
-    k_set_gemm_staged(0);
-    /* the wgmma form, each way, against the tile form, then against the CPU twin and in the
-     * batch-invariance rule */
-    run_switch_shapes(&wgmma_switch, 9901);
-    run_switch_shapes(&wgmma_128k_switch, 9951);
-    run_switch(&wgmma_switch, "31B q", 8192, 5376, 9991);
-    run_switch(&wgmma_128k_switch, "31B gate", 21504, 5376, 9992);
-    run_switch(&wgmma_switch, "31B down", 5376, 21504, 9993);
-    static const speed_switch *const wg_forced[] = {&wgmma_64k_forced_switch,
-                                                    &wgmma_128k_forced_switch};
-    for (uint64_t f = 0; f < 2; f++) {
-        run_switch(wg_forced[f], "q", 4096, 2816, 9821 + 10 * f);
-        run_switch(wg_forced[f], "gate_up", 2112, 2816, 9822 + 10 * f);
-        run_switch(wg_forced[f], "ragged", 1004, 288, 9823 + 10 * f);
-        run_switch(wg_forced[f], "k96", 200, 96, 9824 + 10 * f);
-        run_switch(wg_forced[f], "k32", 64, 32, 9825 + 10 * f);
-        run_switch(wg_forced[f], "router", 128, 2816, 9826 + 10 * f);
-    }
-    k_gemm_mma(1);
-    for (int mode = 1; mode <= 2; mode++) {
-        k_set_gemm_wgmma(mode + 2);
-        run_shape("gemm_wgmma_vs_ref", 130, 4096, 2816, 2064, 9861 + 10 * mode);
-        run_shape("gemm_wgmma_vs_ref", 300, 1004, 288, 2064, 9862 + 10 * mode);
-        run_ldy("gemm_wgmma_vs_ref", 130, 9863 + 10 * mode);
-        run_invariant(mode == 1 ? "mma wgmma q" : "mma wgmma 128k q", 4096, 2816, 9864 + 10 * mode);
-        run_invariant(mode == 1 ? "mma wgmma gate_up" : "mma wgmma 128k gate_up", 2112, 2816,
-                      9865 + 10 * mode);
-        run_invariant(mode == 1 ? "mma wgmma down" : "mma wgmma 128k down", 2816, 2112,
-                      9866 + 10 * mode);
-    }
-    k_set_gemm_wgmma(0);
-    k_gemm_mma(0);
-    run_group(1, 0, 0, 1, 1, 1, 7081);
-    run_group(8, 0, 1, 1, 1, 1, 7091);
-    run_group(16, 0, 0, 1, 1, 1, 7101);
     /* serve.prompt_gemm: every 26B-A4B projection shape and the 31B's k, then q|k|v as a group */
     for (size_t i = 0; i < N_PROJ; i++)
         run_prompt(proj[i].name, proj[i].n, proj[i].k, 9950 + i);

@@ -11,16 +11,14 @@
 # and timeline, the thirty-first prompt-gemm.sh on an H100, the thirty-second pgates and pe (the
 # strided form) there). Never start it from inside $Q/tree: `start` empties $Q first. The steps,
 # in the order they run
-# (probe, lt-probe, pf, attn, attn-nan and wg are described beside their code below):
-#   gates    (ran in the twenty-eighth session, 1,635 / 0 / 0) test_gemm_lt's `gemm_staged` gates (serve.gemm_staged, written in the twenty-seventh
-#            session: the prefill projections staged through shared memory, bits against the
-#            tile form and the CPU twin, ~1 min) and test_moe's `moe_prefill_ring` gates
-#            (serve.moe_prefill_tiles = 3, likewise: the staged experts in a three-stage ring,
-#            idle warps skipping, bits against 0); then
+# (probe, lt-probe, pf, attn and attn-nan are described beside their code below):
+#   gates    (ran in the twenty-eighth session, 1,635 / 0 / 0) test_gemm_lt and test_moe's
+#            `moe_prefill_ring` gates (serve.moe_prefill_tiles = 3: the staged experts in a
+#            three-stage ring, idle warps skipping, bits against 0); then
 #            the three switches written after the twenty-sixth session's device time, off:
 #            test_attn's `half units` gates (serve.attn_half_units: the bf16 pool's head-dim-256
 #            passes in units of 32 keys, bits against the 64-key units), the fold-NaN paths'
-#            fourth variant, and its `global keep` gates (serve.attn_global_keep: the global
+#            third variant, and its `global keep` gates (serve.attn_global_keep: the global
 #            layers' P.V pass reading kept scores, bits against scoring again) and its `early
 #            lookup` gates (serve.attn_early_lookup: page-table look-ups before the grid wait);
 #            the build included, ~8 min
@@ -31,11 +29,9 @@
 #            16 31B rows, -0.02 to -0.05 at one row); attn_early_lookup likewise (predicted
 #            -0.03 to -0.09 ms at one row, little at 16); then one 1,024-token
 #            prefill of each of the 26B-A4B and the 31B with its whole per-op breakdown (issue 22:
-#            where the ~31 ms of a 26B-A4B chunk outside attention and experts go), gemm_staged 0
-#            against 1 and 2 (two rounds; predicted 26B-A4B 86.6 -> ~72-77 ms), the 31B with every
-#            weight on the staged kernel (debug.gemm=mma) against the default at prefill and at 1
-#            and 16 rows, and bench_gemm --kernels (each projection shape at 1,024 and 2,048
-#            rows on the tile form, the staged form and cuBLASLt, ms and TFLOP/s), and
+#            where the ~31 ms of a 26B-A4B chunk outside attention and experts go), two rounds,
+#            and bench_gemm --kernels (each projection shape at 1,024 and 2,048 rows on the tile
+#            form and cuBLASLt, ms and TFLOP/s), and
 #            moe_prefill_tiles 2 against 3 on the 26B-A4B's prefill (two rounds; predicted its
 #            experts 34.5 -> ~27-31 ms), ~7 min
 #            (read the step's log with tests/gpu/ab_table.py: one row a setting, a column a run)
@@ -55,9 +51,6 @@
 #   encu     (not in the default) ncu over the staged experts and the query-tile attention of a
 #            1,024-token 26B-A4B prefill (E2 reached 34.5 ms where 25-30 was predicted; the
 #            tiles 20 ms where 10-15), ~4 min
-#   26b-new  (not in the default) the 26B-A4B's full step with the staged projections and the
-#            experts' ring on (FULL_SETS="serve.gemm_staged=1 serve.moe_prefill_tiles=3"): the
-#            engine's path through them at full depth, before either default flips, ~8 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
 want() { [[ " ${PLAN_STEPS:-bt 26b-fp8} " == *" $1 "* ]]; }
 # the 26B-A4B's full checkpoint and HF references (torch, ~5 min; the full step makes them itself
@@ -127,21 +120,15 @@ ab_next() {
         done
     done
     for m in gemma4-26b-a4b gemma4-31b; do
-        for v in 0 1 2; do
-            echo "== $m, one 1,024-token prompt, gemm_staged $v" # round 1: the whole breakdown
-            timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
-                --set serve.max_context=4096 --set serve.gemm_staged=$v --batch 1 --prompt 1024 \
-                --steps 8
-        done
+        echo "== $m, one 1,024-token prompt, round 1" # round 1: the whole breakdown
+        timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
+            --set serve.max_context=4096 --batch 1 --prompt 1024 --steps 8
     done
-    echo "-- round 2 of gemm_staged"
     for m in gemma4-26b-a4b gemma4-31b; do
-        for v in 0 1 2; do
-            echo "== $m, one 1,024-token prompt, gemm_staged $v"
-            timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
-                --set serve.max_context=4096 --set serve.gemm_staged=$v --batch 1 --prompt 1024 \
-                --steps 8 | grep -E "^prefill|^decode step"
-        done
+        echo "== $m, one 1,024-token prompt, round 2"
+        timeout 200 build/tests/bench_decode -c conf/$m.ini --set model.weights=dummy \
+            --set serve.max_context=4096 --batch 1 --prompt 1024 --steps 8 |
+            grep -E "^prefill|^decode step"
     done
     for r in 1 2; do
         for v in 2 3; do
@@ -151,12 +138,6 @@ ab_next() {
                 --set serve.moe_prefill_tiles=$v --batch 1 --prompt 1024 --steps 8 |
                 grep -E "^prefill|^decode step|expert"
         done
-    done
-    for b in 1 16; do
-        echo "== gemma4-31b, $b rows, debug.gemm=mma with gemm_staged 1 (every weight on the mma kernel, the LM head too)"
-        timeout 200 build/tests/bench_decode -c conf/gemma4-31b.ini --set model.weights=dummy \
-            --set serve.max_context=4096 --set serve.gemm_staged=1 --set debug.gemm=mma \
-            --batch $b --prompt 1024 --steps 16
     done
     echo "== bench_gemm --kernels"
     timeout 200 build/tests/bench_gemm --kernels
@@ -204,40 +185,12 @@ want 26b-fp8 && await_make && step full-26b-fp8 env FULL_MODELS="26b-a4b" FULL_P
 # (not in the default) test_attn's fold NaN paths alone, on the tensor-core passes (~1 min after a
 # build): the one group of its gates the twenty-ninth session's first call did not reach
 want attn-nan && step attn-nan env G4_ATTN_GATES=nan_paths ./build.sh gpu-test test_attn
-# the wgmma projections and experts (serve.gemm_wgmma, serve.moe_prefill_tiles = 4, written in
-# the twenty-ninth session): test_gemm_lt's and test_moe's gates (the bits against the tile form
-# and the experts' other kernels, the CPU twin, the batch-invariance rule), then bench_gemm
-# --kernels (the wg64 and wg128 columns) and a 1,024-token prefill of the 26B-A4B at gemm_wgmma
-# 0, 1 and 2, at moe_prefill_tiles 4 and with both, and of the 31B with debug.gemm=mma (its large
-# projections off cuBLASLt) at 0 and 2, two rounds; ~5 min with the build
-wg_next() {
-    local r v m
-    echo "== bench_gemm --kernels"
-    timeout 200 build/tests/bench_gemm --kernels
-    for r in 1 2; do
-        for v in "serve.gemm_wgmma=0" "serve.gemm_wgmma=1" "serve.gemm_wgmma=2" \
-            "serve.moe_prefill_tiles=4" "serve.gemm_wgmma=1 --set serve.moe_prefill_tiles=4"; do
-            echo "== gemma4-26b-a4b, one 1,024-token prompt, $v, round $r"
-            timeout 200 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
-                --set model.weights=dummy --set serve.max_context=4096 \
-                --set $v --batch 1 --prompt 1024 --steps 8
-        done
-        for v in 0 2; do
-            echo "== gemma4-31b, one 1,024-token prompt, debug.gemm=mma, serve.gemm_wgmma=$v, round $r"
-            timeout 200 build/tests/bench_decode -c conf/gemma4-31b.ini \
-                --set model.weights=dummy --set serve.max_context=4096 --set debug.gemm=mma \
-                --set serve.gemm_wgmma=$v --batch 1 --prompt 1024 --steps 8
-        done
-    done
-}
-want wg && step wg-gates ./build.sh gpu-test test_gemm_lt test_moe
-want wg && step wg bash -c "$(declare -f wg_next); wg_next"
+# (`wg`, the wgmma projections' and experts' gates and A/B, ran in the thirtieth session; both
+# forms lost and were taken out)
 want attn && step attn ./build.sh gpu-test test_attn
 want serve && step serve python3 release/bench.py -c conf/gemma4-26b-a4b.ini --rounds 2 \
     --a-label bf16 --a-set kv.local=bf16 --b-label fp8 --b-set kv.local=fp8 \
     --out "$Q/logs/serve-results"
-want 26b-new && step full-26b-new env FULL_MODELS="26b-a4b" \
-    FULL_SETS="serve.gemm_staged=1 serve.moe_prefill_tiles=3" ./build.sh gpu-test full
 want e4b && step full-e4b env FULL_MODELS="e4b" ./build.sh gpu-test full
 want e2b && step full-e2b env FULL_MODELS="e2b" ./build.sh gpu-test full
 want geometry && step geometry ./build.sh gpu-test geometry
