@@ -458,6 +458,12 @@ void k_moe_prompt_stats(long long *calls, long long *items, long long *tile_rows
  * (serve.moe_bucket_in_up, default on; speed only: every item's arithmetic is the same).
  * Process-wide. */
 void k_set_moe_bucket_in_up(int on);
+/* On: a k_moe_experts call of at most 8 items (one 26B-A4B decode row) on the tensor-core path
+ * streams its up and down kernels' weights and rows through a per-warp ring of cp.async copies
+ * in shared memory instead of groups of register loads (serve.expert_ring, default off until
+ * measured; speed only: every mma gets the same operands in the same order, kernels/mma.cuh
+ * mma_rows_lo_ring). Process-wide. */
+void k_set_moe_expert_ring(int on);
 /* on: k_moe_route runs its lanes form (kernels/moe.cu, moe_route_lanes_kernel: the same bits,
  * fewer round trips in a row; serve.moe_route_lanes, default on: measured faster). It reads
  * per_expert_scale before it waits on the kernel before it: a model constant no kernel of the

@@ -2,10 +2,11 @@
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
 # the plan; carry .prebuilt too, tests/gpu/prebuilt.sh, and unpack it before `start`).
-# PLAN_STEPS picks; default "bt 26b-fp8" (~21 min, three calls: tests/gpu/plans/branches-tiles.sh,
-# the A/B and gates of serve.weight_tiles, serve.moe_branches and serve.prompt_tile, then the
+# PLAN_STEPS picks; default "ring 26b-fp8" (~24 min, three calls: tests/gpu/plans/ring.sh, the
+# A/B and gates of serve.expert_ring and the never-measured attention switches, then the
 # 26B-A4B's full step, fp8 first, its checkpoint made from the start beside the gates where the
-# card has over 100 GB; the thirty-third session ran `pe`;
+# card has over 100 GB; the thirty-fourth session ran `bt` (tests/gpu/plans/branches-tiles.sh)
+# on an H100 but for its 31B part and ncu's 16 rows; the thirty-third ran `pe`;
 # `serve`, the serving A/B, when a second session's time allows;
 # docs/perf-notes.md, "Next H200 calls"; the thirtieth session ran attn-nan, wg, serve, lt-probe
 # and timeline, the thirty-first prompt-gemm.sh on an H100, the thirty-second pgates and pe (the
@@ -52,7 +53,7 @@
 #            1,024-token 26B-A4B prefill (E2 reached 34.5 ms where 25-30 was predicted; the
 #            tiles 20 ms where 10-15), ~4 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-bt 26b-fp8} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-ring 26b-fp8} " == *" $1 "* ]]; }
 # the 26B-A4B's full checkpoint and HF references (torch, ~5 min; the full step makes them itself
 # when absent) beside the gates only where the card holds both: on an 80 GB H100 the make's
 # torch model left the gates no memory (the thirty-first session), so there the full step makes
@@ -65,6 +66,10 @@ fi
 await_make() { [ -f "$Q/logs/make26.time" ] && await make26; return 0; }
 # the switches of the thirty-second and thirty-third sessions (the plan's own header), ~6 min
 # with the objects carried; BT_STEPS picks among its steps
+if want ring; then
+    # shellcheck source=/dev/null
+    . tests/gpu/plans/ring.sh
+fi
 if want bt; then
     # shellcheck source=/dev/null
     . tests/gpu/plans/branches-tiles.sh

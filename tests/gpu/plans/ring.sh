@@ -1,0 +1,49 @@
+# tests/gpu/plans/ring.sh - a box_queue.sh plan, alone or as next-session.sh's `ring`: the decode
+# experts' ring in shared memory (serve.expert_ring, written in the thirty-fourth session after
+# ncu at one row), measured and gated, then the three bf16-pool attention switches never
+# measured. Carry .deps and .prebuilt (tests/gpu/prebuilt.sh).
+# RING_STEPS picks (default "build ab gates sweep"):
+#   build     ./build.sh tests (links, where the carried objects are current)
+#   ab        bench_decode, two rounds: serve.expert_ring 0 against 1 at one 26B-A4B row
+#             (predicted the experts' up 23.2 -> ~17 us and down 12.1 -> ~9 us a layer on the
+#             H200: about -0.27 ms a step; the breakdown's `experts` row 1.46 -> ~1.1 ms on the
+#             H100), and at 16 rows, where it must be inert (more than 8 items a call)
+#   gates     the GPU pinned recording (its replays: serve.expert_ring=1 among them), test_moe
+#             (the expert_ring gates: the ring against the register groups, byte for byte)
+#   sweep     the bf16-pool attention switches still off, 0 against 1 at 1 and 16 rows
+ring_want() { [[ " ${RING_STEPS:-build ab gates sweep} " == *" $1 "* ]]; }
+ring26() { # label, then bench_decode's arguments past the model's
+    local label=$1
+    shift
+    echo "== $label"
+    timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
+        --set serve.max_context=4096 "$@" |
+        grep -E "^decode step|^prefill|^experts|^attention|_proj "
+}
+ring_ab() {
+    local r b v
+    for r in 1 2; do
+        for b in 1 16; do
+            for v in 0 1; do
+                ring26 "$b rows, expert_ring $v, round $r" --set serve.expert_ring=$v \
+                    --batch $b --prompt 1024 --steps 32
+            done
+        done
+    done
+}
+ring_sweep() {
+    local sw b v
+    for sw in attn_half_units attn_global_keep attn_early_lookup; do
+        for b in 1 16; do
+            for v in 0 1; do
+                ring26 "$b rows, $sw $v, round 1" --set serve.$sw=$v --batch $b --prompt 1024 \
+                    --steps 32
+            done
+        done
+    done
+}
+ring_want build && step build ./build.sh tests
+ring_want ab && step ring-ab ring_ab
+ring_want gates && step ring-pinned ./build.sh gpu-test pinned_composition
+ring_want gates && step ring-moe ./build.sh gpu-test test_moe
+ring_want sweep && step ring-sweep ring_sweep
