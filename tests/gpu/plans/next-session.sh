@@ -3,9 +3,9 @@
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
 # the plan; carry .prebuilt too, tests/gpu/prebuilt.sh, and unpack it before `start`).
 # PLAN_STEPS picks; default "bt 26b-fp8" (~21 min, three calls: tests/gpu/plans/branches-tiles.sh,
-# the A/B and gates of serve.weight_tiles, serve.moe_branches and serve.prompt_tile, then the
-# 26B-A4B's full step, fp8 first, its checkpoint made from the start beside the gates where the
-# card has over 100 GB; the thirty-third session ran `pe`;
+# the A/B and gates of serve.moe_branches and serve.prompt_tile, then the 26B-A4B's full step,
+# fp8 first, its checkpoint made from the start beside the gates where the card has over 100 GB;
+# the thirty-third session ran `pe`;
 # `serve`, the serving A/B, when a second session's time allows;
 # docs/perf-notes.md, "Next H200 calls"; the thirtieth session ran attn-nan, wg, serve, lt-probe
 # and timeline, the thirty-first prompt-gemm.sh on an H100, the thirty-second pgates and pe (the
