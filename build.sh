@@ -572,16 +572,13 @@ gpu_gates() {
             # preloaded operands), the router's lanes form, the decode k loops' wide load groups,
             # the attention's query tiles (at 64 rows by default; at 1 here, so that the
             # recording's short prompts take them too) and the MoE branch beside the dense MLP on
-            # a stream of its own (on by default, off here), the decode experts' ring in shared
-            # memory (off by default, on here: the recording's one-row steps take it), the
-            # decode projections' warps over 2
-            # and 4 weight tiles (1 by default; the recording's decode steps of 4 rows take them)
+            # a stream of its own (on by default, off here) and the decode experts' ring in shared
+            # memory (off by default, on here: the recording's one-row steps take it)
             local set
             for set in serve.fuse_projections=0 serve.attn_fold=0 serve.moe_bucket_in_up=0 \
                 serve.moe_prefill_tiles=0 serve.row_chain=0 \
                 serve.moe_route_lanes=0 serve.wide_loads=0 serve.row_chain=2 \
-                serve.attn_query_tiles=1 serve.moe_branches=0 serve.expert_ring=1 \
-                serve.weight_tiles=2 serve.weight_tiles=4; do
+                serve.attn_query_tiles=1 serve.moe_branches=0 serve.expert_ring=1; do
                 BUILD_DIR="$B" PINNED_SET=$set run_test python3 tests/proto/test_pinned.py \
                     --backend gpu
             done

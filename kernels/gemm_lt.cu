@@ -254,10 +254,9 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
  * depends on k alone, and every (row tile, weight tile) pair runs mma_rows' instruction
  * sequence whatever MT and NB are (kernels/mma.cuh), so an output's arithmetic is the same at
  * every m and in every batch: batch invariance by construction, for decode rows and prefill
- * chunks alike, and the launcher may pick the tile shape by m. Decode (m <= 32) takes MT = 1
- * and NB = 1 (or serve.weight_tiles from 4 rows): ~n/8 blocks whose warps keep 4 KB of weight
- * loads each in flight, where cuBLASLt's m = 16 plans ran the 26B-A4B's projections at ~1 TB/s
- * (docs/perf-notes.md, twelfth session).
+ * chunks alike, and the launcher may pick the tile shape by m. Decode (m <= 32) takes MT = NB =
+ * 1: ~n/8 blocks whose warps keep 4 KB of weight loads each in flight, where cuBLASLt's m = 16
+ * plans ran the 26B-A4B's projections at ~1 TB/s (docs/perf-notes.md, twelfth session).
  * Larger m take 64 x 32 tiles, so x and w are read from L2 n/32 and m/64 times rather than n/8
  * and m/16 times. Needs k % 32 == 0 (the plan falls back to the plain kernel otherwise) and
  * 16-byte aligned x and w (checked at each call). */
@@ -271,21 +270,6 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
  * fused q|k|v and gate|up grids would take a wave more) */
 #define MMA_GEMM_LO_M 8
 #define MMA_GEMM_LO_U 12
-/* serve.weight_tiles: from this many rows on, a decode-form warp takes weight_tiles weight tiles
- * of 8 outputs, each row fragment loaded once for all of them. Below it the rows' loads are a
- * small part of a warp's bytes (one row: 1/8 of the weights'), and wider blocks would only mean
- * fewer of them. */
-#define MMA_GEMM_TILES_MIN_M 4
-static int weight_tiles = 1;         /* serve.weight_tiles */
-static long long wide_tile_launches; /* k_gemm_wide_tile_launches */
-extern "C" int k_set_gemm_weight_tiles(int tiles) {
-    if (tiles != 1 && tiles != 2 && tiles != 4) return K_ERR_SHAPE;
-    weight_tiles = tiles;
-    return K_OK;
-}
-extern "C" long long k_gemm_wide_tile_launches(void) { return wide_tile_launches; }
-/* Weight tiles a warp of the decode form takes at m rows */
-static int decode_nb(int m) { return m >= MMA_GEMM_TILES_MIN_M ? weight_tiles : 1; }
 
 /* This warp's quarter of k, 32-k blocks [*kb0, *kb1), and the lane's row of each of block bx's NB
  * weight tiles from there (NULL past n). */
@@ -667,33 +651,22 @@ static int gemm_prompt_split(const k_gemm_args *a, int ldy, g4_stream st) {
     return k_gemm(&pr, st);
 }
 
-/* The decode form (m <= MMA_GEMM_DECODE_M) of gemm_mma_kernel or gemm_mma_group_kernel (GROUP)
- * at NB weight tiles a warp: the lo form with wide loads at m <= 8 (NB x U = 12 32-k blocks of
- * weights a group at every NB, so a warp's bytes in flight stay those of NB = 1), else 8 blocks
- * a group. Every output gets mma_rows' sequence at any NB (mma.cuh), so the bits are NB = 1's. */
-template <bool GROUP, int NB, int U, bool LO> static constexpr auto decode_kernel() {
+/* The decode form (m <= MMA_GEMM_DECODE_M) of gemm_mma_kernel or gemm_mma_group_kernel (GROUP),
+ * one weight tile of 8 outputs a warp: the lo form with wide loads at m <= 8 (12 32-k blocks of
+ * weights a group), else 8 blocks a group. */
+template <bool GROUP, int U, bool LO> static constexpr auto decode_kernel() {
     if constexpr (GROUP)
-        return gemm_mma_group_kernel<1, NB, U, LO>;
+        return gemm_mma_group_kernel<1, 1, U, LO>;
     else
-        return gemm_mma_kernel<1, NB, U, LO>;
-}
-
-template <bool GROUP, int NB, typename... Args>
-static cudaError_t decode_launch_nb(int m, dim3 grid, cudaStream_t s, Args... args) {
-    const bool lo = k_wide_loads && m <= MMA_GEMM_LO_M;
-    if (lo)
-        return k_launch(decode_kernel<GROUP, NB, MMA_GEMM_LO_U / NB, true>(), grid,
-                        MMA_GEMM_THREADS, 0, s, args...);
-    return k_launch(decode_kernel<GROUP, NB, 8 / NB, false>(), grid, MMA_GEMM_THREADS, 0, s,
-                    args...);
+        return gemm_mma_kernel<1, 1, U, LO>;
 }
 
 template <bool GROUP, typename... Args>
-static cudaError_t decode_launch(int m, int nb, dim3 grid, cudaStream_t s, Args... args) {
-    wide_tile_launches += nb > 1;
-    return nb == 4   ? decode_launch_nb<GROUP, 4>(m, grid, s, args...)
-           : nb == 2 ? decode_launch_nb<GROUP, 2>(m, grid, s, args...)
-                     : decode_launch_nb<GROUP, 1>(m, grid, s, args...);
+static cudaError_t decode_launch(int m, dim3 grid, cudaStream_t s, Args... args) {
+    if (k_wide_loads && m <= MMA_GEMM_LO_M)
+        return k_launch(decode_kernel<GROUP, MMA_GEMM_LO_U, true>(), grid, MMA_GEMM_THREADS, 0, s,
+                        args...);
+    return k_launch(decode_kernel<GROUP, 8, false>(), grid, MMA_GEMM_THREADS, 0, s, args...);
 }
 
 extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
@@ -710,10 +683,10 @@ extern "C" int k_gemm(const k_gemm_args *a, g4_stream st) {
         /* 16-byte loads: x, w rows start on 16 bytes when the bases do (k % 32 == 0) */
         if (((uintptr_t)a->x | (uintptr_t)a->w) & 15) return K_ERR_SHAPE;
         if (a->m <= MMA_GEMM_DECODE_M) {
-            const int tiles = (a->m + 15) / 16, nb = decode_nb(a->m);
-            dim3 grid((unsigned)((a->n + 8 * nb - 1) / (8 * nb)),
+            const int tiles = (a->m + 15) / 16;
+            dim3 grid((unsigned)((a->n + 7) / 8),
                       (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
-            CUDA_CHECK(decode_launch<false>(a->m, nb, grid, (cudaStream_t)st, (bf16_t *)a->y,
+            CUDA_CHECK(decode_launch<false>(a->m, grid, (cudaStream_t)st, (bf16_t *)a->y,
                                             (const bf16_t *)a->x, (const bf16_t *)a->w, a->m, a->n,
                                             a->k, ldy));
         } else {
@@ -817,20 +790,19 @@ extern "C" int k_gemm_group(const k_gemm_group_args *a, g4_stream st) {
     if (m == 0) return K_OK;
     mma_group_table t = {};
     t.n_members = a->n_gemms;
-    const int nb = decode_nb(m);
     for (int i = 0; i < a->n_gemms; i++) {
         const k_gemm_args *g = &a->g[i];
         t.w[i] = (const bf16_t *)g->w;
         t.y[i] = (bf16_t *)g->y;
         t.n[i] = g->n;
         t.ldy[i] = g->ldy ? g->ldy : g->n;
-        t.first[i + 1] = t.first[i] + (g->n + 8 * nb - 1) / (8 * nb);
+        t.first[i + 1] = t.first[i] + (g->n + 7) / 8;
     }
     const bf16_t *x = (const bf16_t *)a->g[0].x;
     int tiles = (m + 15) / 16;
     dim3 grid((unsigned)t.first[a->n_gemms],
               (unsigned)(tiles < MMA_GEMM_ROW_BLOCKS ? tiles : MMA_GEMM_ROW_BLOCKS));
-    CUDA_CHECK(decode_launch<true>(m, nb, grid, (cudaStream_t)st, t, x, m, k));
+    CUDA_CHECK(decode_launch<true>(m, grid, (cudaStream_t)st, t, x, m, k));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }

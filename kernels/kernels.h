@@ -311,15 +311,6 @@ void k_set_pdl(int on);
  * round trips of loads one after another at one decode row. The same mma operands in the same
  * order, so the same bits (serve.wide_loads, default on). Process-wide. */
 void k_set_wide_loads(int on);
-/* 1 (the default), 2 or 4: weight tiles of 8 outputs that a warp of the decode projections
- * (k_gemm, and k_gemm_group's one launch, at 4 to 32 rows) takes, each fragment of the rows
- * loaded once for all of them: at 16 rows a warp reads two bytes of rows from L2 for every byte
- * of weights with one tile, one with two, half with four; the grid has that many times fewer
- * blocks. Every output gets the same mma sequence and k quarters at any count, so the same bits
- * (serve.weight_tiles). Others: K_ERR_SHAPE, nothing changes. Process-wide. */
-int k_set_gemm_weight_tiles(int tiles);
-/* Decode-form launches that took more than one weight tile a warp, for the gates */
-long long k_gemm_wide_tile_launches(void);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 int k_gemm_group(const k_gemm_group_args *a, g4_stream st);
 /* 1 when k_gemm_group would run this group as one launch: fusing on, more than one member, a

@@ -93,10 +93,6 @@ const char *k_gemm_plan_kernel(const k_gemm_plan *plan) {
 }
 void k_set_pdl(int on) { (void)on; }
 void k_set_wide_loads(int on) { (void)on; }
-long long k_gemm_wide_tile_launches(void) { return 0; }
-int k_set_gemm_weight_tiles(int tiles) {
-    return tiles == 1 || tiles == 2 || tiles == 4 ? K_OK : K_ERR_SHAPE;
-}
 
 int k_gemm(const k_gemm_args *a, g4_stream st) {
     (void)a, (void)st;

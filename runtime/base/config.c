@@ -102,7 +102,6 @@ static const struct cfg_key {
     CFG_SWITCH(serve, attn_tile_fold),
     CFG_SWITCH(serve, prompt_gemm),
     CFG_SWITCH(serve, prompt_experts),
-    CFG_RANGE(serve, weight_tiles, 1, 4),    /* 3 is refused in config_finish */
     CFG_RANGE(serve, prompt_tile, 16, 256),  /* kernels.h K_PROMPT_TILE_MIN..MAX */
     CFG_RANGE(serve, moe_branches, 0, 4096), /* the most rows of a step that branches; 0 off */
     CFG_RANGE(serve, attn_splits_per_block, 0, 16), /* kernels/attn_common.cuh's ATTN_MAX_SPB */
@@ -176,7 +175,6 @@ void config_defaults(g4_config *c) {
     c->serve.attn_tile_fold = 1;      /* measured faster (docs/configuration.md) */
     c->serve.prompt_gemm = 1;         /* prompt rows at cuBLASLt's rate (docs/prompt-rows.md) */
     c->serve.prompt_experts = 0;      /* moves prompt rows' bits (docs/prompt-rows.md) */
-    c->serve.weight_tiles = 1;        /* not yet measured (docs/configuration.md) */
     c->serve.prompt_tile = 96;        /* K_PROMPT_TILE_DEFAULT (docs/prompt-rows.md) */
     c->serve.moe_branches = 64;       /* measured faster (docs/decode-design.md) */
     c->serve.attn_splits_per_block = 0;
@@ -582,10 +580,6 @@ int config_finish(g4_config *c) {
                  "(more than serve.max_batch = %d, at most prefill_chunk + max_batch)",
                  c->serve.step_tokens, c->serve.max_batch + 1,
                  c->serve.prefill_chunk + c->serve.max_batch, c->serve.max_batch);
-        return -1;
-    }
-    if (c->serve.weight_tiles == 3) { /* the kernels are built for 1, 2 and 4 */
-        cfg_fail("serve.weight_tiles = 3: must be 1, 2 or 4");
         return -1;
     }
     if (c->model.tokenizer[0] == '\0' && c->model.path[0] != '\0') {

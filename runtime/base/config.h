@@ -66,7 +66,6 @@ typedef struct g4_config {
         int attn_tile_fold; /* 0/1, default 1: query tiles combine their splits in the P.V pass */
         int prompt_gemm;    /* 0/1, default 1: prompt rows' projections on split-k-1 cuBLASLt */
         int prompt_experts; /* 0/1, default 0: prompt rows' experts as batched cuBLASLt products */
-        int weight_tiles;   /* 1, 2 or 4, default 1: weight tiles a decode projection warp takes */
         int prompt_tile;    /* 16..256, default 64: items a tile of those products */
         int moe_branches;   /* default 0: steps of at most this many rows run the router and
                              * experts beside the dense MLP (0 off) */

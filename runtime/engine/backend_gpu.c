@@ -64,13 +64,12 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_pdl(cfg->serve.pdl);                /* process-wide; the bits are the same either way */
     k_gemm_fuse(cfg->serve.fuse_projections); /* likewise */
     k_set_attn_fold(cfg->serve.attn_fold);    /* likewise */
-    k_set_moe_bucket_in_up(cfg->serve.moe_bucket_in_up);    /* likewise */
-    k_set_moe_expert_ring(cfg->serve.expert_ring);          /* likewise */
-    k_set_moe_prefill_tiles(cfg->serve.moe_prefill_tiles);  /* likewise */
-    k_set_row_chain(cfg->serve.row_chain);                  /* likewise */
-    k_set_moe_route_lanes(cfg->serve.moe_route_lanes);      /* likewise */
-    k_set_wide_loads(cfg->serve.wide_loads);                /* likewise */
-    (void)k_set_gemm_weight_tiles(cfg->serve.weight_tiles); /* likewise; 1, 2, 4: the config's */
+    k_set_moe_bucket_in_up(cfg->serve.moe_bucket_in_up);   /* likewise */
+    k_set_moe_expert_ring(cfg->serve.expert_ring);         /* likewise */
+    k_set_moe_prefill_tiles(cfg->serve.moe_prefill_tiles); /* likewise */
+    k_set_row_chain(cfg->serve.row_chain);                 /* likewise */
+    k_set_moe_route_lanes(cfg->serve.moe_route_lanes);     /* likewise */
+    k_set_wide_loads(cfg->serve.wide_loads);               /* likewise */
     k_set_attn_mma(cfg->serve.attn_mma); /* process-wide; other sums, so other bits */
     k_set_attn_query_tiles(cfg->serve.attn_query_tiles);   /* process-wide; the bits are the same */
     k_set_attn_fp8_frags(cfg->serve.attn_fp8_frags);       /* process-wide; the bits are the same */

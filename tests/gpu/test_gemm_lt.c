@@ -232,24 +232,9 @@ typedef struct speed_switch {
     int with_wide; /* wide_loads on for both runs */
     int ms[SWITCH_MS_MAX];
     int n_ms;
-    int wide_tiles; /* a serve.weight_tiles switch: its on run must launch wide warps exactly
-                     * from MMA_GEMM_TILES_MIN_M (4) rows */
 } speed_switch;
 
-static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4, 0};
-/* serve.weight_tiles: inert below 4 rows (3), the lo form at 4 and 8 (wide loads on), the
- * 16-row form at 9, 16 and 32 (two row tiles); the narrow switch: the 16-row form at 4 and 8
- * (wide loads off) */
-static void weight_tiles_2(int on) { (void)k_set_gemm_weight_tiles(on ? 2 : 1); }
-static void weight_tiles_4(int on) { (void)k_set_gemm_weight_tiles(on ? 4 : 1); }
-static const speed_switch tiles2_switch = {
-    "weight_tiles_2", weight_tiles_2, 1, {3, 4, 8, 9, 16, 32}, 6, 1};
-static const speed_switch tiles4_switch = {
-    "weight_tiles_4", weight_tiles_4, 1, {3, 4, 8, 9, 16, 32}, 6, 1};
-static const speed_switch tiles2_narrow_switch = {
-    "weight_tiles_2_narrow", weight_tiles_2, 0, {4, 8}, 2, 1};
-static const speed_switch tiles4_narrow_switch = {
-    "weight_tiles_4_narrow", weight_tiles_4, 0, {4, 8}, 2, 1};
+static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4};
 
 /* Both runs take x from a kernel launched just before the gemm, no synchronisation between them
  * (x poisoned with NaN before that kernel), as a step's projections take theirs: a switch that
@@ -274,15 +259,12 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
         k_gemm_args a = {.y = g.dy, .x = g.dx, .w = g.dw, .m = m, .n = n, .k = k, .plan = plan};
         /* x = bf(src * 1.0): src exactly */
         const k_scale_add_args produce = {.out = g.dx, .a = dsrc, .n = xs, .scale = 1.0f};
-        long long wide_ran = 0;
         for (int on = 0; on < 2 && !rc; on++) {
             k_set_wide_loads(sw->with_wide);
             sw->set(on);
-            const long long wide_before = k_gemm_wide_tile_launches();
             rc |= k_copy_to_device(g.dy, poison, ys * 2) | k_copy_to_device(g.dx, poison, xs * 2) |
                   k_scale_add(&produce, NULL) | k_gemm(&a, NULL) | k_sync() |
                   k_copy_to_host(on ? g.y : off, g.dy, ys * 2);
-            if (on) wide_ran = k_gemm_wide_tile_launches() - wide_before;
             sw->set(0);
             k_set_wide_loads(0);
         }
@@ -292,16 +274,11 @@ static void run_switch(const speed_switch *sw, const char *name, int n, int k, u
             nan_off += (off[j] & 0x7f80) == 0x7f80 && (off[j] & 0x7f);
         }
         const char *kernel = plan ? k_gemm_plan_kernel(plan) : NULL;
-        const int wide_ok = !sw->wide_tiles || (wide_ran > 0) == (m >= 4);
         TEST_CHECK(gate,
-                   rc == 0 && differ == 0 && nan_off == 0 && kernel && strcmp(kernel, "mma") == 0 &&
-                       wide_ok,
+                   rc == 0 && differ == 0 && nan_off == 0 && kernel && strcmp(kernel, "mma") == 0,
                    "rc %d, %ld of %zu outputs differ from the switch off's (exact rule), %ld NaN "
-                   "in the switch off's (want none); on %s (want mma)%s",
-                   rc, differ, ys, nan_off, kernel ? kernel : "(no plan)",
-                   !sw->wide_tiles ? ""
-                   : wide_ran > 0  ? "; wide warps launched (want them from 4 rows)"
-                                   : "; no wide warps launched (want them from 4 rows)");
+                   "in the switch off's (want none); on %s (want mma)",
+                   rc, differ, ys, nan_off, kernel ? kernel : "(no plan)");
         k_gemm_plan_destroy(plan);
         gemm_bufs_free(&g);
         k_device_free(dsrc);
@@ -422,14 +399,13 @@ static void run_group_ref(void) {
  * poisoned first: every output bit equal. k_gemm_group_fuses must say one launch at m = 1, 16
  * and 24 (two row tiles) and separate calls at 130 (past the decode form) and when one member is
  * on cuBLASLt. */
-static void run_group(int m, int mixed, int ragged, int wide, int tiles, uint64_t seed) {
+static void run_group(int m, int mixed, int ragged, int wide, uint64_t seed) {
     enum { K = 2816 };
     const int Q = ragged ? 1004 : 4096, KV = ragged ? 518 : 2048, FF = ragged ? 2110 : 2112;
     const int want_fused = !mixed && m <= 32;
-    char gate[128], tiles_name[24] = "";
-    if (tiles > 1) snprintf(tiles_name, sizeof tiles_name, " weight_tiles %d", tiles);
-    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s%s]", m, mixed ? " mixed" : "",
-             ragged ? " ragged" : "", wide ? " wide_loads" : "", tiles_name);
+    char gate[96];
+    snprintf(gate, sizeof gate, "gemm_group_vs_calls[m%d%s%s%s]", m, mixed ? " mixed" : "",
+             ragged ? " ragged" : "", wide ? " wide_loads" : "");
     const int ns[5] = {Q, KV, KV, FF, FF};
     gemm_bufs b[5] = {0};
     int rc = 0;
@@ -478,15 +454,9 @@ static void run_group(int m, int mixed, int ragged, int wide, int tiles, uint64_
                              .plan = plan[4]};
     k_gemm_fuse(1);
     k_set_wide_loads(wide); /* the group's launch only: the members' own calls keep 8 a group */
-    rc |= k_set_gemm_weight_tiles(tiles) != K_OK;
-    const long long wide_before = k_gemm_wide_tile_launches();
     const int fused_qkv = k_gemm_group_fuses(&qkv), fused_gu = k_gemm_group_fuses(&gup);
     if (!rc) rc |= k_gemm_group(&qkv, NULL) | k_gemm_group(&gup, NULL);
-    /* both groups' one launch with wide warps, where the tiles and the rows ask for them */
-    const long long wide_ran = k_gemm_wide_tile_launches() - wide_before,
-                    wide_want = tiles > 1 && m >= 4 && m <= 32 ? 2 : 0;
     k_set_wide_loads(0);
-    (void)k_set_gemm_weight_tiles(1);
     k_gemm_fuse(0);
     for (int i = 0; i < 3 && !rc; i++) {
         k_gemm_args one = qkv.g[i];
@@ -519,17 +489,15 @@ static void run_group(int m, int mixed, int ragged, int wide, int tiles, uint64_
         free(h);
         free(h2);
     }
-    const int path_ok = fused_qkv == want_fused && fused_gu == (m <= 32) &&
-                        (mixed || wide_ran == wide_want); /* mixed: the runs use tiles 1 */
+    const int path_ok = fused_qkv == want_fused && fused_gu == (m <= 32);
     TEST_CHECK(gate, rc == 0 && differ == 0 && total > 0 && path_ok,
                "rc %d, %ld of %ld outputs differ from the members' own calls (exact rule); "
-               "q|k|v %s, gate|up %s (want %s, %s); k on %s; %lld launches with wide warps "
-               "(want %lld)",
+               "q|k|v %s, gate|up %s (want %s, %s); k on %s",
                rc, differ, total, fused_qkv ? "one launch" : "separate calls",
                fused_gu ? "one launch" : "separate calls",
                want_fused ? "one launch" : "separate calls",
                m <= 32 ? "one launch" : "separate calls",
-               plan[1] ? k_gemm_plan_kernel(plan[1]) : "(no plan)", wide_ran, wide_want);
+               plan[1] ? k_gemm_plan_kernel(plan[1]) : "(no plan)");
     for (int i = 0; i < 5; i++) {
         k_gemm_plan_destroy(plan[i]);
         gemm_bufs_free(&b[i]);
@@ -767,26 +735,6 @@ static void run_switch_shapes(const speed_switch *sw, uint64_t seed) {
     run_switch(sw, "ragged", 1004, 288, seed + N_PROJ + 1);
 }
 
-/* serve.weight_tiles: 2 and 4 against 1 on every shape, both loads forms (tensor-core kernel
- * on); the group's one launch against the members' own calls (at 1) at 4 and 8 rows (lo form),
- * 16 and 24 (the 16-row form, 24 ragged: the last block's tiles partly past n) */
-static void run_weight_tiles(void) {
-    k_gemm_mma(1);
-    run_switch_shapes(&tiles2_switch, 9601);
-    run_switch_shapes(&tiles4_switch, 9621);
-    run_switch_shapes(&tiles2_narrow_switch, 9641);
-    run_switch_shapes(&tiles4_narrow_switch, 9661);
-    k_gemm_mma(0);
-    k_gemm_auto(0);
-    for (int tiles = 2; tiles <= 4; tiles *= 2) {
-        run_group(4, 0, 0, 1, tiles, 7111);
-        run_group(8, 0, 1, 1, tiles, 7121);
-        run_group(16, 0, 0, 1, tiles, 7131);
-        run_group(24, 0, 1, 1, tiles, 7141);
-    }
-    k_gemm_mma(1);
-}
-
 int main(void) {
     char desc[256];
     run_group_ref(); /* the CPU twin: needs no GPU */
@@ -800,20 +748,11 @@ int main(void) {
         test_skip("gemm_auto_vs_ref", "no GPU (%s)", desc);
         test_skip("gemm_group_vs_calls", "no GPU (%s)", desc);
         test_skip("gemm_wide_loads", "no GPU (%s)", desc);
-        test_skip("gemm_weight_tiles", "no GPU (%s)", desc);
         test_skip("gemm_prompt", "no GPU (%s)", desc);
         test_skip("gemm_prompt_group", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
-    /* G4_GEMM_GATES=weight_tiles: only serve.weight_tiles' gates (a short device call's subset;
-     * every gate runs without it) */
-    const char *only = getenv("G4_GEMM_GATES");
-    if (only && strcmp(only, "weight_tiles") == 0) {
-        run_weight_tiles();
-        k_gemm_mma(0);
-        return harness_exit();
-    }
     /* 26B-A4B q_proj and o_proj, an expert's gate_up, a ragged shape, a tiny-fixture shape
      * (plans for up to 64 rows); the 31B's down projection planned for the engine's largest
      * step (prefill_chunk 2048 + max_batch 16): the weight whose plan needs more than the usual
@@ -884,16 +823,16 @@ int main(void) {
     run_shape("gemm_auto_vs_ref", 5, 1000, 264, 64, 6002);
     run_invariant("auto q", 4096, 2816, 6003);
     k_gemm_auto(0);
-    run_group(1, 0, 0, 0, 1, 7001);
-    run_group(16, 0, 0, 0, 1, 7011);
-    run_group(24, 0, 1, 0, 1, 7021);
-    run_group(130, 0, 0, 0, 1, 7031);
-    run_group(16, 1, 0, 0, 1, 7041);
+    run_group(1, 0, 0, 0, 7001);
+    run_group(16, 0, 0, 0, 7011);
+    run_group(24, 0, 1, 0, 7021);
+    run_group(130, 0, 0, 0, 7031);
+    run_group(16, 1, 0, 0, 7041);
     /* serve.wide_loads: the group's one launch in the lo form at up to 8 rows, against the
      * members' calls in the narrow groups; at 16 rows the switch is inert */
-    run_group(1, 0, 0, 1, 1, 7051);
-    run_group(8, 0, 1, 1, 1, 7061);
-    run_group(16, 0, 0, 1, 1, 7071);
+    run_group(1, 0, 0, 1, 7051);
+    run_group(8, 0, 1, 1, 7061);
+    run_group(16, 0, 0, 1, 7071);
     /* and k_gemm alone: every 26B-A4B projection shape and the 31B's mma ones, wide against
      * narrow at 1, 2 and 8 rows (the lo form) and 9 (inert), and the batch-invariance rule with
      * it on (the 1-row steps in the lo form against the 2,047-row step's tile form) */
@@ -903,7 +842,6 @@ int main(void) {
     run_invariant("mma wide_loads q", 4096, 2816, 9200);
     run_invariant("mma wide_loads o_global", 2816, 8192, 9201);
     k_set_wide_loads(0);
-    run_weight_tiles();
     k_gemm_mma(0);
     /* serve.prompt_gemm: every 26B-A4B projection shape and the 31B's k, then q|k|v as a group */
     for (size_t i = 0; i < N_PROJ; i++)

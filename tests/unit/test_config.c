@@ -80,9 +80,8 @@ static void test_defaults(void) {
         c.serve.attn_global_keep == 0 && c.serve.attn_early_lookup == 0 &&
         c.serve.attn_longest_first == 1 && c.serve.attn_stats_together == 1 &&
         c.serve.attn_tile_fold == 1 && c.serve.prompt_gemm == 1 && c.serve.prompt_experts == 0 &&
-        c.serve.prompt_tile == 96 && c.serve.weight_tiles == 1 && c.serve.moe_branches == 64 &&
-        c.serve.sample_threads == 0 && c.log.level == LOG_INFO && c.debug.sync == 0 &&
-        c.debug.gemm == 3;
+        c.serve.prompt_tile == 96 && c.serve.moe_branches == 64 && c.serve.sample_threads == 0 &&
+        c.log.level == LOG_INFO && c.debug.sync == 0 && c.debug.gemm == 3;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
                c.serve.max_context);
 }
@@ -142,7 +141,6 @@ static void test_full_ini(void) {
                                              "prompt_gemm = 0\n"
                                              "prompt_experts = 1\n"
                                              "prompt_tile = 128\n"
-                                             "weight_tiles = 2\n"
                                              "moe_branches = 16\n"
                                              "sample_threads = 3\n"
                                              "[log]\n"
@@ -169,8 +167,8 @@ static void test_full_ini(void) {
         c.serve.attn_early_lookup == 1 && c.serve.attn_longest_first == 0 &&
         c.serve.attn_stats_together == 0 && c.serve.attn_tile_fold == 0 &&
         c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 && c.serve.prompt_tile == 128 &&
-        c.serve.weight_tiles == 2 && c.serve.moe_branches == 16 && c.serve.sample_threads == 3 &&
-        c.log.level == LOG_DEBUG && c.debug.sync == 1 && c.debug.gemm == 1;
+        c.serve.moe_branches == 16 && c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG &&
+        c.debug.sync == 1 && c.debug.gemm == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
                c.model.path, c.kv.page_tokens, c.kv.budget_gb, rc ? config_last_error() : "");
 
@@ -271,16 +269,19 @@ static void test_load_errors(void) {
 
 /* The speed switches taken out after their measurements lost (docs/perf-notes.md): a file that
  * still sets one is refused as any unknown key is, naming file, line and key, even at a value
- * it once accepted. */
+ * it once accepted; so is a --set of one (the device plans set them that way). */
 static void test_removed_keys(void) {
     static const char *const keys[] = {"attn_cluster_rows", "early_weights", "gemm_wgmma",
-                                       "gemm_staged"};
+                                       "gemm_staged", "weight_tiles"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char gate[96], text[96], key[64];
         (void)snprintf(gate, sizeof gate, "config.removed_key[serve.%s]", keys[i]);
         (void)snprintf(text, sizeof text, "[serve]\nmax_batch = 8\n%s = 1\n", keys[i]);
         (void)snprintf(key, sizeof key, "serve.%s", keys[i]);
         expect_load_error(gate, text, ":3:", key, "unknown key");
+        (void)snprintf(gate, sizeof gate, "config.removed_key_set[serve.%s]", keys[i]);
+        (void)snprintf(text, sizeof text, "serve.%s=1", keys[i]);
+        expect_set_error(gate, text, "unknown key");
     }
 }
 
@@ -380,23 +381,6 @@ static void test_finish(void) {
     TEST_CHECK("config.step_tokens_range", st_ok,
                "0, 17 and 2064 accepted at max_batch 16 and prefill_chunk 2048; 16 and 2065 "
                "refused naming the key");
-
-    /* serve.weight_tiles: 1, 2 and 4 (the kernels built); 3 refused by config_finish, 0 and 5
-     * by the range, each naming the key */
-    int wt_ok = 1;
-    for (int v = 0; v <= 5; v++) {
-        config_defaults(&c);
-        (void)config_set(&c, "model.path=/m");
-        char set[64];
-        (void)snprintf(set, sizeof set, "serve.weight_tiles=%d", v);
-        int set_rc = config_set(&c, set);
-        rc = set_rc == 0 ? config_finish(&c) : -1;
-        const int want = v == 1 || v == 2 || v == 4;
-        wt_ok &= want ? rc == 0 && c.serve.weight_tiles == v
-                      : rc == -1 && has(config_last_error(), "serve.weight_tiles");
-    }
-    TEST_CHECK("config.weight_tiles_values", wt_ok,
-               "1, 2 and 4 accepted; 0, 3 and 5 refused naming the key");
 }
 
 int main(void) {

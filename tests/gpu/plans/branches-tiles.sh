@@ -6,20 +6,14 @@
 # (tests/gpu/prebuilt.sh: the objects built here, so the box links instead of compiling).
 # BT_STEPS picks (default "build ab gates ncu sweep"):
 #   build     ./build.sh tests (links, where the carried objects are current)
-#   ab        bench_decode, two rounds: serve.weight_tiles 1, 2 and 4 at 4 and 16 26B-A4B rows
-#             (predicted at 16 rows the q|k|v, o, gate|up and down projections ~2.1 -> ~1.4 ms
-#             at 2, ~1.1 at 4 if they are bound by the rows' L2 reads, less where a grid of
-#             n / 16 or n / 32 blocks leaves SMs without enough loads in flight; one row inert);
-#             serve.moe_branches 0 against 16 at 1 and 16 26B-A4B rows
+#   ab        bench_decode, two rounds: serve.moe_branches 0 against 16 at 1 and 16 26B-A4B rows
 #             (predicted -0.3 to -0.6 ms at one row, -0.1 to -0.3 at 16), a 1,024-token prefill
 #             0 against 4096 (-1.5 to -3 ms); serve.prompt_tile 64, 96 and 128 with
 #             serve.prompt_experts on, against it off (predicted its experts 24.2 -> ~15-17 ms at
-#             128: each expert's weights read once where 64-item tiles read them ~1.45 times);
-#             then the 31B at 16 rows, debug.gemm auto and mma at weight_tiles 1, 2 (and 4)
-#   gates     the GPU pinned recording (replayed with every speed switch, serve.moe_branches =
-#             64 and serve.weight_tiles = 2 and 4 among them), test_gemm_lt's weight_tiles gates
-#             (G4_GEMM_GATES), the engine gates with serve.moe_branches = 64, then
-#             test_moe (moe_prompt_experts at tiles 64 and 128, moe_prompt_tile_range)
+#             128: each expert's weights read once where 64-item tiles read them ~1.45 times)
+#   gates     the GPU pinned recording (replayed with every speed switch), the engine gates with
+#             serve.moe_branches = 64, then test_moe (moe_prompt_experts at tiles 64 and 128,
+#             moe_prompt_tile_range)
 #   ncu       ncu over the first decode step's projections and experts at 1 and 16 26B-A4B
 #             rows (the first 10 such launches: layer 0's q|k|v, o, gate|up, down, router, up
 #             and down experts, then layer 1's), graphs off: DRAM throughput, occupancy, warp
@@ -40,12 +34,6 @@ bench26() { # label, then bench_decode's arguments past the model's
 ab_next() {
     local r v b t
     for r in 1 2; do
-        for b in 4 16; do
-            for v in 1 2 4; do
-                bench26 "$b rows, weight_tiles $v, round $r" --set serve.weight_tiles=$v \
-                    --batch $b --prompt 1024 --steps 32
-            done
-        done
         for b in 1 16; do
             for v in 0 16; do
                 bench26 "$b rows, moe_branches $v, round $r" --set serve.moe_branches=$v \
@@ -65,16 +53,6 @@ ab_next() {
         bench26 "prefill, prompt_experts 1, prompt_tile 128, moe_branches 4096, round $r" \
             --set serve.prompt_experts=1 --set serve.prompt_tile=128 \
             --set serve.moe_branches=4096 --batch 1 --prompt 1024 --steps 8
-    done
-    # the 31B at 16 rows, one round: its large projections are on cuBLASLt's decode plans
-    # (debug.gemm = auto); with wider warps the project's kernel may take them too
-    local g
-    for g in "auto 1" "auto 2" "mma 1" "mma 2" "mma 4"; do
-        set -- $g
-        echo "== gemma4-31b, 16 rows, debug.gemm $1, weight_tiles $2"
-        timeout 200 build/tests/bench_decode -c conf/gemma4-31b.ini --set model.weights=dummy \
-            --set serve.max_context=4096 --set debug.gemm=$1 --set serve.weight_tiles=$2 \
-            --batch 16 --prompt 1024 --steps 32 | grep -E "^decode step|_proj "
     done
 }
 ncu_next() {
@@ -103,7 +81,6 @@ sweep_next() {
 bt_gates() {
     bt_want gates || return 0
     step pinned ./build.sh gpu-test pinned_composition
-    step wt-gates env G4_GEMM_GATES=weight_tiles ./build.sh gpu-test test_gemm_lt
     step br-engine env G4_FIXTURE_SET="serve.moe_branches=64" ./build.sh gpu-test engine_vs_hf
     step moe ./build.sh gpu-test test_moe
 }
