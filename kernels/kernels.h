@@ -311,6 +311,12 @@ void k_set_pdl(int on);
  * round trips of loads one after another at one decode row. The same mma operands in the same
  * order, so the same bits (serve.wide_loads, default on). Process-wide. */
 void k_set_wide_loads(int on);
+/* serve.proj_ring: the decode projections at m <= 8 (the lo form, alone and grouped) stream their
+ * k loop through a per-warp ring of cp.async copies in shared memory (kernels/mma.cuh,
+ * mma_rows_lo_ring): 1 after the grid-dependency wait, 2 with the first weights copied before it
+ * (weights are model constants no kernel of a step writes); 0 off (default, until measured).
+ * Speed only: the same mma operands in the same order. K_ERR_SHAPE outside 0..2. Process-wide. */
+int k_set_gemm_proj_ring(int mode);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 int k_gemm_group(const k_gemm_group_args *a, g4_stream st);
 /* 1 when k_gemm_group would run this group as one launch: fusing on, more than one member, a

@@ -465,7 +465,8 @@ __global__ static void __launch_bounds__(EXPERT_THREADS)
  * RING_DOWN_S (down) 32-k blocks a warp in shared memory (mma_rows_lo_ring). 16 stages keep
  * ~16 KB of the up kernel's weights in flight a warp (48 KB of ring a block of 2 warps: one
  * row's 352 blocks still fit one wave); the down kernel's k (704: 22 blocks) takes 8, which
- * keeps its 704 blocks of 4 warps (32 KB each) in one wave at 7 an SM. */
+ * keeps its 704 blocks of 4 warps (32 KB each) in one wave at 6 an SM. The ring kernels are
+ * launched only for calls of at most 8 items, which is what lets them leave out the hi rows. */
 #define RING_UP_S 16
 #define RING_DOWN_S 8
 template <int NB, int S> static __host__ __device__ constexpr size_t ring_bytes(int warps) {
