@@ -379,6 +379,26 @@ static void check_switch(const char *name, const shape *s, int rows, void *d_gu,
     free(on);
 }
 
+/* A decode-row switch (at most 8 items a call) against its other setting: with the up kernel's
+ * buckets (off, on), with the bucket kernel's (off_bk, on_bk), and with every item on expert 0,
+ * where the router's ids would give each expert one item and leave lanes 1-7 of the lo form
+ * (rows 1-7 of a warp's tile) with padding only. */
+static void check_decode_switch(const char *name, const shape *s, int rows, void *d_gu, void *d_dn,
+                                const int32_t *idx, const float *w, switches off, switches on,
+                                switches off_bk, switches on_bk) {
+    char gate[64];
+    check_switch(name, s, rows, d_gu, d_dn, idx, w, off, on);
+    snprintf(gate, sizeof gate, "%s+bucket_kernel", name);
+    check_switch(gate, s, rows, d_gu, d_dn, idx, w, off_bk, on_bk);
+    snprintf(gate, sizeof gate, "%s(one expert)", name);
+    int32_t *one = calloc((size_t)rows * (size_t)s->top_k, 4);
+    if (one)
+        check_switch(gate, s, rows, d_gu, d_dn, one, w, off, on);
+    else
+        test_fail(gate, "out of host memory");
+    free(one);
+}
+
 /* serve.prompt_experts (docs/prompt-rows.md): prompt rows' experts as pointer-array batched
  * cuBLASLt products over tiles of `tile` items (serve.prompt_tile). One call with every row a
  * prompt row against the CPU twin (the rule of check_experts); the same rows as two calls (other
@@ -583,42 +603,20 @@ static void run_shape(const shape *s, uint64_t seed) {
             free(one_set.x);
             free(one_set.all);
         }
-        if (mma && nk <= 8) { /* one decode row: where serve.wide_loads applies */
-            check_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
+        if (mma && nk <= 8) { /* one decode row: where serve.wide_loads and expert_ring apply */
+            check_decode_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
+                                (switches){1, 0, 1, 0}, (switches){0, 0, 0, 0},
+                                (switches){0, 0, 1, 0});
+            check_decode_switch("expert_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 1, 0},
+                                (switches){1, 0, 1, 1}, (switches){0, 0, 0, 0},
+                                (switches){0, 0, 0, 1});
+        }
+        if (mma && nk > 8 && nk <= 128) { /* past 8 items both are inert */
+            check_switch("wide_loads(inert)", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
                          (switches){1, 0, 1, 0});
-            check_switch("wide_loads+bucket_kernel", s, rows, d_gu, d_dn, idx, w,
-                         (switches){0, 0, 0, 0}, (switches){0, 0, 1, 0});
-            /* the router's ids give each expert one item, so lanes 1-7 of the lo form would
-             * hold padding only: every item on expert 0 fills all eight */
-            int32_t *one = calloc(nk, 4);
-            if (one)
-                check_switch("wide_loads(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 0, 0}, (switches){1, 0, 1, 0});
-            else
-                test_fail("wide_loads(one expert)", "out of host memory");
-            free(one);
-        }
-        if (mma && nk <= 8) { /* one decode row: where serve.expert_ring applies */
-            check_switch("expert_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 1, 0},
-                         (switches){1, 0, 1, 1});
-            check_switch("expert_ring+bucket_kernel", s, rows, d_gu, d_dn, idx, w,
-                         (switches){0, 0, 0, 0}, (switches){0, 0, 0, 1});
-            /* every item on expert 0: all eight rows of each warp's tile hold an item */
-            int32_t *one = calloc(nk, 4);
-            if (one)
-                check_switch("expert_ring(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 1, 0}, (switches){1, 0, 1, 1});
-            else
-                test_fail("expert_ring(one expert)", "out of host memory");
-            free(one);
-        }
-        if (mma && nk > 8 && nk <= 128) { /* past 8 items the ring is inert */
             check_switch("expert_ring(inert)", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 1, 0},
                          (switches){1, 0, 1, 1});
         }
-        if (mma && nk > 8 && nk <= 128) /* past it the narrow groups run: the switch is inert */
-            check_switch("wide_loads(inert)", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
-                         (switches){1, 0, 1, 0});
         free(idx);
         free(w);
     }

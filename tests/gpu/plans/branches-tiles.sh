@@ -23,14 +23,8 @@
 #   sweep     (when time is left) the three bf16-pool attention switches still off, 0 against
 #             1 at 1 and 16 26B-A4B rows, one round
 bt_want() { [[ " ${BT_STEPS:-build ab gates ncu sweep} " == *" $1 "* ]]; }
-bench26() { # label, then bench_decode's arguments past the model's
-    local label=$1
-    shift
-    echo "== $label"
-    timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
-        --set serve.max_context=4096 "$@" |
-        grep -E "^decode step|^prefill|^prompt experts|^experts|^attention|_proj "
-}
+# shellcheck source=/dev/null
+. tests/gpu/plans/bench26.sh
 ab_next() {
     local r v b t
     for r in 1 2; do

@@ -17,30 +17,24 @@
 #             byte)
 #   sweep     the bf16-pool attention switches still off, 0 against 1 at 1 and 16 rows
 ring_want() { [[ " ${RING_STEPS:-build ab gates sweep} " == *" $1 "* ]]; }
-ring26() { # label, then bench_decode's arguments past the model's
-    local label=$1
-    shift
-    echo "== $label"
-    timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
-        --set serve.max_context=4096 "$@" |
-        grep -E "^decode step|^prefill|^experts|^attention|_proj "
-}
+# shellcheck source=/dev/null
+. tests/gpu/plans/bench26.sh
 ring_ab() {
     local r b v
     for r in 1 2; do
         for b in 1 16; do
             for v in 0 1; do
-                ring26 "$b rows, expert_ring $v, round $r" --set serve.expert_ring=$v \
+                bench26 "$b rows, expert_ring $v, round $r" --set serve.expert_ring=$v \
                     --batch $b --prompt 1024 --steps 32
             done
         done
         for b in 1 4; do
             for v in 0 1 2; do
-                ring26 "$b rows, proj_ring $v, round $r" --set serve.proj_ring=$v \
+                bench26 "$b rows, proj_ring $v, round $r" --set serve.proj_ring=$v \
                     --batch $b --prompt 1024 --steps 32
             done
         done
-        ring26 "1 rows, expert_ring 1, proj_ring 2, round $r" --set serve.expert_ring=1 \
+        bench26 "1 rows, expert_ring 1, proj_ring 2, round $r" --set serve.expert_ring=1 \
             --set serve.proj_ring=2 --batch 1 --prompt 1024 --steps 32
     done
 }
@@ -49,7 +43,7 @@ ring_sweep() {
     for sw in attn_half_units attn_global_keep attn_early_lookup; do
         for b in 1 16; do
             for v in 0 1; do
-                ring26 "$b rows, $sw $v, round 1" --set serve.$sw=$v --batch $b --prompt 1024 \
+                bench26 "$b rows, $sw $v, round 1" --set serve.$sw=$v --batch $b --prompt 1024 \
                     --steps 32
             done
         done
