@@ -392,7 +392,7 @@ void k_set_attn_global_keep(int on);
 /* With attn_mma on, the one-row attention passes (launches the query tiles do not take) look up
  * their first two units' keys in the page tables (from the rows' positions and sequences: the
  * step's inputs, which no kernel of a step writes) before they wait on the kernel before them,
- * instead of after (serve.attn_early_lookup, default off; speed only: the same offsets).
+ * instead of after (serve.attn_early_lookup, default on; speed only: the same offsets).
  * Process-wide. */
 void k_set_attn_early_lookup(int on);
 /* The query-tile attention passes (prefill-sized launches) hand the tiles of the most keys to

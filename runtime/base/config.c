@@ -171,7 +171,7 @@ void config_defaults(g4_config *c) {
     c->serve.attn_fp8_frags = 1;      /* measured faster (docs/configuration.md) */
     c->serve.attn_half_units = 0;     /* not yet run on the GPU (docs/configuration.md) */
     c->serve.attn_global_keep = 0;    /* not yet run on the GPU (docs/configuration.md) */
-    c->serve.attn_early_lookup = 0;   /* not yet run on the GPU (docs/configuration.md) */
+    c->serve.attn_early_lookup = 1;   /* measured faster (docs/configuration.md) */
     c->serve.attn_longest_first = 1;  /* measured faster (docs/configuration.md) */
     c->serve.attn_stats_together = 1; /* measured faster (docs/configuration.md) */
     c->serve.attn_tile_fold = 1;      /* measured faster (docs/configuration.md) */

@@ -78,7 +78,7 @@ static void test_defaults(void) {
              c.serve.moe_route_lanes == 1 && c.serve.wide_loads == 1 && c.serve.attn_mma == 1 &&
              c.serve.attn_query_tiles == 64 && c.serve.attn_fp8_frags == 1 &&
              c.serve.attn_half_units == 0 && c.serve.attn_global_keep == 0 &&
-             c.serve.attn_early_lookup == 0 && c.serve.attn_longest_first == 1 &&
+             c.serve.attn_early_lookup == 1 && c.serve.attn_longest_first == 1 &&
              c.serve.attn_stats_together == 1 && c.serve.attn_tile_fold == 1 &&
              c.serve.prompt_gemm == 1 && c.serve.prompt_experts == 0 && c.serve.prompt_tile == 96 &&
              c.serve.moe_branches == 64 && c.serve.sample_threads == 0 && c.log.level == LOG_INFO &&
@@ -136,7 +136,7 @@ static void test_full_ini(void) {
                                              "attn_fp8_frags = 0\n"
                                              "attn_half_units = 1\n"
                                              "attn_global_keep = 1\n"
-                                             "attn_early_lookup = 1\n"
+                                             "attn_early_lookup = 0\n"
                                              "attn_longest_first = 0\n"
                                              "attn_stats_together = 0\n"
                                              "attn_tile_fold = 0\n"
@@ -166,7 +166,7 @@ static void test_full_ini(void) {
         c.serve.row_chain == 1 && c.serve.moe_route_lanes == 0 && c.serve.wide_loads == 0 &&
         c.serve.attn_mma == 0 && c.serve.attn_query_tiles == 0 && c.serve.attn_fp8_frags == 0 &&
         c.serve.attn_half_units == 1 && c.serve.attn_global_keep == 1 &&
-        c.serve.attn_early_lookup == 1 && c.serve.attn_longest_first == 0 &&
+        c.serve.attn_early_lookup == 0 && c.serve.attn_longest_first == 0 &&
         c.serve.attn_stats_together == 0 && c.serve.attn_tile_fold == 0 &&
         c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 && c.serve.prompt_tile == 128 &&
         c.serve.moe_branches == 16 && c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG &&
