@@ -28,6 +28,7 @@ static void usage(FILE *f) {
           "  --text         read all of stdin as one user message; write only the answer text\n"
           "  --max-tokens N --text's answer limit (serve.text_max_tokens, default 512)\n"
           "  --check        load and validate the checkpoint, then exit\n"
+          "  --version      print the version and exit; -h, --help: this text\n"
           "Without --text or --check, g4pipe answers JSON request lines from stdin on stdout\n"
           "(docs/protocol.md). Logs go to stderr.\n",
           f);
