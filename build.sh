@@ -571,18 +571,14 @@ gpu_gates() {
             # up kernel, the prefill experts' tiles, the row-op chain (off, then at 2 without the
             # preloaded operands), the router's lanes form, the decode k loops' wide load groups,
             # the attention's query tiles (at 64 rows by default; at 1 here, so that the
-            # recording's short prompts take them too) and the MoE branch beside the dense MLP on
-            # a stream of its own (on by default, off here), the one-row attention passes' early
-            # page-table look-ups (on by default, off here) and the decode experts' ring in shared
-            # memory (off by default, on here: the recording's one-row steps take it) and the
-            # decode projections' ring (off by default; at 1, then 2 with the early weights)
+            # recording's short prompts take them too), the MoE branch beside the dense MLP on a
+            # stream of its own (on by default, off here) and the one-row attention passes' early
+            # page-table look-ups (on by default, off here)
             local set
             for set in serve.fuse_projections=0 serve.attn_fold=0 serve.moe_bucket_in_up=0 \
                 serve.moe_prefill_tiles=0 serve.row_chain=0 \
                 serve.moe_route_lanes=0 serve.wide_loads=0 serve.row_chain=2 \
-                serve.attn_query_tiles=1 serve.moe_branches=0 serve.attn_early_lookup=0 \
-                serve.expert_ring=1 \
-                serve.proj_ring=1 serve.proj_ring=2; do
+                serve.attn_query_tiles=1 serve.moe_branches=0 serve.attn_early_lookup=0; do
                 BUILD_DIR="$B" PINNED_SET=$set run_test python3 tests/proto/test_pinned.py \
                     --backend gpu
             done

@@ -270,21 +270,6 @@ extern "C" void k_gemm_plain(int on) { plain_plans = on != 0; }
  * fused q|k|v and gate|up grids would take a wave more) */
 #define MMA_GEMM_LO_M 8
 #define MMA_GEMM_LO_U 12
-/* serve.proj_ring (kernels.h): the lo form's k loop through a ring of MMA_GEMM_RING_S 32-k
- * blocks a warp in shared memory (mma.cuh, mma_rows_lo_ring): 8 stages of the row's and the
- * weight tile's pieces, 1 KB a stage, 32 KB a block of 4 warps, so 6 blocks an SM where the
- * registers of the groups' form allow 4. At 2 the first 8 blocks' weights are copied before the
- * kernel waits on the grid before it. */
-#define MMA_GEMM_RING_S 8
-static int proj_ring; /* serve.proj_ring: 0 off, 1 the ring, 2 the ring with early weights */
-extern "C" int k_set_gemm_proj_ring(int mode) {
-    if (mode < 0 || mode > 2) return K_ERR_SHAPE;
-    proj_ring = mode;
-    return K_OK;
-}
-static constexpr size_t proj_ring_bytes() {
-    return (size_t)MMA_GEMM_WARPS * MMA_GEMM_RING_S * 2 * 32 * 16;
-}
 
 /* This warp's quarter of k, 32-k blocks [*kb0, *kb1), and the lane's row of each of block bx's NB
  * weight tiles from there (NULL past n). */
@@ -306,11 +291,10 @@ static __device__ __forceinline__ void gemm_warp_rows(int bx, const bf16_t *w, i
 /* Block bx's outputs of one projection: the body of both kernels below. LO (MT = 1, m <= 8: the
  * tile's rows past the 8th are padding) takes the k loop through mma_rows_lo, U 32-k blocks a
  * group, which gives every output mma_tiles<1, NB, U>'s sums (mma.cuh). */
-template <int MT, int NB, int U, bool LO = false, int RING = 0>
+template <int MT, int NB, int U, bool LO = false>
 static __device__ __forceinline__ void
 gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
     static_assert(!LO || MT == 1, "the lo form holds one row tile");
-    static_assert(!RING || (LO && NB == 1), "the ring is the lo form's, one weight tile a warp");
     constexpr int VALS = MT * NB * 4; /* a lane's accumulators */
     __shared__ float part[MMA_GEMM_WARPS][VALS][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
@@ -319,12 +303,6 @@ gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n
     int kb0, kb1;
     gemm_warp_rows<NB>(bx, w, n, k, wrow, &kb0, &kb1);
     const size_t off = (size_t)kb0 * 32;
-    extern __shared__ __align__(16) unsigned char proj_ring_smem[];
-    uint4 *ring = (uint4 *)proj_ring_smem + (size_t)warp * MMA_GEMM_RING_S * 2 * 32;
-    if constexpr (RING == 2) { /* weights are constants: copied before the wait (kernels.h) */
-        ring_weights_early<NB, MMA_GEMM_RING_S>(wrow, (kb1 - kb0) * 32, ring);
-        K_GRID_DEPENDENCY();
-    }
     for (int r0 = blockIdx.y * 16 * MT; r0 < m; r0 += gridDim.y * 16 * MT) {
         const bf16_t *lo[MT], *hi[MT];
 #pragma unroll
@@ -334,10 +312,7 @@ gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n
             hi[i] = rhi < m ? x + (size_t)rhi * (size_t)k + off : NULL;
         }
         float acc[MT][NB][4];
-        if constexpr (RING != 0) /* m <= 8: one row tile, grid.y 1, so one pass of this loop */
-            mma_rows_lo_ring<NB, MMA_GEMM_RING_S, RING == 2>(lo[0], wrow, (kb1 - kb0) * 32, acc[0],
-                                                             ring);
-        else if constexpr (LO)
+        if constexpr (LO)
             mma_rows_lo<NB, U>(lo[0], wrow, (kb1 - kb0) * 32, acc[0]);
         else
             mma_tiles<MT, NB, U>(lo, hi, wrow, (kb1 - kb0) * 32, acc);
@@ -362,15 +337,13 @@ gemm_mma_block(int bx, bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n
         }
         __syncthreads(); /* part is reused by the next row tile */
     }
-    /* the early weights land before the block ends even where no row tile ran */
-    if constexpr (RING == 2) cp_async_wait_all_but<0>();
 }
 
-template <int MT, int NB, int U, bool LO = false, int RING = 0>
+template <int MT, int NB, int U, bool LO = false>
 static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
     gemm_mma_kernel(bf16_t *y, const bf16_t *x, const bf16_t *w, int m, int n, int k, int ldy) {
-    if constexpr (RING != 2) K_GRID_DEPENDENCY(); /* at 2 gemm_mma_block waits */
-    gemm_mma_block<MT, NB, U, LO, RING>(blockIdx.x, y, x, w, m, n, k, ldy);
+    K_GRID_DEPENDENCY();
+    gemm_mma_block<MT, NB, U, LO>(blockIdx.x, y, x, w, m, n, k, ldy);
 }
 
 /* The members of a k_gemm_group in one grid: member i owns blocks first[i] .. first[i + 1] - 1
@@ -385,21 +358,19 @@ typedef struct mma_group_table {
     int n[K_GEMM_GROUP_MAX], ldy[K_GEMM_GROUP_MAX];
 } mma_group_table;
 
-template <int MT, int NB, int U, bool LO = false, int RING = 0>
+template <int MT, int NB, int U, bool LO = false>
 static __global__ void __launch_bounds__(MMA_GEMM_THREADS)
     gemm_mma_group_kernel(mma_group_table t, const bf16_t *x, int m, int k) {
     /* the member by compares, and each member's fields read at constant offsets (an index into
      * the parameters would copy them to local memory) */
     const int b = blockIdx.x;
-    if constexpr (RING != 2) K_GRID_DEPENDENCY(); /* at 2 gemm_mma_block waits */
+    K_GRID_DEPENDENCY();
     if (t.n_members > 2 && b >= t.first[2])
-        gemm_mma_block<MT, NB, U, LO, RING>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k,
-                                            t.ldy[2]);
+        gemm_mma_block<MT, NB, U, LO>(b - t.first[2], t.y[2], x, t.w[2], m, t.n[2], k, t.ldy[2]);
     else if (t.n_members > 1 && b >= t.first[1])
-        gemm_mma_block<MT, NB, U, LO, RING>(b - t.first[1], t.y[1], x, t.w[1], m, t.n[1], k,
-                                            t.ldy[1]);
+        gemm_mma_block<MT, NB, U, LO>(b - t.first[1], t.y[1], x, t.w[1], m, t.n[1], k, t.ldy[1]);
     else
-        gemm_mma_block<MT, NB, U, LO, RING>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0]);
+        gemm_mma_block<MT, NB, U, LO>(b, t.y[0], x, t.w[0], m, t.n[0], k, t.ldy[0]);
 }
 
 static bool fuse_groups; /* k_gemm_fuse */
@@ -683,20 +654,15 @@ static int gemm_prompt_split(const k_gemm_args *a, int ldy, g4_stream st) {
 /* The decode form (m <= MMA_GEMM_DECODE_M) of gemm_mma_kernel or gemm_mma_group_kernel (GROUP),
  * one weight tile of 8 outputs a warp: the lo form with wide loads at m <= 8 (12 32-k blocks of
  * weights a group), else 8 blocks a group. */
-template <bool GROUP, int U, bool LO, int RING = 0> static constexpr auto decode_kernel() {
+template <bool GROUP, int U, bool LO> static constexpr auto decode_kernel() {
     if constexpr (GROUP)
-        return gemm_mma_group_kernel<1, 1, U, LO, RING>;
+        return gemm_mma_group_kernel<1, 1, U, LO>;
     else
-        return gemm_mma_kernel<1, 1, U, LO, RING>;
+        return gemm_mma_kernel<1, 1, U, LO>;
 }
 
 template <bool GROUP, typename... Args>
 static cudaError_t decode_launch(int m, dim3 grid, cudaStream_t s, Args... args) {
-    if (proj_ring && m <= MMA_GEMM_LO_M) /* serve.proj_ring: the lo form's rows, ring loads */
-        return proj_ring == 2 ? k_launch(decode_kernel<GROUP, MMA_GEMM_LO_U, true, 2>(), grid,
-                                         MMA_GEMM_THREADS, proj_ring_bytes(), s, args...)
-                              : k_launch(decode_kernel<GROUP, MMA_GEMM_LO_U, true, 1>(), grid,
-                                         MMA_GEMM_THREADS, proj_ring_bytes(), s, args...);
     if (k_wide_loads && m <= MMA_GEMM_LO_M)
         return k_launch(decode_kernel<GROUP, MMA_GEMM_LO_U, true>(), grid, MMA_GEMM_THREADS, 0, s,
                         args...);

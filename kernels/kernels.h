@@ -311,12 +311,6 @@ void k_set_pdl(int on);
  * round trips of loads one after another at one decode row. The same mma operands in the same
  * order, so the same bits (serve.wide_loads, default on). Process-wide. */
 void k_set_wide_loads(int on);
-/* serve.proj_ring: the decode projections at m <= 8 (the lo form, alone and grouped) stream their
- * k loop through a per-warp ring of cp.async copies in shared memory (kernels/mma.cuh,
- * mma_rows_lo_ring): 1 after the grid-dependency wait, 2 with the first weights copied before it
- * (weights are model constants no kernel of a step writes); 0 off (default, until measured).
- * Speed only: the same mma operands in the same order. K_ERR_SHAPE outside 0..2. Process-wide. */
-int k_set_gemm_proj_ring(int mode);
 int k_gemm(const k_gemm_args *a, g4_stream st);
 int k_gemm_group(const k_gemm_group_args *a, g4_stream st);
 /* 1 when k_gemm_group would run this group as one launch: fusing on, more than one member, a
@@ -455,12 +449,6 @@ void k_moe_prompt_stats(long long *calls, long long *items, long long *tile_rows
  * (serve.moe_bucket_in_up, default on; speed only: every item's arithmetic is the same).
  * Process-wide. */
 void k_set_moe_bucket_in_up(int on);
-/* On: a k_moe_experts call of at most 8 items (one 26B-A4B decode row) on the tensor-core path
- * streams its up and down kernels' weights and rows through a per-warp ring of cp.async copies
- * in shared memory instead of groups of register loads (serve.expert_ring, default off until
- * measured; speed only: every mma gets the same operands in the same order, kernels/mma.cuh
- * mma_rows_lo_ring). Process-wide. */
-void k_set_moe_expert_ring(int on);
 /* on: k_moe_route runs its lanes form (kernels/moe.cu, moe_route_lanes_kernel: the same bits,
  * fewer round trips in a row; serve.moe_route_lanes, default on: measured faster). It reads
  * per_expert_scale before it waits on the kernel before it: a model constant no kernel of the

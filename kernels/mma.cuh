@@ -11,7 +11,6 @@
 #ifndef G4_MMA_CUH
 #define G4_MMA_CUH
 
-#include "kernels/cp_async.cuh"
 #include "kernels/kernels.h"
 
 #include <cuda_runtime.h>
@@ -108,80 +107,6 @@ static __device__ __forceinline__ void mma_rows_lo(const bf16_t *lo, const bf16_
             }
         }
     }
-}
-
-/* mma_rows_lo's sums with the operands streamed through a ring in shared memory (serve.
- * expert_ring): at one decode row a warp of mma_rows_lo loads a group of U 32-k blocks, waits
- * for all of it, runs its mmas and only then loads the next, so its share of HBM idles between
- * groups, and the registers a group takes cap the warps an SM (docs/decode-design.md, "A ring of
- * weights in shared memory"). Here each lane copies its own 16-byte pieces (the row's and each
- * weight tile's, the bytes mma_rows_lo would load) by cp.async into its own slots of an S-stage
- * ring, one commit group a 32-k block, S blocks ahead: block u is waited for, its mmas run, block
- * u + S goes into the slot u leaves. A lane reads only what it copied itself, so the wait is its
- * own (no barrier); the slot's read precedes the copy that reuses it in program order, and the
- * mma that consumes the read is issued before that copy. NULL rows and tiles are never copied:
- * their operands are zero, as in mma_rows_lo. Every mma gets mma_rows_lo's operands in its
- * order: the same bits. ring: this warp's S * (NB + 1) * 32 16-byte slots, 16-byte aligned. */
-/* block u's copies into its ring slot (mma_rows_lo_ring): the row's piece (ROW), then each weight
- * tile's (WEIGHTS) */
-template <int NB, int S, bool ROW, bool WEIGHTS>
-static __device__ __forceinline__ void ring_issue(const bf16_t *lo, const bf16_t *const (&w)[NB],
-                                                  int u, uint4 *ring) {
-    const int lane = threadIdx.x & 31, o = 32 * u + 8 * (lane & 3);
-    uint4 *slot = ring + (size_t)(u % S) * (NB + 1) * 32 + lane;
-    if (ROW && lo) cp_async16(slot, lo + o);
-#pragma unroll
-    for (int t = 0; t < NB; t++)
-        if (WEIGHTS && w[t]) cp_async16(slot + 32 * (1 + t), w[t] + o);
-}
-
-/* The weights of mma_rows_lo_ring's first S blocks, copied as one group before the kernel waits
- * on the grid before it (weights are constants no kernel of a step writes): the ring's first
- * round trip then overlaps the producer. Follow it with mma_rows_lo_ring<NB, S, true>. */
-template <int NB, int S>
-static __device__ __forceinline__ void ring_weights_early(const bf16_t *const (&w)[NB], int k,
-                                                          uint4 *ring) {
-    const bf16_t *none = NULL;
-#pragma unroll 1
-    for (int u = 0; u < S && u < k / 32; u++)
-        ring_issue<NB, S, false, true>(none, w, u, ring);
-    cp_async_commit();
-}
-
-/* EARLY: the first S blocks' weights are in flight already (ring_weights_early, one group older
- * than every group here, so each wait below covers it too); only their rows are copied here. */
-template <int NB, int S, bool EARLY = false>
-static __device__ __forceinline__ void mma_rows_lo_ring(const bf16_t *lo,
-                                                        const bf16_t *const (&w)[NB], int k,
-                                                        float (&acc)[NB][4], uint4 *ring) {
-    const int lane = threadIdx.x & 31;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    const int nblk = k / 32;
-#pragma unroll
-    for (int t = 0; t < NB; t++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            acc[t][j] = 0.0f;
-#pragma unroll 1
-    for (int u = 0; u < S; u++) { /* one group a block, empty past k, so the count stays S */
-        if (u < nblk) ring_issue<NB, S, true, !EARLY>(lo, w, u, ring);
-        cp_async_commit();
-    }
-#pragma unroll 1
-    for (int u = 0; u < nblk; u++) {
-        cp_async_wait_all_but<S - 1>(); /* groups 0 .. u have landed */
-        const uint4 *slot = ring + (size_t)(u % S) * (NB + 1) * 32 + lane;
-        const uint4 a = lo ? slot[0] : zero;
-#pragma unroll
-        for (int t = 0; t < NB; t++) {
-            const uint4 b = w[t] ? slot[32 * (1 + t)] : zero;
-            mma_16816(acc[t], a.x, 0u, a.y, 0u, b.x, b.y);
-            mma_16816(acc[t], a.z, 0u, a.w, 0u, b.z, b.w);
-        }
-        if (u + S < nblk) ring_issue<NB, S, true, true>(lo, w, u + S, ring);
-        cp_async_commit();
-    }
-    cp_async_wait_all_but<0>(); /* nothing in flight into the ring when the warp moves on */
 }
 
 /* acc[i][t] += rows of m tile i (lo[i]: the lane's row, hi[i]: row + 8; NULL: padding) . w[t]

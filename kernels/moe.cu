@@ -461,17 +461,6 @@ __global__ static void __launch_bounds__(EXPERT_THREADS)
 #define WIDE_U 16
 #define WIDE_DOWN_U 12
 #define WIDE_MAX_ITEMS 8
-/* serve.expert_ring (kernels.h): the wide form's k loop through a ring of RING_UP_S (up) or
- * RING_DOWN_S (down) 32-k blocks a warp in shared memory (mma_rows_lo_ring). 16 stages keep
- * ~16 KB of the up kernel's weights in flight a warp (48 KB of ring a block of 2 warps: one
- * row's 352 blocks still fit one wave); the down kernel's k (704: 22 blocks) takes 8, which
- * keeps its 704 blocks of 4 warps (32 KB each) in one wave at 6 an SM. The ring kernels are
- * launched only for calls of at most 8 items, which is what lets them leave out the hi rows. */
-#define RING_UP_S 16
-#define RING_DOWN_S 8
-template <int NB, int S> static __host__ __device__ constexpr size_t ring_bytes(int warps) {
-    return (size_t)warps * S * (NB + 1) * 32 * 16;
-}
 
 /* The lane's weight rows of NT tiles of 8 outputs from o0 (row o0 + 8 t + g of w, rows of k
  * elements) into rows[0 .. NT); NULL past the n_out outputs (zero in the mma). */
@@ -491,7 +480,7 @@ static __device__ __forceinline__ void weight_rows(const bf16_t *w, int o0, int 
  * the block buckets the items itself (bucket_in_block), and the blocks of x = 0 write their
  * slot's bucket where moe_bucket_kernel would (block (0, 0) the active count too) for the down
  * kernel, which runs after this grid has ended. */
-template <bool INBLOCK, bool WIDE = false, bool RING = false>
+template <bool INBLOCK, bool WIDE = false>
 __global__ static void __launch_bounds__(MMA_UP_THREADS)
     moe_up_mma_kernel(k_moe_experts_args a, int32_t *list, int32_t *active, int32_t *n_active,
                       bf16_t *h) {
@@ -543,11 +532,7 @@ __global__ static void __launch_bounds__(MMA_UP_THREADS)
         const bf16_t *lo = ilo >= 0 ? a.x + (size_t)(ilo / a.top_k) * (size_t)dm : NULL;
         const bf16_t *hi = ihi >= 0 ? a.x + (size_t)(ihi / a.top_k) * (size_t)dm : NULL;
         float acc[2 * MMA_NT][4];
-        if constexpr (RING) { /* launched for calls of at most 8 items: hi is NULL everywhere */
-            extern __shared__ __align__(16) unsigned char ring_smem[];
-            uint4 *ring = (uint4 *)ring_smem + (size_t)warp * RING_UP_S * (2 * MMA_NT + 1) * 32;
-            mma_rows_lo_ring<2 * MMA_NT, RING_UP_S>(lo, w, dm, acc, ring);
-        } else if (WIDE && n <= 8) { /* hi is NULL in every lane */
+        if (WIDE && n <= 8) { /* hi is NULL in every lane */
             mma_rows_lo<2 * MMA_NT, WIDE_U>(lo, w, dm, acc);
         } else {
             mma_rows<2 * MMA_NT, MMA_UP_GROUP>(lo, hi, w, dm, acc);
@@ -568,7 +553,7 @@ __global__ static void __launch_bounds__(MMA_UP_THREADS)
 
 /* As moe_down_kernel, on tensor cores: warp w of block x owns outputs
  * [x * MMA_OUTS + w * MMA_NT * 8, + MMA_NT * 8) of d_model. */
-template <bool WIDE = false, bool RING = false>
+template <bool WIDE = false>
 __global__ static void __launch_bounds__(MMA_THREADS)
     moe_down_mma_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                         const int32_t *n_active, const bf16_t *h, float *ys) {
@@ -589,15 +574,10 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         const bf16_t *lo = ilo >= 0 ? h + (size_t)ilo * (size_t)de : NULL;
         const bf16_t *hi = ihi >= 0 ? h + (size_t)ihi * (size_t)de : NULL;
         float acc[MMA_NT][4];
-        if constexpr (RING) { /* launched for calls of at most 8 items: hi is NULL everywhere */
-            extern __shared__ __align__(16) unsigned char ring_smem[];
-            uint4 *ring = (uint4 *)ring_smem + (size_t)warp * RING_DOWN_S * (MMA_NT + 1) * 32;
-            mma_rows_lo_ring<MMA_NT, RING_DOWN_S>(lo, w, de, acc, ring);
-        } else if (WIDE && n <= 8) { /* hi is NULL in every lane */
+        if (WIDE && n <= 8) /* hi is NULL in every lane */
             mma_rows_lo<MMA_NT, WIDE_DOWN_U>(lo, w, de, acc);
-        } else {
+        else
             mma_rows<MMA_NT>(lo, hi, w, de, acc);
-        }
 #pragma unroll
         for (int t = 0; t < MMA_NT; t++)
 #pragma unroll
@@ -925,11 +905,7 @@ static int staged_allow(void) {
     }
     return K_OK;
 }
-static int ring_allow(void); /* below, beside serve.expert_ring's setter */
-extern "C" int k_moe_setup(void) {
-    const int rc = staged_allow();
-    return rc != K_OK ? rc : ring_allow();
-}
+extern "C" int k_moe_setup(void) { return staged_allow(); }
 
 /* out[r, t] = bf(sum_k ys[r*top_k + k, t] * w[r, k]) in rank order (SLAB: the item's row of the
  * prompt path's down products, yb[pos[item]], in place of ys; the same values). Grid: (rows,
@@ -983,27 +959,6 @@ __global__ static void __launch_bounds__(COMBINE_THREADS)
 
 static int bucket_in_up = 1; /* serve.moe_bucket_in_up's default */
 extern "C" void k_set_moe_bucket_in_up(int on) { bucket_in_up = on ? 1 : 0; }
-static int expert_ring = 0; /* serve.expert_ring's default: off until measured */
-extern "C" void k_set_moe_expert_ring(int on) { expert_ring = on ? 1 : 0; }
-
-/* The ring kernels' shared memory, allowed once (the up kernel's 48 KB of ring and its static
- * buckets pass the 48 KB a block gets without asking); before any graph is captured, since
- * k_moe_setup calls it at start-up. */
-static int ring_allow(void) {
-    static bool set = false;
-    if (!set) {
-        const int up = (int)ring_bytes<2 * MMA_NT, RING_UP_S>(MMA_UP_THREADS / 32),
-                  down = (int)ring_bytes<MMA_NT, RING_DOWN_S>(MMA_THREADS / 32);
-        CUDA_CHECK(cudaFuncSetAttribute(moe_up_mma_kernel<true, true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, up));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_up_mma_kernel<false, true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, up));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_down_mma_kernel<true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, down));
-        set = true;
-    }
-    return K_OK;
-}
 static int prefill_tiles = 3; /* serve.moe_prefill_tiles' default */
 extern "C" void k_set_moe_prefill_tiles(int mode) {
     prefill_tiles = mode >= 3 ? 3 : mode > 0 ? mode : 0;
@@ -1357,21 +1312,7 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
     } else if (tensor_cores) {
         dim3 up((unsigned)((a->d_expert + MMA_UP_OUTS - 1) / MMA_UP_OUTS), slots);
         const bool wide = k_wide_loads && items <= WIDE_MAX_ITEMS;
-        /* serve.expert_ring: the same calls (at most 8 items), the k loop through the ring */
-        const bool ring = expert_ring && items <= WIDE_MAX_ITEMS;
-        const size_t up_ring = ring_bytes<2 * MMA_NT, RING_UP_S>(MMA_UP_THREADS / 32),
-                     down_ring = ring_bytes<MMA_NT, RING_DOWN_S>(MMA_THREADS / 32);
-        if (ring) {
-            rc = ring_allow();
-            if (rc != K_OK) return rc;
-        }
-        if (inblock && ring)
-            CUDA_CHECK(k_launch(moe_up_mma_kernel<true, true, true>, up, MMA_UP_THREADS, up_ring, s,
-                                *a, list, active, n_active, h));
-        else if (ring)
-            CUDA_CHECK(k_launch(moe_up_mma_kernel<false, true, true>, up, MMA_UP_THREADS, up_ring,
-                                s, *a, list, active, n_active, h));
-        else if (inblock && wide)
+        if (inblock && wide)
             CUDA_CHECK(k_launch(moe_up_mma_kernel<true, true>, up, MMA_UP_THREADS, 0, s, *a, list,
                                 active, n_active, h));
         else if (inblock)
@@ -1385,10 +1326,7 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
                                 active, n_active, h));
         CUDA_CHECK(cudaGetLastError());
         dim3 down((unsigned)((a->d_model + MMA_OUTS - 1) / MMA_OUTS), slots);
-        if (ring)
-            CUDA_CHECK(k_launch(moe_down_mma_kernel<true, true>, down, MMA_THREADS, down_ring, s,
-                                *a, list, active, n_active, h, ys));
-        else if (wide)
+        if (wide)
             CUDA_CHECK(k_launch(moe_down_mma_kernel<true>, down, MMA_THREADS, 0, s, *a, list,
                                 active, n_active, h, ys));
         else

@@ -131,11 +131,6 @@ int k_trace_take(k_trace_stamp *out, int max, int *n) {
 }
 void k_trace_stop(void) {}
 void k_set_moe_bucket_in_up(int on) { (void)on; }
-void k_set_moe_expert_ring(int on) { (void)on; }
-int k_set_gemm_proj_ring(int mode) {
-    (void)mode;
-    return K_OK;
-}
 void k_set_moe_route_lanes(int on) { (void)on; }
 int k_gemm_group_fuses(const k_gemm_group_args *a) {
     (void)a;

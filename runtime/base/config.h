@@ -49,8 +49,6 @@ typedef struct g4_config {
         int fuse_projections;  /* 0/1, default 1: q|k|v, gate|up one launch; speed only */
         int attn_fold;         /* 0/1, default 1: attention's combine in its P.V pass; speed only */
         int moe_bucket_in_up;  /* 0/1, default 1: experts bucketed in the up kernel; speed only */
-        int expert_ring;       /* 0/1, default 0: decode experts' k loop through a smem ring */
-        int proj_ring;         /* 0..2, default 0: decode projections' k loop likewise */
         int moe_prefill_tiles; /* 0..3, default 3: prefill experts staged in a ring (2: in turn, 1:
                                   item tiles) */
         int row_chain;         /* 0..3, default 3: row ops in the compact chain kernel */

@@ -64,10 +64,7 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_pdl(cfg->serve.pdl);                /* process-wide; the bits are the same either way */
     k_gemm_fuse(cfg->serve.fuse_projections); /* likewise */
     k_set_attn_fold(cfg->serve.attn_fold);    /* likewise */
-    k_set_moe_bucket_in_up(cfg->serve.moe_bucket_in_up); /* likewise */
-    k_set_moe_expert_ring(cfg->serve.expert_ring);
-    (void)k_set_gemm_proj_ring(cfg->serve.proj_ring);
-    /* likewise; 0..2: the config's */                     /* likewise */
+    k_set_moe_bucket_in_up(cfg->serve.moe_bucket_in_up);   /* likewise */
     k_set_moe_prefill_tiles(cfg->serve.moe_prefill_tiles); /* likewise */
     k_set_row_chain(cfg->serve.row_chain);                 /* likewise */
     k_set_moe_route_lanes(cfg->serve.moe_route_lanes);     /* likewise */

@@ -235,13 +235,6 @@ typedef struct speed_switch {
 } speed_switch;
 
 static const speed_switch wide_switch = {"wide_loads", k_set_wide_loads, 0, {1, 2, 8, 9}, 4};
-/* serve.proj_ring at 1 (the ring after the wait) and 2 (the first weights before it), each
- * against the wide groups it replaces at m <= 8; at 9 inert */
-static void set_proj_ring(int on) { (void)k_set_gemm_proj_ring(on ? 1 : 0); }
-static void set_proj_ring_early(int on) { (void)k_set_gemm_proj_ring(on ? 2 : 0); }
-static const speed_switch ring_switch = {"proj_ring", set_proj_ring, 1, {1, 2, 8, 9}, 4};
-static const speed_switch ring_early_switch = {
-    "proj_ring_early", set_proj_ring_early, 1, {1, 2, 8, 9}, 4};
 
 /* Both runs take x from a kernel launched just before the gemm, no synchronisation between them
  * (x poisoned with NaN before that kernel), as a step's projections take theirs: a switch that
@@ -742,23 +735,6 @@ static void run_switch_shapes(const speed_switch *sw, uint64_t seed) {
     run_switch(sw, "ragged", 1004, 288, seed + N_PROJ + 1);
 }
 
-/* serve.proj_ring (with debug.gemm = mma): the ring's k loop against the wide groups, every shape
- * at 1, 2, 8 and 9 rows (x produced by the kernel just before: the early weights' form must still
- * wait for it), the batch-invariance rule with it on, and the group's one launch against its
- * members' calls at one and 8 rows (both through the ring) */
-static void run_proj_ring(void) {
-    run_switch_shapes(&ring_switch, 9301);
-    run_switch_shapes(&ring_early_switch, 9401);
-    for (int mode = 1; mode <= 2; mode++) {
-        (void)k_set_gemm_proj_ring(mode);
-        run_invariant(mode == 1 ? "mma proj_ring q" : "mma proj_ring_early q", 4096, 2816,
-                      9500 + mode);
-        run_group(1, 0, 0, 1, 9510 + mode);
-        run_group(8, 0, 1, 1, 9520 + mode);
-        (void)k_set_gemm_proj_ring(0);
-    }
-}
-
 int main(void) {
     char desc[256];
     run_group_ref(); /* the CPU twin: needs no GPU */
@@ -774,19 +750,9 @@ int main(void) {
         test_skip("gemm_wide_loads", "no GPU (%s)", desc);
         test_skip("gemm_prompt", "no GPU (%s)", desc);
         test_skip("gemm_prompt_group", "no GPU (%s)", desc);
-        test_skip("gemm_proj_ring", "no GPU (%s)", desc);
         return 0;
     }
     printf("# device: %s\n", desc);
-    /* G4_GEMM_GATES=proj_ring: only serve.proj_ring's gates (a short device call's subset; every
-     * gate runs without it) */
-    const char *only = getenv("G4_GEMM_GATES");
-    if (only && strcmp(only, "proj_ring") == 0) {
-        k_gemm_mma(1);
-        run_proj_ring();
-        k_gemm_mma(0);
-        return harness_exit();
-    }
     /* 26B-A4B q_proj and o_proj, an expert's gate_up, a ragged shape, a tiny-fixture shape
      * (plans for up to 64 rows); the 31B's down projection planned for the engine's largest
      * step (prefill_chunk 2048 + max_batch 16): the weight whose plan needs more than the usual
@@ -876,7 +842,6 @@ int main(void) {
     run_invariant("mma wide_loads q", 4096, 2816, 9200);
     run_invariant("mma wide_loads o_global", 2816, 8192, 9201);
     k_set_wide_loads(0);
-    run_proj_ring();
     k_gemm_mma(0);
     /* serve.prompt_gemm: every 26B-A4B projection shape and the 31B's k, then q|k|v as a group */
     for (size_t i = 0; i < N_PROJ; i++)

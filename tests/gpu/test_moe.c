@@ -24,9 +24,6 @@
  *   (check_switch says why that is the rule and how a missing bucket would show).
  * - wide_loads: the decode kernels' wider load groups against the narrow ones, byte for byte
  *   (the same mma operands in the same order; check_switch).
- * - expert_ring: the decode kernels' k loop through the shared-memory ring against the wide
- *   groups (and, with the bucket kernel, the narrow ones), byte for byte, at one decode row and
- *   with every item on one expert; inert past 8 items.
  * - moe_prefill_tiles: the prefill kernels of 4 item tiles a warp against the per-16-item
  *   kernels, byte for byte (every output the same mma sequence), bad ids included; and
  *   moe_prefill_staged, the kernels that stage items and weights in shared memory, likewise,
@@ -285,7 +282,7 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
 
 /* The speed-only switches of k_moe_experts a call runs with. */
 typedef struct switches {
-    int in_up, tiles, wide, ring;
+    int in_up, tiles, wide;
 } switches;
 
 /* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing, the
@@ -298,13 +295,11 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
     k_set_moe_bucket_in_up(sw.in_up);
     k_set_moe_prefill_tiles(sw.tiles);
     k_set_wide_loads(sw.wide);
-    k_set_moe_expert_ring(sw.ring);
     int rc = k_copy_to_device(a->out, out, n * 2) | k_moe_experts(a, NULL) | k_sync() |
              k_copy_to_host(out, a->out, n * 2);
     k_set_moe_bucket_in_up(1);
     k_set_moe_prefill_tiles(3);
     k_set_wide_loads(0);
-    k_set_moe_expert_ring(0);
     return rc;
 }
 
@@ -323,9 +318,7 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
  *   one (~175) a second item tile with a few;
  * - wide_loads, where it applies (the tensor-core path, at most 8 items: each expert's bucket
  *   one tile whose hi rows are padding), with the up kernel's buckets and with the bucket
- *   kernel's: the k loop's wider load groups (mma_rows_lo) against mma_rows;
- * - expert_ring, where it applies (the same calls): the k loop through the ring
- *   (mma_rows_lo_ring) against the groups of register loads. */
+ *   kernel's: the k loop's wider load groups (mma_rows_lo) against mma_rows. */
 static void check_switch(const char *name, const shape *s, int rows, void *d_gu, void *d_dn,
                          const int32_t *idx, const float *w, switches sw_off, switches sw_on) {
     size_t nk = (size_t)rows * (size_t)s->top_k, nx = (size_t)rows * (size_t)s->d_model;
@@ -444,7 +437,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     if (!rc) rc = k_set_moe_prompt_tile(tile);
     if (!rc) { /* every row a prompt row */
         a.prompt_rows = rows;
-        rc = experts_with(&a, (switches){1, 3, 0, 0}, all, nx);
+        rc = experts_with(&a, (switches){1, 3, 0}, all, nx);
     }
     if (!rc && base->all) { /* against the first tile's run, row by row */
         for (int r = 0; r < rows; r++)
@@ -462,7 +455,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     if (!rc) { /* the same rows as two calls */
         k_moe_experts_args b = a;
         b.rows = b.prompt_rows = half;
-        rc = experts_with(&b, (switches){1, 3, 0, 0}, got, (size_t)half * s->d_model);
+        rc = experts_with(&b, (switches){1, 3, 0}, got, (size_t)half * s->d_model);
         differ += !rc && memcmp(got, all, (size_t)half * row_bytes) != 0;
         b = a;
         b.out = (bf16_t *)b.out + (size_t)half * s->d_model;
@@ -470,7 +463,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         b.idx = (const int32_t *)b.idx + (size_t)half * s->top_k;
         b.weight = (const float *)b.weight + (size_t)half * s->top_k;
         b.rows = b.prompt_rows = rows - half;
-        rc |= experts_with(&b, (switches){1, 3, 0, 0}, got, (size_t)(rows - half) * s->d_model);
+        rc |= experts_with(&b, (switches){1, 3, 0}, got, (size_t)(rows - half) * s->d_model);
         differ += !rc && memcmp(got, all + (size_t)half * s->d_model,
                                 (size_t)(rows - half) * row_bytes) != 0;
     }
@@ -479,11 +472,11 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         g.rows = gen;
         g.prompt_rows = 0;
         k_set_moe_prompt_experts(0);
-        rc = experts_with(&g, (switches){1, 3, 0, 0}, ref, (size_t)gen * s->d_model);
+        rc = experts_with(&g, (switches){1, 3, 0}, ref, (size_t)gen * s->d_model);
         k_set_moe_prompt_experts(1);
         k_moe_experts_args m = a;
         m.prompt_rows = rows - gen;
-        rc |= experts_with(&m, (switches){1, 3, 0, 0}, got, nx);
+        rc |= experts_with(&m, (switches){1, 3, 0}, got, nx);
         differ += !rc && memcmp(got, ref, (size_t)gen * row_bytes) != 0;
         differ += !rc && memcmp(got + (size_t)gen * s->d_model, all + (size_t)gen * s->d_model,
                                 (size_t)(rows - gen) * row_bytes) != 0;
@@ -499,7 +492,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
             ids[s->top_k > 1 ? 1 : 0] = s->n_expert;
             ids[(size_t)(rows - 1) * (size_t)s->top_k] = -1;
             rc = k_copy_to_device(d_idx, ids, nk * 4) |
-                 experts_with(&a, (switches){1, 3, 0, 0}, got, nx) |
+                 experts_with(&a, (switches){1, 3, 0}, got, nx) |
                  k_copy_to_device(d_idx, idx, nk * 4);
         }
         for (int r = 0; !rc && r < rows; r++) {
@@ -567,24 +560,24 @@ static void run_shape(const shape *s, uint64_t seed) {
         check_experts(s, rows, gu, dn, d_gu, d_dn, idx, w);
         const int mma = s->d_model % 32 == 0 && s->d_expert % 32 == 0;
         if (mma && nk <= 128) /* where the up kernel may bucket its items */
-            check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w, (switches){0, 0, 0, 0},
-                         (switches){1, 0, 0, 0});
+            check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w, (switches){0, 0, 0},
+                         (switches){1, 0, 0});
         if (mma && nk > 128) { /* prefill-sized calls */
-            check_switch("moe_prefill_tiles", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
-                         (switches){1, 1, 0, 0});
-            check_switch("moe_prefill_staged", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
-                         (switches){1, 2, 0, 0});
-            check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
-                         (switches){1, 3, 0, 0});
+            check_switch("moe_prefill_tiles", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
+                         (switches){1, 1, 0});
+            check_switch("moe_prefill_staged", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
+                         (switches){1, 2, 0});
+            check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
+                         (switches){1, 3, 0});
             /* every item on expert 0: 128-item tiles one after another in a block at the
              * shape's own k, so a stage one tile's last chunks read meets the next tile's first
              * copies (the router's ids spread the items too thin for a second tile) */
             int32_t *one = calloc(nk, 4);
             if (one) {
                 check_switch("moe_prefill_staged(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 0, 0}, (switches){1, 2, 0, 0});
+                             (switches){1, 0, 0}, (switches){1, 2, 0});
                 check_switch("moe_prefill_ring(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 0, 0}, (switches){1, 3, 0, 0});
+                             (switches){1, 0, 0}, (switches){1, 3, 0});
             } else {
                 test_fail("moe_prefill_staged(one expert)", "out of host memory");
             }
@@ -603,20 +596,12 @@ static void run_shape(const shape *s, uint64_t seed) {
             free(one_set.x);
             free(one_set.all);
         }
-        if (mma && nk <= 8) { /* one decode row: where serve.wide_loads and expert_ring apply */
-            check_decode_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
-                                (switches){1, 0, 1, 0}, (switches){0, 0, 0, 0},
-                                (switches){0, 0, 1, 0});
-            check_decode_switch("expert_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 1, 0},
-                                (switches){1, 0, 1, 1}, (switches){0, 0, 0, 0},
-                                (switches){0, 0, 0, 1});
-        }
-        if (mma && nk > 8 && nk <= 128) { /* past 8 items both are inert */
-            check_switch("wide_loads(inert)", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
-                         (switches){1, 0, 1, 0});
-            check_switch("expert_ring(inert)", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 1, 0},
-                         (switches){1, 0, 1, 1});
-        }
+        if (mma && nk <= 8) /* one decode row: where serve.wide_loads applies */
+            check_decode_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
+                                (switches){1, 0, 1}, (switches){0, 0, 0}, (switches){0, 0, 1});
+        if (mma && nk > 8 && nk <= 128) /* past it the narrow groups run: the switch is inert */
+            check_switch("wide_loads(inert)", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0},
+                         (switches){1, 0, 1});
         free(idx);
         free(w);
     }

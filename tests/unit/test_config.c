@@ -67,22 +67,21 @@ static void expect_set_error(const char *gate, const char *assignment, const cha
 static void test_defaults(void) {
     g4_config c;
     config_defaults(&c);
-    int ok = c.model.name[0] == 0 && c.model.path[0] == 0 && c.model.tokenizer[0] == 0 &&
-             c.model.weights == G4_WEIGHTS_FILE && c.kv.local == G4_KV_LOCAL_BF16 &&
-             c.kv.page_tokens == 16 && c.kv.budget_gb == 0.0 && c.serve.max_batch == 16 &&
-             c.serve.max_context == 32768 && c.serve.prefill_chunk == 2048 &&
-             c.serve.max_queue == 256 && c.serve.attn_splits_per_block == 0 && c.serve.pdl == 1 &&
-             c.serve.fuse_projections == 1 && c.serve.attn_fold == 1 &&
-             c.serve.moe_bucket_in_up == 1 && c.serve.expert_ring == 0 && c.serve.proj_ring == 0 &&
-             c.serve.moe_prefill_tiles == 3 && c.serve.row_chain == 3 &&
-             c.serve.moe_route_lanes == 1 && c.serve.wide_loads == 1 && c.serve.attn_mma == 1 &&
-             c.serve.attn_query_tiles == 64 && c.serve.attn_fp8_frags == 1 &&
-             c.serve.attn_half_units == 0 && c.serve.attn_global_keep == 0 &&
-             c.serve.attn_early_lookup == 1 && c.serve.attn_longest_first == 1 &&
-             c.serve.attn_stats_together == 1 && c.serve.attn_tile_fold == 1 &&
-             c.serve.prompt_gemm == 1 && c.serve.prompt_experts == 0 && c.serve.prompt_tile == 96 &&
-             c.serve.moe_branches == 64 && c.serve.sample_threads == 0 && c.log.level == LOG_INFO &&
-             c.debug.sync == 0 && c.debug.gemm == 3;
+    int ok =
+        c.model.name[0] == 0 && c.model.path[0] == 0 && c.model.tokenizer[0] == 0 &&
+        c.model.weights == G4_WEIGHTS_FILE && c.kv.local == G4_KV_LOCAL_BF16 &&
+        c.kv.page_tokens == 16 && c.kv.budget_gb == 0.0 && c.serve.max_batch == 16 &&
+        c.serve.max_context == 32768 && c.serve.prefill_chunk == 2048 && c.serve.max_queue == 256 &&
+        c.serve.attn_splits_per_block == 0 && c.serve.pdl == 1 && c.serve.fuse_projections == 1 &&
+        c.serve.attn_fold == 1 && c.serve.moe_bucket_in_up == 1 && c.serve.moe_prefill_tiles == 3 &&
+        c.serve.row_chain == 3 && c.serve.moe_route_lanes == 1 && c.serve.wide_loads == 1 &&
+        c.serve.attn_mma == 1 && c.serve.attn_query_tiles == 64 && c.serve.attn_fp8_frags == 1 &&
+        c.serve.attn_half_units == 0 && c.serve.attn_global_keep == 0 &&
+        c.serve.attn_early_lookup == 1 && c.serve.attn_longest_first == 1 &&
+        c.serve.attn_stats_together == 1 && c.serve.attn_tile_fold == 1 &&
+        c.serve.prompt_gemm == 1 && c.serve.prompt_experts == 0 && c.serve.prompt_tile == 96 &&
+        c.serve.moe_branches == 64 && c.serve.sample_threads == 0 && c.log.level == LOG_INFO &&
+        c.debug.sync == 0 && c.debug.gemm == 3;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
                c.serve.max_context);
 }
@@ -125,8 +124,6 @@ static void test_full_ini(void) {
                                              "fuse_projections = 0\n"
                                              "attn_fold = 0\n"
                                              "moe_bucket_in_up = 0\n"
-                                             "expert_ring = 1\n"
-                                             "proj_ring = 2\n"
                                              "moe_prefill_tiles = 0\n"
                                              "row_chain = 1\n"
                                              "moe_route_lanes = 0\n"
@@ -162,15 +159,14 @@ static void test_full_ini(void) {
         c.serve.max_batch == 8 && c.serve.max_context == 65536 && c.serve.prefill_chunk == 1024 &&
         c.serve.max_queue == 1000000 && c.serve.attn_splits_per_block == 4 && c.serve.pdl == 0 &&
         c.serve.fuse_projections == 0 && c.serve.attn_fold == 0 && c.serve.moe_bucket_in_up == 0 &&
-        c.serve.expert_ring == 1 && c.serve.proj_ring == 2 && c.serve.moe_prefill_tiles == 0 &&
-        c.serve.row_chain == 1 && c.serve.moe_route_lanes == 0 && c.serve.wide_loads == 0 &&
-        c.serve.attn_mma == 0 && c.serve.attn_query_tiles == 0 && c.serve.attn_fp8_frags == 0 &&
-        c.serve.attn_half_units == 1 && c.serve.attn_global_keep == 1 &&
-        c.serve.attn_early_lookup == 0 && c.serve.attn_longest_first == 0 &&
-        c.serve.attn_stats_together == 0 && c.serve.attn_tile_fold == 0 &&
-        c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 && c.serve.prompt_tile == 128 &&
-        c.serve.moe_branches == 16 && c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG &&
-        c.debug.sync == 1 && c.debug.gemm == 1;
+        c.serve.moe_prefill_tiles == 0 && c.serve.row_chain == 1 && c.serve.moe_route_lanes == 0 &&
+        c.serve.wide_loads == 0 && c.serve.attn_mma == 0 && c.serve.attn_query_tiles == 0 &&
+        c.serve.attn_fp8_frags == 0 && c.serve.attn_half_units == 1 &&
+        c.serve.attn_global_keep == 1 && c.serve.attn_early_lookup == 0 &&
+        c.serve.attn_longest_first == 0 && c.serve.attn_stats_together == 0 &&
+        c.serve.attn_tile_fold == 0 && c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 &&
+        c.serve.prompt_tile == 128 && c.serve.moe_branches == 16 && c.serve.sample_threads == 3 &&
+        c.log.level == LOG_DEBUG && c.debug.sync == 1 && c.debug.gemm == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
                c.model.path, c.kv.page_tokens, c.kv.budget_gb, rc ? config_last_error() : "");
 
@@ -274,7 +270,8 @@ static void test_load_errors(void) {
  * it once accepted; so is a --set of one (the device plans set them that way). */
 static void test_removed_keys(void) {
     static const char *const keys[] = {"attn_cluster_rows", "early_weights", "gemm_wgmma",
-                                       "gemm_staged", "weight_tiles"};
+                                       "gemm_staged",       "weight_tiles",  "expert_ring",
+                                       "proj_ring"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char gate[96], text[96], key[64];
         (void)snprintf(gate, sizeof gate, "config.removed_key[serve.%s]", keys[i]);
@@ -285,12 +282,6 @@ static void test_removed_keys(void) {
         (void)snprintf(text, sizeof text, "serve.%s=1", keys[i]);
         expect_set_error(gate, text, "unknown key");
     }
-}
-
-/* serve.proj_ring takes 0, 1 or 2 (kernels.h k_set_gemm_proj_ring): 3 and -1 are refused. */
-static void test_proj_ring_range(void) {
-    expect_set_error("config.proj_ring_range[3]", "serve.proj_ring=3", "out of range");
-    expect_set_error("config.proj_ring_range[-1]", "serve.proj_ring=-1", "out of range");
 }
 
 static void test_set(void) {
@@ -403,7 +394,6 @@ int main(void) {
     test_paths();
     test_load_errors();
     test_removed_keys();
-    test_proj_ring_range();
     test_set();
     test_finish();
     for (int i = 0; i < test_n_files; i++)

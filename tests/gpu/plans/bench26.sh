@@ -1,5 +1,5 @@
 # tests/gpu/plans/bench26.sh - sourced by the plans that A/B the 26B-A4B with bench_decode
-# (branches-tiles.sh, ring.sh): one labelled run at dummy weights, its step, prefill and breakdown
+# (branches-tiles.sh): one labelled run at dummy weights, its step, prefill and breakdown
 # lines kept (tests/gpu/ab_table.py reads them; labels end in ", round N" to pair the rounds).
 bench26() { # label, then bench_decode's arguments past the model's
     local label=$1

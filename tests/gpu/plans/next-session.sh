@@ -2,11 +2,12 @@
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
 # the plan; carry .prebuilt too, tests/gpu/prebuilt.sh, and unpack it before `start`).
-# PLAN_STEPS picks; default "ring 26b-fp8" (~24 min, three calls: tests/gpu/plans/ring.sh, the
-# A/B and gates of serve.expert_ring and the never-measured attention switches, then the
-# 26B-A4B's full step, fp8 first, its checkpoint made from the start beside the gates where the
-# card has over 100 GB; the thirty-fourth session ran `bt` (tests/gpu/plans/branches-tiles.sh)
-# on an H100 but for its 31B part and ncu's 16 rows; the thirty-third ran `pe`;
+# PLAN_STEPS picks; default "26b-fp8" (the 26B-A4B's full step, fp8 first, its checkpoint made
+# from the start where the card has over 100 GB); `pinned` (tests/gpu/plans/pinned.sh) re-makes
+# or replays the GPU pinned recording; the thirty-fifth session ran `ring` (the decode rings'
+# A/B, both measured slower and taken out, and the attention switches' sweep) on an H100; the
+# thirty-fourth ran `bt` (tests/gpu/plans/branches-tiles.sh) there but for its 31B part and
+# ncu's 16 rows; the thirty-third ran `pe`;
 # `serve`, the serving A/B, when a second session's time allows;
 # docs/perf-notes.md, "Next H200 calls"; the thirtieth session ran attn-nan, wg, serve, lt-probe
 # and timeline, the thirty-first prompt-gemm.sh on an H100, the thirty-second pgates and pe (the
@@ -53,7 +54,7 @@
 #            1,024-token 26B-A4B prefill (E2 reached 34.5 ms where 25-30 was predicted; the
 #            tiles 20 ms where 10-15), ~4 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-ring 26b-fp8} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-26b-fp8} " == *" $1 "* ]]; }
 # the 26B-A4B's full checkpoint and HF references (torch, ~5 min; the full step makes them itself
 # when absent) beside the gates only where the card holds both: on an 80 GB H100 the make's
 # torch model left the gates no memory (the thirty-first session), so there the full step makes
@@ -64,12 +65,13 @@ if { want 26b-fp8 || want 26b; } && [ "${mib:-0}" -gt 100000 ]; then
         --dir /dev/shm/g4full/26b-a4b --pools "fp8 bf16" &
 fi
 await_make() { [ -f "$Q/logs/make26.time" ] && await make26; return 0; }
+# (not in the default) the GPU pinned recording's replays, or with PIN_STEPS=record its re-making
+if want pinned; then
+    # shellcheck source=/dev/null
+    . tests/gpu/plans/pinned.sh
+fi
 # the switches of the thirty-second and thirty-third sessions (the plan's own header), ~6 min
 # with the objects carried; BT_STEPS picks among its steps
-if want ring; then
-    # shellcheck source=/dev/null
-    . tests/gpu/plans/ring.sh
-fi
 if want bt; then
     # shellcheck source=/dev/null
     . tests/gpu/plans/branches-tiles.sh
@@ -183,7 +185,7 @@ want pf && step pf-build ./build.sh tests
 want pf && step pf bash -c "$(declare -f pf_next); pf_next"
 #   attn     (not in the default) test_attn alone (its `longest first` gates among them), ~3 min
 want 26b && await_make && step full-26b env FULL_MODELS="26b-a4b" ./build.sh gpu-test full
-# (not in the default) the same with the fp8 pool's checks first: the half that has not come back
+# (the default) the same with the fp8 pool's checks first: the half that has not come back
 # on the query-tile defaults, for a call too short for both
 want 26b-fp8 && await_make && step full-26b-fp8 env FULL_MODELS="26b-a4b" FULL_POOLS="fp8 bf16" \
     ./build.sh gpu-test full
