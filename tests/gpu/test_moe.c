@@ -529,6 +529,124 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     free(ref);
 }
 
+/* serve.prompt_experts at a whole prefill chunk of the 26B-A4B (2,048 rows, 16,384 items), which
+ * the gates above (at most 160 rows here) never reach: at tiles of 64 the call cuts about 320
+ * tiles, more than the 2 x n_expert its batched plans were asked at. Ids top_k distinct a row,
+ * weights positive. The chunk at the default tile (96) as one call, against: the same chunk at
+ * tiles of 64 (an item's bits do not depend on its tile), and the same rows as two calls of 1,024
+ * (each well under the plans' batch), bit for bit; and every 16th row and the last against the
+ * CPU twin row by row (the twin on all 2,048 rows would take minutes): a row's relative error at
+ * most 3e-2, where the same rounding points summed in another k order give ~1 bf16 ulp on some
+ * elements (~4e-3 a row) and an item lost, or read from another tile's rows, moves its row by
+ * about 1/top_k of its norm. */
+static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t *dn_h, void *d_gu,
+                               void *d_dn) {
+    enum { ROWS = 2048, HALF = ROWS / 2, EVERY = 16, SAMPLES = ROWS / EVERY + 1 };
+    char gate[160];
+    snprintf(gate, sizeof gate, "moe_prompt_experts[e%d k%d dm%d de%d rows%d chunk]", s->n_expert,
+             s->top_k, s->d_model, s->d_expert, ROWS);
+    const size_t dm = (size_t)s->d_model, nx = ROWS * dm, nk = (size_t)ROWS * (size_t)s->top_k;
+    int32_t *idx = malloc(nk * 4), *sidx = malloc((size_t)SAMPLES * (size_t)s->top_k * 4);
+    float *w = malloc(nk * 4), *sw = malloc((size_t)SAMPLES * (size_t)s->top_k * 4);
+    bf16_t *x = malloc(nx * 2), *all = malloc(nx * 2), *got = malloc(nx * 2),
+           *sx = malloc(SAMPLES * dm * 2), *ref = malloc(SAMPLES * dm * 2);
+    void *d_x = k_device_alloc(nx * 2), *d_out = k_device_alloc(nx * 2),
+         *d_idx = k_device_alloc(nk * 4), *d_w = k_device_alloc(nk * 4);
+    int rc = !idx || !sidx || !w || !sw || !x || !all || !got || !sx || !ref || !d_x || !d_out ||
+             !d_idx || !d_w;
+    if (!rc) {
+        fill_uniform(x, nx, 1.0f, 0.0f);
+        for (int r = 0; r < ROWS; r++)
+            for (int k = 0; k < s->top_k; k++) {
+                int32_t e;
+                int dup;
+                do { /* top_k distinct experts a row, as the router picks them */
+                    e = (int32_t)rnd_int(s->n_expert);
+                    dup = 0;
+                    for (int j = 0; j < k; j++)
+                        dup |= idx[(size_t)r * (size_t)s->top_k + (size_t)j] == e;
+                } while (dup);
+                idx[(size_t)r * (size_t)s->top_k + (size_t)k] = e;
+                w[(size_t)r * (size_t)s->top_k + (size_t)k] = 0.1f + 0.05f * (rnd() + 1.0f);
+            }
+        rc = k_copy_to_device(d_x, x, nx * 2) | k_copy_to_device(d_idx, idx, nk * 4) |
+             k_copy_to_device(d_w, w, nk * 4);
+    }
+    k_moe_experts_args a = experts_args(s, ROWS, d_out, d_x, d_gu, d_dn, d_idx, d_w);
+    a.prompt_rows = ROWS;
+    long long calls[2], items[2], tile_rows[2];
+    long differ = 0;
+    k_set_moe_prompt_experts(1);
+    if (!rc)
+        rc = experts_with(&a, (switches){1, 3, 0}, all, nx); /* tiles of K_PROMPT_TILE_DEFAULT */
+    k_moe_prompt_stats(&calls[0], &items[0], &tile_rows[0]);
+    if (!rc) rc = k_set_moe_prompt_tile(64);
+    if (!rc) rc = experts_with(&a, (switches){1, 3, 0}, got, nx);
+    k_moe_prompt_stats(&calls[1], &items[1], &tile_rows[1]);
+    (void)k_set_moe_prompt_tile(K_PROMPT_TILE_DEFAULT);
+    const long long tiles64 = (tile_rows[1] - tile_rows[0]) / 64;
+    differ += !rc && memcmp(got, all, nx * 2) != 0;
+    for (int h = 0; !rc && h < 2; h++) { /* the two halves as calls of their own */
+        k_moe_experts_args b = a;
+        b.out = (bf16_t *)b.out + (size_t)h * HALF * dm;
+        b.x = (const bf16_t *)b.x + (size_t)h * HALF * dm;
+        b.idx = (const int32_t *)b.idx + (size_t)h * HALF * (size_t)s->top_k;
+        b.weight = (const float *)b.weight + (size_t)h * HALF * (size_t)s->top_k;
+        b.rows = b.prompt_rows = HALF;
+        rc = experts_with(&b, (switches){1, 3, 0}, got, HALF * dm);
+        differ += !rc && memcmp(got, all + (size_t)h * HALF * dm, HALF * dm * 2) != 0;
+    }
+    k_set_moe_prompt_experts(0);
+    int twin_rc = 0;
+    double worst = 0.0;
+    long nan = 0;
+    if (!rc) { /* the sampled rows gathered, the twin on them alone */
+        for (int j = 0; j < SAMPLES; j++) {
+            const int r = j < SAMPLES - 1 ? j * EVERY : ROWS - 1;
+            memcpy(sx + (size_t)j * dm, x + (size_t)r * dm, dm * 2);
+            memcpy(sidx + (size_t)j * (size_t)s->top_k, idx + (size_t)r * (size_t)s->top_k,
+                   (size_t)s->top_k * 4);
+            memcpy(sw + (size_t)j * (size_t)s->top_k, w + (size_t)r * (size_t)s->top_k,
+                   (size_t)s->top_k * 4);
+        }
+        k_moe_experts_args ra = experts_args(s, SAMPLES, ref, sx, gu_h, dn_h, sidx, sw);
+        twin_rc = ref_moe_experts(&ra, NULL);
+        for (int j = 0; !twin_rc && j < SAMPLES; j++) {
+            const int r = j < SAMPLES - 1 ? j * EVERY : ROWS - 1;
+            double num = 0.0, den = 0.0;
+            for (size_t t = 0; t < dm; t++) {
+                const float o = ref_bf16_to_f32(all[(size_t)r * dm + t]),
+                            e = ref_bf16_to_f32(ref[(size_t)j * dm + t]);
+                nan += isnan(o) != 0;
+                num += isnan(o) ? 0.0 : (double)(o - e) * (o - e);
+                den += (double)e * e;
+            }
+            const double rel = sqrt(num / (den > 0 ? den : 1));
+            if (rel > worst) worst = rel;
+        }
+    }
+    TEST_CHECK(gate,
+               rc == 0 && twin_rc == 0 && tiles64 > 2LL * s->n_expert && differ == 0 && nan == 0 &&
+                   worst <= 3e-2,
+               "%lld tiles at 64 items (the plans were asked at %d); %ld of 3 comparisons (tiles "
+               "of 64, each half alone) differ in some bit; %d rows against the CPU twin: worst "
+               "row's rel err %.2e (limit 3e-2), %ld NaN; rc %d/%d",
+               tiles64, 2 * s->n_expert, differ, SAMPLES, worst, nan, rc, twin_rc);
+    k_device_free(d_x);
+    k_device_free(d_out);
+    k_device_free(d_idx);
+    k_device_free(d_w);
+    free(idx);
+    free(sidx);
+    free(w);
+    free(sw);
+    free(x);
+    free(all);
+    free(got);
+    free(sx);
+    free(ref);
+}
+
 static void run_shape(const shape *s, uint64_t seed) {
     rng_state = seed;
     size_t ngu = (size_t)s->n_expert * 2 * (size_t)s->d_expert * (size_t)s->d_model;
@@ -605,6 +723,10 @@ static void run_shape(const shape *s, uint64_t seed) {
         free(idx);
         free(w);
     }
+    /* the 26B-A4B's experts at a whole prefill chunk (conf/gemma4-26b-a4b.ini's 2,048 rows) */
+    if (ok && s->n_expert == 128 && s->top_k == 8 && s->d_model == 2816 && s->d_expert == 704 &&
+        s->many_rows > 0)
+        check_prompt_chunk(s, gu, dn, d_gu, d_dn);
     k_device_free(d_scale);
     k_device_free(d_gu);
     k_device_free(d_dn);

@@ -4,8 +4,8 @@
 # (tests/gpu/prebuilt.sh). PIN_STEPS picks (default "build pinned"):
 #   build     ./build.sh tests (links, where the carried objects are current)
 #   record    (not in the default) the GPU pinned recording re-made at this tree's defaults, for a
-#             commit that moves its bits and says why (the thirty-fifth session: serve.prompt_experts
-#             on); `pinned` then replays against it, and the file comes back in the logs
+#             commit that moves its bits and says why (the thirty-fifth session made one with
+#             serve.prompt_experts on, which then stayed off); `pinned` then replays against it, and the file comes back in the logs
 #   pinned    the GPU pinned replays (build.sh's list: as set, then each speed switch at its other
 #             setting)
 pin_want() { [[ " ${PIN_STEPS:-build pinned} " == *" $1 "* ]]; }
