@@ -286,8 +286,6 @@ static int attn_mma_on = 1; /* serve.attn_mma's default */
 extern "C" void k_set_attn_mma(int on) { attn_mma_on = on ? 1 : 0; }
 static int attn_tile_min_rows = 64; /* serve.attn_query_tiles' default */
 extern "C" void k_set_attn_query_tiles(int rows) { attn_tile_min_rows = rows > 0 ? rows : 0; }
-static int attn_global_keep_on = 0; /* serve.attn_global_keep's default */
-extern "C" void k_set_attn_global_keep(int on) { attn_global_keep_on = on ? 1 : 0; }
 static int attn_tile_fold_on = 1; /* serve.attn_tile_fold's default */
 extern "C" void k_set_attn_tile_fold(int on) { attn_tile_fold_on = on ? 1 : 0; }
 static long long attn_tile_folds; /* launches whose tiles combined their splits themselves */
@@ -350,9 +348,8 @@ static int attn_splits_per_block(int max_split, long long pairs) {
  * docs/perf-notes.md, "Attention"). */
 template <int D, int G, bool FP8>
 static int attn_mma_splits_per_block(int max_split, long long pairs, bool keep) {
-    int slots = attn_mma_slots<D, G, FP8, false>();
-    if constexpr (D == 256 || !FP8) /* the kept-score forms (bf16 only at head dim 512) */
-        if (keep) slots = attn_mma_slots<D, G, FP8, true>();
+    const int slots = D == 256 && keep ? attn_mma_slots<D, G, FP8, D == 256>()
+                                       : attn_mma_slots<D, G, FP8, false>();
     return attn_split_choice(max_split, pairs, slots, D == 256 ? 15 : 9, ATTN_MAX_SPB);
 }
 
@@ -399,11 +396,6 @@ static int launch_group(const k_attention_args *a, int max_split, float *part, f
         }
     } else if (attn_mma_on) { /* the products on tensor cores: every row of the layer, any launch */
         if constexpr (D == 256)
-            rc = keep ? attn_mma_passes<D, G, FP8, true>(a, grid, max_split, spb, part, ml, keep,
-                                                         done, row0, s)
-                      : attn_mma_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL,
-                                                          done, row0, s);
-        else if constexpr (!FP8) /* global layers: kept scores where k_attention gave room */
             rc = keep ? attn_mma_passes<D, G, FP8, true>(a, grid, max_split, spb, part, ml, keep,
                                                          done, row0, s)
                       : attn_mma_passes<D, G, FP8, false>(a, grid, max_split, spb, part, ml, NULL,
@@ -464,22 +456,10 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     int max_pos = a->max_pos > 0 && a->max_pos < reach ? a->max_pos : reach;
     int max_split = grid_splits(max_pos, a->window);
     int d = a->kv.head_dim;
-    bool fp8 = a->kv.elem_bytes == 1;
-    /* windowed head-dim-256 layers keep their scores between the passes (W floats per head);
-     * global ones too with serve.attn_global_keep, on the tensor-core passes of the bf16 pool, in
-     * launches the query tiles do not take (decode steps), and only where the scores of every
-     * key in reach (attn_keep_len) leave the launch one chunk: else the P.V pass scores again */
-    const size_t partials = (size_t)a->n_head * (size_t)max_split * ((size_t)d + 2) * sizeof(float);
+    /* windowed head-dim-256 layers keep their scores between the passes (W floats per head) */
     bool keep = d == 256 && a->window > 0;
-    if (!keep && attn_global_keep_on && attn_mma_on && d == 512 && a->window == 0 && !fp8 &&
-        !(attn_tile_min_rows > 0 && a->rows >= attn_tile_min_rows)) {
-        const size_t with_keep =
-            partials + (size_t)a->n_head * (size_t)attn_keep_len(a->kv, 0) * sizeof(float);
-        keep = with_keep * (size_t)a->rows <= ATTN_SCRATCH_MAX;
-    }
-    size_t per_row =
-        partials +
-        (keep ? (size_t)a->n_head * (size_t)attn_keep_len(a->kv, a->window) * sizeof(float) : 0);
+    size_t per_row = (size_t)a->n_head * (size_t)max_split * ((size_t)d + 2) * sizeof(float) +
+                     (keep ? (size_t)a->n_head * (size_t)a->window * sizeof(float) : 0);
     int chunk = (int)(ATTN_SCRATCH_MAX / per_row);
     if (chunk < 1) chunk = 1;
     if (chunk > a->rows) chunk = a->rows;
@@ -496,6 +476,7 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     float *part = (float *)ws;
     float2 *ml = (float2 *)(part + (size_t)chunk * a->n_head * max_split * d);
     float *kept = keep ? (float *)(ml + (size_t)chunk * a->n_head * max_split) : NULL;
+    bool fp8 = a->kv.elem_bytes == 1;
     /* the combine folded into the P.V pass where the counters cover the launch (decode steps);
      * the same bits either way (test_attn's `combine folded` gates) */
     unsigned *done = !tiles && attn_fold_on &&

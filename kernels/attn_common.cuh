@@ -53,17 +53,6 @@ static __host__ __device__ __forceinline__ split_plan plan_split(int i, int wind
     return p;
 }
 
-/* The kept scores' row length, in floats a head: the window on windowed layers; on global layers
- * that keep theirs (serve.attn_global_keep) every key the page table reaches, rounded up to a
- * tile: a row past the host's max_pos may still have few enough splits for the grid, and its
- * keys stay in reach. A row past the reach itself (unmapped keys there: NaN) is cut at the row's
- * end by the kernel. k_attention sizes the scratch by the same call. */
-static __host__ __device__ __forceinline__ int attn_keep_len(const k_kv_view &kv, int window) {
-    if (window > 0) return window;
-    const int keys = kv.max_pages * kv.page_tokens;
-    return (keys + ATTN_TILE - 1) / ATTN_TILE * ATTN_TILE;
-}
-
 /* The most splits any row at a position up to max_pos can have: the grid's split count. Not
  * plan_split(max_pos).n_split: past ATTN_MAX_SPLIT tiles a split takes several tiles, so a row
  * of 2,049 keys (33 tiles, 17 splits of two) has fewer splits than one of 2,048 (32 of one);

@@ -30,14 +30,8 @@
 #define MMA_SLOTS 3  /* key offsets: in use, landing, and being looked up */
 
 /* Keys a unit holds: a 64-key tile at head dim 256, half of one at 512 (so a stage is ~33 KB
- * either way and three blocks of the windowed layers fit an SM). HALF (serve.attn_half_units,
- * bf16 rows of head dim 256): half a tile there too, so a block holds ~35 KB instead of ~69 and
- * the card holds 5 blocks an SM (by registers) instead of 3. A unit's size moves no bit: scores
- * are per key, the statistics per 64-key tile, and P.V adds 16 keys a step in key order into
- * accumulators that live across units. */
-template <int D, bool HALF = false> static __host__ __device__ constexpr int mma_chunk() {
-    return D == 256 && !HALF ? 64 : 32;
-}
+ * either way and three blocks of the windowed layers fit an SM). */
+template <int D> static __host__ __device__ constexpr int mma_chunk() { return D == 256 ? 64 : 32; }
 /* A bf16 key row's stride in shared memory: 16 bytes over the row, so the 8 rows an ldmatrix
  * reads start 4 banks apart and do not conflict. */
 template <int D> static __host__ __device__ constexpr int mma_bf_stride() { return D * 2 + 16; }
@@ -51,10 +45,10 @@ template <int D> static __host__ __device__ constexpr int mma_q_stride() { retur
 
 /* Dynamic shared memory: the stages, the widened unit (e4m3 without FRAG8), the queries (passes
  * that score), then the tile's scores or weights ps[R x G][ATTN_TILE] (R rows a block). */
-template <int D, int G, bool FP8, bool PV, bool KEEP, int R, bool FRAG8 = false, bool HALF = false>
+template <int D, int G, bool FP8, bool PV, bool KEEP, int R, bool FRAG8 = false>
 static __host__ __device__ constexpr size_t mma_smem_bytes() {
-    return (size_t)MMA_STAGES * mma_chunk<D, HALF>() * mma_stage_stride<D, FP8>() +
-           (FP8 && !FRAG8 ? (size_t)mma_chunk<D, HALF>() * mma_bf_stride<D>() : 0) +
+    return (size_t)MMA_STAGES * mma_chunk<D>() * mma_stage_stride<D, FP8>() +
+           (FP8 && !FRAG8 ? (size_t)mma_chunk<D>() * mma_bf_stride<D>() : 0) +
            (PV && KEEP ? 0 : (size_t)R * G * mma_q_stride<D>() * 2) +
            sizeof(float) * R * G * ATTN_TILE;
 }
@@ -136,7 +130,7 @@ static __device__ __forceinline__ uint32_t frag8_odd(uint32_t m) {
  * operand registers are the widened path's; the values' are spread over other n tiles (even and
  * odd dims), but each dim's mma column gets the same values in the same k slots, and a column's
  * sums depend only on its own operands, so the bits are the same (test_attn's gates). */
-template <int D, int G, bool FP8, bool PV, bool KEEP, bool FRAG8 = false, bool HALF = false>
+template <int D, int G, bool FP8, bool PV, bool KEEP, bool FRAG8 = false>
 static __global__ void __launch_bounds__(ATTN_THREADS)
     attn_mma_kernel(k_attention_args a, int row0, int max_split, int spb, float *part, float2 *ml,
                     float *keep, unsigned *done, int early) {
@@ -153,9 +147,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     static_assert(G <= 16, "a group's heads are the M rows of one mma");
     static_assert(FP8 || !FRAG8, "operands from e4m3 rows: the e4m3 pool");
     constexpr bool WIDEN = FP8 && !FRAG8; /* the unit widened to bf16 rows first */
-    static_assert(!KEEP || D == 256 || !FP8, "kept scores: windowed layers, or bf16 global ones");
-    static_assert(!HALF || (D == 256 && !FP8), "half units: bf16 rows of head dim 256");
-    constexpr int CK = mma_chunk<D, HALF>();
+    static_assert(!KEEP || D == 256, "kept scores: windowed layers of head dim 256");
+    constexpr int CK = mma_chunk<D>();
     constexpr int CPT = ATTN_TILE / CK;            /* units of a tile */
     constexpr bool SCORES = !(PV && KEEP);         /* the pass computes scores from K */
     constexpr int UPC = SCORES && PV ? 2 : 1;      /* units a chunk: K, then V */
@@ -201,9 +194,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
     const int n_chunks = (k_end - k_begin + CK - 1) / CK;
     const int n_units = n_chunks * UPC;
     const size_t base = ((size_t)rl * a.n_head + (size_t)kvh * G) * max_split;
-    /* a head's kept row: the window, or on global layers (head dim 512) every key in reach */
-    const int kstride = D == 256 ? a.window : attn_keep_len(a.kv, a.window);
-    float *keep_row = KEEP ? keep + ((size_t)rl * a.n_head + (size_t)kvh * G) * kstride : NULL;
+    float *keep_row = KEEP ? keep + ((size_t)rl * a.n_head + (size_t)kvh * G) * a.window : NULL;
 
     /* unit u's store plane: K (0) or V (1) */
     auto plane_of = [&](int u) -> int { return UPC == 2 ? u % 2 : (SCORES ? 0 : 1); };
@@ -241,12 +232,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
         for (int k = 0; k < KP; k++) {
             const int e = tid + k * ATTN_THREADS, g = e / ATTN_TILE, kk = e % ATTN_TILE;
-            /* head dim 512: a key past the kept row (a row past the page table's reach, whose
-             * keys there are unmapped and whose output is NaN) reads as the -inf it was scored */
             kp[k] = ti * CPT < n_chunks && e < G * ATTN_TILE && kk < nk
-                        ? (D == 256 || (t0 - sp.j0) + kk < kstride
-                               ? keep_row[(size_t)g * kstride + (t0 - sp.j0) + kk]
-                               : -INFINITY)
+                        ? keep_row[(size_t)g * a.window + (t0 - sp.j0) + kk]
                         : 0.0f;
         }
     };
@@ -430,9 +417,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS)
         copy(u + 2);     /* into the stage just read */
         if constexpr (!PV) {
             if (tile_end) {
-                if constexpr (KEEP) /* head dim 512: never past the kept row (load_kept) */
-                    keep_scores<G>(keep_row, kstride, t0 - sp.j0, ps,
-                                   D == 256 ? nk : min(nk, kstride - (t0 - sp.j0)), tid);
+                if constexpr (KEEP) keep_scores<G>(keep_row, a.window, t0 - sp.j0, ps, nk, tid);
                 /* the next unit's scores overwrite ps only after its first barrier */
                 tile_stats<G>(ps, nk, m_run, l_run, warp, lane);
             }
@@ -903,8 +888,6 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 1)
 
 static int attn_fp8_frags_on = 1; /* serve.attn_fp8_frags' default */
 extern "C" void k_set_attn_fp8_frags(int on) { attn_fp8_frags_on = on ? 1 : 0; }
-static int attn_half_units_on = 0; /* serve.attn_half_units' default */
-extern "C" void k_set_attn_half_units(int on) { attn_half_units_on = on ? 1 : 0; }
 static int attn_early_lookup_on = 1; /* serve.attn_early_lookup's default */
 extern "C" void k_set_attn_early_lookup(int on) { attn_early_lookup_on = on ? 1 : 0; }
 static int attn_longest_first_on = 1; /* serve.attn_longest_first's default */
@@ -912,16 +895,12 @@ extern "C" void k_set_attn_longest_first(int on) { attn_longest_first_on = on ? 
 static int attn_stats_together_on = 1; /* serve.attn_stats_together's default */
 extern "C" void k_set_attn_stats_together(int on) { attn_stats_together_on = on ? 1 : 0; }
 
-/* The one-row passes' forms (HF: HALF), beside the e4m3 pool's FR. */
-template <int D, bool FP8> static constexpr bool mma_has_half(void) { return D == 256 && !FP8; }
-
-template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR, bool HF = false>
-static int mma_smem_allow(void) {
+template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR> static int mma_smem_allow(void) {
     static bool set = false;
     if (!set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<D, G, FP8, PV, KEEP, FR, HF>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_kernel<D, G, FP8, PV, KEEP, FR>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)mma_smem_bytes<D, G, FP8, PV, KEEP, 1, FR, HF>()));
+                                        (int)mma_smem_bytes<D, G, FP8, PV, KEEP, 1, FR>()));
         set = true;
     }
     return K_OK;
@@ -929,18 +908,16 @@ static int mma_smem_allow(void) {
 
 /* Blocks of one instantiation's passes the card holds at once (the fewer of its two kernels'),
  * asked once, at start-up through mma_allow_both, so that no query runs inside a graph capture. */
-template <int D, int G, bool FP8, bool KEEP, bool FR, bool HF = false>
-static int &mma_slots_cached(void) {
+template <int D, int G, bool FP8, bool KEEP, bool FR> static int &mma_slots_cached(void) {
     static int slots = 0;
     return slots;
 }
 
-template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR, bool HF>
-static int mma_blocks_per_sm(void) {
+template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR> static int mma_blocks_per_sm(void) {
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &n, attn_mma_kernel<D, G, FP8, PV, KEEP, FR, HF>, ATTN_THREADS,
-            mma_smem_bytes<D, G, FP8, PV, KEEP, 1, FR, HF>()) != cudaSuccess ||
+            &n, attn_mma_kernel<D, G, FP8, PV, KEEP, FR>, ATTN_THREADS,
+            mma_smem_bytes<D, G, FP8, PV, KEEP, 1, FR>()) != cudaSuccess ||
         n <= 0) {
         (void)cudaGetLastError(); /* the query's failure is not a launch's: assume one */
         n = 1;
@@ -948,11 +925,10 @@ static int mma_blocks_per_sm(void) {
     return n;
 }
 
-template <int D, int G, bool FP8, bool KEEP, bool FR, bool HF = false>
-static int mma_allow_both_of(void) {
-    int rc = mma_smem_allow<D, G, FP8, false, KEEP, FR, HF>();
-    if (rc == K_OK) rc = mma_smem_allow<D, G, FP8, true, KEEP, FR, HF>();
-    int &slots = mma_slots_cached<D, G, FP8, KEEP, FR, HF>();
+template <int D, int G, bool FP8, bool KEEP, bool FR> static int mma_allow_both_of(void) {
+    int rc = mma_smem_allow<D, G, FP8, false, KEEP, FR>();
+    if (rc == K_OK) rc = mma_smem_allow<D, G, FP8, true, KEEP, FR>();
+    int &slots = mma_slots_cached<D, G, FP8, KEEP, FR>();
     if (rc == K_OK && slots == 0) {
         int dev = 0, sms = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -961,21 +937,19 @@ static int mma_allow_both_of(void) {
             (void)cudaGetLastError();
             sms = 132;
         }
-        const int a = mma_blocks_per_sm<D, G, FP8, false, KEEP, FR, HF>();
-        const int b = mma_blocks_per_sm<D, G, FP8, true, KEEP, FR, HF>();
+        const int a = mma_blocks_per_sm<D, G, FP8, false, KEEP, FR>();
+        const int b = mma_blocks_per_sm<D, G, FP8, true, KEEP, FR>();
         slots = (a < b ? a : b) * sms;
     }
     return rc;
 }
 
-/* Every form of an instantiation is set up (the e4m3 kernels' widened units and FRAG8, the bf16
- * ones' full and half units): the switches may change after start-up (test_attn turns them). */
+/* Both forms of the e4m3 kernels (widened units, FRAG8) are set up: the switch may change after
+ * start-up (test_attn turns it). */
 template <int D, int G, bool FP8, bool KEEP> static int mma_allow_both(void) {
     int rc = mma_allow_both_of<D, G, FP8, KEEP, false>();
     if constexpr (FP8)
         if (rc == K_OK) rc = mma_allow_both_of<D, G, FP8, KEEP, true>();
-    if constexpr (mma_has_half<D, FP8>())
-        if (rc == K_OK) rc = mma_allow_both_of<D, G, FP8, KEEP, false, true>();
     return rc;
 }
 
@@ -983,22 +957,20 @@ template <int D, int G, bool FP8, bool KEEP> int attn_mma_slots(void) {
     int slots = mma_slots_cached<D, G, FP8, KEEP, false>();
     if constexpr (FP8)
         if (attn_fp8_frags_on) slots = mma_slots_cached<D, G, FP8, KEEP, true>();
-    if constexpr (mma_has_half<D, FP8>())
-        if (attn_half_units_on) slots = mma_slots_cached<D, G, FP8, KEEP, false, true>();
     return slots > 0 ? slots : 132; /* before start-up's query: a block an SM */
 }
 
-template <int D, int G, bool FP8, bool KEEP, bool FR, bool HF = false>
+template <int D, int G, bool FP8, bool KEEP, bool FR>
 static int mma_launch_both(const k_attention_args *a, dim3 grid, int max_split, int spb,
                            float *part, float2 *ml, float *keep, unsigned *done, int row0,
                            cudaStream_t s) {
-    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, false, KEEP, FR, HF>, grid, ATTN_THREADS,
-                        mma_smem_bytes<D, G, FP8, false, KEEP, 1, FR, HF>(), s, *a, row0, max_split,
+    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, false, KEEP, FR>, grid, ATTN_THREADS,
+                        mma_smem_bytes<D, G, FP8, false, KEEP, 1, FR>(), s, *a, row0, max_split,
                         spb, part, ml, keep, (unsigned *)NULL, attn_early_lookup_on));
     CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, true, KEEP, FR, HF>, grid, ATTN_THREADS,
-                        mma_smem_bytes<D, G, FP8, true, KEEP, 1, FR, HF>(), s, *a, row0, max_split,
-                        spb, part, ml, keep, done, attn_early_lookup_on));
+    CUDA_CHECK(k_launch(attn_mma_kernel<D, G, FP8, true, KEEP, FR>, grid, ATTN_THREADS,
+                        mma_smem_bytes<D, G, FP8, true, KEEP, 1, FR>(), s, *a, row0, max_split, spb,
+                        part, ml, keep, done, attn_early_lookup_on));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -1012,10 +984,6 @@ int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb
         if (attn_fp8_frags_on)
             return mma_launch_both<D, G, FP8, KEEP, true>(a, grid, max_split, spb, part, ml, keep,
                                                           done, row0, s);
-    if constexpr (mma_has_half<D, FP8>())
-        if (attn_half_units_on)
-            return mma_launch_both<D, G, FP8, KEEP, false, true>(a, grid, max_split, spb, part, ml,
-                                                                 keep, done, row0, s);
     return mma_launch_both<D, G, FP8, KEEP, false>(a, grid, max_split, spb, part, ml, keep, done,
                                                    row0, s);
 }
@@ -1077,13 +1045,11 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
     }
 }
 
-#define MMA_ONE_ROW(D, G, FP8, KEEP)                                                               \
+#define MMA_PASSES(D, G, FP8, KEEP)                                                                \
     template int attn_mma_passes<D, G, FP8, KEEP>(const k_attention_args *, dim3, int, int,        \
                                                   float *, float2 *, float *, unsigned *, int,     \
                                                   cudaStream_t);                                   \
-    template int attn_mma_slots<D, G, FP8, KEEP>(void);
-#define MMA_PASSES(D, G, FP8, KEEP)                                                                \
-    MMA_ONE_ROW(D, G, FP8, KEEP)                                                                   \
+    template int attn_mma_slots<D, G, FP8, KEEP>(void);                                            \
     template int attn_mma_tile_passes<D, G, FP8, KEEP>(const k_attention_args *, dim3, int, int,   \
                                                        float *, float2 *, float *, int, bool,      \
                                                        cudaStream_t);
@@ -1098,30 +1064,22 @@ MMA_GROUPS(256, false, false)
 MMA_GROUPS(256, true, false)
 MMA_GROUPS(512, false, false)
 MMA_GROUPS(512, true, false)
-/* the global layers' kept scores (serve.attn_global_keep): one-row blocks of the bf16 pool only
- * (decode launches; the query tiles recompute) */
-MMA_ONE_ROW(512, 1, false, true)
-MMA_ONE_ROW(512, 2, false, true)
-MMA_ONE_ROW(512, 4, false, true)
-MMA_ONE_ROW(512, 8, false, true)
-MMA_ONE_ROW(512, 16, false, true)
 
 /* Every instantiation's shared-memory limit raised at start-up (k_attention_setup), so that no
- * first launch happens inside a CUDA graph capture with the attribute unset. TILES: the
- * query-tile kernels too (the global layers' kept scores have none). */
-template <int D, int G, bool FP8, bool KEEP, bool TILES> static int mma_allow_group(void) {
+ * first launch happens inside a CUDA graph capture with the attribute unset. */
+template <int D, int G, bool FP8, bool KEEP> static int mma_allow_group(void) {
     int rc = mma_allow_both<D, G, FP8, KEEP>();
-    if constexpr (TILES && attn_tile_rows<G>() > 1)
+    if constexpr (attn_tile_rows<G>() > 1)
         if (rc == K_OK) rc = mma_tile_allow_both<D, G, FP8, KEEP>();
     return rc;
 }
 
-template <int D, bool FP8, bool KEEP, bool TILES = true> static int mma_allow_groups(void) {
-    int rc = mma_allow_group<D, 1, FP8, KEEP, TILES>();
-    if (rc == K_OK) rc = mma_allow_group<D, 2, FP8, KEEP, TILES>();
-    if (rc == K_OK) rc = mma_allow_group<D, 4, FP8, KEEP, TILES>();
-    if (rc == K_OK) rc = mma_allow_group<D, 8, FP8, KEEP, TILES>();
-    if (rc == K_OK) rc = mma_allow_group<D, 16, FP8, KEEP, TILES>();
+template <int D, bool FP8, bool KEEP> static int mma_allow_groups(void) {
+    int rc = mma_allow_group<D, 1, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_group<D, 2, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_group<D, 4, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_group<D, 8, FP8, KEEP>();
+    if (rc == K_OK) rc = mma_allow_group<D, 16, FP8, KEEP>();
     return rc;
 }
 
@@ -1132,7 +1090,6 @@ int attn_mma_setup(void) {
     if (rc == K_OK) rc = mma_allow_groups<256, true, false>();
     if (rc == K_OK) rc = mma_allow_groups<512, false, false>();
     if (rc == K_OK) rc = mma_allow_groups<512, true, false>();
-    if (rc == K_OK) rc = mma_allow_groups<512, false, true, false>();
     return rc;
 }
 

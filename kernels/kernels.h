@@ -373,16 +373,6 @@ void k_set_attn_query_tiles(int rows);
  * loads them, instead of widening each unit to bf16 rows in shared memory first
  * (serve.attn_fp8_frags, default on; speed only: the operands, so the bits, are the same). */
 void k_set_attn_fp8_frags(int on);
-/* The bf16 pool's one-row tensor-core passes at head dim 256 stage units of 32 keys instead of
- * 64: half the shared memory a block, so more blocks an SM (serve.attn_half_units, default off;
- * speed only: a unit's size moves no bit). Process-wide. */
-void k_set_attn_half_units(int on);
-/* With attn_mma on, the bf16 pool's global layers (head dim 512) keep their scores between the
- * passes, as the windowed ones do, in launches the query tiles do not take, where the scratch
- * holds every key in reach a head: the P.V pass then reads V and the scores instead of scoring
- * again from K (serve.attn_global_keep, default off; speed only: the same scores, rounded where
- * they were). Process-wide. */
-void k_set_attn_global_keep(int on);
 /* With attn_mma on, the one-row attention passes (launches the query tiles do not take) look up
  * their first two units' keys in the page tables (from the rows' positions and sequences: the
  * step's inputs, which no kernel of a step writes) before they wait on the kernel before them,

@@ -108,8 +108,6 @@ void k_set_attn_fold(int on) { (void)on; }
 void k_set_attn_mma(int on) { (void)on; }
 void k_set_attn_query_tiles(int rows) { (void)rows; }
 void k_set_attn_fp8_frags(int on) { (void)on; }
-void k_set_attn_half_units(int on) { (void)on; }
-void k_set_attn_global_keep(int on) { (void)on; }
 void k_set_attn_early_lookup(int on) { (void)on; }
 void k_set_attn_longest_first(int on) { (void)on; }
 void k_set_attn_stats_together(int on) { (void)on; }

@@ -93,8 +93,6 @@ static const struct cfg_key {
     CFG_SWITCH(serve, attn_mma),
     CFG_RANGE(serve, attn_query_tiles, 0, 65535), /* a launch's rows: the grid's z */
     CFG_SWITCH(serve, attn_fp8_frags),
-    CFG_SWITCH(serve, attn_half_units),
-    CFG_SWITCH(serve, attn_global_keep),
     CFG_SWITCH(serve, attn_early_lookup),
     CFG_SWITCH(serve, attn_longest_first),
     CFG_SWITCH(serve, attn_stats_together),
@@ -165,8 +163,6 @@ void config_defaults(g4_config *c) {
     c->serve.attn_mma = 1;            /* measured faster (docs/configuration.md) */
     c->serve.attn_query_tiles = 64;   /* prefill-sized launches (docs/configuration.md) */
     c->serve.attn_fp8_frags = 1;      /* measured faster (docs/configuration.md) */
-    c->serve.attn_half_units = 0;     /* not yet run on the GPU (docs/configuration.md) */
-    c->serve.attn_global_keep = 0;    /* not yet run on the GPU (docs/configuration.md) */
     c->serve.attn_early_lookup = 1;   /* measured faster (docs/configuration.md) */
     c->serve.attn_longest_first = 1;  /* measured faster (docs/configuration.md) */
     c->serve.attn_stats_together = 1; /* measured faster (docs/configuration.md) */

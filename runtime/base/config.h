@@ -57,8 +57,6 @@ typedef struct g4_config {
         int attn_mma;          /* 0/1, default 1: attention's products on tensor cores */
         int attn_query_tiles;  /* 0..65535, default 64: launches of these rows share key loads */
         int attn_fp8_frags;    /* 0/1, default 1: e4m3 keys into mma operands without widening */
-        int attn_half_units;   /* 0/1, default 0: bf16 head-256 passes in units of 32 keys */
-        int attn_global_keep;  /* 0/1, default 0: global layers keep scores between passes */
         int attn_early_lookup; /* 0/1, default 1: attention's page look-ups before the wait */
         int attn_longest_first;  /* 0/1, default 1: query tiles of the most keys start first */
         int attn_stats_together; /* 0/1, default 1: a warp's tile rows' statistics side by side */

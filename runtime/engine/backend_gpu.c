@@ -72,8 +72,6 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_attn_mma(cfg->serve.attn_mma); /* process-wide; other sums, so other bits */
     k_set_attn_query_tiles(cfg->serve.attn_query_tiles);   /* process-wide; the bits are the same */
     k_set_attn_fp8_frags(cfg->serve.attn_fp8_frags);       /* process-wide; the bits are the same */
-    k_set_attn_half_units(cfg->serve.attn_half_units);     /* likewise */
-    k_set_attn_global_keep(cfg->serve.attn_global_keep);   /* likewise */
     k_set_attn_early_lookup(cfg->serve.attn_early_lookup); /* likewise */
     k_set_attn_longest_first(cfg->serve.attn_longest_first);   /* likewise */
     k_set_attn_stats_together(cfg->serve.attn_stats_together); /* likewise */

@@ -71,14 +71,14 @@ def render(rows):
 
 
 SAMPLE = """-- round 1
-== gemma4-26b-a4b, 16 rows, bf16 pool, attn_half_units 0
+== gemma4-26b-a4b, 16 rows, bf16 pool, attn_early_lookup 0
 decode step: median 13.271 ms, p90 13.300 ms, min 13.200 ms (1205.6 tok/s at batch 16)
 attention                                       2.010     15.1%       60      3.700     1840.0
 q_proj+k_proj+v_proj                            0.512      3.9%       30      1.200     2343.8
-== gemma4-26b-a4b, 16 rows, bf16 pool, attn_half_units 1
+== gemma4-26b-a4b, 16 rows, bf16 pool, attn_early_lookup 1
 decode step: median 12.900 ms, p90 12.950 ms, min 12.800 ms (1240.3 tok/s at batch 16)
 -- round 2
-== gemma4-26b-a4b, 16 rows, bf16 pool, attn_half_units 0
+== gemma4-26b-a4b, 16 rows, bf16 pool, attn_early_lookup 0
 decode step: median 13.268 ms, p90 13.290 ms, min 13.210 ms (1205.9 tok/s at batch 16)
 == gemma4-26b-a4b, one 1,024-token prompt, moe_prefill_tiles 2, round 1
 prefill: 1024 tokens x 1 sequences in 86.6 ms
@@ -90,10 +90,10 @@ experts                                        34.530     39.9%       30     45.
 
 def self_test():
     rows = parse(SAMPLE.splitlines())
-    want = [("gemma4-26b-a4b, 16 rows, bf16 pool, attn_half_units 0",
+    want = [("gemma4-26b-a4b, 16 rows, bf16 pool, attn_early_lookup 0",
              [{"decode": 13.271, "attention": 2.010, "q_proj+k_proj+v_proj": 0.512},
               {"decode": 13.268}]),
-            ("gemma4-26b-a4b, 16 rows, bf16 pool, attn_half_units 1", [{"decode": 12.9}]),
+            ("gemma4-26b-a4b, 16 rows, bf16 pool, attn_early_lookup 1", [{"decode": 12.9}]),
             ("gemma4-26b-a4b, one 1,024-token prompt, moe_prefill_tiles 2",
              [{"prefill": 86.6}, {"prefill": 86.4, "experts": 34.53}])]
     ok = rows == want

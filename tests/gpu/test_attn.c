@@ -614,9 +614,6 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
      * the combine in a launch of its own.
      * - e4m3: the mma operands built from the staged rows as loaded (serve.attn_fp8_frags)
      *   against units widened first;
-     * - bf16 at head dim 256: units of 32 keys (serve.attn_half_units) against 64;
-     * - bf16 at head dim 512 without a window (the global layers): the scores kept between the
-     *   passes (serve.attn_global_keep) against the P.V pass scoring again from K;
      * - every case: the first units' page-table look-ups before the wait on the grid before
      *   (serve.attn_early_lookup), with the stats pass still running under programmatic
      *   dependent launch, against after it. */
@@ -627,9 +624,6 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     } forms[] = {
         {"fp8 fragments", "e4m3 operands built as loaded and units widened first",
          k_set_attn_fp8_frags, fp8},
-        {"half units", "units of 32 keys and of 64", k_set_attn_half_units, !fp8 && c->d == 256},
-        {"global keep", "the global layer's kept scores and its P.V pass scoring again",
-         k_set_attn_global_keep, !fp8 && c->d == 512 && window == 0},
         {"early lookup", "page-table look-ups before the wait on the grid before and after it",
          k_set_attn_early_lookup, 1},
     };
@@ -738,10 +732,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
                               .max_pos = kase == 1 ? (window ? 700 : 500) : 0};
         a.kv.elem_bytes = fp8 ? 1 : 2;
         /* f: 0 the combine's own launch, 1 folded, 2 folded with the mma operands built as
-         * loaded (e4m3: serve.attn_fp8_frags) or with units of 32 keys (bf16 at head dim 256:
-         * serve.attn_half_units) or the global layers' kept scores (bf16 at head dim 512:
-         * serve.attn_global_keep), and with the page-table look-ups before the grid wait
-         * (serve.attn_early_lookup: the NaN paths' early ends wait too), which only the
+         * loaded (e4m3: serve.attn_fp8_frags) and with the page-table look-ups before the grid
+         * wait (serve.attn_early_lookup: the NaN paths' early ends wait too), which only the
          * tensor-core passes read; 3 on the query tiles with their splits combined in the P.V
          * pass (serve.attn_tile_fold), which must fold where the grid has at most 16 splits (the
          * row past the grid's case, and the window of 1,024) */
@@ -755,8 +747,6 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
             k_set_attn_tile_fold(f == 3);
             k_set_attn_fold(f > 0);
             k_set_attn_fp8_frags(f == 2 && fp8);
-            k_set_attn_half_units(f == 2 && !fp8);
-            k_set_attn_global_keep(f == 2 && !fp8);
             k_set_attn_early_lookup(f == 2);
             rc = k_copy_to_device(dout, out[f], qn * 2) | k_attention(&a, NULL) | k_sync() |
                  k_copy_to_host(out[f], dout, qn * 2);
@@ -769,8 +759,6 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
         const int want_fold = attn_mma && (kase == 1 || window == 1024) && c->n_head / c->n_kv < 16;
         k_set_attn_fold(1);
         k_set_attn_fp8_frags(0);
-        k_set_attn_half_units(0);
-        k_set_attn_global_keep(0);
         k_set_attn_early_lookup(0);
         long differ = 0, named_number = 0, other_bad = 0;
         for (size_t i = 0; i < qn && !rc; i++)
@@ -789,8 +777,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
         TEST_CHECK(gate,
                    rc == 0 && named >= 0 && differ == 0 && named_number == 0 && other_bad == 0 &&
                        (tile_folds > 0) == want_fold,
-                   "%ld elements differ folded, with the operands built as loaded (e4m3) or in "
-                   "units of 32 keys (bf16), or on folded query tiles vs own launch "
+                   "%ld elements differ folded, with the operands built as loaded (e4m3) and "
+                   "the look-ups before the grid wait, or on folded query tiles vs own launch "
                    "(must be bit-identical); row %d and the padding row: %ld elements not NaN "
                    "(must all be); other rows: %ld NaN or unwritten; tiles folded %lld times "
                    "where %d was expected; rc %d",
@@ -867,7 +855,7 @@ static void run_fold_nan_cases(const cfg *cfgs, uint64_t *seed) {
         run_fold_nan_paths(&cfgs[i], 1024, 1, (*seed)++);
     }
     /* and the global layers' group of 8 at head dim 512 (no fold: the combine keeps its launch),
-     * whose third variant keeps the scores between the passes */
+     * whose third variant looks its first units up before the grid wait */
     run_fold_nan_paths(&cfgs[4], 0, 0, (*seed)++);
 }
 
@@ -911,8 +899,6 @@ int main(void) {
      * and `fp8 fragments` gates turn the others on */
     k_set_attn_query_tiles(0);
     k_set_attn_fp8_frags(0);
-    k_set_attn_half_units(0);
-    k_set_attn_global_keep(0);
     k_set_attn_early_lookup(0);
     /* the query tiles' speed forms too (on by default): each has its own gates below */
     k_set_attn_longest_first(0);

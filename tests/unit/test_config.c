@@ -76,7 +76,6 @@ static void test_defaults(void) {
         c.serve.attn_fold == 1 && c.serve.moe_bucket_in_up == 1 && c.serve.moe_prefill_tiles == 3 &&
         c.serve.row_chain == 3 && c.serve.moe_route_lanes == 1 && c.serve.wide_loads == 1 &&
         c.serve.attn_mma == 1 && c.serve.attn_query_tiles == 64 && c.serve.attn_fp8_frags == 1 &&
-        c.serve.attn_half_units == 0 && c.serve.attn_global_keep == 0 &&
         c.serve.attn_early_lookup == 1 && c.serve.attn_longest_first == 1 &&
         c.serve.attn_stats_together == 1 && c.serve.attn_tile_fold == 1 &&
         c.serve.prompt_gemm == 1 && c.serve.prompt_experts == 0 && c.serve.prompt_tile == 96 &&
@@ -131,8 +130,6 @@ static void test_full_ini(void) {
                                              "attn_mma = 0\n"
                                              "attn_query_tiles = 0\n"
                                              "attn_fp8_frags = 0\n"
-                                             "attn_half_units = 1\n"
-                                             "attn_global_keep = 1\n"
                                              "attn_early_lookup = 0\n"
                                              "attn_longest_first = 0\n"
                                              "attn_stats_together = 0\n"
@@ -161,8 +158,7 @@ static void test_full_ini(void) {
         c.serve.fuse_projections == 0 && c.serve.attn_fold == 0 && c.serve.moe_bucket_in_up == 0 &&
         c.serve.moe_prefill_tiles == 0 && c.serve.row_chain == 1 && c.serve.moe_route_lanes == 0 &&
         c.serve.wide_loads == 0 && c.serve.attn_mma == 0 && c.serve.attn_query_tiles == 0 &&
-        c.serve.attn_fp8_frags == 0 && c.serve.attn_half_units == 1 &&
-        c.serve.attn_global_keep == 1 && c.serve.attn_early_lookup == 0 &&
+        c.serve.attn_fp8_frags == 0 && c.serve.attn_early_lookup == 0 &&
         c.serve.attn_longest_first == 0 && c.serve.attn_stats_together == 0 &&
         c.serve.attn_tile_fold == 0 && c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 &&
         c.serve.prompt_tile == 128 && c.serve.moe_branches == 16 && c.serve.sample_threads == 3 &&
@@ -269,9 +265,9 @@ static void test_load_errors(void) {
  * still sets one is refused as any unknown key is, naming file, line and key, even at a value
  * it once accepted; so is a --set of one (the device plans set them that way). */
 static void test_removed_keys(void) {
-    static const char *const keys[] = {"attn_cluster_rows", "early_weights", "gemm_wgmma",
-                                       "gemm_staged",       "weight_tiles",  "expert_ring",
-                                       "proj_ring"};
+    static const char *const keys[] = {"attn_cluster_rows", "early_weights",   "gemm_wgmma",
+                                       "gemm_staged",       "weight_tiles",    "expert_ring",
+                                       "proj_ring",         "attn_half_units", "attn_global_keep"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char gate[96], text[96], key[64];
         (void)snprintf(gate, sizeof gate, "config.removed_key[serve.%s]", keys[i]);

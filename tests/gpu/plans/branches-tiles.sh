@@ -4,7 +4,7 @@
 # full checkpoint is being made beside it (next-session.sh's make26), the gates go first and the
 # measurements wait for the make, whose torch model would disturb them. Carry .deps and .prebuilt
 # (tests/gpu/prebuilt.sh: the objects built here, so the box links instead of compiling).
-# BT_STEPS picks (default "build ab gates ncu sweep"):
+# BT_STEPS picks (default "build ab gates ncu"):
 #   build     ./build.sh tests (links, where the carried objects are current)
 #   ab        bench_decode, two rounds: serve.moe_branches 0 against 16 at 1 and 16 26B-A4B rows
 #             (predicted -0.3 to -0.6 ms at one row, -0.1 to -0.3 at 16), a 1,024-token prefill
@@ -20,9 +20,9 @@
 #             stalls. At one row they stream at 55-63% of copy bandwidth in 7-23 us a launch
 #             (docs/perf-notes.md, thirtieth session); whether ramp and tail or the loads
 #             themselves bound them decides between wider kernels and the persistent one, ~3 min
-#   sweep     (when time is left) the three bf16-pool attention switches still off, 0 against
-#             1 at 1 and 16 26B-A4B rows, one round
-bt_want() { [[ " ${BT_STEPS:-build ab gates ncu sweep} " == *" $1 "* ]]; }
+# (`sweep`, the bf16-pool attention switches 0 against 1, was here: attn_early_lookup is on by
+# default and the other two were taken out, measured in the thirty-fifth session)
+bt_want() { [[ " ${BT_STEPS:-build ab gates ncu} " == *" $1 "* ]]; }
 # shellcheck source=/dev/null
 . tests/gpu/plans/bench26.sh
 ab_next() {
@@ -62,16 +62,6 @@ ncu_next() {
             --steps 1
     done
 }
-sweep_next() {
-    local sw b v
-    for sw in attn_half_units attn_global_keep attn_early_lookup; do
-        for b in 1 16; do
-            for v in 0 1; do
-                bench26 "$b rows, $sw $v" --set serve.$sw=$v --batch $b --prompt 1024 --steps 32
-            done
-        done
-    done
-}
 bt_gates() {
     bt_want gates || return 0
     step pinned ./build.sh gpu-test pinned_composition
@@ -92,4 +82,3 @@ else
     bt_gates
 fi
 bt_want ncu && step ncu ncu_next
-bt_want sweep && step sweep sweep_next

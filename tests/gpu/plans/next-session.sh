@@ -17,19 +17,14 @@
 #   gates    (ran in the twenty-eighth session, 1,635 / 0 / 0) test_gemm_lt and test_moe's
 #            `moe_prefill_ring` gates (serve.moe_prefill_tiles = 3: the staged experts in a
 #            three-stage ring, idle warps skipping, bits against 0); then
-#            the three switches written after the twenty-sixth session's device time, off:
-#            test_attn's `half units` gates (serve.attn_half_units: the bf16 pool's head-dim-256
-#            passes in units of 32 keys, bits against the 64-key units), the fold-NaN paths'
-#            third variant, and its `global keep` gates (serve.attn_global_keep: the global
-#            layers' P.V pass reading kept scores, bits against scoring again) and its `early
-#            lookup` gates (serve.attn_early_lookup: page-table look-ups before the grid wait);
-#            the build included, ~8 min
-#   ab       (half ran in the twenty-eighth session) bench_decode, two rounds, bf16 pool: attn_half_units 0 against 1 at 16 and 1 26B-A4B
-#            rows and 16 31B rows, then 16 26B-A4B rows with it on at 1 and 2 splits a block
-#            (predicted 16-row 26B-A4B step -0.3 to -0.5 ms, one row flat); attn_global_keep 0
-#            against 1 at the same three sizes (predicted -0.1 ms at 16 26B-A4B rows, -0.3 at
-#            16 31B rows, -0.02 to -0.05 at one row); attn_early_lookup likewise (predicted
-#            -0.03 to -0.09 ms at one row, little at 16); then one 1,024-token
+#            test_attn, its `early lookup` gates among them (serve.attn_early_lookup: page-table
+#            look-ups before the grid wait) and the fold-NaN paths' third variant; the build
+#            included, ~8 min
+#   ab       bench_decode, two rounds, bf16 pool: attn_early_lookup 0 against 1 at 16 and 1
+#            26B-A4B rows and 16 31B rows (on by default since the thirty-fifth session, which
+#            measured the 26B-A4B; predicted -0.03 to -0.09 ms at one row, little at 16;
+#            serve.attn_half_units and serve.attn_global_keep, A/B'd here before, measured no
+#            faster that session and were taken out); then one 1,024-token
 #            prefill of each of the 26B-A4B and the 31B with its whole per-op breakdown (issue 22:
 #            where the ~31 ms of a 26B-A4B chunk outside attention and experts go), two rounds,
 #            and bench_gemm --kernels (each projection shape at 1,024 and 2,048 rows on the tile
@@ -46,8 +41,6 @@
 #   e4b      (not in the default) the E4B's, ~4.5 min
 #   e2b      (not in the default) the E2B's, ~3.5 min
 #   geometry (not in the default) the geometry gates, ~5 min
-#   geo-new  (not in the default) the geometry gates with the three new switches on (real head dims:
-#            the engine's path through them against HF), ~5 min
 #   timeline (not in the default) tests/gpu/plans/timeline.sh's trace of graphed decode steps,
 #            the first since tree 0a00620 (~4 min)
 #   encu     (not in the default) ncu over the staged experts and the query-tile attention of a
@@ -103,27 +96,18 @@ want lt-probe && step lt-probe bash -c 'mkdir -p build/tests && nvcc -std=c++17 
     -o build/tests/probe_lt_order -L/usr/local/cuda/lib64 -lcublasLt \
     -Xlinker -rpath=/usr/local/cuda/lib64 && build/tests/probe_lt_order'
 ab_next() {
-    local r m v sw spb
+    local r m v
     for r in 1 2; do
         echo "-- round $r"
-        for sw in attn_half_units attn_global_keep attn_early_lookup; do
-            for m in "gemma4-26b-a4b 16" "gemma4-26b-a4b 1" "gemma4-31b 16"; do
-                set -- $m
-                for v in 0 1; do
-                    echo "== $1, $2 rows, bf16 pool, $sw $v"
-                    timeout 150 build/tests/bench_decode -c conf/$1.ini \
-                        --set model.weights=dummy --set serve.max_context=4096 \
-                        --set serve.$sw=$v --batch $2 --prompt 1024 --steps 32 |
-                        grep -E "^decode step|^attention"
-                done
+        for m in "gemma4-26b-a4b 16" "gemma4-26b-a4b 1" "gemma4-31b 16"; do
+            set -- $m
+            for v in 0 1; do
+                echo "== $1, $2 rows, bf16 pool, attn_early_lookup $v"
+                timeout 150 build/tests/bench_decode -c conf/$1.ini \
+                    --set model.weights=dummy --set serve.max_context=4096 \
+                    --set serve.attn_early_lookup=$v --batch $2 --prompt 1024 --steps 32 |
+                    grep -E "^decode step|^attention"
             done
-        done
-        for spb in 1 2; do
-            echo "== gemma4-26b-a4b, 16 rows, bf16 pool, attn_half_units 1, splits a block $spb"
-            timeout 150 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
-                --set model.weights=dummy --set serve.max_context=4096 \
-                --set serve.attn_half_units=1 --set serve.attn_splits_per_block=$spb \
-                --batch 16 --prompt 1024 --steps 32 | grep -E "^decode step|^attention"
         done
     done
     for m in gemma4-26b-a4b gemma4-31b; do
@@ -201,9 +185,6 @@ want serve && step serve python3 release/bench.py -c conf/gemma4-26b-a4b.ini --r
 want e4b && step full-e4b env FULL_MODELS="e4b" ./build.sh gpu-test full
 want e2b && step full-e2b env FULL_MODELS="e2b" ./build.sh gpu-test full
 want geometry && step geometry ./build.sh gpu-test geometry
-want geo-new && step geo-new env \
-    G4_FIXTURE_SET="serve.attn_half_units=1 serve.attn_global_keep=1 serve.attn_early_lookup=1" \
-    ./build.sh gpu-test geometry
 if want timeline; then
     # shellcheck source=/dev/null
     . tests/gpu/plans/timeline.sh
