@@ -2,8 +2,9 @@
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
 # the plan; carry .prebuilt too, tests/gpu/prebuilt.sh, and unpack it before `start`).
-# PLAN_STEPS picks; default "26b-fp8" (the 26B-A4B's full step, fp8 first, its checkpoint made
-# from the start where the card has over 100 GB); `pinned` (tests/gpu/plans/pinned.sh) re-makes
+# PLAN_STEPS picks; default "pe-gates 26b-fp8 26b-pe" (serve.prompt_experts' sharp gates, then
+# the 26B-A4B's full step, fp8 first, and again with the prompt experts on, its checkpoint made
+# from the start where the card has over 100 GB: ~14 min on an H200); `pinned` (tests/gpu/plans/pinned.sh) re-makes
 # or replays the GPU pinned recording; the thirty-fifth session ran `ring` (the decode rings'
 # A/B, both measured slower and taken out, and the attention switches' sweep) on an H100; the
 # thirty-fourth ran `bt` (tests/gpu/plans/branches-tiles.sh) there but for its 31B part and
@@ -32,6 +33,13 @@
 #            moe_prefill_tiles 2 against 3 on the 26B-A4B's prefill (two rounds; predicted its
 #            experts 34.5 -> ~27-31 ms), ~7 min
 #            (read the step's log with tests/gpu/ab_table.py: one row a setting, a column a run)
+#   pe-gates serve.prompt_experts (off: the H100's full step failed its 32,752-token bf16 prompt
+#            with it on, a chaotic step where HF's own variants differ by 2.84 nats): the engine
+#            gates and the trained fixtures' sharp gates with it on (G4_FIXTURE_SET), and
+#            test_moe, its whole-chunk gate among them (2,048 rows, more tiles than the batched
+#            plans were asked at), ~6 min
+#   26b-pe   the 26B-A4B's full step again with serve.prompt_experts on (FULL_SETS), after
+#            26b-fp8 on the same checkpoint: whether the H100's failure is the card's, ~2 min
 #   26b      the 26B-A4B's full step with this tree's defaults (attn_fp8_frags and the staged
 #            prefill experts on since the twenty-sixth session; the full step has not run with
 #            them), ~8 min
@@ -47,17 +55,21 @@
 #            1,024-token 26B-A4B prefill (E2 reached 34.5 ms where 25-30 was predicted; the
 #            tiles 20 ms where 10-15), ~4 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-26b-fp8} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-pe-gates 26b-fp8 26b-pe} " == *" $1 "* ]]; }
 # the 26B-A4B's full checkpoint and HF references (torch, ~5 min; the full step makes them itself
 # when absent) beside the gates only where the card holds both: on an 80 GB H100 the make's
 # torch model left the gates no memory (the thirty-first session), so there the full step makes
 # them in turn. The benchmarks wait for it (a 26B-A4B engine beside the torch model).
 mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-if { want 26b-fp8 || want 26b; } && [ "${mib:-0}" -gt 100000 ]; then
+if { want 26b-fp8 || want 26b || want 26b-pe; } && [ "${mib:-0}" -gt 100000 ]; then
     step make26 env python3 tests/full/full_step.py make --model 26b-a4b \
         --dir /dev/shm/g4full/26b-a4b --pools "fp8 bf16" &
 fi
 await_make() { [ -f "$Q/logs/make26.time" ] && await make26; return 0; }
+want pe-gates && step pe-build ./build.sh tests
+want pe-gates && step pe-gates env G4_FIXTURE_SET="serve.prompt_experts=1" \
+    ./build.sh gpu-test engine_vs_hf trained
+want pe-gates && step pe-moe ./build.sh gpu-test test_moe
 # (not in the default) the GPU pinned recording's replays, or with PIN_STEPS=record its re-making
 if want pinned; then
     # shellcheck source=/dev/null
@@ -173,6 +185,8 @@ want 26b && await_make && step full-26b env FULL_MODELS="26b-a4b" ./build.sh gpu
 # on the query-tile defaults, for a call too short for both
 want 26b-fp8 && await_make && step full-26b-fp8 env FULL_MODELS="26b-a4b" FULL_POOLS="fp8 bf16" \
     ./build.sh gpu-test full
+want 26b-pe && await_make && step full-26b-pe env FULL_MODELS="26b-a4b" FULL_POOLS="bf16 fp8" \
+    FULL_SETS="serve.prompt_experts=1" ./build.sh gpu-test full
 # (not in the default) test_attn's fold NaN paths alone, on the tensor-core passes (~1 min after a
 # build): the one group of its gates the twenty-ninth session's first call did not reach
 want attn-nan && step attn-nan env G4_ATTN_GATES=nan_paths ./build.sh gpu-test test_attn
@@ -192,11 +206,15 @@ fi
 encu() {
     # the prefill's kernels only: no --profile-from-start off (it would keep only the profiled
     # decode step)
-    local k
-    for k in moe_staged_kernel attn_mma_tile_kernel; do
-        echo "== $k"
+    # (skip 0: layer 0's two passes and layer 1's, windowed; the tiles' skip 10: layer 5's,
+    # the first global layer, whose passes score again from K)
+    local k skip
+    for k in moe_staged_kernel attn_mma_tile_kernel attn_mma_tile_kernel:10; do
+        skip=0
+        [[ $k == *:* ]] && skip=${k#*:} && k=${k%%:*}
+        echo "== $k, launches from $skip"
         timeout 200 ncu --clock-control none \
-            --kernel-name "regex:$k" --launch-skip 0 --launch-count 4 \
+            --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 4 \
             --section SpeedOfLight --section Occupancy --section WarpStateStats \
             --section MemoryWorkloadAnalysis --section SchedulerStats \
             build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
