@@ -58,6 +58,12 @@ typedef struct profile {
     k_event *ev[MAX_EVENTS + 1]; /* ev[0] before the step */
     int ev_step[MAX_EVENTS + 1]; /* the name index each event closes */
     int n_ev;
+    /* attention by layer kind (0 sliding, 1 full): its windowed and global layers run different
+     * kernels (head dims 256 and 512), so the breakdown's one row is split again below it */
+    const g4_model_desc *kinds;
+    signed char ev_kind[MAX_EVENTS + 1]; /* -1: not an attention step */
+    double att_ms[2];
+    long att_calls[2];
     /* decode profile only (m non-NULL): what each named step must read, for its GB/s */
     const g4_model_desc *m;
     int rows, ctx, local_elem; /* ctx: the keys a row attends over; local_elem: its pool's bytes */
@@ -109,15 +115,23 @@ static int profile_hook(g4_state *s, int layer, const char *step) {
     if (layer >= 0) p->layer_calls++;
     int i = name_index(p, step);
     if (p->m && i < MAX_STEP_NAMES) p->bytes[i] += step_bytes(p, layer, step);
+    const int kind = p->kinds && layer >= 0 && !strcmp(step, "attention")
+                         ? p->kinds->layer_kind[layer] == G4_LAYER_FULL
+                         : -1;
     if (p->gpu) {
         if (p->n_ev >= MAX_EVENTS || i >= MAX_STEP_NAMES) return 0;
         p->ev_step[++p->n_ev] = i;
+        p->ev_kind[p->n_ev] = (signed char)kind;
         return k_event_record(p->ev[p->n_ev], s->stream);
     }
     double t = now_ms();
     if (i < MAX_STEP_NAMES) {
         p->ms[i] += t - p->last;
         p->calls[i]++;
+    }
+    if (kind >= 0) {
+        p->att_ms[kind] += t - p->last;
+        p->att_calls[kind]++;
     }
     p->last = t;
     return 0;
@@ -130,6 +144,10 @@ static int profile_collect(profile *p) {
         if (k_event_elapsed_ms(p->ev[k - 1], p->ev[k], &ms) != 0) return -1;
         p->ms[p->ev_step[k]] += ms;
         p->calls[p->ev_step[k]]++;
+        if (p->ev_kind[k] >= 0) {
+            p->att_ms[p->ev_kind[k]] += ms;
+            p->att_calls[p->ev_kind[k]]++;
+        }
     }
     return 0;
 }
@@ -152,6 +170,9 @@ static void profile_print(const profile *p, const char *what) {
             printf(" %10s %8s", "-", "-");
         printf("\n");
     }
+    if (p->att_calls[0] && p->att_calls[1])
+        printf("attention by layer kind: sliding %.3f ms (%ld calls), full %.3f ms (%ld calls)\n",
+               p->att_ms[0], p->att_calls[0], p->att_ms[1], p->att_calls[1]);
 }
 
 /* Bytes of every non-expert weight a decode step reads; *experts_all gets the bytes of all
@@ -327,6 +348,7 @@ int main(int argc, char **argv) {
     static profile prof, pre; /* the last decode step; the last prefill chunk */
     prof.gpu = pre.gpu = engine_on_gpu(e);
     prof.m = m;
+    prof.kinds = pre.kinds = m;
     prof.rows = batch;
     prof.ctx = prompt + steps + 1; /* the profiled step is the last, at position prompt + steps */
     prof.local_elem = strcmp(engine_variant(e), "local_fp8") == 0 ? 1 : 2;
