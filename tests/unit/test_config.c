@@ -322,6 +322,26 @@ static void test_set(void) {
     expect_set_error("config.set_name_too_long", name, "longer than the 127 allowed");
 }
 
+typedef struct range_case {
+    const char *value;
+    int accepted;
+} range_case;
+
+/* Each value of key set on the defaults and finished: accepted, or refused naming the key. */
+static int range_holds(const char *key, const range_case *cases, size_t n) {
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        g4_config c;
+        config_defaults(&c);
+        (void)config_set(&c, "model.path=/m");
+        char set[96];
+        (void)snprintf(set, sizeof set, "%s=%s", key, cases[i].value);
+        const int rc = config_set(&c, set) == 0 ? config_finish(&c) : -1;
+        ok &= cases[i].accepted ? rc == 0 : rc == -1 && has(config_last_error(), key);
+    }
+    return ok;
+}
+
 static void test_finish(void) {
     g4_config c;
     config_defaults(&c);
@@ -358,24 +378,17 @@ static void test_finish(void) {
                config_last_error());
 
     /* serve.step_tokens: 0 or more than max_batch (16), at most prefill_chunk + max_batch */
-    int st_ok = 1;
-    static const struct {
-        const char *value;
-        int accepted;
-    } steps[] = {{"0", 1}, {"17", 1}, {"2064", 1}, {"16", 0}, {"2065", 0}};
-    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
-        config_defaults(&c);
-        (void)config_set(&c, "model.path=/m");
-        char set[64];
-        (void)snprintf(set, sizeof set, "serve.step_tokens=%s", steps[i].value);
-        int set_rc = config_set(&c, set);
-        rc = set_rc == 0 ? config_finish(&c) : -1;
-        st_ok &=
-            steps[i].accepted ? rc == 0 : rc == -1 && has(config_last_error(), "serve.step_tokens");
-    }
-    TEST_CHECK("config.step_tokens_range", st_ok,
+    static const range_case steps[] = {{"0", 1}, {"17", 1}, {"2064", 1}, {"16", 0}, {"2065", 0}};
+    TEST_CHECK("config.step_tokens_range",
+               range_holds("serve.step_tokens", steps, sizeof steps / sizeof *steps),
                "0, 17 and 2064 accepted at max_batch 16 and prefill_chunk 2048; 16 and 2065 "
                "refused naming the key");
+    /* serve.prompt_tile: 0 (the size classes) or 16..256 */
+    static const range_case tiles[] = {{"0", 1},  {"16", 1},  {"256", 1}, {"8", 0},
+                                       {"15", 0}, {"257", 0}, {"-1", 0}};
+    TEST_CHECK("config.prompt_tile_range",
+               range_holds("serve.prompt_tile", tiles, sizeof tiles / sizeof *tiles),
+               "0, 16 and 256 accepted; 8, 15, 257 and -1 refused naming the key");
 }
 
 int main(void) {

@@ -2,10 +2,10 @@
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
 # the plan; carry .prebuilt too, tests/gpu/prebuilt.sh, and unpack it before `start`).
-# PLAN_STEPS picks; default "pe-gates 26b-fp8 26b-pe" (serve.prompt_experts' sharp gates, then
-# the 26B-A4B's full step, fp8 first, and again with the prompt experts on, its checkpoint made
-# from the start where the card has over 100 GB: ~14 min on an H200); `pinned` (tests/gpu/plans/pinned.sh) re-makes
-# or replays the GPU pinned recording; the thirty-fifth session ran `ring` (the decode rings'
+# PLAN_STEPS picks; default "pe-gates pe-ab 26b-fp8 26b-pe" (serve.prompt_experts' sharp gates
+# and its tiles' A/B, then the 26B-A4B's full step, fp8 first, and again with the prompt experts
+# on, its checkpoint made from the start where the card has over 100 GB: ~16 min on an H200);
+# `pinned` (tests/gpu/plans/pinned.sh) re-makes or replays the GPU pinned recording; the thirty-fifth session ran `ring` (the decode rings'
 # A/B, both measured slower and taken out, and the attention switches' sweep) on an H100; the
 # thirty-fourth ran `bt` (tests/gpu/plans/branches-tiles.sh) there but for its 31B part and
 # ncu's 16 rows; the thirty-third ran `pe`;
@@ -55,7 +55,7 @@
 #            1,024-token 26B-A4B prefill (E2 reached 34.5 ms where 25-30 was predicted; the
 #            tiles 20 ms where 10-15), ~4 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-pe-gates 26b-fp8 26b-pe} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-pe-gates pe-ab 26b-fp8 26b-pe} " == *" $1 "* ]]; }
 # the 26B-A4B's full checkpoint and HF references (torch, ~5 min; the full step makes them itself
 # when absent) beside the gates only where the card holds both: on an 80 GB H100 the make's
 # torch model left the gates no memory (the thirty-first session), so there the full step makes
@@ -70,6 +70,28 @@ want pe-gates && step pe-build ./build.sh tests
 want pe-gates && step pe-gates env G4_FIXTURE_SET="serve.prompt_experts=1" \
     ./build.sh gpu-test engine_vs_hf trained
 want pe-gates && step pe-moe ./build.sh gpu-test test_moe
+# pe-ab: the prompt experts' tiles of 96 against the size classes (serve.prompt_tile 0, written in
+# the thirty-fifth session: one tile an expert, sized to its bucket), one 1,024-token prompt and
+# one 2,048-token prompt (one chunk each at the 26B-A4B's prefill_chunk), and the default path
+# (prompt experts off) beside them, two rounds; predicted the 1,024-row chunk's experts 23.4 ->
+# ~20-21 ms on the H100 (padding 1.52 -> ~1.25 rows an item) and more at 2,048 rows (a second
+# tile's weight reads gone), ~2 min
+pe_ab() {
+    local r p v
+    for r in 1 2; do
+        for p in 1024 2048; do
+            for v in off 96 0; do
+                echo "== prefill $p, prompt experts $v, round $r"
+                if [ $v = off ]; then set -- --set serve.prompt_experts=0; else
+                    set -- --set serve.prompt_experts=1 --set serve.prompt_tile=$v; fi
+                timeout 120 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
+                    --set model.weights=dummy --set serve.max_context=4096 "$@" --batch 1 \
+                    --prompt $p --steps 4 | grep -E "^prefill|^prompt experts|^experts"
+            done
+        done
+    done
+}
+want pe-ab && step pe-ab bash -c "$(declare -f pe_ab); pe_ab"
 # (not in the default) the GPU pinned recording's replays, or with PIN_STEPS=record its re-making
 if want pinned; then
     # shellcheck source=/dev/null
