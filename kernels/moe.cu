@@ -1092,7 +1092,8 @@ __global__ static void __launch_bounds__(PROMPT_TILE_THREADS)
     moe_prompt_tiles_kernel(k_moe_experts_args a, const int32_t *active, const int32_t *n_active,
                             prompt_ws w) {
     K_GRID_DEPENDENCY();
-    __shared__ int first[PROMPT_CLASSES][EXPERTS_MAX_EXPERT + 1];
+    __shared__ int first[PROMPT_CLASSES][EXPERTS_MAX_EXPERT + 1]; /* class-relative */
+    __shared__ int base[PROMPT_CLASSES + 1];                      /* each class's first tile */
     const int n = *n_active, i = threadIdx.x;
     const int count = i < n ? active[3 * i + 2] : 0;
     const int classes = w.tile ? 1 : PROMPT_CLASSES, cap = w.tile ? w.tile : PROMPT_CLASS_MAX;
@@ -1103,28 +1104,30 @@ __global__ static void __launch_bounds__(PROMPT_TILE_THREADS)
         for (int k = 0; k < classes; k++)
             first[k][i + 1] = (k == classes - 1 ? full : 0) + (rem > 0 && k == rem_class);
     __syncthreads();
-    if (i == 0) { /* at most classes x n_expert adds: a few microseconds, once a call */
-        int base = 0;
-        for (int k = 0; k < classes; k++) {
-            first[k][0] = base;
-            for (int j = 1; j <= n; j++)
-                first[k][j] += first[k][j - 1];
-            w.n_tiles[1 + k] = first[k][n] - base;
-            base = first[k][n];
+    if (i < classes) { /* a thread a class: at most n_expert adds, once a call */
+        first[i][0] = 0;
+        for (int j = 1; j <= n; j++)
+            first[i][j] += first[i][j - 1];
+    }
+    __syncthreads();
+    if (i == 0) {
+        base[0] = 0;
+        for (int k = 0; k < PROMPT_CLASSES; k++) {
+            const int in_k = k < classes ? first[k][n] : 0;
+            w.n_tiles[1 + k] = in_k;
+            base[k + 1] = base[k] + in_k;
         }
-        for (int k = classes; k < PROMPT_CLASSES; k++)
-            w.n_tiles[1 + k] = 0;
-        w.n_tiles[0] = base;
+        w.n_tiles[0] = base[PROMPT_CLASSES];
     }
     __syncthreads();
     if (i >= n) return;
     const int e = active[3 * i], start = active[3 * i + 1];
     const size_t dm = (size_t)a.d_model, de = (size_t)a.d_expert, mt = (size_t)w.max_tiles;
     for (int k = 0; k < classes; k++)
-        for (int t = first[k][i]; t < first[k][i + 1]; t++) {
+        for (int t = base[k] + first[k][i]; t < base[k] + first[k][i + 1]; t++) {
             /* the largest class's (every fixed tile's): the j-th whole tile, the last partial;
              * a smaller class's: the remainder, after the whole tiles */
-            const int j = t - first[k][i];
+            const int j = t - base[k] - first[k][i];
             const int at = k == classes - 1 ? j * cap : full * cap;
             const size_t row = (size_t)t * (size_t)w.stride;
             w.tiles[3 * t] = e;
@@ -1199,6 +1202,7 @@ static int prompt_plans_for(int d_model, int d_expert, int n_expert) {
     if (pp.up[0] && pp.n_expert == n_expert && pp.d_model == d_model && pp.d_expert == d_expert &&
         pp.tile == prompt_tile)
         return K_OK;
+    pp.tile = -1; /* matches no setting until every plan below is made */
     for (int k = 0; k < PROMPT_CLASSES; k++) {
         k_gemm_plan_destroy(pp.up[k]);
         k_gemm_plan_destroy(pp.down[k]);

@@ -548,7 +548,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
  * tiles, more than the 2 x n_expert its batched plans were asked at. Ids top_k distinct a row,
  * weights positive. The chunk at the default tile (96) as one call, against: the same chunk at
  * tiles of 64 (an item's bits do not depend on its tile), in the size classes (prompt_tile 0:
- * each expert's ~128 items in one tile of 128 or 160 rows), and the same rows as two calls of
+ * each expert's ~128 items in one tile of 96 to 192 rows), and the same rows as two calls of
  * 1,024 (each well under the plans' batch), bit for bit; and every 16th row and the last against
  * the CPU twin row by row (the twin on all 2,048 rows would take minutes): a row's relative error
  * at most 3e-2, where the same rounding points summed in another k order give ~1 bf16 ulp on some
