@@ -469,6 +469,11 @@ extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
     const bool tiles = attn_mma_on && attn_tile_min_rows > 0 && a->rows >= attn_tile_min_rows &&
                        chunk >= 16 && group < 16;
     if (tiles && chunk < a->rows) chunk -= chunk % 16;
+    /* strided tiles (attn_mma_tile_kernel) take whole groups of 64 tiles: chunks of whole
+     * groups where the scratch holds one, so a long prompt's chunk is not cut mid-group */
+    const int group_rows = ATTN_TILE * (16 / (group < 16 ? group : 16));
+    if (tiles && attn_strided_tiles() && a->window > 0 && chunk < a->rows && chunk >= group_rows)
+        chunk -= chunk % group_rows;
     cudaStream_t s = (cudaStream_t)st;
     void *ws = NULL;
     rc = k_scratch(K_SCRATCH_ATTN, per_row * (size_t)chunk, s, &ws);

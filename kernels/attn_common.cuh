@@ -751,6 +751,8 @@ template <int D, int G, bool FP8, bool KEEP>
 int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
                     float2 *ml, float *keep, unsigned *done, int row0, cudaStream_t s);
 int attn_mma_setup(void);
+/* serve.attn_strided_tiles (kernels.h, k_set_attn_strided_tiles): on or not */
+int attn_strided_tiles(void);
 /* How many blocks of those passes the card holds at once (their shared memory allows 2 or 3 an
  * SM), known after attn_mma_setup: the launcher's splits-per-block choice counts waves by it. */
 template <int D, int G, bool FP8, bool KEEP> int attn_mma_slots(void);

@@ -493,13 +493,34 @@ static __device__ __forceinline__ bool tile_rows_share(const k_attention_args &a
     return true;
 }
 
+/* Whether the nrow rows r0, r0 + ATTN_TILE, r0 + 2 ATTN_TILE, ... may share a block as a strided
+ * tile (serve.attn_strided_tiles): one sequence at positions ATTN_TILE apart, every row past the
+ * window's first fill (j0 > 0: each sees exactly `window` keys, so every row has the same split
+ * plan) and a split a tile (per_split = ATTN_TILE: windows up to ATTN_MAX_SPLIT tiles). Row k's
+ * key tiles are then row 0's shifted by k whole tiles, so its tile t is row 0's tile t + k and
+ * the rows can share K and V units with each row's own splits: the same keys at the same
+ * positions of each unit and split as the row's own block takes. */
+static __device__ __forceinline__ bool strided_rows_share(const k_attention_args &a, int r0,
+                                                          int nrow, int max_split) {
+    if (nrow < 2 || a.window <= 0) return false;
+    const int seq = a.seq[r0], i0 = a.pos[r0];
+    for (int k = 0; k < nrow; k++) {
+        const int i = a.pos[r0 + k * ATTN_TILE];
+        const split_plan p = plan_split(i, a.window);
+        if (i != i0 + k * ATTN_TILE || a.seq[r0 + k * ATTN_TILE] != seq || p.j0 <= 0 ||
+            p.per_split != ATTN_TILE || p.n_split > max_split)
+            return false;
+    }
+    return true;
+}
+
 /* A query tile's pass: rows rl0 .. rl0 + nrow - 1 of the launch (nrow <= RR), which
  * tile_rows_share, or one row alone (nrow = 1). attn_mma_kernel's pass with M = nrow x G rows
  * (row k's heads at k x G ..), each row's keys masked at its own position and its (max, sum)
  * and partials stored only for its own splits. PV = false: the stats pass (ml per split; KEEP:
  * the scores kept too); PV = true: the P.V pass (part per split; FOLD, where one block holds
  * every split of its rows: the splits summed here and the output written, the combine's work). */
-template <int D, int G, bool FP8, bool PV, bool KEEP, int RR, bool FOLD>
+template <int D, int G, bool FP8, bool PV, bool KEEP, int RR, bool FOLD, bool STR = false>
 static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int row0, int max_split,
                                                 int spb, float *part, float2 *ml, float *keep,
                                                 int rl0, int nrow, bool together) {
@@ -521,6 +542,10 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
     constexpr int DW = D / ATTN_WARPS;  /* dims a warp sums in P.V */
     constexpr int NTO = DW / 8;         /* their n tiles */
     constexpr int KP = (M * ATTN_TILE + ATTN_THREADS - 1) / ATTN_THREADS; /* kept scores/thread */
+    /* STR (strided_rows_share): tile row k is launch row rl + k * ATTN_TILE, its keys and splits
+     * one tile (a split) after row k - 1's; else row k is rl + k, every row's splits on one grid */
+    constexpr int RSTEP = STR ? ATTN_TILE : 1; /* launch rows from one tile row to the next */
+    constexpr int TSH = STR ? 1 : 0;           /* splits from one tile row's first to the next's */
     extern __shared__ __align__(16) unsigned char mma_smem[];
     unsigned char *stages = mma_smem;
     unsigned char *wide = stages + MMA_STAGES * STAGE; /* the e4m3 unit widened */
@@ -530,6 +555,7 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
     __shared__ float m_run[M], l_run[M];
     __shared__ int bad[RR][ATTN_MAX_SPB];
     __shared__ int row_end[RR], row_splits[RR]; /* a tile row's key end (i + 1) and splits */
+    __shared__ int row_lo[STR ? RR : 1];        /* STR: a tile row's first key in the block */
     const int kvh = blockIdx.y, rl = rl0, r = row0 + rl;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
     const int g0 = lane >> 2, qd = lane & 3; /* the lane's fragment row and column pair */
@@ -538,7 +564,9 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
     const int seq = a.seq[r];
     split_plan sp = plan_split(i, a.window);
     const int s_first = blockIdx.x * spb;
-    { /* the tile's reach: its longest row (the rows share j0 and split size) */
+    if constexpr (STR) { /* the tile's reach: its last row's keys; splits, row 0's plan */
+        i = a.pos[r + (nrow - 1) * RSTEP];
+    } else { /* the tile's reach: its longest row (the rows share j0 and split size) */
 #pragma unroll
         for (int k = 1; k < RR; k++)
             if (k < nrow) {
@@ -553,26 +581,40 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
         if constexpr (PV && FOLD)
             for (int e = tid; e < nrow * G * D / 2; e += ATTN_THREADS)
                 reinterpret_cast<uint32_t *>(
-                    a.out + ((size_t)(r + e / (G * D / 2)) * a.n_head + (size_t)kvh * G) *
+                    a.out + ((size_t)(r + e / (G * D / 2) * RSTEP) * a.n_head + (size_t)kvh * G) *
                                 D)[e % (G * D / 2)] = BF16_NAN | (BF16_NAN << 16);
         return;
     }
     const int s_last = min(s_first + spb, sp.n_split);
     const int k_begin = sp.j0 + s_first * sp.per_split;
-    const int k_end = min(sp.j0 + s_last * sp.per_split, i + 1);
+    const int k_end = min(sp.j0 + (s_last + (nrow - 1) * TSH) * sp.per_split, i + 1);
     const int n_chunks = (k_end - k_begin + CK - 1) / CK;
     const int n_units = n_chunks * UPC;
     /* a tile row's first (max, sum) or partial (row k, head g at base_of(k) + g * max_split),
      * and its kept scores */
     auto base_of = [&](int k) -> size_t {
-        return ((size_t)(rl + k) * a.n_head + (size_t)kvh * G) * max_split;
+        return ((size_t)(rl + k * RSTEP) * a.n_head + (size_t)kvh * G) * max_split;
     };
     auto keep_of = [&](int k) -> float * {
-        return KEEP ? keep + ((size_t)(rl + k) * a.n_head + (size_t)kvh * G) * a.window : NULL;
+        return KEEP ? keep + ((size_t)(rl + k * RSTEP) * a.n_head + (size_t)kvh * G) * a.window
+                    : NULL;
     };
-    /* M row m's keys in the tile at t0 (of nk) */
+    /* M row m's keys in the tile at t0 (of nk): none in a tile before the row's first (STR) */
     auto nk_row = [&](int m, int t0, int nk) -> int {
+        if constexpr (STR)
+            if (t0 < row_lo[m / G]) return 0;
         return max(0, min(nk, row_end[m / G] - t0));
+    };
+    /* the split of tile row k that grid split s (row 0's numbering) is */
+    auto split_of = [&](int k, int s) -> int { return s - k * TSH; };
+    /* whether this block holds tile row k's split sk: STR rows' ranges are shifted, so a block's
+     * tiles include splits of other blocks (or past the row's) that it must not store */
+    auto holds = [&](int k, int sk) -> bool {
+        if constexpr (STR)
+            return sk >= (int)blockIdx.x * spb &&
+                   sk < min((int)blockIdx.x * spb + spb, row_splits[k]);
+        else
+            return sk < row_splits[k];
     };
 
     /* unit u's store plane: K (0) or V (1) */
@@ -612,15 +654,20 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
         for (int k = 0; k < KP; k++) {
             const int e = tid + k * ATTN_THREADS, m = e / ATTN_TILE, kk = e % ATTN_TILE;
             kp[k] = ti * CPT < n_chunks && m < mv && kk < nk_row(m, t0, nk)
-                        ? keep_of(m / G)[(size_t)(m % G) * a.window + (t0 - sp.j0) + kk]
+                        ? keep_of(m / G)[(size_t)(m % G) * a.window +
+                                         (t0 - sp.j0 - (m / G) * TSH * ATTN_TILE) + kk]
                         : 0.0f;
         }
     };
 
     if (tid < nrow) { /* every row's key end and splits, for the per-row masks and stores */
-        const int ik = a.pos[r + tid];
+        const int ik = a.pos[r + tid * RSTEP];
         row_end[tid] = ik + 1;
         row_splits[tid] = plan_split(ik, a.window).n_split;
+        if constexpr (STR) { /* its first key here, and its end at its block's last split */
+            row_lo[tid] = k_begin + tid * TSH * sp.per_split;
+            row_end[tid] = min(ik + 1, row_lo[tid] + (s_last - s_first) * sp.per_split);
+        }
     }
     __syncthreads();
     look_up(0, 0);
@@ -629,7 +676,7 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
     if constexpr (SCORES) { /* the rows' queries, bf16 as stored, row after row */
         for (int e8 = tid; e8 < mv * D / 8; e8 += ATTN_THREADS) {
             const int m = e8 / (D / 8), d = e8 % (D / 8) * 8;
-            const bf16_t *q = a.q + ((size_t)(r + m / G) * a.n_head + (size_t)kvh * G) * D;
+            const bf16_t *q = a.q + ((size_t)(r + m / G * RSTEP) * a.n_head + (size_t)kvh * G) * D;
             *reinterpret_cast<uint4 *>(qsb + m * QS + d) =
                 *reinterpret_cast<const uint4 *>(q + (size_t)(m % G) * D + d);
         }
@@ -745,8 +792,10 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
                 for (int t = 0; t < 4; t++) {
                     const int m = g0 + (t >> 1) * 8, kk = warp * KW + n * 8 + 2 * qd + (t & 1);
                     if (m >= mv) continue;
-                    /* the key is the row's (a tile row's keys end at its own position) */
-                    const bool own = k_begin + c * CK + kk < row_end[m / G];
+                    /* the key is the row's (a tile row's keys end at its own position; STR:
+                     * they start at its own first) */
+                    const int key = k_begin + c * CK + kk;
+                    const bool own = key < row_end[m / G] && (!STR || key >= row_lo[m / G]);
                     const bool mapped = ko[kk] >= 0, in = kk < nkc && own;
                     const float sc = k_round_bf16(s[n][t]);
                     if constexpr (PV) /* the weight itself, 0 for a key without one */
@@ -754,7 +803,8 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
                             in && mapped ? softmax_p(sc, m_run[m], l_run[m]) : 0.0f;
                     else
                         ps[m * ATTN_TILE + kc + kk] = in && mapped ? sc : -INFINITY;
-                    if (!PV && in && !mapped) bad[m / G][split_rel] = 1; /* an unmapped key */
+                    if (!PV && in && !mapped) /* an unmapped key */
+                        bad[m / G][split_rel - (m / G) * TSH] = 1;
                 }
         }
         if (plane == 1) { /* (the K unit that wrote these weights ended in a barrier) */
@@ -791,8 +841,8 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
             if (tile_end) {
                 if constexpr (KEEP)
                     for (int k = 0; k < nrow; k++)
-                        keep_scores<G>(keep_of(k), a.window, t0 - sp.j0, ps + k * G * ATTN_TILE,
-                                       nk_row(k * G, t0, nk), tid);
+                        keep_scores<G>(keep_of(k), a.window, t0 - sp.j0 - k * TSH * ATTN_TILE,
+                                       ps + k * G * ATTN_TILE, nk_row(k * G, t0, nk), tid);
                 /* the next unit's scores overwrite ps only after its first barrier */
                 const auto nk_of = [&](int m) { return nk_row(m, t0, nk); };
                 if (together) /* serve.attn_stats_together: the same bits */
@@ -803,10 +853,10 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
             if (split_done) {
                 __syncthreads(); /* every head's (max, sum) */
                 if (tid < mv) {  /* this split's, then fresh ones for the next */
-                    const int k = tid / G, g = tid % G;
-                    if (split < row_splits[k])
-                        ml[base_of(k) + (size_t)g * max_split + split] =
-                            make_float2(m_run[tid], bad[k][split_rel] ? NAN : l_run[tid]);
+                    const int k = tid / G, g = tid % G, sk = split_of(k, split);
+                    if (holds(k, sk))
+                        ml[base_of(k) + (size_t)g * max_split + sk] =
+                            make_float2(m_run[tid], bad[k][split_rel - k * TSH] ? NAN : l_run[tid]);
                     m_run[tid] = -INFINITY;
                     l_run[tid] = 0.0f;
                 }
@@ -817,13 +867,14 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int m = g0 + h * 8, d = warp * DW + n * 8 + 2 * qd;
-                    if (m < mv && split < row_splits[m / G]) {
+                    const int sk = split_of(m / G, split);
+                    if (m < mv && holds(m / G, sk)) {
                         if constexpr (FOLD) {
                             tot[n][2 * h] += o[n][2 * h];
                             tot[n][2 * h + 1] += o[n][2 * h + 1];
                         } else {
                             *reinterpret_cast<float2 *>(
-                                part + (base_of(m / G) + (size_t)(m % G) * max_split + split) * D +
+                                part + (base_of(m / G) + (size_t)(m % G) * max_split + sk) * D +
                                 d) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
                         }
                     }
@@ -850,7 +901,8 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
                 const int m = g0 + h * 8, d = warp * DW + n * 8 + 2 * qd;
                 if (m >= mv) continue;
                 bf16_t *out =
-                    a.out + ((size_t)(r + m / G) * a.n_head + (size_t)kvh * G + m % G) * D + d;
+                    a.out + ((size_t)(r + m / G * RSTEP) * a.n_head + (size_t)kvh * G + m % G) * D +
+                    d;
                 const bool nan = head_nan[m];
                 out[0] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(tot[n][2 * h]);
                 out[1] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(tot[n][2 * h + 1]);
@@ -861,8 +913,15 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
 /* A block per query tile of R consecutive rows of the launch (R > 1), which share it where
  * tile_rows_share says they may and otherwise take it in turn, each as a tile of one row (the
  * same units, mmas and order as attn_mma_kernel's block of its own); the launch's row count is a
- * multiple of R except the step's last. */
-template <int D, int G, bool FP8, bool PV, bool KEEP, int R, bool FOLD = false>
+ * multiple of R except the step's last.
+ * STRIDED (serve.attn_strided_tiles): the launch's rows in whole groups of ATTN_TILE x R (the z
+ * tiles 64 s .. 64 s + 63) whose first row is past its window's first fill go as strided tiles
+ * instead: tile 64 s + l takes rows 64 R s + l + 64 k, k < R, which strided_rows_share or take
+ * it in turn. Both ways the group's tiles cover its rows once each; every block of a group
+ * decides from the group's first row alone, so they agree. Windowed rows past the fill, every
+ * row of a long prompt's later chunks, took their blocks row after row before. */
+template <int D, int G, bool FP8, bool PV, bool KEEP, int R, bool FOLD = false,
+          bool STRIDED = false>
 static __global__ void __launch_bounds__(ATTN_THREADS, 1)
     attn_mma_tile_kernel(k_attention_args a, int row0, int max_split, int spb, float *part,
                          float2 *ml, float *keep, int longest_first, int together) {
@@ -873,6 +932,32 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 1)
      * they start first and the short ones fill in around them. Which block computes a tile never
      * shows in its outputs. */
     const int tile = longest_first ? (int)(gridDim.z - 1 - blockIdx.z) : (int)blockIdx.z;
+    if constexpr (STRIDED) {
+        constexpr int GROUP = ATTN_TILE * R; /* a group's rows */
+        /* the launch's rows: a row chunk's (k_attention), whole tiles but for the step's last */
+        const int rows = min(a.rows - row0, (int)gridDim.z * R);
+        const int g0 = tile / ATTN_TILE * GROUP;
+        /* strided where the group is whole and its first and last rows are past the fill (a group
+         * across the fill keeps consecutive tiles: its rows before the fill share those) */
+        const bool whole = a.window > 0 && g0 + GROUP <= rows;
+        const int first = whole ? a.pos[row0 + g0] : -1;
+        const int last = whole ? a.pos[row0 + g0 + GROUP - 1] : -1;
+        if (first >= 0 && last >= 0 && plan_split(first, a.window).j0 > 0 &&
+            plan_split(last, a.window).j0 > 0) {
+            const int rl0 = g0 + tile % ATTN_TILE;
+            if (strided_rows_share(a, row0 + rl0, R, max_split)) {
+                mma_pass<D, G, FP8, PV, KEEP, R, FOLD, true>(a, row0, max_split, spb, part, ml,
+                                                             keep, rl0, R, together);
+            } else {
+                for (int k = 0; k < R; k++) {
+                    if (k > 0) __syncthreads(); /* shared memory reused row after row */
+                    mma_pass<D, G, FP8, PV, KEEP, R, FOLD>(a, row0, max_split, spb, part, ml, keep,
+                                                           rl0 + k * ATTN_TILE, 1, together);
+                }
+            }
+            return;
+        }
+    }
     const int rl0 = tile * R, nrow = min(R, a.rows - row0 - rl0);
     if (tile_rows_share(a, row0 + rl0, nrow, max_split)) {
         mma_pass<D, G, FP8, PV, KEEP, R, FOLD>(a, row0, max_split, spb, part, ml, keep, rl0, nrow,
@@ -988,12 +1073,12 @@ int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb
                                                    row0, s);
 }
 
-template <int D, int G, bool FP8, bool PV, bool KEEP, bool FOLD = false>
+template <int D, int G, bool FP8, bool PV, bool KEEP, bool FOLD = false, bool STRIDED = false>
 static int mma_tile_smem_allow(void) {
     constexpr int R = attn_tile_rows<G>();
     static bool set = false;
     if (!set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_tile_kernel<D, G, FP8, PV, KEEP, R, FOLD>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_tile_kernel<D, G, FP8, PV, KEEP, R, FOLD, STRIDED>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)mma_smem_bytes<D, G, FP8, PV, KEEP, R>()));
         set = true;
@@ -1001,12 +1086,56 @@ static int mma_tile_smem_allow(void) {
     return K_OK;
 }
 
-template <int D, int G, bool FP8, bool KEEP> static int mma_tile_allow_both(void) {
-    int rc = mma_tile_smem_allow<D, G, FP8, false, KEEP>();
-    if (rc == K_OK) rc = mma_tile_smem_allow<D, G, FP8, true, KEEP>();
+/* serve.attn_strided_tiles (kernels.h): the windowed head dim's tile kernels take the launch's
+ * rows in strided groups where they may (attn_mma_tile_kernel); the other head dim has no
+ * windowed layer in any Gemma 4 model, and keeps the consecutive tiles only */
+static int attn_strided_tiles_on = 0; /* serve.attn_strided_tiles' default */
+extern "C" void k_set_attn_strided_tiles(int on) { attn_strided_tiles_on = on ? 1 : 0; }
+int attn_strided_tiles(void) { return attn_strided_tiles_on; }
+static long long attn_strided_launches; /* launches on the strided tile kernels */
+extern "C" long long k_attn_strided_launches(void) { return attn_strided_launches; }
+template <int D> static constexpr bool strided_dim() { return D == 256; }
+
+template <int D, int G, bool FP8, bool KEEP, bool STRIDED> static int mma_tile_allow_three(void) {
+    int rc = mma_tile_smem_allow<D, G, FP8, false, KEEP, false, STRIDED>();
+    if (rc == K_OK) rc = mma_tile_smem_allow<D, G, FP8, true, KEEP, false, STRIDED>();
     /* the folded P.V pass (serve.attn_tile_fold) too: set at start-up, never first inside a
      * graph's capture */
-    return rc == K_OK ? mma_tile_smem_allow<D, G, FP8, true, KEEP, true>() : rc;
+    return rc == K_OK ? mma_tile_smem_allow<D, G, FP8, true, KEEP, true, STRIDED>() : rc;
+}
+
+template <int D, int G, bool FP8, bool KEEP> static int mma_tile_allow_both(void) {
+    int rc = mma_tile_allow_three<D, G, FP8, KEEP, false>();
+    if constexpr (strided_dim<D>())
+        if (rc == K_OK) rc = mma_tile_allow_three<D, G, FP8, KEEP, true>();
+    return rc;
+}
+
+/* The stats pass and the P.V pass (folded where the grid is one block wide) on the tile
+ * kernels, consecutive or (STRIDED) strided where they may. */
+template <int D, int G, bool FP8, bool KEEP, bool STRIDED>
+static int mma_tile_launch(const k_attention_args *a, dim3 grid, int max_split, int spb,
+                           float *part, float2 *ml, float *keep, int row0, bool fold,
+                           cudaStream_t s) {
+    constexpr int R = attn_tile_rows<G>();
+    CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, false, KEEP, R, false, STRIDED>, grid,
+                        ATTN_THREADS, mma_smem_bytes<D, G, FP8, false, KEEP, R>(), s, *a, row0,
+                        max_split, spb, part, ml, keep, attn_longest_first_on,
+                        attn_stats_together_on));
+    CUDA_CHECK(cudaGetLastError());
+    if (fold && grid.x == 1) { /* its own kernel: the default P.V pass's code is unchanged */
+        CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R, true, STRIDED>, grid,
+                            ATTN_THREADS, mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a, row0,
+                            max_split, spb, part, ml, keep, attn_longest_first_on,
+                            attn_stats_together_on));
+    } else {
+        CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R, false, STRIDED>, grid,
+                            ATTN_THREADS, mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a, row0,
+                            max_split, spb, part, ml, keep, attn_longest_first_on,
+                            attn_stats_together_on));
+    }
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
 }
 
 /* Query tiles: the grid's z counts tiles of attn_tile_rows<G>() rows (the launcher's rows, a
@@ -1023,25 +1152,18 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
         return attn_mma_passes<D, G, FP8, KEEP>(a, grid, max_split, spb, part, ml, keep, NULL, row0,
                                                 s);
     } else {
+        (void)R;
         int rc = mma_tile_allow_both<D, G, FP8, KEEP>();
         if (rc != K_OK) return rc;
-        CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, false, KEEP, R>, grid, ATTN_THREADS,
-                            mma_smem_bytes<D, G, FP8, false, KEEP, R>(), s, *a, row0, max_split,
-                            spb, part, ml, keep, attn_longest_first_on, attn_stats_together_on));
-        CUDA_CHECK(cudaGetLastError());
-        if (fold && grid.x == 1) { /* its own kernel: the default P.V pass's code is unchanged */
-            CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R, true>, grid,
-                                ATTN_THREADS, mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a,
-                                row0, max_split, spb, part, ml, keep, attn_longest_first_on,
-                                attn_stats_together_on));
-        } else {
-            CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R>, grid, ATTN_THREADS,
-                                mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a, row0, max_split,
-                                spb, part, ml, keep, attn_longest_first_on,
-                                attn_stats_together_on));
-        }
-        CUDA_CHECK(cudaGetLastError());
-        return K_OK;
+        if constexpr (strided_dim<D>())
+            if (attn_strided_tiles_on && a->window > 0) {
+                rc = mma_tile_launch<D, G, FP8, KEEP, true>(a, grid, max_split, spb, part, ml, keep,
+                                                            row0, fold, s);
+                if (rc == K_OK) attn_strided_launches++;
+                return rc;
+            }
+        return mma_tile_launch<D, G, FP8, KEEP, false>(a, grid, max_split, spb, part, ml, keep,
+                                                       row0, fold, s);
     }
 }
 

@@ -399,6 +399,15 @@ void k_set_attn_tile_fold(int on);
 long long k_attn_tile_folds(void);
 /* Launches that ran on the query tiles, for the gates of their speed-only forms. */
 long long k_attn_tile_launches(void);
+/* The query-tile passes of windowed layers take a launch's rows in groups of 64 x (16 / group)
+ * whose first and last rows are past the window's first fill as strided tiles: rows 64 apart,
+ * whose key tiles and splits are each other's shifted by whole tiles, share a block's K and V
+ * units (serve.attn_strided_tiles; speed only: each row's units, products and order are its own
+ * block's). Before it those rows, every row of a long prompt's later chunks, took their blocks
+ * one row after another. Process-wide; k_attn_strided_launches counts the launches (the gates
+ * check they ran). */
+void k_set_attn_strided_tiles(int on);
+long long k_attn_strided_launches(void);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

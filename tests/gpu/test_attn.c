@@ -44,7 +44,7 @@ typedef struct cfg {
  * between them and C's after: a hundred rows on both sides of the window's edge (W = 1024) in
  * one launch, the shape of a prefill step. (The CPU reference's cost grows with rows x keys: a
  * longer chunk would add seconds, not cases.) */
-#define MAX_ROWS 102
+#define MAX_ROWS 2200 /* the strided tiles' prompt chunks; the reference's sets stay <= 102 */
 static int n_rows;
 static int32_t row_pos[MAX_ROWS], row_seq[MAX_ROWS];
 static int seq_len[N_SEQ]; /* positions 0..len-1 exist */
@@ -859,6 +859,171 @@ static void run_fold_nan_cases(const cfg *cfgs, uint64_t *seed) {
     run_fold_nan_paths(&cfgs[4], 0, 0, (*seed)++);
 }
 
+/* ---- strided query tiles (serve.attn_strided_tiles) ----
+ *
+ * A long prompt's chunk: rows of one sequence at consecutive positions, cut by a decode row of
+ * another sequence (a strided set holding it takes its rows in turn, and every later row's
+ * launch index moves by one), with a third sequence's row at the end. shape 0: every prompt
+ * row past the window's first fill, from `from`; shape 1: the chunk starts before the fill, so
+ * its first group keeps consecutive tiles and a later one goes strided. No reference run: every
+ * output bit is compared with the one-row blocks' (query tiles off), which the op gates above
+ * hold to the reference. */
+static void make_strided_rows(int window, int shape, int n_prompt) {
+    n_rows = 0;
+    const int from = shape == 0 ? window + 276 : window > 324 ? window - 324 : 0;
+    seq_len[0] = 3001;
+    seq_len[1] = from + n_prompt;
+    seq_len[2] = 101;
+    for (int k = 0; k < n_prompt; k++) {
+        if (k == 5) add_row(0, 3000);
+        add_row(1, from + k);
+    }
+    add_row(2, 100);
+}
+
+/* The launch at the current switches, output poisoned first; returns the elements that differ
+ * from want (all of them if a call failed, *rc set). */
+static long strided_run(const k_attention_args *a, int spb, void *dout, bf16_t *got,
+                        const bf16_t *want, size_t qn, int *rc) {
+    k_attention_args sa = *a;
+    sa.splits_per_block = spb;
+    for (size_t i = 0; i < qn; i++)
+        got[i] = BF16_NAN;
+    *rc = k_copy_to_device(dout, got, qn * 2) | k_attention(&sa, NULL) | k_sync() |
+          k_copy_to_host(got, dout, qn * 2);
+    if (*rc) return (long)qn;
+    long differ = 0;
+    for (size_t i = 0; i < qn; i++)
+        differ += got[i] != want[i];
+    return differ;
+}
+
+static void run_strided_tiles(const cfg *c, int window, int shape, int fp8, uint64_t seed) {
+    char gate[160], tag[48];
+    const int group = c->n_head / c->n_kv;
+    /* two whole groups of 64 x (16 / group) rows and a ragged tail */
+    const int n_prompt = 2 * 64 * (16 / group) + 76;
+    snprintf(gate, sizeof gate, "attn_strided_tiles[%s w%d%s %s]", tag_of(c, tag, sizeof tag),
+             window, fp8 ? " e4m3" : "", shape ? "across the fill" : "past the fill");
+    if (n_prompt + 2 > MAX_ROWS) {
+        test_skip(gate, "skipped: group %d needs %d rows, the test holds %d", group, n_prompt + 2,
+                  MAX_ROWS);
+        return;
+    }
+    make_strided_rows(window, shape, n_prompt);
+    rng_state = seed;
+    store s;
+    make_store(&s, c, window);
+    const size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d;
+    bf16_t *q = malloc(qn * 2), *want = malloc(qn * 2), *got = malloc(qn * 2);
+    bf16_t *kv = malloc(s.elems * 2);
+    if (!q || !want || !got || !kv) {
+        TEST_CHECK(gate, 0, "host allocation failed");
+        free(q), free(want), free(got), free(kv), free(s.tables);
+        return;
+    }
+    fill_uniform(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
+    fill_store(kv, &s, c);
+    size_t kv_bytes = s.elems * 2;
+    if (fp8) {
+        uint8_t *b = (uint8_t *)kv;
+        for (size_t i = 0; i < s.elems; i++)
+            b[i] = ref_f32_to_e4m3(ref_bf16_to_f32(kv[i]));
+        kv_bytes = s.elems;
+    }
+    const size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
+                 rb = sizeof(int32_t) * (size_t)n_rows;
+    void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
+    void *dkv = k_device_alloc(kv_bytes), *dt = k_device_alloc(tb);
+    void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
+    int rc = !dq || !dout || !dkv || !dt || !dpos || !dseq;
+    if (!rc)
+        rc = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv, kv_bytes) |
+             k_copy_to_device(dt, s.tables, tb) | k_copy_to_device(dpos, row_pos, rb) |
+             k_copy_to_device(dseq, row_seq, rb);
+    k_attention_args a = {.out = dout,
+                          .q = dq,
+                          .pos = dpos,
+                          .seq = dseq,
+                          .kv = view_of(&s, c, dkv, dt),
+                          .rows = n_rows,
+                          .n_head = c->n_head,
+                          .kv_layer = KV_LAYER,
+                          .window = window};
+    a.kv.elem_bytes = fp8 ? 1 : 2;
+    /* the one-row blocks' bits: query tiles off */
+    long base_nan = 0;
+    if (!rc) {
+        k_set_attn_query_tiles(0);
+        (void)strided_run(&a, 0, dout, want, want, qn, &rc);
+        for (size_t i = 0; i < qn && !rc; i++)
+            base_nan += isnan(ref_bf16_to_f32(want[i]));
+    }
+    /* the strided tiles in each of the tiles' forms, and at forced splits a block (1, 2, 3: a
+     * block's split range shifted row by row; folding only where one block holds every split) */
+    static const struct {
+        const char *name;
+        int longest, together, fold, spb;
+    } forms[] = {{"", 0, 0, 0, 0},
+                 {" tile fold", 0, 0, 1, 0},
+                 {" longest first stats together tile fold", 1, 1, 1, 0},
+                 {" 1 split a block", 0, 0, 1, 1},
+                 {" 2 splits a block", 1, 0, 0, 2},
+                 {" 3 splits a block", 0, 1, 1, 3}};
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        char sgate[200];
+        snprintf(sgate, sizeof sgate, "%s%s", gate, forms[f].name);
+        const long long launches0 = k_attn_strided_launches();
+        long differ = (long)qn;
+        if (!rc) {
+            k_set_attn_query_tiles(1);
+            k_set_attn_strided_tiles(1);
+            k_set_attn_longest_first(forms[f].longest);
+            k_set_attn_stats_together(forms[f].together);
+            k_set_attn_tile_fold(forms[f].fold);
+            differ = strided_run(&a, forms[f].spb, dout, got, want, qn, &rc);
+            k_set_attn_tile_fold(0);
+            k_set_attn_stats_together(0);
+            k_set_attn_longest_first(0);
+            k_set_attn_strided_tiles(0);
+            k_set_attn_query_tiles(0);
+        }
+        const long long strided = k_attn_strided_launches() - launches0;
+        TEST_CHECK(sgate, rc == 0 && differ == 0 && strided > 0 && base_nan == 0,
+                   "%ld of %zu output elements differ between strided query tiles and a block "
+                   "per row (must be bit-identical); strided launches %lld (must be > 0); NaN in "
+                   "the one-row blocks' output %ld; rc %d",
+                   differ, qn, strided, base_nan, rc);
+    }
+    k_device_free(dq);
+    k_device_free(dout);
+    k_device_free(dkv);
+    k_device_free(dt);
+    k_device_free(dpos);
+    k_device_free(dseq);
+    free(q);
+    free(want);
+    free(got);
+    free(kv);
+    free(s.tables);
+}
+
+/* Windows of 1,024 (16 splits), 1,000 (a partial last tile), 256 (4 splits) and 2,048 (32
+ * splits: no fold, two blocks at 16 a block); 2,500 (two tiles a split) may not go strided
+ * and takes its sets' rows in turn: the same bits either way. Head dim 256 only (the windowed
+ * families); both pools. */
+static void run_strided_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
+    static const int windows[] = {1024, 1000, 256, 2048, 2500};
+    for (size_t i = 0; i < n_cfg; i++) {
+        if (cfgs[i].d != 256) continue;
+        for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++)
+            for (int shape = 0; shape <= 1; shape++)
+                run_strided_tiles(&cfgs[i], windows[w], shape, 0, (*seed)++);
+        run_strided_tiles(&cfgs[i], 1024, 0, 1, (*seed)++);
+        run_strided_tiles(&cfgs[i], 1000, 1, 1, (*seed)++);
+    }
+}
+
 static void run_attention_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
     static const int windows[] = {0, 8, 1024, 2500};
     make_rows(0);
@@ -926,6 +1091,13 @@ int main(void) {
     /* G4_ATTN_GATES=nan_paths: only the NaN paths, on the tensor-core passes (a short device
      * call's subset; every gate above and below runs without it) */
     const char *only = getenv("G4_ATTN_GATES");
+    if (only && strcmp(only, "strided") == 0) { /* G4_ATTN_GATES=strided: those gates only */
+        attn_mma = 1;
+        k_set_attn_mma(1);
+        run_strided_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
+        k_set_attn_mma(0);
+        return harness_exit();
+    }
     if (only && strcmp(only, "nan_paths") == 0) {
         attn_mma = 1;
         k_set_attn_mma(1);
@@ -937,6 +1109,10 @@ int main(void) {
         k_set_attn_mma(attn_mma);
         run_attention_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
     }
+    /* the strided tiles run on the tensor-core passes only */
+    attn_mma = 1;
+    k_set_attn_mma(1);
+    run_strided_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
     k_set_attn_mma(0);
     run_refusals();
     return harness_exit();
