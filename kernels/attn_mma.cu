@@ -971,6 +971,45 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 1)
     }
 }
 
+/* ---- the query tiles at the matrix rate (serve.attn_flash) ---- */
+
+#include "kernels/attn_flash.cuh"
+
+/* A block per FLASH_TILES query tiles of R rows: the flash pass where the block's rows allow
+ * it, else each tile's folded passes in turn (attn_mma_tile_kernel's stats pass, then its
+ * folded P.V pass reading the statistics and kept scores the block has just written). The
+ * grid: one block along x (every split of its rows), the KV heads along y, the blocks along z. */
+template <int G, bool FP8, bool KEEP>
+static __global__ void __launch_bounds__(ATTN_THREADS, 2)
+    attn_flash_kernel(k_attention_args a, int row0, int nr, int max_split, float *part, float2 *ml,
+                      float *keep, int longest_first, int together) {
+    K_GRID_DEPENDENCY();
+    constexpr int R = attn_tile_rows<G>();
+    static_assert(R > 1, "tiles of one row are attn_mma_kernel's");
+    const int blk = longest_first ? (int)(gridDim.z - 1 - blockIdx.z) : (int)blockIdx.z;
+    /* nr, the launch's rows: a launch of 16 or more rows but not the step's last is whole
+     * 16-row chunks, which a block of 2 tiles of 16 rows (the group of 1) may overhang */
+    const int rl0 = blk * FLASH_TILES * R, nrow = min(FLASH_TILES * R, nr - rl0);
+    if (flash_block_shares(a, row0 + rl0, nrow, max_split)) {
+        flash_pass<G, FP8>(a, row0, rl0, nrow);
+        return;
+    }
+    for (int t = 0; t < FLASH_TILES; t++) {
+        const int tl0 = rl0 + t * R, tn = min(R, nr - tl0);
+        if (tn <= 0) break; /* block-uniform */
+        const bool share = tile_rows_share(a, row0 + tl0, tn, max_split);
+        for (int k = 0; k < (share ? 1 : tn); k++) {
+            const int rl = share ? tl0 : tl0 + k, n = share ? tn : 1;
+            if (t > 0 || k > 0) __syncthreads(); /* shared memory reused */
+            mma_pass<256, G, FP8, false, KEEP, R, false>(a, row0, max_split, max_split, part, ml,
+                                                         keep, rl, n, together);
+            __syncthreads(); /* the statistics and kept scores it wrote, for this block's reads */
+            mma_pass<256, G, FP8, true, KEEP, R, true>(a, row0, max_split, max_split, part, ml,
+                                                       keep, rl, n, together);
+        }
+    }
+}
+
 static int attn_fp8_frags_on = 1; /* serve.attn_fp8_frags' default */
 extern "C" void k_set_attn_fp8_frags(int on) { attn_fp8_frags_on = on ? 1 : 0; }
 static int attn_early_lookup_on = 1; /* serve.attn_early_lookup's default */
@@ -979,6 +1018,11 @@ static int attn_longest_first_on = 1; /* serve.attn_longest_first's default */
 extern "C" void k_set_attn_longest_first(int on) { attn_longest_first_on = on ? 1 : 0; }
 static int attn_stats_together_on = 1; /* serve.attn_stats_together's default */
 extern "C" void k_set_attn_stats_together(int on) { attn_stats_together_on = on ? 1 : 0; }
+
+static int attn_flash_on = 0; /* serve.attn_flash's default */
+extern "C" void k_set_attn_flash(int on) { attn_flash_on = on ? 1 : 0; }
+static long long attn_flash_launches; /* launches that took attn_flash_kernel */
+extern "C" long long k_attn_flash_launches(void) { return attn_flash_launches; }
 
 template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR> static int mma_smem_allow(void) {
     static bool set = false;
@@ -1138,6 +1182,46 @@ static int mma_tile_launch(const k_attention_args *a, dim3 grid, int max_split, 
     return K_OK;
 }
 
+/* The flash kernel's dynamic shared memory: its own layout, or the folded passes' it runs for
+ * blocks whose rows do not share, whichever is larger. */
+template <int G, bool FP8, bool KEEP> static constexpr size_t flash_smem_bytes(void) {
+    constexpr int R = attn_tile_rows<G>();
+    constexpr size_t f = flash_layout<FP8>::BYTES,
+                     st = mma_smem_bytes<256, G, FP8, false, KEEP, R>(),
+                     pv = mma_smem_bytes<256, G, FP8, true, KEEP, R>();
+    return f > st ? (f > pv ? f : pv) : (st > pv ? st : pv);
+}
+
+template <int G, bool FP8, bool KEEP> static int flash_smem_allow(void) {
+    static bool set = false;
+    if (!set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_flash_kernel<G, FP8, KEEP>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)flash_smem_bytes<G, FP8, KEEP>()));
+        set = true;
+    }
+    return K_OK;
+}
+
+/* The folded query-tile passes as one launch (serve.attn_flash): FLASH_TILES of the grid's
+ * tiles a block. */
+template <int G, bool FP8, bool KEEP>
+static int flash_launch(const k_attention_args *a, dim3 grid, int max_split, float *part,
+                        float2 *ml, float *keep, int row0, cudaStream_t s) {
+    const int rc = flash_smem_allow<G, FP8, KEEP>();
+    if (rc != K_OK) return rc;
+    const dim3 fgrid(1, grid.y, (grid.z + FLASH_TILES - 1) / FLASH_TILES);
+    /* the launch's rows: grid.z tiles of R, the step's last launch ending at its last row */
+    const int rows_left = a->rows - row0, tile_rows = (int)grid.z * attn_tile_rows<G>();
+    const int nr = rows_left < tile_rows ? rows_left : tile_rows;
+    CUDA_CHECK(k_launch(attn_flash_kernel<G, FP8, KEEP>, fgrid, ATTN_THREADS,
+                        flash_smem_bytes<G, FP8, KEEP>(), s, *a, row0, nr, max_split, part, ml,
+                        keep, attn_longest_first_on, attn_stats_together_on));
+    CUDA_CHECK(cudaGetLastError());
+    attn_flash_launches++;
+    return K_OK;
+}
+
 /* Query tiles: the grid's z counts tiles of attn_tile_rows<G>() rows (the launcher's rows, a
  * multiple of it but for the step's last launch). fold (serve.attn_tile_fold, a grid of one block
  * along x: every split of a tile's rows in its block): the P.V pass sums the splits and writes
@@ -1155,6 +1239,9 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
         (void)R;
         int rc = mma_tile_allow_both<D, G, FP8, KEEP>();
         if (rc != K_OK) return rc;
+        if constexpr (D == 256) /* serve.attn_flash: the folded passes in one launch */
+            if (attn_flash_on && fold && grid.x == 1)
+                return flash_launch<G, FP8, KEEP>(a, grid, max_split, part, ml, keep, row0, s);
         if constexpr (strided_dim<D>())
             if (attn_strided_tiles_on && a->window > 0) {
                 rc = mma_tile_launch<D, G, FP8, KEEP, true>(a, grid, max_split, spb, part, ml, keep,
@@ -1193,6 +1280,8 @@ template <int D, int G, bool FP8, bool KEEP> static int mma_allow_group(void) {
     int rc = mma_allow_both<D, G, FP8, KEEP>();
     if constexpr (attn_tile_rows<G>() > 1)
         if (rc == K_OK) rc = mma_tile_allow_both<D, G, FP8, KEEP>();
+    if constexpr (D == 256 && attn_tile_rows<G>() > 1) /* serve.attn_flash may turn on later */
+        if (rc == K_OK) rc = flash_smem_allow<G, FP8, KEEP>();
     return rc;
 }
 

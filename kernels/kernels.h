@@ -408,6 +408,16 @@ long long k_attn_tile_launches(void);
  * check they ran). */
 void k_set_attn_strided_tiles(int on);
 long long k_attn_strided_launches(void);
+/* The folded query-tile passes of head dim 256 (the windowed layers) as one launch whose block
+ * takes several consecutive tiles of one KV head, K and V staged once for all of them, a warp a
+ * tile against every key of a unit, scores and weights kept in registers, the splits' (max, sum)
+ * in shared memory (serve.attn_flash, default 0; speed only: every operation of a row and split
+ * in the folded passes' order, so the same bits; docs/attention-design.md). Blocks whose rows
+ * do not all share one sequence's tiles from key 0 run the two folded passes in turn. Head dim
+ * 512 and unfolded grids keep their passes. Process-wide. k_attn_flash_launches counts the
+ * launches that took it (the gates check it ran). */
+void k_set_attn_flash(int on);
+long long k_attn_flash_launches(void);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

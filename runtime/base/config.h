@@ -62,7 +62,8 @@ typedef struct g4_config {
         int attn_stats_together; /* 0/1, default 1: a warp's tile rows' statistics side by side */
         int attn_tile_fold; /* 0/1, default 1: query tiles combine their splits in the P.V pass */
         int attn_strided_tiles; /* 0/1, default 0: windowed rows past the fill in strided tiles */
-        int prompt_gemm;        /* 0/1, default 1: prompt rows' projections on split-k-1 cuBLASLt */
+        int attn_flash;     /* 0/1, default 0: folded query tiles of head dim 256 in one launch */
+        int prompt_gemm;    /* 0/1, default 1: prompt rows' projections on split-k-1 cuBLASLt */
         int prompt_experts; /* 0/1, default 0: prompt rows' experts as batched cuBLASLt products */
         int prompt_tile; /* 0 or 16..256, default 96: items a tile of those products (0: classes) */
         int moe_branches;          /* default 64: steps of at most this many rows run the router and

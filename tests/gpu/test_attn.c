@@ -48,6 +48,10 @@ typedef struct cfg {
 static int n_rows;
 static int32_t row_pos[MAX_ROWS], row_seq[MAX_ROWS];
 static int seq_len[N_SEQ]; /* positions 0..len-1 exist */
+/* the row set's bound on positions for the launches' max_pos (0: the cases' own rule), and the
+ * words its gates' names end with */
+static int rows_max_pos;
+static const char *rows_name = "";
 
 static void add_row(int seq, int pos) {
     row_seq[n_rows] = seq;
@@ -56,12 +60,25 @@ static void add_row(int seq, int pos) {
 
 /* chunk 0: decode-like rows; 1: a prefill chunk across the window's edge; 2: rows of 32
  * tiles (2,048 keys, a split a tile) beside the row at 3,000 (47 tiles, 24 splits of two), so
- * the grid must hold more splits than the longest row has */
+ * the grid must hold more splits than the longest row has; 3: a prompt of 300 rows (B's 0..299)
+ * after C's row at 100, max_pos 299 (every grid of at most 5 splits, so the query tiles fold at
+ * every window): blocks of several tiles of one sequence (serve.attn_flash), the first block
+ * mixed, the last one ragged, a tile of fewer rows at its end */
 static void make_rows(int chunk) {
     n_rows = 0;
+    rows_max_pos = 0;
+    rows_name = chunk == 1 ? " chunk" : chunk == 2 ? " 32-split rows" : "";
     seq_len[0] = 3001;
-    seq_len[1] = chunk == 2 ? 2048 : chunk ? 1080 : 21;
+    seq_len[1] = chunk == 3 ? 300 : chunk == 2 ? 2048 : chunk ? 1080 : 21;
     seq_len[2] = 101;
+    if (chunk == 3) {
+        rows_max_pos = 299;
+        rows_name = " prompt";
+        add_row(2, 100);
+        for (int p = 0; p < seq_len[1]; p++)
+            add_row(1, p);
+        return;
+    }
     int first = chunk == 2 ? 2040 : chunk ? 980 : 0, mid = chunk == 2 ? 2044 : chunk ? 1010 : 21;
     for (int p = first; p < mid; p++)
         add_row(1, p);
@@ -390,13 +407,18 @@ static long differ_with_switch(const k_attention_args *a, void (*set)(int), void
     return differ;
 }
 
+/* serve.attn_flash with what it runs under: the query tiles from one row, folded (off: all
+ * three off, as main leaves them) */
+static void set_flash_tiles(int on) {
+    k_set_attn_query_tiles(on ? 1 : 0);
+    k_set_attn_tile_fold(on);
+    k_set_attn_flash(on);
+}
+
 static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     char gate[128], tag[48];
     snprintf(gate, sizeof gate, "op_vs_ref[attention %s w%d%s%s]", tag_of(c, tag, sizeof tag),
-             window, fp8 ? " e4m3" : "",
-             n_rows > 100         ? " chunk"
-             : seq_len[1] == 2048 ? " 32-split rows"
-                                  : "");
+             window, fp8 ? " e4m3" : "", rows_name);
     rng_state = seed;
     store s;
     make_store(&s, c, window);
@@ -436,7 +458,9 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
                           .kv_layer = KV_LAYER,
                           .window = window,
                           /* the host's bound on pos (3000 is the largest row), or the table's */
-                          .max_pos = window == 1024 ? 3000 : 0};
+                          .max_pos = rows_max_pos     ? rows_max_pos
+                                     : window == 1024 ? 3000
+                                                      : 0};
     a.kv.elem_bytes = fp8 ? 1 : 2;
     if (!rc) rc = k_attention(&a, NULL) | k_sync() | k_copy_to_host(out, dout, qn * 2);
     k_attention_args ra = a;
@@ -517,14 +541,17 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
          * (serve.attn_tile_fold: where the grid's splits are at most 16, as on the windowed
          * cases, whose row at 3,000 has 16; the others keep the combine launch, which the fold
          * count checks); the same bits as the one-row blocks */
+        /* serve.attn_flash: the folded passes of head dim 256 as one launch of several tiles a
+         * block (the blocks whose rows do not all share, the folded passes tile after tile) */
         static const struct {
             const char *name;
-            int longest, together, fold;
-        } tile_forms[] = {{"longest first", 1, 0, 0},
-                          {"stats together", 0, 1, 0},
-                          {"tile fold", 0, 0, 1},
-                          {"longest first stats together tile fold", 1, 1, 1}};
-        const int grid_splits16 = window > 0 && window <= 1024; /* a.max_pos 3000 */
+            int longest, together, fold, flash;
+        } tile_forms[] = {
+            {"longest first", 1, 0, 0, 0},   {"stats together", 0, 1, 0, 0},
+            {"tile fold", 0, 0, 1, 0},       {"longest first stats together tile fold", 1, 1, 1, 0},
+            {"tile fold flash", 0, 0, 1, 1}, {"longest first tile fold flash", 1, 0, 1, 1}};
+        /* a.max_pos 3000, or the prompt's 299 */
+        const int grid_splits16 = rows_max_pos > 0 || (window > 0 && window <= 1024);
         /* a launch takes the tiles from 16 rows (k_attention): the 10 rows of the 32-split
          * case never do, so there the forms have nothing to show */
         const int want_tiles = n_rows >= 16 && c->n_head / c->n_kv < 16;
@@ -536,6 +563,7 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
                 continue;
             }
             const long long launches0 = k_attn_tile_launches();
+            const long long flashes0 = k_attn_flash_launches();
             long form_differ = 0;
             for (size_t i = 0; i < qn; i++)
                 again[i] = BF16_NAN;
@@ -544,23 +572,30 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
             k_set_attn_longest_first(tile_forms[f].longest);
             k_set_attn_stats_together(tile_forms[f].together);
             k_set_attn_tile_fold(tile_forms[f].fold);
+            k_set_attn_flash(tile_forms[f].flash);
             if (!rc)
                 rc = k_copy_to_device(dout, again, qn * 2) | k_attention(&a, NULL) | k_sync() |
                      k_copy_to_host(again, dout, qn * 2);
             k_set_attn_longest_first(0);
             k_set_attn_stats_together(0);
             k_set_attn_tile_fold(0);
+            k_set_attn_flash(0);
             k_set_attn_query_tiles(0);
             const int tiles_folded = k_attn_tile_folds() > folds0;
             const int tiled = k_attn_tile_launches() > launches0;
+            const int flashed = k_attn_flash_launches() > flashes0;
             const int want_fold = tile_forms[f].fold && grid_splits16;
+            const int want_flash = tile_forms[f].flash && want_fold && c->d == 256;
             for (size_t i = 0; i < qn; i++)
                 form_differ += again[i] != out[i];
-            TEST_CHECK(sgate, rc == 0 && form_differ == 0 && tiled && tiles_folded == want_fold,
+            TEST_CHECK(sgate,
+                       rc == 0 && form_differ == 0 && tiled && tiles_folded == want_fold &&
+                           flashed == want_flash,
                        "%ld output elements differ between query tiles (%s) and a block per row "
-                       "(must be bit-identical); tiles ran %d; folded %d where %d was expected, "
-                       "rc %d",
-                       form_differ, tile_forms[f].name, tiled, tiles_folded, want_fold, rc);
+                       "(must be bit-identical); tiles ran %d; folded %d where %d was expected; "
+                       "flash launches %d where %d was expected, rc %d",
+                       form_differ, tile_forms[f].name, tiled, tiles_folded, want_fold, flashed,
+                       want_flash, rc);
         }
         /* the fold where every case can take it: the leading rows of sequence 1 alone (30 rows
          * below position 1,024 in the prefill-chunk case), max_pos their last, so that the global
@@ -616,25 +651,39 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
      *   against units widened first;
      * - every case: the first units' page-table look-ups before the wait on the grid before
      *   (serve.attn_early_lookup), with the stats pass still running under programmatic
-     *   dependent launch, against after it. */
+     *   dependent launch, against after it;
+     * - every case: the folded query tiles of head dim 256 as one launch (serve.attn_flash,
+     *   set_flash_tiles), which must have run where the launch takes folded tiles (at least 16
+     *   rows, a group under 16, at most 16 splits in the grid: at 1 split a block the grid is
+     *   wider and keeps the two passes) against the one-row blocks. */
+    const int flash_runs = c->d == 256 && n_rows >= 16 && c->n_head / c->n_kv < 16 &&
+                           (rows_max_pos > 0 || (window > 0 && window <= 1024));
     const struct {
         const char *name, *what;
         void (*set)(int);
         int applies;
+        long long (*count)(void); /* launches that took the form, where it must have run */
+        int want;
     } forms[] = {
         {"fp8 fragments", "e4m3 operands built as loaded and units widened first",
-         k_set_attn_fp8_frags, fp8},
+         k_set_attn_fp8_frags, fp8, NULL, 0},
         {"early lookup", "page-table look-ups before the wait on the grid before and after it",
-         k_set_attn_early_lookup, 1},
+         k_set_attn_early_lookup, 1, NULL, 0},
+        {"flash",
+         "the folded query tiles in one launch of several tiles a block and a block per "
+         "row",
+         set_flash_tiles, 1, k_attn_flash_launches, flash_runs},
     };
     for (size_t k = 0; k < sizeof forms / sizeof forms[0]; k++) {
         if (rc || !again || !attn_mma || !forms[k].applies) continue;
+        const long long ran0 = forms[k].count ? forms[k].count() : 0;
         const long form_differ = differ_with_switch(&a, forms[k].set, dout, again, out, qn, &rc);
+        const int ran = forms[k].count && forms[k].count() > ran0;
         snprintf(sgate, sizeof sgate, "%s %s", gate, forms[k].name);
-        TEST_CHECK(sgate, rc == 0 && form_differ == 0,
+        TEST_CHECK(sgate, rc == 0 && form_differ == 0 && (!forms[k].count || ran == forms[k].want),
                    "%ld output elements differ between %s, over 4 launches (must be "
-                   "bit-identical), rc %d",
-                   form_differ, forms[k].what, rc);
+                   "bit-identical); ran %d where %d was expected, rc %d",
+                   form_differ, forms[k].what, ran, forms[k].count ? forms[k].want : 0, rc);
     }
     free(again);
 
@@ -682,8 +731,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
            per_row = (size_t)c->n_head * (size_t)c->d;
     size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
            rb = sizeof(int32_t) * (size_t)n_rows;
-    bf16_t *q = malloc(qn * 2),
-           *out[4] = {malloc(qn * 2), malloc(qn * 2), malloc(qn * 2), malloc(qn * 2)};
+    bf16_t *q = malloc(qn * 2), *out[5] = {malloc(qn * 2), malloc(qn * 2), malloc(qn * 2),
+                                           malloc(qn * 2), malloc(qn * 2)};
     bf16_t *kv = malloc(s.elems * 2);
     int32_t *tables = malloc(tb);
     fill_uniform(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
@@ -698,8 +747,8 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
     void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
     void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
     void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
-    int setup = !q || !out[0] || !out[1] || !out[2] || !out[3] || !kv || !tables || !dq || !dout ||
-                !dkv || !dt || !dpos || !dseq;
+    int setup = !q || !out[0] || !out[1] || !out[2] || !out[3] || !out[4] || !kv || !tables ||
+                !dq || !dout || !dkv || !dt || !dpos || !dseq;
     if (!setup)
         setup = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv, kv_bytes) |
                 k_copy_to_device(dpos, row_pos, rb) | k_copy_to_device(dseq, row_seq, rb);
@@ -736,27 +785,32 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
          * wait (serve.attn_early_lookup: the NaN paths' early ends wait too), which only the
          * tensor-core passes read; 3 on the query tiles with their splits combined in the P.V
          * pass (serve.attn_tile_fold), which must fold where the grid has at most 16 splits (the
-         * row past the grid's case, and the window of 1,024) */
-        const int nf = 4;
-        long long tile_folds = 0;
+         * row past the grid's case, and the window of 1,024); 4 as 3 with the folded passes in
+         * one launch (serve.attn_flash), which must run where 3 folds at head dim 256 */
+        const int nf = 5;
+        long long tile_folds = 0, flashes = 0;
         for (int f = 0; f < nf && !rc; f++) {
             for (size_t i = 0; i < qn; i++)
                 out[f][i] = poison;
-            const long long folds0 = k_attn_tile_folds();
-            k_set_attn_query_tiles(f == 3 ? 1 : 0);
-            k_set_attn_tile_fold(f == 3);
+            const long long folds0 = k_attn_tile_folds(), flashes0 = k_attn_flash_launches();
+            k_set_attn_query_tiles(f >= 3 ? 1 : 0);
+            k_set_attn_tile_fold(f >= 3);
+            k_set_attn_flash(f == 4);
             k_set_attn_fold(f > 0);
             k_set_attn_fp8_frags(f == 2 && fp8);
             k_set_attn_early_lookup(f == 2);
             rc = k_copy_to_device(dout, out[f], qn * 2) | k_attention(&a, NULL) | k_sync() |
                  k_copy_to_host(out[f], dout, qn * 2);
             if (f == 3) tile_folds = k_attn_tile_folds() - folds0;
+            if (f == 4) flashes = k_attn_flash_launches() - flashes0;
         }
         k_set_attn_query_tiles(0);
         k_set_attn_tile_fold(0);
+        k_set_attn_flash(0);
         /* the query tiles run on the tensor-core passes only: with attn_mma off the fourth
          * variant takes the one-row blocks, and nothing folds */
         const int want_fold = attn_mma && (kase == 1 || window == 1024) && c->n_head / c->n_kv < 16;
+        const int want_flash = want_fold && c->d == 256;
         k_set_attn_fold(1);
         k_set_attn_fp8_frags(0);
         k_set_attn_early_lookup(0);
@@ -776,13 +830,14 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
                  tag_of(c, tag, sizeof tag), window, fp8 ? " e4m3" : "", names[kase]);
         TEST_CHECK(gate,
                    rc == 0 && named >= 0 && differ == 0 && named_number == 0 && other_bad == 0 &&
-                       (tile_folds > 0) == want_fold,
+                       (tile_folds > 0) == want_fold && (flashes > 0) == want_flash,
                    "%ld elements differ folded, with the operands built as loaded (e4m3) and "
-                   "the look-ups before the grid wait, or on folded query tiles vs own launch "
-                   "(must be bit-identical); row %d and the padding row: %ld elements not NaN "
-                   "(must all be); other rows: %ld NaN or unwritten; tiles folded %lld times "
-                   "where %d was expected; rc %d",
-                   differ, named, named_number, other_bad, tile_folds, want_fold, rc);
+                   "the look-ups before the grid wait, or on folded query tiles, in two launches "
+                   "or one, vs own launch (must be bit-identical); row %d and the padding row: "
+                   "%ld elements not NaN (must all be); other rows: %ld NaN or unwritten; tiles "
+                   "folded %lld times where %d was expected, flash launches %lld where %d; rc %d",
+                   differ, named, named_number, other_bad, tile_folds, want_fold, flashes,
+                   want_flash, rc);
     }
     k_device_free(dq);
     k_device_free(dout);
@@ -795,6 +850,103 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
     free(out[1]);
     free(out[2]);
     free(out[3]);
+    free(out[4]);
+    free(kv);
+    free(tables);
+    free(s.tables);
+}
+
+/* The flash pass's NaN path (serve.attn_flash): the 300-row prompt with B's keys 64..79
+ * unmapped, so that blocks on the flash pass meet an unmapped key in their second split. Rule:
+ * bit-identical to the one-row blocks and their combine; B's rows from position 64 all NaN, every
+ * other row written and free of NaN; the flash pass ran (head dim 256). */
+static void run_flash_unmapped(const cfg *c, int window, int fp8, uint64_t seed) {
+    const bf16_t poison = 0x4242u;
+    make_rows(3);
+    rng_state = seed;
+    store s;
+    make_store(&s, c, window);
+    const size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d,
+                 per_row = (size_t)c->n_head * (size_t)c->d;
+    const size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
+                 rb = sizeof(int32_t) * (size_t)n_rows;
+    bf16_t *q = malloc(qn * 2), *out[2] = {malloc(qn * 2), malloc(qn * 2)};
+    bf16_t *kv = malloc(s.elems * 2);
+    int32_t *tables = malloc(tb);
+    void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
+    void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
+    void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
+    int rc =
+        !q || !out[0] || !out[1] || !kv || !tables || !dq || !dout || !dkv || !dt || !dpos || !dseq;
+    size_t kv_bytes = s.elems * 2;
+    if (!rc) {
+        fill_uniform(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
+        fill_store(kv, &s, c);
+        if (fp8) {
+            uint8_t *b = (uint8_t *)kv;
+            for (size_t i = 0; i < s.elems; i++)
+                b[i] = ref_f32_to_e4m3(ref_bf16_to_f32(kv[i]));
+            kv_bytes = s.elems;
+        }
+        memcpy(tables, s.tables, tb);
+        tables[1 * s.max_pages + 64 / PAGE_TOKENS] = -1; /* B's keys 64..79 */
+        rc = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv, kv_bytes) |
+             k_copy_to_device(dt, tables, tb) | k_copy_to_device(dpos, row_pos, rb) |
+             k_copy_to_device(dseq, row_seq, rb);
+    }
+    k_attention_args a = {.out = dout,
+                          .q = dq,
+                          .pos = dpos,
+                          .seq = dseq,
+                          .kv = view_of(&s, c, dkv, dt),
+                          .rows = n_rows,
+                          .n_head = c->n_head,
+                          .kv_layer = KV_LAYER,
+                          .window = window,
+                          .max_pos = rows_max_pos};
+    a.kv.elem_bytes = fp8 ? 1 : 2;
+    long long flashes = 0;
+    for (int f = 0; f < 2 && !rc; f++) { /* 0: a block per row; 1: the flash pass */
+        for (size_t i = 0; i < qn; i++)
+            out[f][i] = poison;
+        const long long flashes0 = k_attn_flash_launches();
+        set_flash_tiles(f);
+        rc = k_copy_to_device(dout, out[f], qn * 2) | k_attention(&a, NULL) | k_sync() |
+             k_copy_to_host(out[f], dout, qn * 2);
+        set_flash_tiles(0);
+        if (f == 1) flashes = k_attn_flash_launches() - flashes0;
+    }
+    long differ = 0, nan_number = 0, other_bad = 0;
+    for (size_t i = 0; i < qn && !rc; i++) {
+        const int row = (int)(i / per_row);
+        const int nan_row = row_seq[row] == 1 && row_pos[row] >= 64;
+        differ += out[0][i] != out[1][i];
+        const float v = ref_bf16_to_f32(out[1][i]);
+        if (nan_row)
+            nan_number += !isnan(v);
+        else
+            other_bad += isnan(v) || out[1][i] == poison;
+    }
+    char gate[160], tag[48];
+    snprintf(gate, sizeof gate, "attn_flash_unmapped[gpu %s w%d%s]", tag_of(c, tag, sizeof tag),
+             window, fp8 ? " e4m3" : "");
+    const int want_flash = c->d == 256 && c->n_head / c->n_kv < 16;
+    TEST_CHECK(gate,
+               rc == 0 && differ == 0 && nan_number == 0 && other_bad == 0 &&
+                   (flashes > 0) == want_flash,
+               "%ld elements differ between the flash pass and a block per row (must be "
+               "bit-identical); rows from position 64: %ld elements not NaN (must all be); other "
+               "rows: %ld NaN or unwritten; flash launches %lld where %d was expected; rc %d",
+               differ, nan_number, other_bad, flashes, want_flash, rc);
+    k_device_free(dq);
+    k_device_free(dout);
+    k_device_free(dkv);
+    k_device_free(dt);
+    k_device_free(dpos);
+    k_device_free(dseq);
+    free(q);
+    free(out[0]);
+    free(out[1]);
     free(kv);
     free(tables);
     free(s.tables);
@@ -1049,6 +1201,21 @@ static void run_attention_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
         run_attention(&cfgs[i], 0, (*seed)++, 1);
     }
     run_fold_nan_cases(cfgs, seed);
+    /* a 300-row prompt: blocks of several query tiles (serve.attn_flash), ragged at the end,
+     * every window folding; and the flash pass meeting an unmapped page */
+    make_rows(3);
+    for (size_t i = 0; i < n_cfg; i++) {
+        run_attention(&cfgs[i], 0, (*seed)++, 0);
+        run_attention(&cfgs[i], 8, (*seed)++, 0);
+        run_attention(&cfgs[i], 1024, (*seed)++, 0);
+        run_attention(&cfgs[i], 0, (*seed)++, 1);
+        run_attention(&cfgs[i], 1024, (*seed)++, 1);
+    }
+    if (attn_mma)
+        for (size_t i = 0; i < n_cfg; i++) {
+            run_flash_unmapped(&cfgs[i], 0, 0, (*seed)++);
+            run_flash_unmapped(&cfgs[i], 1024, 1, (*seed)++);
+        }
 }
 
 int main(void) {
@@ -1069,6 +1236,7 @@ int main(void) {
     k_set_attn_longest_first(0);
     k_set_attn_stats_together(0);
     k_set_attn_tile_fold(0);
+    k_set_attn_flash(0); /* on in its own gates (set_flash_tiles) */
     make_rows(0);
     /* local family (hd 256, default RoPE) and global family (hd 512, proportional RoPE: 64 of
      * 256 pairs), GQA groups 1, 2, 4 and 8 (the kept-score P.V splits keys across warps up to

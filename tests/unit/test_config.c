@@ -67,21 +67,21 @@ static void expect_set_error(const char *gate, const char *assignment, const cha
 static void test_defaults(void) {
     g4_config c;
     config_defaults(&c);
-    int ok = c.model.name[0] == 0 && c.model.path[0] == 0 && c.model.tokenizer[0] == 0 &&
-             c.model.weights == G4_WEIGHTS_FILE && c.kv.local == G4_KV_LOCAL_BF16 &&
-             c.kv.page_tokens == 16 && c.kv.budget_gb == 0.0 && c.serve.max_batch == 16 &&
-             c.serve.max_context == 32768 && c.serve.prefill_chunk == 2048 &&
-             c.serve.max_queue == 256 && c.serve.attn_splits_per_block == 0 && c.serve.pdl == 1 &&
-             c.serve.fuse_projections == 1 && c.serve.attn_fold == 1 &&
-             c.serve.moe_bucket_in_up == 1 && c.serve.moe_prefill_tiles == 3 &&
-             c.serve.row_chain == 3 && c.serve.moe_route_lanes == 1 && c.serve.wide_loads == 1 &&
-             c.serve.attn_mma == 1 && c.serve.attn_query_tiles == 64 &&
-             c.serve.attn_fp8_frags == 1 && c.serve.attn_early_lookup == 1 &&
-             c.serve.attn_longest_first == 1 && c.serve.attn_stats_together == 1 &&
-             c.serve.attn_tile_fold == 1 && c.serve.attn_strided_tiles == 0 &&
-             c.serve.prompt_gemm == 1 && c.serve.prompt_experts == 0 && c.serve.prompt_tile == 96 &&
-             c.serve.moe_branches == 64 && c.serve.sample_threads == 0 && c.log.level == LOG_INFO &&
-             c.debug.sync == 0 && c.debug.gemm == 3;
+    int ok =
+        c.model.name[0] == 0 && c.model.path[0] == 0 && c.model.tokenizer[0] == 0 &&
+        c.model.weights == G4_WEIGHTS_FILE && c.kv.local == G4_KV_LOCAL_BF16 &&
+        c.kv.page_tokens == 16 && c.kv.budget_gb == 0.0 && c.serve.max_batch == 16 &&
+        c.serve.max_context == 32768 && c.serve.prefill_chunk == 2048 && c.serve.max_queue == 256 &&
+        c.serve.attn_splits_per_block == 0 && c.serve.pdl == 1 && c.serve.fuse_projections == 1 &&
+        c.serve.attn_fold == 1 && c.serve.moe_bucket_in_up == 1 && c.serve.moe_prefill_tiles == 3 &&
+        c.serve.row_chain == 3 && c.serve.moe_route_lanes == 1 && c.serve.wide_loads == 1 &&
+        c.serve.attn_mma == 1 && c.serve.attn_query_tiles == 64 && c.serve.attn_fp8_frags == 1 &&
+        c.serve.attn_early_lookup == 1 && c.serve.attn_longest_first == 1 &&
+        c.serve.attn_stats_together == 1 && c.serve.attn_tile_fold == 1 &&
+        c.serve.attn_strided_tiles == 0 && c.serve.attn_flash == 0 && c.serve.prompt_gemm == 1 &&
+        c.serve.prompt_experts == 0 && c.serve.prompt_tile == 96 && c.serve.moe_branches == 64 &&
+        c.serve.sample_threads == 0 && c.log.level == LOG_INFO && c.debug.sync == 0 &&
+        c.debug.gemm == 3;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
                c.serve.max_context);
 }
@@ -136,6 +136,7 @@ static void test_full_ini(void) {
                                              "attn_stats_together = 0\n"
                                              "attn_tile_fold = 0\n"
                                              "attn_strided_tiles = 1\n"
+                                             "attn_flash = 1\n"
                                              "prompt_gemm = 0\n"
                                              "prompt_experts = 1\n"
                                              "prompt_tile = 128\n"
@@ -162,7 +163,7 @@ static void test_full_ini(void) {
         c.serve.wide_loads == 0 && c.serve.attn_mma == 0 && c.serve.attn_query_tiles == 0 &&
         c.serve.attn_fp8_frags == 0 && c.serve.attn_early_lookup == 0 &&
         c.serve.attn_longest_first == 0 && c.serve.attn_stats_together == 0 &&
-        c.serve.attn_tile_fold == 0 && c.serve.attn_strided_tiles == 1 &&
+        c.serve.attn_tile_fold == 0 && c.serve.attn_strided_tiles == 1 && c.serve.attn_flash == 1 &&
         c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 && c.serve.prompt_tile == 128 &&
         c.serve.moe_branches == 16 && c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG &&
         c.debug.sync == 1 && c.debug.gemm == 1;

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# tests/gpu/plans/strided-flash.sh - one device call for the thirty-sixth session's two attention
+# switches, run in the tree itself (no queue): serve.attn_strided_tiles (windowed rows past the
+# fill in strided tiles) and serve.attn_flash (the folded query tiles in one launch), both off by
+# default and both speed-only. Carry .deps and .prebuilt (tests/gpu/prebuilt.sh pack right after
+# ./build.sh tests here).
+#   1. the build (links the carried objects where the sources match)
+#   2. test_attn's strided gates alone (G4_ATTN_GATES=strided: every output bit against the
+#      one-row blocks)
+#   3. bench_decode, 26B-A4B dummy weights: prefill of 2,048 tokens (one chunk, its second 1,024
+#      rows past the fill) and 1,024 tokens (none past it), off / strided / flash, two rounds;
+#      then 4,096 tokens (two chunks) off / strided once
+#   4. the whole test_attn (the flash gates among them), as long as the call lasts
+# Logs under $OUT (or /tmp/g4pipe-out): build.log, strided-gates.log, ab.log, attn.log.
+set -u
+OUT=${OUT:-/tmp/g4pipe-out}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH
+t0=$SECONDS
+bash tests/gpu/prebuilt.sh unpack > "$OUT/build.log" 2>&1
+./build.sh tests >> "$OUT/build.log" 2>&1 || { echo "build failed"; tail -20 "$OUT/build.log"; exit 1; }
+echo "build: $((SECONDS - t0)) s"
+G4_ATTN_GATES=strided timeout 150 build/tests/test_attn > "$OUT/strided-gates.log" 2>&1
+echo "strided gates: exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/strided-gates.log") PASS, $(grep -c '^FAIL' "$OUT/strided-gates.log") FAIL, $(grep -c '^SKIP' "$OUT/strided-gates.log") SKIP"
+grep '^FAIL' "$OUT/strided-gates.log" | cut -c1-300 | head -8
+bench() { # $1 prompt tokens, $2 setting name, then --set arguments
+    local p=$1 v=$2
+    shift 2
+    echo "== prefill $p, $v"
+    timeout 120 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
+        --set serve.max_context=8192 "$@" --batch 1 --prompt "$p" --steps 2 |
+        grep -E "^prefill|^attention"
+}
+for r in 1 2; do
+    for p in 2048 1024; do
+        bench $p off
+        bench $p strided --set serve.attn_strided_tiles=1
+        bench $p flash --set serve.attn_flash=1
+    done
+done > "$OUT/ab.log" 2>&1
+bench 4096 off >> "$OUT/ab.log" 2>&1
+bench 4096 strided --set serve.attn_strided_tiles=1 >> "$OUT/ab.log" 2>&1
+echo "ab: done at $((SECONDS - t0)) s"
+grep -E "^==|^prefill:|^attention " "$OUT/ab.log" | head -60
+left=$(( ${CALL_SECONDS:-560} - (SECONDS - t0) ))
+if [ "$left" -gt 30 ]; then
+    timeout "$left" build/tests/test_attn > "$OUT/attn.log" 2>&1
+    echo "test_attn: exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/attn.log") PASS, $(grep -c '^FAIL' "$OUT/attn.log") FAIL, $(grep -c '^SKIP' "$OUT/attn.log") SKIP"
+    grep '^FAIL' "$OUT/attn.log" | cut -c1-300 | head -8
+fi
