@@ -1133,7 +1133,7 @@ static int mma_tile_smem_allow(void) {
 /* serve.attn_strided_tiles (kernels.h): the windowed head dim's tile kernels take the launch's
  * rows in strided groups where they may (attn_mma_tile_kernel); the other head dim has no
  * windowed layer in any Gemma 4 model, and keeps the consecutive tiles only */
-static int attn_strided_tiles_on = 0; /* serve.attn_strided_tiles' default */
+static int attn_strided_tiles_on = 1; /* serve.attn_strided_tiles' default */
 extern "C" void k_set_attn_strided_tiles(int on) { attn_strided_tiles_on = on ? 1 : 0; }
 int attn_strided_tiles(void) { return attn_strided_tiles_on; }
 static long long attn_strided_launches; /* launches on the strided tile kernels */

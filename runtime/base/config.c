@@ -169,7 +169,7 @@ void config_defaults(g4_config *c) {
     c->serve.attn_longest_first = 1;  /* measured faster (docs/configuration.md) */
     c->serve.attn_stats_together = 1; /* measured faster (docs/configuration.md) */
     c->serve.attn_tile_fold = 1;      /* measured faster (docs/configuration.md) */
-    c->serve.attn_strided_tiles = 0;  /* not yet measured (docs/configuration.md) */
+    c->serve.attn_strided_tiles = 1;  /* measured faster (docs/configuration.md) */
     c->serve.attn_flash = 0;          /* not yet measured (docs/attention-design.md) */
     c->serve.prompt_gemm = 1;         /* prompt rows at cuBLASLt's rate (docs/prompt-rows.md) */
     c->serve.prompt_experts = 0;      /* moves prompt rows' bits (docs/prompt-rows.md) */

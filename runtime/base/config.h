@@ -61,7 +61,7 @@ typedef struct g4_config {
         int attn_longest_first;  /* 0/1, default 1: query tiles of the most keys start first */
         int attn_stats_together; /* 0/1, default 1: a warp's tile rows' statistics side by side */
         int attn_tile_fold; /* 0/1, default 1: query tiles combine their splits in the P.V pass */
-        int attn_strided_tiles; /* 0/1, default 0: windowed rows past the fill in strided tiles */
+        int attn_strided_tiles; /* 0/1, default 1: windowed rows past the fill in strided tiles */
         int attn_flash;     /* 0/1, default 0: folded query tiles of head dim 256 in one launch */
         int prompt_gemm;    /* 0/1, default 1: prompt rows' projections on split-k-1 cuBLASLt */
         int prompt_experts; /* 0/1, default 0: prompt rows' experts as batched cuBLASLt products */
