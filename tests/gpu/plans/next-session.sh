@@ -2,7 +2,7 @@
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
 # the plan; carry .prebuilt too, tests/gpu/prebuilt.sh, and unpack it before `start`).
-# PLAN_STEPS picks; default "26b-fp8 26b" (the 26B-A4B's full step, fp8 then bf16, the first
+# PLAN_STEPS picks; default "26b-fp8" (the 26B-A4B's full step, fp8 then bf16, the first
 # since serve.attn_strided_tiles went on in the thirty-sixth session: its long prompts are where
 # the strided tiles act; its checkpoint made from the start where the card has over 100 GB);
 # the thirty-sixth session ran pe-gates and pe-ab (H100: passed; the size classes slower) and
@@ -57,7 +57,7 @@
 #            1,024-token 26B-A4B prefill (E2 reached 34.5 ms where 25-30 was predicted; the
 #            tiles 20 ms where 10-15), ~4 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-26b-fp8 26b} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-26b-fp8} " == *" $1 "* ]]; }
 # the 26B-A4B's full checkpoint and HF references (torch, ~5 min; the full step makes them itself
 # when absent) beside the gates only where the card holds both: on an 80 GB H100 the make's
 # torch model left the gates no memory (the thirty-first session), so there the full step makes
