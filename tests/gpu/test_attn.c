@@ -1053,8 +1053,11 @@ static long strided_run(const k_attention_args *a, int spb, void *dout, bf16_t *
 static void run_strided_tiles(const cfg *c, int window, int shape, int fp8, uint64_t seed) {
     char gate[160], tag[48];
     const int group = c->n_head / c->n_kv;
-    /* two whole groups of 64 x (16 / group) rows and a ragged tail */
-    const int n_prompt = 2 * 64 * (16 / group) + 76;
+    /* two whole groups of 64 x (16 / group) rows and a ragged tail; four at the group of 8 (32
+     * heads), whose window of 2,048 makes a row's scratch ~1.3 MB: the launch is cut into row
+     * chunks of 384 (k_attention cuts them at whole groups), so groups start past row 0 of a
+     * chunk and the last chunk holds one whole group and a partial one */
+    const int n_prompt = (group == 8 ? 4 : 2) * 64 * (16 / group) + 76;
     snprintf(gate, sizeof gate, "attn_strided_tiles[%s w%d%s %s]", tag_of(c, tag, sizeof tag),
              window, fp8 ? " e4m3" : "", shape ? "across the fill" : "past the fill");
     if (n_prompt + 2 > MAX_ROWS) {

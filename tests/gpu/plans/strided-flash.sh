@@ -8,8 +8,10 @@
 #   2. test_attn's strided gates alone (G4_ATTN_GATES=strided: every output bit against the
 #      one-row blocks)
 #   3. bench_decode, 26B-A4B dummy weights: prefill of 2,048 tokens (one chunk, its second 1,024
-#      rows past the fill) and 1,024 tokens (none past it), off / strided / flash, two rounds;
-#      then 4,096 tokens (two chunks) off / strided once
+#      rows past the fill) and 1,024 tokens (none past it), strided tiles off / the defaults
+#      (on since the thirty-sixth session) / flash on (where it launches, it takes the folded
+#      grids before the strided tiles), two rounds; then 4,096 tokens
+#      (two chunks) strided off / on once
 #   4. the whole test_attn (the flash gates among them), as long as the call lasts
 # Logs under $OUT (or /tmp/g4pipe-out): build.log, strided-gates.log, ab.log, attn.log.
 set -u
@@ -38,13 +40,13 @@ bench() { # $1 prompt tokens, $2 setting name, then --set arguments
 }
 for r in 1 2; do
     for p in 2048 1024; do
-        bench $p off
-        bench $p strided --set serve.attn_strided_tiles=1
-        bench $p flash --set serve.attn_flash=1
+        bench $p "strided off" --set serve.attn_strided_tiles=0
+        bench $p defaults
+        bench $p "flash on" --set serve.attn_flash=1
     done
 done > "$OUT/ab.log" 2>&1
-bench 4096 off >> "$OUT/ab.log" 2>&1
-bench 4096 strided --set serve.attn_strided_tiles=1 >> "$OUT/ab.log" 2>&1
+bench 4096 "strided off" --set serve.attn_strided_tiles=0 >> "$OUT/ab.log" 2>&1
+bench 4096 defaults >> "$OUT/ab.log" 2>&1
 echo "ab: done at $((SECONDS - t0)) s"
 grep -E "^==|^prefill:|^attention " "$OUT/ab.log" | head -60
 left=$(( ${CALL_SECONDS:-560} - (SECONDS - t0) ))
