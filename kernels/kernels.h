@@ -437,10 +437,9 @@ int k_moe_experts(const k_moe_experts_args *a, g4_stream st);
 void k_set_moe_prompt_experts(int on);
 /* Items a tile of the prompt path (serve.prompt_tile): each tile reads its expert's weights, so a
  * tile past an expert's usual bucket reads them once where a smaller one reads them again; rows
- * past a tile's items are computed and dropped. 0: the size classes (each expert's bucket in one
- * tile of its item count rounded up to a multiple of 32, up to 192; one batched product pair a
- * class). 0 or in [K_PROMPT_TILE_MIN, K_PROMPT_TILE_MAX], else K_ERR_SHAPE and nothing changes.
- * An item's bits do not depend on it. Set it before the workspace is reserved, as the switch. */
+ * past a tile's items are computed and dropped. In [K_PROMPT_TILE_MIN, K_PROMPT_TILE_MAX], else
+ * K_ERR_SHAPE and nothing changes. An item's bits do not depend on it.
+ * Set it before the workspace is reserved, as the switch. */
 #define K_PROMPT_TILE_MIN 16
 #define K_PROMPT_TILE_MAX 256
 #define K_PROMPT_TILE_DEFAULT 96

@@ -999,48 +999,32 @@ extern "C" int k_moe_route(const k_moe_route_args *a, g4_stream st) {
 #define PROMPT_THREADS 128
 #define PROMPT_TILE_THREADS 1024 /* the tiles kernel: one thread an active expert */
 #define PROMPT_PTRS 6            /* pointer arrays: up's w, x, y, then down's */
-/* serve.prompt_tile = 0, the size classes: each expert's bucket in one tile whose rows are its
- * item count rounded up to a multiple of PROMPT_CLASS_ROWS (32 .. PROMPT_CLASS_MAX; a bucket past
- * the largest class takes whole tiles of it first). Every tile reads its expert's weights, so
- * with one tile an expert they are read once a call, and an expert pads at most 31 rows: fixed
- * tiles of 96 pad the 26B-A4B's ~64-item buckets of a 1,024-row chunk to 96 (1.5 rows computed
- * an item) and cut the ~128-item buckets of a 2,048-row chunk into two tiles, reading those
- * weights twice. Each class is one batched product pair (its own plans, asked at its rows); an
- * item's bits do not depend on the class, as they do not on the tile (split-k-1 plans sum each
- * row as one natural chain at any m). */
-#define PROMPT_CLASS_ROWS 32
-#define PROMPT_CLASSES 6
-#define PROMPT_CLASS_MAX (PROMPT_CLASS_ROWS * PROMPT_CLASSES)
 
 static int prompt_experts; /* serve.prompt_experts */
 extern "C" void k_set_moe_prompt_experts(int on) { prompt_experts = on != 0; }
 /* items a tile: the products' rows (serve.prompt_tile; an expert's padding below one tile) */
-static int prompt_tile = K_PROMPT_TILE_DEFAULT; /* 0: the size classes */
+static int prompt_tile = K_PROMPT_TILE_DEFAULT;
 extern "C" int k_set_moe_prompt_tile(int items) {
-    if (items != 0 && (items < K_PROMPT_TILE_MIN || items > K_PROMPT_TILE_MAX)) return K_ERR_SHAPE;
+    if (items < K_PROMPT_TILE_MIN || items > K_PROMPT_TILE_MAX) return K_ERR_SHAPE;
     prompt_tile = items;
     return K_OK;
 }
 
-/* Slab rows a tile holds: the fixed tile, or the largest class */
-static int prompt_stride(void) { return prompt_tile ? prompt_tile : PROMPT_CLASS_MAX; }
-
 /* The most tiles a call of items items can cut: every active expert's last tile partial */
 static size_t prompt_max_tiles(size_t items, int n_expert) {
     const size_t active = items < (size_t)n_expert ? items : (size_t)n_expert;
-    const size_t stride = (size_t)prompt_stride();
-    return (items + stride - 1) / stride + active;
+    return (items + (size_t)prompt_tile - 1) / (size_t)prompt_tile + active;
 }
 
 /* What the prompt path adds to the workspace, in this order: the pointer arrays
- * [PROMPT_PTRS][tiles], the slab x gathered (then the down products) [tiles * stride, d_model],
- * gate|up [.., 2 * d_expert] and h [.., d_expert], then int32 tiles' table [tiles][3], the tile
- * count, the classes' tile counts [PROMPT_CLASSES] and each item's slab row [items] */
+ * [PROMPT_PTRS][tiles], the slab x gathered (then the down products) [tiles * prompt_tile,
+ * d_model], gate|up [.., 2 * d_expert] and h [.., d_expert], then int32 tiles' table
+ * [tiles][3], the tile count and each item's slab row [items] */
 static size_t prompt_ws_bytes(size_t items, int d_model, int d_expert, int n_expert) {
-    const size_t tiles = prompt_max_tiles(items, n_expert), rows = tiles * (size_t)prompt_stride();
+    const size_t tiles = prompt_max_tiles(items, n_expert), rows = tiles * (size_t)prompt_tile;
     return PROMPT_PTRS * tiles * sizeof(void *) +
            ((rows * ((size_t)d_model + 3 * (size_t)d_expert) * sizeof(bf16_t) + 15) & ~(size_t)15) +
-           (((3 * tiles + 1 + PROMPT_CLASSES + items) * sizeof(int32_t) + 15) & ~(size_t)15);
+           (((3 * tiles + 1 + items) * sizeof(int32_t) + 15) & ~(size_t)15);
 }
 
 extern "C" size_t k_moe_experts_workspace(int rows, int d_model, int d_expert, int n_expert,
@@ -1057,18 +1041,15 @@ extern "C" size_t k_moe_experts_workspace(int rows, int d_model, int d_expert, i
 typedef struct {
     const void **ptrs; /* [PROMPT_PTRS][max_tiles] */
     bf16_t *xb, *gu, *h;
-    int32_t *tiles, *n_tiles, *pos; /* n_tiles: the count, then each class's */
-    int max_tiles,
-        tile;   /* tile: items a tile (prompt_tile when the workspace was cut; 0 classes) */
-    int stride; /* slab rows a tile holds (prompt_stride) */
+    int32_t *tiles, *n_tiles, *pos;
+    int max_tiles, tile; /* tile: items a tile (prompt_tile when the workspace was cut) */
 } prompt_ws;
 
 static prompt_ws prompt_ws_at(void *base, size_t items, int d_model, int d_expert, int n_expert) {
     prompt_ws w;
-    const size_t tiles = prompt_max_tiles(items, n_expert), rows = tiles * (size_t)prompt_stride();
+    const size_t tiles = prompt_max_tiles(items, n_expert), rows = tiles * (size_t)prompt_tile;
     w.max_tiles = (int)tiles;
     w.tile = prompt_tile;
-    w.stride = prompt_stride();
     w.ptrs = (const void **)base;
     w.xb = (bf16_t *)((char *)base + PROMPT_PTRS * tiles * sizeof(void *));
     w.gu = w.xb + rows * (size_t)d_model;
@@ -1077,69 +1058,47 @@ static prompt_ws prompt_ws_at(void *base, size_t items, int d_model, int d_exper
                           ((rows * ((size_t)d_model + 3 * (size_t)d_expert) * sizeof(bf16_t) + 15) &
                            ~(size_t)15));
     w.n_tiles = w.tiles + 3 * tiles;
-    w.pos = w.n_tiles + 1 + PROMPT_CLASSES;
+    w.pos = w.n_tiles + 1;
     return w;
 }
 
-/* One block: the active experts' buckets (moe_bucket_kernel) cut into tiles, tile t = (expert,
- * its first item's place in list, its items), and the pointers the batched products read: up
- * w = the expert's gate|up, x = the tile's slab rows, y = its gate|up rows; down w = the expert's
- * down, x = its h rows, y = its slab rows again. Fixed tiles (w.tile items): in expert order.
- * Size classes (w.tile 0): class by class from the smallest, in expert order within a class, so
- * each class's tiles are one run of the pointer arrays; an expert's whole tiles of the largest
- * class first, then its remainder's tile. n_tiles[0] the count, n_tiles[1 + k] class k's. */
+/* One block: the active experts' buckets (moe_bucket_kernel) cut into tiles of w.tile
+ * items in expert order, tile t = (expert, its first item's place in list, its items), and the
+ * pointers the batched products read: up w = the expert's gate|up, x = the tile's slab rows,
+ * y = its gate|up rows; down w = the expert's down, x = its h rows, y = its slab rows again. */
 __global__ static void __launch_bounds__(PROMPT_TILE_THREADS)
     moe_prompt_tiles_kernel(k_moe_experts_args a, const int32_t *active, const int32_t *n_active,
                             prompt_ws w) {
     K_GRID_DEPENDENCY();
-    __shared__ int first[PROMPT_CLASSES][EXPERTS_MAX_EXPERT + 1]; /* class-relative */
-    __shared__ int base[PROMPT_CLASSES + 1];                      /* each class's first tile */
+    __shared__ int first[EXPERTS_MAX_EXPERT + 1];
     const int n = *n_active, i = threadIdx.x;
     const int count = i < n ? active[3 * i + 2] : 0;
-    const int classes = w.tile ? 1 : PROMPT_CLASSES, cap = w.tile ? w.tile : PROMPT_CLASS_MAX;
-    const int full = count / cap, rem = count % cap;
-    /* the remainder's class: its items rounded up to PROMPT_CLASS_ROWS (fixed tiles: class 0) */
-    const int rem_class = w.tile ? 0 : (rem - 1) / PROMPT_CLASS_ROWS;
-    if (i < EXPERTS_MAX_EXPERT)
-        for (int k = 0; k < classes; k++)
-            first[k][i + 1] = (k == classes - 1 ? full : 0) + (rem > 0 && k == rem_class);
+    const int tile = w.tile;
+    if (i < EXPERTS_MAX_EXPERT) first[i + 1] = (count + tile - 1) / tile;
     __syncthreads();
-    if (i < classes) { /* a thread a class: at most n_expert adds, once a call */
-        first[i][0] = 0;
+    if (i == 0) { /* at most n_expert adds: a few microseconds, once a call */
+        first[0] = 0;
         for (int j = 1; j <= n; j++)
-            first[i][j] += first[i][j - 1];
-    }
-    __syncthreads();
-    if (i == 0) {
-        base[0] = 0;
-        for (int k = 0; k < PROMPT_CLASSES; k++) {
-            const int in_k = k < classes ? first[k][n] : 0;
-            w.n_tiles[1 + k] = in_k;
-            base[k + 1] = base[k] + in_k;
-        }
-        w.n_tiles[0] = base[PROMPT_CLASSES];
+            first[j] += first[j - 1];
+        *w.n_tiles = first[n];
     }
     __syncthreads();
     if (i >= n) return;
     const int e = active[3 * i], start = active[3 * i + 1];
     const size_t dm = (size_t)a.d_model, de = (size_t)a.d_expert, mt = (size_t)w.max_tiles;
-    for (int k = 0; k < classes; k++)
-        for (int t = base[k] + first[k][i]; t < base[k] + first[k][i + 1]; t++) {
-            /* the largest class's (every fixed tile's): the j-th whole tile, the last partial;
-             * a smaller class's: the remainder, after the whole tiles */
-            const int j = t - base[k] - first[k][i];
-            const int at = k == classes - 1 ? j * cap : full * cap;
-            const size_t row = (size_t)t * (size_t)w.stride;
-            w.tiles[3 * t] = e;
-            w.tiles[3 * t + 1] = start + at;
-            w.tiles[3 * t + 2] = min(cap, count - at);
-            w.ptrs[0 * mt + t] = a.gate_up + (size_t)e * 2 * de * dm;
-            w.ptrs[1 * mt + t] = w.xb + row * dm;
-            w.ptrs[2 * mt + t] = w.gu + row * 2 * de;
-            w.ptrs[3 * mt + t] = a.down + (size_t)e * dm * de;
-            w.ptrs[4 * mt + t] = w.h + row * de;
-            w.ptrs[5 * mt + t] = w.xb + row * dm;
-        }
+    for (int t = first[i]; t < first[i + 1]; t++) {
+        const int j = t - first[i];
+        const size_t row = (size_t)t * tile;
+        w.tiles[3 * t] = e;
+        w.tiles[3 * t + 1] = start + j * tile;
+        w.tiles[3 * t + 2] = min(tile, count - j * tile);
+        w.ptrs[0 * mt + t] = a.gate_up + (size_t)e * 2 * de * dm;
+        w.ptrs[1 * mt + t] = w.xb + row * dm;
+        w.ptrs[2 * mt + t] = w.gu + row * 2 * de;
+        w.ptrs[3 * mt + t] = a.down + (size_t)e * dm * de;
+        w.ptrs[4 * mt + t] = w.h + row * de;
+        w.ptrs[5 * mt + t] = w.xb + row * dm;
+    }
 }
 
 /* Whether slot blockIdx.x of tile blockIdx.y holds an item; *item its place in list */
@@ -1149,7 +1108,7 @@ static __device__ __forceinline__ bool prompt_slot(const prompt_ws &w, int *plac
     return (int)blockIdx.x < t[2];
 }
 
-/* xb[tile, slot] = x[row of the slot's item]; pos[item] = that slab row. Grid (w.stride,
+/* xb[tile, slot] = x[row of the slot's item]; pos[item] = that slab row. Grid (w.tile,
  * tiles). */
 __global__ static void __launch_bounds__(PROMPT_THREADS)
     moe_prompt_gather_kernel(k_moe_experts_args a, const int32_t *list, prompt_ws w) {
@@ -1157,7 +1116,7 @@ __global__ static void __launch_bounds__(PROMPT_THREADS)
     int place;
     if (!prompt_slot(w, &place)) return;
     const int item = list[place];
-    const size_t row = (size_t)blockIdx.y * (size_t)w.stride + blockIdx.x;
+    const size_t row = (size_t)blockIdx.y * (size_t)w.tile + blockIdx.x;
     if (threadIdx.x == 0) w.pos[item] = (int32_t)row;
     const uint4 *src = (const uint4 *)(a.x + (size_t)(item / a.top_k) * (size_t)a.d_model);
     uint4 *dst = (uint4 *)(w.xb + row * (size_t)a.d_model);
@@ -1171,7 +1130,7 @@ __global__ static void __launch_bounds__(PROMPT_THREADS)
     K_GRID_DEPENDENCY();
     int place;
     if (!prompt_slot(w, &place)) return;
-    const size_t row = (size_t)blockIdx.y * (size_t)w.stride + blockIdx.x;
+    const size_t row = (size_t)blockIdx.y * (size_t)w.tile + blockIdx.x;
     const bf16_t *g = w.gu + row * 2 * (size_t)de;
     bf16_t *o = w.h + row * (size_t)de;
     for (int i = threadIdx.x; i < de; i += PROMPT_THREADS)
@@ -1180,12 +1139,11 @@ __global__ static void __launch_bounds__(PROMPT_THREADS)
 }
 
 /* The batched plans of one expert shape, made on first use (prompt steps are never captured in
- * a graph) and kept for the process, as the other kernels' attributes are: one pair at the fixed
- * tile's rows, or one a class at its rows */
+ * a graph) and kept for the process, as the other kernels' attributes are */
 static struct {
     int n_expert, d_model, d_expert, tile;
-    k_gemm_plan *up[PROMPT_CLASSES], *down[PROMPT_CLASSES];
-    int32_t *host;                     /* pinned: the tile counts, read back each call */
+    k_gemm_plan *up, *down;
+    int32_t *host;                     /* pinned: the tile count, read back each call */
     long long calls, items, tile_rows; /* k_moe_prompt_stats */
 } pp;
 
@@ -1195,30 +1153,20 @@ extern "C" void k_moe_prompt_stats(long long *calls, long long *items, long long
     *tile_rows = pp.tile_rows;
 }
 
-/* Rows of class k's products (fixed tiles: the tile, as class 0) */
-static int prompt_class_rows(int tile, int k) { return tile ? tile : PROMPT_CLASS_ROWS * (k + 1); }
-
 static int prompt_plans_for(int d_model, int d_expert, int n_expert) {
-    if (pp.up[0] && pp.n_expert == n_expert && pp.d_model == d_model && pp.d_expert == d_expert &&
+    if (pp.up && pp.n_expert == n_expert && pp.d_model == d_model && pp.d_expert == d_expert &&
         pp.tile == prompt_tile)
         return K_OK;
-    pp.tile = -1; /* matches no setting until every plan below is made */
-    for (int k = 0; k < PROMPT_CLASSES; k++) {
-        k_gemm_plan_destroy(pp.up[k]);
-        k_gemm_plan_destroy(pp.down[k]);
-        pp.up[k] = pp.down[k] = NULL;
-    }
-    if (!pp.host) CUDA_CHECK(cudaMallocHost(&pp.host, (1 + PROMPT_CLASSES) * sizeof(int32_t)));
-    /* the heuristic asked at a chunk's usual count: one or two tiles an expert, or (classes)
-     * about half the experts in each of the two or three classes a chunk fills */
-    const int classes = prompt_tile ? 1 : PROMPT_CLASSES;
-    const int typical = prompt_tile ? 2 * n_expert : (n_expert + 1) / 2;
-    for (int k = 0; k < classes; k++) {
-        const int m = prompt_class_rows(prompt_tile, k);
-        pp.up[k] = k_gemm_ptrs_plan(typical, m, 2 * d_expert, d_model);
-        pp.down[k] = k_gemm_ptrs_plan(typical, m, d_model, d_expert);
-        if (!pp.up[k] || !pp.down[k]) return K_ERR_SHAPE;
-    }
+    pp.tile = -1; /* matches no setting until both plans below are made */
+    k_gemm_plan_destroy(pp.up);
+    k_gemm_plan_destroy(pp.down);
+    pp.up = pp.down = NULL;
+    /* the heuristic asked at a chunk's usual count: one or two tiles an expert */
+    const int typical = 2 * n_expert;
+    pp.up = k_gemm_ptrs_plan(typical, prompt_tile, 2 * d_expert, d_model);
+    pp.down = k_gemm_ptrs_plan(typical, prompt_tile, d_model, d_expert);
+    if (!pp.host) CUDA_CHECK(cudaMallocHost(&pp.host, sizeof(int32_t)));
+    if (!pp.up || !pp.down) return K_ERR_SHAPE;
     pp.n_expert = n_expert;
     pp.d_model = d_model;
     pp.d_expert = d_expert;
@@ -1243,41 +1191,24 @@ static int moe_prompt_experts(const k_moe_experts_args *a, const int32_t *list,
     CUDA_CHECK(
         k_launch(moe_prompt_tiles_kernel, 1, PROMPT_TILE_THREADS, 0, s, *a, active, n_active, w));
     CUDA_CHECK(cudaGetLastError());
-    /* the tile counts set the products' batches: read back once */
-    CUDA_CHECK(cudaMemcpyAsync(pp.host, w.n_tiles, (1 + PROMPT_CLASSES) * sizeof(int32_t),
-                               cudaMemcpyDeviceToHost, s));
+    /* the tile count sets the products' batch: read back once */
+    CUDA_CHECK(cudaMemcpyAsync(pp.host, w.n_tiles, sizeof(int32_t), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     const int n = pp.host[0];
     if (n < 0 || n > w.max_tiles) return K_ERR_SHAPE;
-    const int classes = w.tile ? 1 : PROMPT_CLASSES;
-    int sum = 0;
-    for (int k = 0; k < classes; k++) {
-        if (pp.host[1 + k] < 0) return K_ERR_SHAPE;
-        sum += pp.host[1 + k];
-        pp.tile_rows += (long long)pp.host[1 + k] * prompt_class_rows(w.tile, k);
-    }
-    if (sum != n) return K_ERR_SHAPE;
     pp.calls++;
     pp.items += (long long)a->rows * a->top_k;
+    pp.tile_rows += (long long)n * w.tile;
     if (n == 0) return K_OK; /* every id bad: the combine says so */
-    const dim3 grid((unsigned)w.stride, (unsigned)n);
+    const dim3 grid((unsigned)w.tile, (unsigned)n);
     const size_t mt = (size_t)w.max_tiles;
     CUDA_CHECK(k_launch(moe_prompt_gather_kernel, grid, PROMPT_THREADS, 0, s, *a, list, w));
     CUDA_CHECK(cudaGetLastError());
-    /* each class's tiles are one run of the pointer arrays, from t0 */
-    for (int k = 0, t0 = 0; k < classes; t0 += pp.host[1 + k], k++) {
-        rc = k_gemm_ptrs(pp.up[k], pp.host[1 + k], w.ptrs + t0, w.ptrs + mt + t0,
-                         (void *)(w.ptrs + 2 * mt + t0), s);
-        if (rc != K_OK) return rc;
-    }
+    rc = k_gemm_ptrs(pp.up, n, w.ptrs, w.ptrs + mt, (void *)(w.ptrs + 2 * mt), s);
+    if (rc != K_OK) return rc;
     CUDA_CHECK(k_launch(moe_prompt_geglu_kernel, grid, PROMPT_THREADS, 0, s, a->d_expert, w));
     CUDA_CHECK(cudaGetLastError());
-    for (int k = 0, t0 = 0; k < classes; t0 += pp.host[1 + k], k++) {
-        rc = k_gemm_ptrs(pp.down[k], pp.host[1 + k], w.ptrs + 3 * mt + t0, w.ptrs + 4 * mt + t0,
-                         (void *)(w.ptrs + 5 * mt + t0), s);
-        if (rc != K_OK) return rc;
-    }
-    return K_OK;
+    return k_gemm_ptrs(pp.down, n, w.ptrs + 3 * mt, w.ptrs + 4 * mt, (void *)(w.ptrs + 5 * mt), s);
 }
 
 extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {

@@ -74,8 +74,7 @@ int k_gemm_side_stream(g4_stream st) {
 }
 void k_set_moe_prompt_experts(int on) { (void)on; }
 int k_set_moe_prompt_tile(int items) {
-    return items != 0 && (items < K_PROMPT_TILE_MIN || items > K_PROMPT_TILE_MAX) ? K_ERR_SHAPE
-                                                                                  : K_OK;
+    return items < K_PROMPT_TILE_MIN || items > K_PROMPT_TILE_MAX ? K_ERR_SHAPE : K_OK;
 }
 int k_moe_prompt_prepare(int d_model, int d_expert, int n_expert) {
     (void)d_model, (void)d_expert, (void)n_expert;

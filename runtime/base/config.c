@@ -101,7 +101,7 @@ static const struct cfg_key {
     CFG_SWITCH(serve, attn_flash),
     CFG_SWITCH(serve, prompt_gemm),
     CFG_SWITCH(serve, prompt_experts),
-    CFG_RANGE(serve, prompt_tile, 0, 256),   /* 0 or kernels.h K_PROMPT_TILE_MIN..MAX */
+    CFG_RANGE(serve, prompt_tile, 16, 256),  /* kernels.h K_PROMPT_TILE_MIN..MAX */
     CFG_RANGE(serve, moe_branches, 0, 4096), /* the most rows of a step that branches; 0 off */
     CFG_RANGE(serve, attn_splits_per_block, 0, 16), /* kernels/attn_common.cuh's ATTN_MAX_SPB */
     CFG_RANGE(serve, sample_threads, 0, 256),
@@ -568,13 +568,6 @@ int config_finish(g4_config *c) {
     if (c->serve.prefill_chunk > c->serve.max_context) {
         cfg_fail("serve.prefill_chunk = %d exceeds serve.max_context = %d", c->serve.prefill_chunk,
                  c->serve.max_context);
-        return -1;
-    }
-    /* 0: the size classes; else kernels.h K_PROMPT_TILE_MIN (16) .. MAX (256) */
-    if (c->serve.prompt_tile != 0 && c->serve.prompt_tile < 16) {
-        cfg_fail("serve.prompt_tile = %d must be 0 (each expert's items in one tile sized to "
-                 "them) or in 16..256",
-                 c->serve.prompt_tile);
         return -1;
     }
     /* a step holds every running request's decode row and at least one prompt token */

@@ -65,9 +65,9 @@ typedef struct g4_config {
         int attn_flash;     /* 0/1, default 0: folded query tiles of head dim 256 in one launch */
         int prompt_gemm;    /* 0/1, default 1: prompt rows' projections on split-k-1 cuBLASLt */
         int prompt_experts; /* 0/1, default 0: prompt rows' experts as batched cuBLASLt products */
-        int prompt_tile; /* 0 or 16..256, default 96: items a tile of those products (0: classes) */
-        int moe_branches;          /* default 64: steps of at most this many rows run the router and
-                                    * experts beside the dense MLP (0 off) */
+        int prompt_tile;    /* 16..256, default 96: items a tile of those products */
+        int moe_branches;   /* default 64: steps of at most this many rows run the router and
+                             * experts beside the dense MLP (0 off) */
         int attn_splits_per_block; /* 0..16, default 0 (the launcher's choice): speed only */
         int sample_threads;        /* 0..256, default 0 (a thread per CPU): host draws */
         int text_max_tokens;       /* --text's answer limit, 1..1000000, default 512 */

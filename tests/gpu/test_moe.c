@@ -547,11 +547,10 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
  * the gates above (at most 160 rows here) never reach: at tiles of 64 the call cuts about 320
  * tiles, more than the 2 x n_expert its batched plans were asked at. Ids top_k distinct a row,
  * weights positive. The chunk at the default tile (96) as one call, against: the same chunk at
- * tiles of 64 (an item's bits do not depend on its tile), in the size classes (prompt_tile 0:
- * each expert's ~128 items in one tile of 96 to 192 rows), and the same rows as two calls of
- * 1,024 (each well under the plans' batch), bit for bit; and every 16th row and the last against
- * the CPU twin row by row (the twin on all 2,048 rows would take minutes): a row's relative error
- * at most 3e-2, where the same rounding points summed in another k order give ~1 bf16 ulp on some
+ * tiles of 64 (an item's bits do not depend on its tile), and the same rows as two calls of 1,024
+ * (each well under the plans' batch), bit for bit; and every 16th row and the last against the
+ * CPU twin row by row (the twin on all 2,048 rows would take minutes): a row's relative error at
+ * most 3e-2, where the same rounding points summed in another k order give ~1 bf16 ulp on some
  * elements (~4e-3 a row) and an item lost, or read from another tile's rows, moves its row by
  * about 1/top_k of its norm. */
 static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t *dn_h, void *d_gu,
@@ -598,14 +597,9 @@ static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t 
     if (!rc) rc = k_set_moe_prompt_tile(64);
     if (!rc) rc = experts_with(&a, (switches){1, 3, 0}, got, nx);
     k_moe_prompt_stats(&calls[1], &items[1], &tile_rows[1]);
+    (void)k_set_moe_prompt_tile(K_PROMPT_TILE_DEFAULT);
     const long long tiles64 = (tile_rows[1] - tile_rows[0]) / 64;
     differ += !rc && memcmp(got, all, nx * 2) != 0;
-    if (!rc) rc = k_set_moe_prompt_tile(0); /* the size classes */
-    if (!rc) rc = experts_with(&a, (switches){1, 3, 0}, got, nx);
-    k_moe_prompt_stats(&calls[0], &items[0], &tile_rows[0]);
-    const double class_rows = (double)(tile_rows[0] - tile_rows[1]) / (double)nk;
-    differ += !rc && memcmp(got, all, nx * 2) != 0;
-    (void)k_set_moe_prompt_tile(K_PROMPT_TILE_DEFAULT);
     for (int h = 0; !rc && h < 2; h++) { /* the two halves as calls of their own */
         k_moe_experts_args b = a;
         b.out = (bf16_t *)b.out + (size_t)h * HALF * dm;
@@ -634,12 +628,10 @@ static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t 
     TEST_CHECK(gate,
                rc == 0 && t.rc == 0 && tiles64 > 2LL * s->n_expert && differ == 0 &&
                    t.unwritten == 0 && t.den > 0 && t.worst_row <= 3e-2,
-               "%lld tiles at 64 items (the plans were asked at %d); the size classes computed "
-               "%.2f rows an item; %ld of 4 comparisons (tiles of 64, the size classes, each half "
-               "alone) differ in some bit; %d rows against the CPU twin: worst row's rel err "
-               "%.2e (limit 3e-2), %d NaN; rc %d/%d",
-               tiles64, 2 * s->n_expert, class_rows, differ, SAMPLES, t.worst_row, t.unwritten, rc,
-               t.rc);
+               "%lld tiles at 64 items (the plans were asked at %d); %ld of 3 comparisons (tiles "
+               "of 64, each half alone) differ in some bit; %d rows against the CPU twin: worst "
+               "row's rel err %.2e (limit 3e-2), %d NaN; rc %d/%d",
+               tiles64, 2 * s->n_expert, differ, SAMPLES, t.worst_row, t.unwritten, rc, t.rc);
     k_device_free(d_x);
     k_device_free(d_out);
     k_device_free(d_idx);
@@ -709,10 +701,9 @@ static void run_shape(const shape *s, uint64_t seed) {
             }
             free(one);
             /* the default tile, one past the 26B-A4B's usual bucket (~64 items an expert at
-             * 1,024 rows: one tile an expert, mostly), one no multiple of 8, and the size
-             * classes (0: each expert's bucket in one tile of its own size); each against the
-             * first's bits */
-            static const int tiles[] = {64, 128, 100, 0};
+             * 1,024 rows: one tile an expert, mostly), and one no multiple of 8; each against
+             * the first's bits */
+            static const int tiles[] = {64, 128, 100};
             tile_base spread = {0}, one_set = {0};
             for (size_t ti = 0; ti < sizeof tiles / sizeof tiles[0]; ti++) {
                 check_prompt_experts(s, rows, gu, dn, d_gu, d_dn, idx, w, 0, tiles[ti], &spread);
@@ -774,19 +765,19 @@ int main(void) {
         return 0;
     }
     printf("# device: %s\n", desc);
-    /* serve.prompt_tile's range (the config's): 0 (the size classes) or MIN..MAX; a tile outside
-     * it refused, the tile unchanged */
+    /* serve.prompt_tile's range (the config's): a tile outside it refused, the tile unchanged;
+     * 0 too (the size classes, taken out after they measured slower than tiles of 96) */
     const int below = k_set_moe_prompt_tile(K_PROMPT_TILE_MIN - 1),
               above = k_set_moe_prompt_tile(K_PROMPT_TILE_MAX + 1),
-              negative = k_set_moe_prompt_tile(-1), classes = k_set_moe_prompt_tile(0),
+              negative = k_set_moe_prompt_tile(-1), zero = k_set_moe_prompt_tile(0),
               lo = k_set_moe_prompt_tile(K_PROMPT_TILE_MIN),
               hi = k_set_moe_prompt_tile(K_PROMPT_TILE_MAX),
               back = k_set_moe_prompt_tile(K_PROMPT_TILE_DEFAULT);
     TEST_CHECK("moe_prompt_tile_range",
                below == K_ERR_SHAPE && above == K_ERR_SHAPE && negative == K_ERR_SHAPE &&
-                   classes == K_OK && lo == K_OK && hi == K_OK && back == K_OK,
+                   zero == K_ERR_SHAPE && lo == K_OK && hi == K_OK && back == K_OK,
                "%d below, %d above, %d at -1, %d at 0, %d %d at the ends, %d back", below, above,
-               negative, classes, lo, hi, back);
+               negative, zero, lo, hi, back);
     /* the 26B-A4B (with 160 rows: ~10 items an expert, a few experts past one 16-item tile at
      * the long k), the tiny fixture (with 200 rows: ~50 items an expert, so the tensor-core
      * path's tiles run full, partial and several to an expert), the 26B-A4B's routing with a

@@ -5,8 +5,8 @@
 # PLAN_STEPS picks; default "26b-fp8" (the 26B-A4B's full step, fp8 then bf16, the first
 # since serve.attn_strided_tiles went on in the thirty-sixth session: its long prompts are where
 # the strided tiles act; its checkpoint made from the start where the card has over 100 GB);
-# the thirty-sixth session ran pe-gates and pe-ab (H100: passed; the size classes slower) and
-# tests/gpu/plans/strided-flash.sh (the strided tiles' gates and A/B, flash's A/B);
+# the thirty-sixth session ran pe-gates and pe-ab (H100: passed; the size classes slower, since
+# taken out) and tests/gpu/plans/strided-flash.sh (the strided tiles' gates and A/B, flash's A/B);
 # `pinned` (tests/gpu/plans/pinned.sh) re-makes or replays the GPU pinned recording; the thirty-fifth session ran `ring` (the decode rings'
 # A/B, both measured slower and taken out, and the attention switches' sweep) on an H100; the
 # thirty-fourth ran `bt` (tests/gpu/plans/branches-tiles.sh) there but for its 31B part and
@@ -72,17 +72,16 @@ want pe-gates && step pe-build ./build.sh tests
 want pe-gates && step pe-gates env G4_FIXTURE_SET="serve.prompt_experts=1" \
     ./build.sh gpu-test engine_vs_hf trained
 want pe-gates && step pe-moe ./build.sh gpu-test test_moe
-# pe-ab: the prompt experts' tiles of 96 against the size classes (serve.prompt_tile 0, written in
-# the thirty-fifth session: one tile an expert, sized to its bucket), one 1,024-token prompt and
-# one 2,048-token prompt (one chunk each at the 26B-A4B's prefill_chunk), and the default path
-# (prompt experts off) beside them, two rounds; predicted the 1,024-row chunk's experts 23.4 ->
-# ~20-21 ms on the H100 (padding 1.52 -> ~1.25 rows an item) and more at 2,048 rows (a second
-# tile's weight reads gone), ~2 min
+# pe-ab: the prompt experts in tiles of 96 against the default path (prompt experts off), one
+# 1,024-token prompt and one 2,048-token prompt (one chunk each at the 26B-A4B's prefill_chunk),
+# two rounds (the thirty-sixth session's H100: the last chunk's experts 31.3 -> 22.8 ms at 1,024
+# tokens, 51.0 -> 29.3 at 2,048; the size classes it also ran, serve.prompt_tile 0, were slower
+# and were taken out), ~1.5 min
 pe_ab() {
     local r p v
     for r in 1 2; do
         for p in 1024 2048; do
-            for v in off 96 0; do
+            for v in off 96; do
                 echo "== prefill $p, prompt experts $v, round $r"
                 if [ $v = off ]; then set -- --set serve.prompt_experts=0; else
                     set -- --set serve.prompt_experts=1 --set serve.prompt_tile=$v; fi
