@@ -4,8 +4,13 @@
 # call's build). The objects are only good for the sources they were built from: pack right after
 # `./build.sh tests`; pack records a digest of those sources, and unpack refuses (the build then
 # compiles everything, as without this) where the tree it lands in differs.
-#   prebuilt.sh pack     here: build/obj and build/gen into .prebuilt/objs.tar.xz (~11 MB; carry
-#                        .prebuilt, ignored by git), and the sources' digest beside them
+#   prebuilt.sh pack [OBJ...]
+#                        here: build/obj and build/gen into .prebuilt/objs.tar.xz (carry
+#                        .prebuilt, ignored by git), and the sources' digest beside them; with
+#                        names (build/obj's files, e.g. kernels_attn_mma.cu.o), only those objects
+#                        (and build/obj/flags): the whole set (~20 MB since the thirty-sixth
+#                        session) no longer fits a call's 64 MB beside the tree (~46 MB), and the
+#                        attention object alone is most of the box's compile time
 #   prebuilt.sh unpack   there, before the build: unpacks them and stamps every file with one
 #                        time, later than the copied sources', so build.sh's staleness test
 #                        (an object older than its source or any header) keeps them; the
@@ -22,7 +27,18 @@ case ${1:-} in
 pack)
     [ -d build/obj ] && [ -d build/gen ] || { echo "no build/obj or build/gen: ./build.sh tests first"; exit 2; }
     mkdir -p .prebuilt
-    tar cf - build/obj build/gen | xz -T0 -6 > .prebuilt/objs.tar.xz
+    shift
+    files="build/obj build/gen"
+    if [ $# -gt 0 ]; then
+        files="build/obj/flags build/gen"
+        for o in "$@"; do
+            [ -f "build/obj/$o" ] || { echo "no build/obj/$o"; exit 2; }
+            files="$files build/obj/$o"
+            [ -f "build/obj/$o.log" ] && files="$files build/obj/$o.log"
+        done
+    fi
+    # shellcheck disable=SC2086 # the names are build/obj's own, without spaces
+    tar cf - $files | xz -T0 -6 > .prebuilt/objs.tar.xz
     digest > .prebuilt/sources.sha256
     echo "packed $(du -h .prebuilt/objs.tar.xz | cut -f1) into .prebuilt/objs.tar.xz"
     ;;
@@ -37,5 +53,5 @@ unpack)
     find build/obj build/gen -type f -exec touch -d "@$stamp" {} +
     echo "unpacked $(find build/obj -name '*.o' | wc -l) objects, stamped $(date -d "@$stamp" +%T)"
     ;;
-*) echo "usage: prebuilt.sh pack|unpack"; exit 2 ;;
+*) echo "usage: prebuilt.sh pack [OBJ...] | unpack"; exit 2 ;;
 esac
