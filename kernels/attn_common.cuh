@@ -744,9 +744,9 @@ static inline bool kv_shape_ok(const k_kv_view *kv, int kv_layer) {
            kv->max_pages > 0 && kv->tables && kv->base && aligned16(kv->base);
 }
 
-/* The two passes with their products on tensor cores (attn_mma.cu, serve.attn_mma): instantiated
- * there for head dims 256 (kept scores or not) and 512 (not), groups 1 to 16, both pools; and
- * their shared-memory limits raised at start-up. */
+/* The two passes with their products on tensor cores (attn_mma.cuh, serve.attn_mma): instantiated
+ * by its parts (kernels/attn_mma_d*.cu) for head dims 256 (kept scores or not) and 512 (not),
+ * groups 1 to 16, both pools; and their shared-memory limits raised at start-up. */
 template <int D, int G, bool FP8, bool KEEP>
 int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb, float *part,
                     float2 *ml, float *keep, unsigned *done, int row0, cudaStream_t s);

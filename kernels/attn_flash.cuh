@@ -1,11 +1,11 @@
 /* kernels/attn_flash.cuh - the flash pass of the query-tile attention (serve.attn_flash): a
  * block of FLASH_TILES query tiles of one KV head at head dim 256, both passes in one launch.
- * Part of kernels/attn_mma.cu's translation unit, split out for its size: included there once,
+ * Part of kernels/attn_mma.cuh, split out for its size: included there once,
  * after the mma helpers it uses (ldsm_x4, ldsm_x4_trans, mma_bf16, pack_bf16_exact,
  * widen_e4m3x8) and tile_rows_share; attn_flash_kernel and its launcher live there, beside the
  * folded passes it falls back on.
  *
- * The folded query-tile passes of attn_mma.cu (a 16-row tile a block, stats then P.V as two
+ * The folded query-tile passes of attn_mma.cuh (a 16-row tile a block, stats then P.V as two
  * launches) spend most of their time waiting: each unit of 64 keys is a copy waited for behind a
  * barrier pair and used for 32 mmas a warp. Here a block takes FLASH_TILES consecutive tiles of
  * one KV head, so a staged unit serves both, and two warps own each tile's 16 M rows against

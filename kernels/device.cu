@@ -115,7 +115,12 @@ extern "C" int k_profiler_range(int on) {
 #ifdef G4_KERNEL_TRACE
 #define K_TRACE_UNITS(X)                                                                           \
     X(attn)                                                                                        \
-    X(attn_mma)                                                                                    \
+    X(attn_mma_d256_bf16_keep)                                                                     \
+    X(attn_mma_d256_e4m3_keep)                                                                     \
+    X(attn_mma_d256_bf16)                                                                          \
+    X(attn_mma_d256_e4m3)                                                                          \
+    X(attn_mma_d512_bf16)                                                                          \
+    X(attn_mma_d512_e4m3)                                                                          \
     X(attn_prep)                                                                                   \
     X(attn_window) X(fill) X(gemm_lt) X(moe) X(norm) X(sample)
 #define K_TRACE_DECLARE(u) extern "C" int k_trace_bind_##u(k_trace_rec *buf);

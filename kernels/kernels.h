@@ -348,7 +348,7 @@ void k_set_row_chain(int mode);
  * path they test. */
 int k_row_ops_chained(const k_row_ops_args *a);
 
-/* kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_mma.cu: the per-family prep and the paged
+/* kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_mma*.cu: the per-family prep and the paged
  * attention (head dims 256 and 512) */
 int k_attn_prep(const k_attn_prep_args *a, g4_stream st);
 int k_attention(const k_attention_args *a, g4_stream st);
@@ -360,7 +360,7 @@ int k_attention(const k_attention_args *a, g4_stream st);
 #define K_ATTN_FOLD_PAIRS 4096
 #define K_ATTN_FOLD_HEAD_ELEMS 1024
 void k_set_attn_fold(int on);
-/* On: every attention launch takes its products on tensor cores (kernels/attn_mma.cu,
+/* On: every attention launch takes its products on tensor cores (kernels/attn_mma.cuh,
  * serve.attn_mma): the same rounding points, other fp32 summation orders, so other bits than the
  * CUDA-core kernels' (both within the op gate's bound of the reference). Process-wide. */
 void k_set_attn_mma(int on);

@@ -1,5 +1,5 @@
 /* tests/gpu/test_attn.c - GPU gate: the attention prep and the paged attention core
- * (kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_mma.cu) against their CPU twins
+ * (kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_mma.cuh) against their CPU twins
  * ref_attn_prep and ref_attention, on fresh random inputs over a paged KV store with shuffled page
  * tables.
  *
@@ -179,7 +179,7 @@ static void compare(cmp *m, const bf16_t *out, const bf16_t *ref, size_t n) {
 
 static double rel_of(const cmp *m) { return sqrt(m->num / (m->den > 0 ? m->den : 1)); }
 
-/* serve.attn_mma as this run has set it: the tensor-core passes (attn_mma.cu) take every
+/* serve.attn_mma as this run has set it: the tensor-core passes (attn_mma.cuh) take every
  * attention launch, and the gates' names say so */
 static int attn_mma;
 

@@ -1,5 +1,5 @@
 # tests/gpu/plans/attn-mma.sh - a box_queue.sh plan (twenty-fourth session): serve.attn_mma, the
-# attention passes with their products on tensor cores (kernels/attn_mma.cu). PLAN_STEPS picks;
+# attention passes with their products on tensor cores (kernels/attn_mma.cuh). PLAN_STEPS picks;
 # default "gates ab engine", in order:
 #   gates   test_attn: every case on the CUDA-core kernels and again with attn_mma on, each
 #           against the CPU reference (1e-2) and its speed switches (bits), ~2 min with the build
