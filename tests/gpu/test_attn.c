@@ -380,8 +380,75 @@ static void fill_store(bf16_t *kv, const store *s, const cfg *c) {
     (void)c;
 }
 
-/* fp8: the store holds the e4m3 of the same random values (NaN slots as 0x7f), both sides read
- * it as e4m3; the pass rule is the bf16 one, since both convert the same bytes exactly. */
+/* One attention case: its random inputs on the host and the device, and a launch over them. */
+typedef struct attn_case {
+    store s;
+    size_t qn, tb, rb, kv_bytes; /* q's elements; the tables', rows' and K/V's bytes */
+    bf16_t *q, *kv;
+    void *dq, *dout, *dkv, *dt, *dpos, *dseq; /* dout left unwritten */
+    k_attention_args a;                       /* max_pos 0: a gate sets the bound it tests */
+} attn_case;
+
+/* The case for seed over the current rows, uploaded with the store's tables. The draws go the
+ * store, q, the K/V values: another order would give every seed another case. Nonzero if an
+ * allocation or a copy failed; attn_case_free frees whatever exists. */
+static int attn_case_setup(attn_case *t, const cfg *c, int window, int fp8, uint64_t seed) {
+    rng_state = seed;
+    make_store(&t->s, c, window);
+    t->qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d;
+    t->tb = sizeof(int32_t) * (size_t)(N_SEQ * t->s.max_pages);
+    t->rb = sizeof(int32_t) * (size_t)n_rows;
+    t->kv_bytes = fp8 ? t->s.elems : t->s.elems * 2;
+    t->q = malloc(t->qn * 2);
+    t->kv = malloc(t->s.elems * 2);
+    if (t->q && t->kv) {
+        /* scores of std ~2.3: a softmax neither flat nor one-hot over thousands of keys */
+        fill_uniform(t->q, t->qn, 4.0f / sqrtf((float)c->d), 0.0f);
+        fill_store(t->kv, &t->s, c);
+    }
+    /* fp8: the store holds the e4m3 of the same random values (NaN slots as 0x7f), both sides
+     * read it as e4m3; the pass rule is the bf16 one, since both convert the same bytes
+     * exactly. The same buffer holds the e4m3 bytes in its first half. */
+    if (fp8 && t->kv)
+        for (size_t i = 0; i < t->s.elems; i++)
+            ((uint8_t *)t->kv)[i] = ref_f32_to_e4m3(ref_bf16_to_f32(t->kv[i]));
+    t->dq = k_device_alloc(t->qn * 2);
+    t->dout = k_device_alloc(t->qn * 2);
+    t->dkv = k_device_alloc(t->s.elems * 2);
+    t->dt = k_device_alloc(t->tb);
+    t->dpos = k_device_alloc(t->rb);
+    t->dseq = k_device_alloc(t->rb);
+    int rc = !t->q || !t->kv || !t->dq || !t->dout || !t->dkv || !t->dt || !t->dpos || !t->dseq;
+    if (!rc)
+        rc = k_copy_to_device(t->dq, t->q, t->qn * 2) |
+             k_copy_to_device(t->dkv, t->kv, t->kv_bytes) |
+             k_copy_to_device(t->dt, t->s.tables, t->tb) |
+             k_copy_to_device(t->dpos, row_pos, t->rb) | k_copy_to_device(t->dseq, row_seq, t->rb);
+    t->a = (k_attention_args){.out = t->dout,
+                              .q = t->dq,
+                              .pos = t->dpos,
+                              .seq = t->dseq,
+                              .kv = view_of(&t->s, c, t->dkv, t->dt),
+                              .rows = n_rows,
+                              .n_head = c->n_head,
+                              .kv_layer = KV_LAYER,
+                              .window = window};
+    t->a.kv.elem_bytes = fp8 ? 1 : 2;
+    return rc;
+}
+
+static void attn_case_free(attn_case *t) {
+    k_device_free(t->dq);
+    k_device_free(t->dout);
+    k_device_free(t->dkv);
+    k_device_free(t->dt);
+    k_device_free(t->dpos);
+    k_device_free(t->dseq);
+    free(t->q);
+    free(t->kv);
+    free(t->s.tables);
+}
+
 /* Output elements of four launches of *a with a speed-only switch on (set(1) before, set(0)
  * after) that differ from out: at the launcher's choice of splits a block, at 1 and at 16, and at
  * the launcher's choice with the combine in a launch of its own. Each launch's output is
@@ -419,58 +486,26 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     char gate[128], tag[48];
     snprintf(gate, sizeof gate, "op_vs_ref[attention %s w%d%s%s]", tag_of(c, tag, sizeof tag),
              window, fp8 ? " e4m3" : "", rows_name);
-    rng_state = seed;
-    store s;
-    make_store(&s, c, window);
-    size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d;
-    bf16_t *q = malloc(qn * 2), *out = malloc(qn * 2), *ref = malloc(qn * 2);
-    bf16_t *kv = malloc(s.elems * 2);
-    /* scores of std ~2.3: a softmax neither flat nor one-hot over thousands of keys */
-    fill_uniform(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
-    fill_store(kv, &s, c);
-    size_t kv_bytes = s.elems * 2;
-    if (fp8) { /* the same buffer now holds e4m3 bytes in its first half */
-        uint8_t *b = (uint8_t *)kv;
-        for (size_t i = 0; i < s.elems; i++)
-            b[i] = ref_f32_to_e4m3(ref_bf16_to_f32(kv[i]));
-        kv_bytes = s.elems;
-    }
+    attn_case t;
+    int rc = attn_case_setup(&t, c, window, fp8, seed);
+    const size_t qn = t.qn;
+    void *const dout = t.dout;
+    bf16_t *out = malloc(qn * 2), *ref = malloc(qn * 2);
     for (size_t i = 0; i < qn; i++)
         out[i] = ref[i] = BF16_NAN;
-
-    size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
-           rb = sizeof(int32_t) * (size_t)n_rows;
-    void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
-    void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
-    void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
-    int rc = !dq || !dout || !dkv || !dt || !dpos || !dseq;
-    if (!rc)
-        rc = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dout, out, qn * 2) |
-             k_copy_to_device(dkv, kv, kv_bytes) | k_copy_to_device(dt, s.tables, tb) |
-             k_copy_to_device(dpos, row_pos, rb) | k_copy_to_device(dseq, row_seq, rb);
-    k_attention_args a = {.out = dout,
-                          .q = dq,
-                          .pos = dpos,
-                          .seq = dseq,
-                          .kv = view_of(&s, c, dkv, dt),
-                          .rows = n_rows,
-                          .n_head = c->n_head,
-                          .kv_layer = KV_LAYER,
-                          .window = window,
-                          /* the host's bound on pos (3000 is the largest row), or the table's */
-                          .max_pos = rows_max_pos     ? rows_max_pos
-                                     : window == 1024 ? 3000
-                                                      : 0};
-    a.kv.elem_bytes = fp8 ? 1 : 2;
+    if (!rc) rc = k_copy_to_device(dout, out, qn * 2);
+    k_attention_args a = t.a;
+    /* the host's bound on pos (3000 is the largest row), or the table's */
+    a.max_pos = rows_max_pos ? rows_max_pos : window == 1024 ? 3000 : 0;
     if (!rc) rc = k_attention(&a, NULL) | k_sync() | k_copy_to_host(out, dout, qn * 2);
     k_attention_args ra = a;
     ra.out = ref;
-    ra.q = q;
+    ra.q = t.q;
     ra.pos = row_pos;
     ra.seq = row_seq;
-    ra.kv = view_of(&s, c, kv, s.tables);
+    ra.kv = view_of(&t.s, c, t.kv, t.s.tables);
     ra.kv.elem_bytes = a.kv.elem_bytes;
-    int rrc = ref_attention(&ra, NULL);
+    int rrc = t.q && t.kv ? ref_attention(&ra, NULL) : -1;
 
     /* the same launch with a block per split (the layout before blocks took several), then
      * with 2, 3 and 16 splits a block: every output bit must equal the launcher's own choice
@@ -696,17 +731,9 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     TEST_CHECK(gate, rc == 0 && rrc == 0 && rel <= 1e-2 && m.unwritten == 0 && ref_nan == 0,
                "rel err %.2e (limit 1e-2), unwritten %ld, NaN in ref %ld, rc %d ref rc %d", rel,
                m.unwritten, ref_nan, rc, rrc);
-    k_device_free(dq);
-    k_device_free(dout);
-    k_device_free(dkv);
-    k_device_free(dt);
-    k_device_free(dpos);
-    k_device_free(dseq);
-    free(q);
+    attn_case_free(&t);
     free(out);
     free(ref);
-    free(kv);
-    free(s.tables);
 }
 
 /* The NaN paths of the folded combine against the combine's own launch (serve.attn_fold 1 and
@@ -724,34 +751,13 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
     const bf16_t poison = 0x4242u;
     make_rows(0);
     add_row(2, -1);
-    rng_state = seed;
-    store s;
-    make_store(&s, c, window);
-    size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d,
-           per_row = (size_t)c->n_head * (size_t)c->d;
-    size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
-           rb = sizeof(int32_t) * (size_t)n_rows;
-    bf16_t *q = malloc(qn * 2), *out[5] = {malloc(qn * 2), malloc(qn * 2), malloc(qn * 2),
-                                           malloc(qn * 2), malloc(qn * 2)};
-    bf16_t *kv = malloc(s.elems * 2);
-    int32_t *tables = malloc(tb);
-    fill_uniform(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
-    fill_store(kv, &s, c);
-    size_t kv_bytes = s.elems * 2;
-    if (fp8) {
-        uint8_t *b = (uint8_t *)kv;
-        for (size_t i = 0; i < s.elems; i++)
-            b[i] = ref_f32_to_e4m3(ref_bf16_to_f32(kv[i]));
-        kv_bytes = s.elems;
-    }
-    void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
-    void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
-    void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
-    int setup = !q || !out[0] || !out[1] || !out[2] || !out[3] || !out[4] || !kv || !tables ||
-                !dq || !dout || !dkv || !dt || !dpos || !dseq;
-    if (!setup)
-        setup = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv, kv_bytes) |
-                k_copy_to_device(dpos, row_pos, rb) | k_copy_to_device(dseq, row_seq, rb);
+    attn_case t;
+    int setup = attn_case_setup(&t, c, window, fp8, seed);
+    const size_t qn = t.qn, per_row = (size_t)c->n_head * (size_t)c->d;
+    void *const dout = t.dout;
+    bf16_t *out[5] = {malloc(qn * 2), malloc(qn * 2), malloc(qn * 2), malloc(qn * 2),
+                      malloc(qn * 2)};
+    if (!setup) setup = !out[0] || !out[1] || !out[2] || !out[3] || !out[4];
     for (int kase = 0; kase < 3; kase++) {
         if (kase == 1 && window && window < 1024) continue;
         int named = -1, pad = -1;
@@ -762,24 +768,14 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
                 named = r;
         }
         int rc = setup;
-        if (!rc) {
-            memcpy(tables, s.tables, tb);
-            if (kase == 2) tables[2 * s.max_pages + 2] = -1; /* C's keys 32..47 */
-            rc = k_copy_to_device(dt, tables, tb);
+        if (!rc && kase == 2) { /* the last case: the store's tables need not come back */
+            t.s.tables[2 * t.s.max_pages + 2] = -1; /* C's keys 32..47 */
+            rc = k_copy_to_device(t.dt, t.s.tables, t.tb);
         }
-        k_attention_args a = {.out = dout,
-                              .q = dq,
-                              .pos = dpos,
-                              .seq = dseq,
-                              .kv = view_of(&s, c, dkv, dt),
-                              .rows = n_rows,
-                              .n_head = c->n_head,
-                              .kv_layer = KV_LAYER,
-                              .window = window,
-                              /* the grid's splits: 8 without a window, 11 at W 1,024, where
-                                 the row at 3,000 has 24 or 16 */
-                              .max_pos = kase == 1 ? (window ? 700 : 500) : 0};
-        a.kv.elem_bytes = fp8 ? 1 : 2;
+        k_attention_args a = t.a;
+        /* the grid's splits: 8 without a window, 11 at W 1,024, where the row at 3,000 has 24
+         * or 16 */
+        a.max_pos = kase == 1 ? (window ? 700 : 500) : 0;
         /* f: 0 the combine's own launch, 1 folded, 2 folded with the mma operands built as
          * loaded (e4m3: serve.attn_fp8_frags) and with the page-table look-ups before the grid
          * wait (serve.attn_early_lookup: the NaN paths' early ends wait too), which only the
@@ -839,21 +835,9 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
                    differ, named, named_number, other_bad, tile_folds, want_fold, flashes,
                    want_flash, rc);
     }
-    k_device_free(dq);
-    k_device_free(dout);
-    k_device_free(dkv);
-    k_device_free(dt);
-    k_device_free(dpos);
-    k_device_free(dseq);
-    free(q);
-    free(out[0]);
-    free(out[1]);
-    free(out[2]);
-    free(out[3]);
-    free(out[4]);
-    free(kv);
-    free(tables);
-    free(s.tables);
+    attn_case_free(&t);
+    for (int f = 0; f < 5; f++)
+        free(out[f]);
 }
 
 /* The flash pass's NaN path (serve.attn_flash): the 300-row prompt with B's keys 64..79
@@ -863,48 +847,18 @@ static void run_fold_nan_paths(const cfg *c, int window, int fp8, uint64_t seed)
 static void run_flash_unmapped(const cfg *c, int window, int fp8, uint64_t seed) {
     const bf16_t poison = 0x4242u;
     make_rows(3);
-    rng_state = seed;
-    store s;
-    make_store(&s, c, window);
-    const size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d,
-                 per_row = (size_t)c->n_head * (size_t)c->d;
-    const size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
-                 rb = sizeof(int32_t) * (size_t)n_rows;
-    bf16_t *q = malloc(qn * 2), *out[2] = {malloc(qn * 2), malloc(qn * 2)};
-    bf16_t *kv = malloc(s.elems * 2);
-    int32_t *tables = malloc(tb);
-    void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
-    void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
-    void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
-    int rc =
-        !q || !out[0] || !out[1] || !kv || !tables || !dq || !dout || !dkv || !dt || !dpos || !dseq;
-    size_t kv_bytes = s.elems * 2;
-    if (!rc) {
-        fill_uniform(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
-        fill_store(kv, &s, c);
-        if (fp8) {
-            uint8_t *b = (uint8_t *)kv;
-            for (size_t i = 0; i < s.elems; i++)
-                b[i] = ref_f32_to_e4m3(ref_bf16_to_f32(kv[i]));
-            kv_bytes = s.elems;
-        }
-        memcpy(tables, s.tables, tb);
-        tables[1 * s.max_pages + 64 / PAGE_TOKENS] = -1; /* B's keys 64..79 */
-        rc = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv, kv_bytes) |
-             k_copy_to_device(dt, tables, tb) | k_copy_to_device(dpos, row_pos, rb) |
-             k_copy_to_device(dseq, row_seq, rb);
+    attn_case t;
+    int rc = attn_case_setup(&t, c, window, fp8, seed);
+    const size_t qn = t.qn, per_row = (size_t)c->n_head * (size_t)c->d;
+    void *const dout = t.dout;
+    bf16_t *out[2] = {malloc(qn * 2), malloc(qn * 2)};
+    if (!rc) rc = !out[0] || !out[1];
+    if (!rc) { /* after the draws: the page's keys are drawn as if it were mapped */
+        t.s.tables[1 * t.s.max_pages + 64 / PAGE_TOKENS] = -1; /* B's keys 64..79 */
+        rc = k_copy_to_device(t.dt, t.s.tables, t.tb);
     }
-    k_attention_args a = {.out = dout,
-                          .q = dq,
-                          .pos = dpos,
-                          .seq = dseq,
-                          .kv = view_of(&s, c, dkv, dt),
-                          .rows = n_rows,
-                          .n_head = c->n_head,
-                          .kv_layer = KV_LAYER,
-                          .window = window,
-                          .max_pos = rows_max_pos};
-    a.kv.elem_bytes = fp8 ? 1 : 2;
+    k_attention_args a = t.a;
+    a.max_pos = rows_max_pos;
     long long flashes = 0;
     for (int f = 0; f < 2 && !rc; f++) { /* 0: a block per row; 1: the flash pass */
         for (size_t i = 0; i < qn; i++)
@@ -938,18 +892,9 @@ static void run_flash_unmapped(const cfg *c, int window, int fp8, uint64_t seed)
                "bit-identical); rows from position 64: %ld elements not NaN (must all be); other "
                "rows: %ld NaN or unwritten; flash launches %lld where %d was expected; rc %d",
                differ, nan_number, other_bad, flashes, want_flash, rc);
-    k_device_free(dq);
-    k_device_free(dout);
-    k_device_free(dkv);
-    k_device_free(dt);
-    k_device_free(dpos);
-    k_device_free(dseq);
-    free(q);
+    attn_case_free(&t);
     free(out[0]);
     free(out[1]);
-    free(kv);
-    free(tables);
-    free(s.tables);
 }
 
 /* The launchers refuse what they have no kernel for, before touching the device. */
@@ -1066,46 +1011,17 @@ static void run_strided_tiles(const cfg *c, int window, int shape, int fp8, uint
         return;
     }
     make_strided_rows(window, shape, n_prompt);
-    rng_state = seed;
-    store s;
-    make_store(&s, c, window);
-    const size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d;
-    bf16_t *q = malloc(qn * 2), *want = malloc(qn * 2), *got = malloc(qn * 2);
-    bf16_t *kv = malloc(s.elems * 2);
-    if (!q || !want || !got || !kv) {
+    attn_case t;
+    int rc = attn_case_setup(&t, c, window, fp8, seed);
+    const size_t qn = t.qn;
+    void *const dout = t.dout;
+    bf16_t *want = malloc(qn * 2), *got = malloc(qn * 2);
+    if (!t.q || !t.kv || !want || !got) {
         TEST_CHECK(gate, 0, "host allocation failed");
-        free(q), free(want), free(got), free(kv), free(s.tables);
+        attn_case_free(&t), free(want), free(got);
         return;
     }
-    fill_uniform(q, qn, 4.0f / sqrtf((float)c->d), 0.0f);
-    fill_store(kv, &s, c);
-    size_t kv_bytes = s.elems * 2;
-    if (fp8) {
-        uint8_t *b = (uint8_t *)kv;
-        for (size_t i = 0; i < s.elems; i++)
-            b[i] = ref_f32_to_e4m3(ref_bf16_to_f32(kv[i]));
-        kv_bytes = s.elems;
-    }
-    const size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
-                 rb = sizeof(int32_t) * (size_t)n_rows;
-    void *dq = k_device_alloc(qn * 2), *dout = k_device_alloc(qn * 2);
-    void *dkv = k_device_alloc(kv_bytes), *dt = k_device_alloc(tb);
-    void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
-    int rc = !dq || !dout || !dkv || !dt || !dpos || !dseq;
-    if (!rc)
-        rc = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv, kv_bytes) |
-             k_copy_to_device(dt, s.tables, tb) | k_copy_to_device(dpos, row_pos, rb) |
-             k_copy_to_device(dseq, row_seq, rb);
-    k_attention_args a = {.out = dout,
-                          .q = dq,
-                          .pos = dpos,
-                          .seq = dseq,
-                          .kv = view_of(&s, c, dkv, dt),
-                          .rows = n_rows,
-                          .n_head = c->n_head,
-                          .kv_layer = KV_LAYER,
-                          .window = window};
-    a.kv.elem_bytes = fp8 ? 1 : 2;
+    const k_attention_args a = t.a;
     /* the one-row blocks' bits: query tiles off */
     long base_nan = 0;
     if (!rc) {
@@ -1150,17 +1066,9 @@ static void run_strided_tiles(const cfg *c, int window, int shape, int fp8, uint
                    "the one-row blocks' output %ld; rc %d",
                    differ, qn, strided, base_nan, rc);
     }
-    k_device_free(dq);
-    k_device_free(dout);
-    k_device_free(dkv);
-    k_device_free(dt);
-    k_device_free(dpos);
-    k_device_free(dseq);
-    free(q);
+    attn_case_free(&t);
     free(want);
     free(got);
-    free(kv);
-    free(s.tables);
 }
 
 /* Windows of 1,024 (16 splits), 1,000 (a partial last tile), 256 (4 splits) and 2,048 (32
