@@ -7,7 +7,14 @@
  *     one-byte layout (the fp8 local pool) K and V are stored as e4m3 of the bf16 value the
  *     bf16 pool would hold: round to nearest even, saturating at +-448 (docs/gates.md "fp8
  *     layout"), q stays bf16. A row whose page is unmapped is not written (the engine never
- *     passes one). */
+ *     passes one).
+ *   attn_prep_rows_kernel (serve.attn_prep_rows, the default): the same function, a warp per
+ *     head and several heads a warp. Each lane holds the elements thread j = lane + 32 w held in
+ *     the block form, sums their squares warp by warp with the same butterfly and adds the
+ *     warps' sums in the same order, so every head gets the block form's bits; what it saves is
+ *     a block and its barrier per head, and the RoPE angles' powf, cosf and sinf, which depend on
+ *     the row and j alone: computed once a warp, not once a head (24 rotated heads a 26B-A4B
+ *     row). */
 #include "kernels/attn_common.cuh"
 
 #define PREP_MAX_THREADS 256 /* head_dim / 2 threads: 128 (hd 256) or 256 (hd 512) */
@@ -86,6 +93,104 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
     dst[j + half] = k_f32_to_bf16(yb);
 }
 
+/* The warp form: blockIdx.x = row; warp w of block b takes heads (4 b + w) hpw .. + hpw - 1 of
+ * the block form's y order. Lane l holds elements l + 32 i and l + 32 i + D/2 (i < D/64): the
+ * block form's thread j = l + 32 i, whose warp i reduced them. */
+template <int D, bool FP8>
+static __global__ void __launch_bounds__(128) attn_prep_rows_kernel(k_attn_prep_args a, int hpw) {
+    K_GRID_DEPENDENCY();
+    constexpr int half = D / 2, NI = half / 32;
+    const int r = blockIdx.x, lane = threadIdx.x & 31;
+    const int y0 = ((int)blockIdx.y * 4 + (int)(threadIdx.x >> 5)) * hpw;
+    const int n_kv = a.kv.n_kv_head, heads = a.n_head + (a.write_kv ? 2 * n_kv : 0);
+    if (y0 >= heads) return; /* warp-uniform */
+    /* the row's rotation, the block form's expressions: the same for every rotated head */
+    float rc[NI], rs[NI];
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        const int j = lane + 32 * i;
+        rc[i] = rs[i] = 0.0f;
+        if (j < a.n_rot) {
+            float inv_freq = 1.0f / powf(a.rope_base, (float)(2 * j) / (float)D);
+            float angle = __fmul_rn(inv_freq, (float)a.pos[r]);
+            rc[i] = k_round_bf16(cosf(angle));
+            rs[i] = k_round_bf16(sinf(angle));
+        }
+    }
+    const int y_end = min(y0 + hpw, heads);
+    for (int y = y0; y < y_end; y++) {
+        const bf16_t *src;
+        bf16_t *dst;
+        uint8_t *dst8 = NULL;
+        const bf16_t *w = NULL;
+        bool rotate = true;
+        if (y < a.n_head) {
+            dst = a.q + ((size_t)r * a.n_head + y) * D;
+            src = dst;
+            w = a.q_norm;
+        } else {
+            int h = (y - a.n_head) % n_kv, which = (y - a.n_head) / n_kv; /* 0 = K, 1 = V */
+            long long off = kv_view_offset(&a.kv, a.seq[r], a.pos[r], a.kv_layer, which, h);
+            if (off < 0) continue; /* unmapped: as the block form, nothing written */
+            dst = (bf16_t *)a.kv.base + off;
+            if (FP8) dst8 = (uint8_t *)a.kv.base + off;
+            src = (which ? a.v_raw : a.k_raw) + ((size_t)r * n_kv + h) * D;
+            if (!which) w = a.k_norm;
+            rotate = which == 0;
+        }
+        float xa[NI], xb[NI];
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            xa[i] = k_bf16_to_f32(src[lane + 32 * i]);
+            xb[i] = k_bf16_to_f32(src[lane + 32 * i + half]);
+        }
+        /* block_sum: each warp's butterfly, then 0 + warp 0 + warp 1 + ... */
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            float v = __fadd_rn(__fmul_rn(xa[i], xa[i]), __fmul_rn(xb[i], xb[i]));
+#pragma unroll
+            for (int m = 16; m > 0; m >>= 1)
+                v += __shfl_xor_sync(0xffffffffu, v, m);
+            ss += v;
+        }
+        const float inv = powf(ss / (float)D + a.eps, -0.5f);
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            const int j = lane + 32 * i;
+            float ya = w ? k_round_bf16(__fmul_rn(__fmul_rn(xa[i], inv), k_bf16_to_f32(w[j])))
+                         : k_round_bf16(__fmul_rn(xa[i], inv));
+            float yb =
+                w ? k_round_bf16(__fmul_rn(__fmul_rn(xb[i], inv), k_bf16_to_f32(w[j + half])))
+                  : k_round_bf16(__fmul_rn(xb[i], inv));
+            if (rotate && j < a.n_rot) {
+                const float c = rc[i], sn = rs[i];
+                float na = k_round_bf16(
+                    __fadd_rn(k_round_bf16(__fmul_rn(ya, c)), k_round_bf16(__fmul_rn(-yb, sn))));
+                float nb = k_round_bf16(
+                    __fadd_rn(k_round_bf16(__fmul_rn(yb, c)), k_round_bf16(__fmul_rn(ya, sn))));
+                ya = na;
+                yb = nb;
+            }
+            if (FP8 && dst8) {
+                dst8[j] = k_f32_to_e4m3(ya);
+                dst8[j + half] = k_f32_to_e4m3(yb);
+            } else {
+                dst[j] = k_f32_to_bf16(ya);
+                dst[j + half] = k_f32_to_bf16(yb);
+            }
+        }
+    }
+}
+
+static int attn_prep_rows_on = 1; /* serve.attn_prep_rows' default */
+extern "C" void k_set_attn_prep_rows(int on) { attn_prep_rows_on = on ? 1 : 0; }
+
+/* Heads a warp in the warp form: one where the rows are few (a decode step: every head its own
+ * warp, as many warps in flight as the block form had blocks), else a block a row, whose 4
+ * warps share the row's heads (prompt rows: the angles computed 4 times a row, not once a head). */
+static int prep_heads_per_warp(int rows, int heads) { return rows >= 64 ? (heads + 3) / 4 : 1; }
+
 extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
     int rc = kv_dtype_check(&a->kv);
     if (rc) return rc;
@@ -98,9 +203,23 @@ extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
     if (a->rows == 0) return K_OK;
     int heads = a->n_head + (a->write_kv ? 2 * a->kv.n_kv_head : 0);
     if (heads > 65535) return K_ERR_SHAPE;
-    dim3 grid((unsigned)a->rows, (unsigned)heads);
     cudaStream_t s = (cudaStream_t)st;
     bool fp8 = a->write_kv && a->kv.elem_bytes == 1;
+    if (attn_prep_rows_on) {
+        const int hpw = prep_heads_per_warp(a->rows, heads);
+        const dim3 wgrid((unsigned)a->rows, (unsigned)((heads + 4 * hpw - 1) / (4 * hpw)));
+        if (d == 256 && fp8)
+            CUDA_CHECK(k_launch(attn_prep_rows_kernel<256, true>, wgrid, 128, 0, s, *a, hpw));
+        else if (d == 256)
+            CUDA_CHECK(k_launch(attn_prep_rows_kernel<256, false>, wgrid, 128, 0, s, *a, hpw));
+        else if (fp8)
+            CUDA_CHECK(k_launch(attn_prep_rows_kernel<512, true>, wgrid, 128, 0, s, *a, hpw));
+        else
+            CUDA_CHECK(k_launch(attn_prep_rows_kernel<512, false>, wgrid, 128, 0, s, *a, hpw));
+        CUDA_CHECK(cudaGetLastError());
+        return K_OK;
+    }
+    dim3 grid((unsigned)a->rows, (unsigned)heads);
     if (d == 256 && fp8)
         CUDA_CHECK(k_launch(attn_prep_kernel<256, true>, grid, 128, 0, s, *a));
     else if (d == 256)

@@ -117,6 +117,7 @@ long long k_attn_tile_launches(void) { return 0; }
 void k_set_attn_strided_tiles(int on) { (void)on; }
 long long k_attn_strided_launches(void) { return 0; }
 void k_set_attn_flash(int on) { (void)on; }
+void k_set_attn_prep_rows(int on) { (void)on; }
 long long k_attn_flash_launches(void) { return 0; }
 void k_set_moe_prefill_tiles(int mode) { (void)mode; }
 void k_set_row_chain(int mode) { (void)mode; }

@@ -354,6 +354,95 @@ static void run_prep(const cfg *c, int write_kv, uint64_t seed) {
     free(s.tables);
 }
 
+/* serve.attn_prep_rows: the warp form against the block form, every bit of q and of the K/V
+ * store (poison where neither writes), on rows of decode size (a warp a head) and a 301-row prompt
+ * (a block a row, the heads shared by its warps), both pools. */
+static void run_prep_rows(const cfg *c, int prompt, int fp8, uint64_t seed) {
+    char gate[128], tag[48];
+    make_rows(prompt ? 3 : 0);
+    snprintf(gate, sizeof gate, "attn_prep_rows[%s%s %d rows]", tag_of(c, tag, sizeof tag),
+             fp8 ? " e4m3" : "", n_rows);
+    rng_state = seed;
+    store s;
+    make_store(&s, c, 1024);
+    const size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d;
+    const size_t kn = (size_t)n_rows * (size_t)c->n_kv * (size_t)c->d, d = (size_t)c->d;
+    const size_t kv_bytes = fp8 ? s.elems : s.elems * 2;
+    const size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
+                 rb = sizeof(int32_t) * (size_t)n_rows;
+    bf16_t *q = malloc(qn * 2), *k = malloc(kn * 2), *v = malloc(kn * 2);
+    bf16_t *qw = malloc(d * 2), *kw = malloc(d * 2);
+    bf16_t *q_out[2] = {malloc(qn * 2), malloc(qn * 2)};
+    uint8_t *kv0 = malloc(kv_bytes), *kv_out[2] = {malloc(kv_bytes), malloc(kv_bytes)};
+    void *dq = k_device_alloc(qn * 2), *dk = k_device_alloc(kn * 2), *dv = k_device_alloc(kn * 2);
+    void *dqw = k_device_alloc(d * 2), *dkw = k_device_alloc(d * 2);
+    void *dkv = k_device_alloc(kv_bytes), *dt = k_device_alloc(tb);
+    void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
+    int rc = !q || !k || !v || !qw || !kw || !q_out[0] || !q_out[1] || !kv0 || !kv_out[0] ||
+             !kv_out[1] || !dq || !dk || !dv || !dqw || !dkw || !dkv || !dt || !dpos || !dseq;
+    if (!rc) {
+        fill_uniform(q, qn, 3.0f, 0.0f);
+        fill_uniform(k, kn, 3.0f, 0.0f);
+        fill_uniform(v, kn, 3.0f, 0.5f);
+        fill_uniform(qw, d, 0.5f, 1.0f);
+        fill_uniform(kw, d, 0.5f, 1.0f);
+        memset(kv0, 0x7f, kv_bytes); /* a NaN in either width: what no slot written keeps */
+        rc = k_copy_to_device(dk, k, kn * 2) | k_copy_to_device(dv, v, kn * 2) |
+             k_copy_to_device(dqw, qw, d * 2) | k_copy_to_device(dkw, kw, d * 2) |
+             k_copy_to_device(dt, s.tables, tb) | k_copy_to_device(dpos, row_pos, rb) |
+             k_copy_to_device(dseq, row_seq, rb);
+    }
+    k_attn_prep_args a = {.q = dq,
+                          .k_raw = dk,
+                          .v_raw = c->k_eq_v ? dk : dv,
+                          .q_norm = dqw,
+                          .k_norm = dkw,
+                          .pos = dpos,
+                          .seq = dseq,
+                          .kv = view_of(&s, c, dkv, dt),
+                          .rows = n_rows,
+                          .n_head = c->n_head,
+                          .kv_layer = KV_LAYER,
+                          .write_kv = 1,
+                          .n_rot = c->n_rot,
+                          .rope_base = c->base,
+                          .eps = 1e-6f};
+    a.kv.elem_bytes = fp8 ? 1 : 2;
+    for (int form = 0; form < 2 && !rc; form++) { /* 0: a block a head; 1: the warp form */
+        k_set_attn_prep_rows(form);
+        rc = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv0, kv_bytes);
+        if (!rc)
+            rc = k_attn_prep(&a, NULL) | k_sync() | k_copy_to_host(q_out[form], dq, qn * 2) |
+                 k_copy_to_host(kv_out[form], dkv, kv_bytes);
+    }
+    k_set_attn_prep_rows(1); /* the default */
+    long q_diff = 0, kv_diff = 0, written = 0;
+    if (!rc) {
+        q_diff = (long)qn;
+        for (size_t i = 0; i < qn; i++)
+            q_diff -= q_out[0][i] == q_out[1][i];
+        for (size_t i = 0; i < kv_bytes; i++) {
+            kv_diff += kv_out[0][i] != kv_out[1][i];
+            written += kv_out[0][i] != 0x7f;
+        }
+    }
+    TEST_CHECK(gate, rc == 0 && q_diff == 0 && kv_diff == 0 && written > 0,
+               "%ld q elements and %ld K/V bytes differ between a block a head and the warp form "
+               "(must be bit-identical; %ld K/V bytes written), rc %d",
+               q_diff, kv_diff, written, rc);
+    k_device_free(dq);
+    k_device_free(dk);
+    k_device_free(dv);
+    k_device_free(dqw);
+    k_device_free(dkw);
+    k_device_free(dkv);
+    k_device_free(dt);
+    k_device_free(dpos);
+    k_device_free(dseq);
+    free(q), free(k), free(v), free(qw), free(kw), free(q_out[0]), free(q_out[1]);
+    free(kv0), free(kv_out[0]), free(kv_out[1]), free(s.tables);
+}
+
 /* ---- attention ---- */
 
 /* Random K/V where a row may read them, NaN everywhere else (layer 0, spare pages, slots
@@ -414,7 +503,7 @@ static int attn_case_setup(attn_case *t, const cfg *c, int window, int fp8, uint
             ((uint8_t *)t->kv)[i] = ref_f32_to_e4m3(ref_bf16_to_f32(t->kv[i]));
     t->dq = k_device_alloc(t->qn * 2);
     t->dout = k_device_alloc(t->qn * 2);
-    t->dkv = k_device_alloc(t->s.elems * 2);
+    t->dkv = k_device_alloc(t->kv_bytes); /* its own size: a read past the pool can fault */
     t->dt = k_device_alloc(t->tb);
     t->dpos = k_device_alloc(t->rb);
     t->dseq = k_device_alloc(t->rb);
@@ -1166,6 +1255,12 @@ int main(void) {
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
         for (int w = 0; w <= 1; w++)
             run_prep(&cfgs[i], w, seed++);
+    uint64_t prep_seed = 9100; /* its own draws: the cases after it keep theirs */
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
+        for (int prompt = 0; prompt <= 1; prompt++)
+            for (int fp8 = 0; fp8 <= 1; fp8++)
+                run_prep_rows(&cfgs[i], prompt, fp8, prep_seed++);
+    make_rows(0);
     /* every attention case twice: on the CUDA-core kernels, then with their products on tensor
      * cores (serve.attn_mma), each against the reference and its own speed switches */
     /* G4_ATTN_GATES=nan_paths: only the NaN paths, on the tensor-core passes (a short device
