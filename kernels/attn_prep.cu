@@ -8,9 +8,9 @@
  *     bf16 pool would hold: round to nearest even, saturating at +-448 (docs/gates.md "fp8
  *     layout"), q stays bf16. A row whose page is unmapped is not written (the engine never
  *     passes one).
- *   attn_prep_rows_kernel (serve.attn_prep_rows, the default): the same function, a warp per
- *     head and several heads a warp. Each lane holds the elements thread j = lane + 32 w held in
- *     the block form, sums their squares warp by warp with the same butterfly and adds the
+ *   attn_prep_rows_kernel (serve.attn_prep_rows, the default, for prompt launches): the same
+ *     function, a warp a head and a block a row. Each lane holds the elements thread j = lane + 32
+ * w held in the block form, sums their squares warp by warp with the same butterfly and adds the
  *     warps' sums in the same order, so every head gets the block form's bits; what it saves is
  *     a block and its barrier per head, and the RoPE angles' powf, cosf and sinf, which depend on
  *     the row and j alone: computed once a warp, not once a head (24 rotated heads a 26B-A4B
@@ -186,10 +186,11 @@ static __global__ void __launch_bounds__(128) attn_prep_rows_kernel(k_attn_prep_
 static int attn_prep_rows_on = 1; /* serve.attn_prep_rows' default */
 extern "C" void k_set_attn_prep_rows(int on) { attn_prep_rows_on = on ? 1 : 0; }
 
-/* Heads a warp in the warp form: one where the rows are few (a decode step: every head its own
- * warp, as many warps in flight as the block form had blocks), else a block a row, whose 4
- * warps share the row's heads (prompt rows: the angles computed 4 times a row, not once a head). */
-static int prep_heads_per_warp(int rows, int heads) { return rows >= 64 ? (heads + 3) / 4 : 1; }
+/* Launches of at least this many rows (prompt rows) take the warp form, a block a row whose 4
+ * warps share the row's heads. Decode steps keep the block form: at one and 16 26B-A4B rows a
+ * warp a head (each lane four pairs' angles in turn, where a thread had one) measured +0.08 ms a
+ * step (docs/perf-notes.md, thirty-seventh session). */
+#define PREP_ROWS_MIN 64
 
 extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
     int rc = kv_dtype_check(&a->kv);
@@ -205,8 +206,8 @@ extern "C" int k_attn_prep(const k_attn_prep_args *a, g4_stream st) {
     if (heads > 65535) return K_ERR_SHAPE;
     cudaStream_t s = (cudaStream_t)st;
     bool fp8 = a->write_kv && a->kv.elem_bytes == 1;
-    if (attn_prep_rows_on) {
-        const int hpw = prep_heads_per_warp(a->rows, heads);
+    if (attn_prep_rows_on && a->rows >= PREP_ROWS_MIN) {
+        const int hpw = (heads + 3) / 4;
         const dim3 wgrid((unsigned)a->rows, (unsigned)((heads + 4 * hpw - 1) / (4 * hpw)));
         if (d == 256 && fp8)
             CUDA_CHECK(k_launch(attn_prep_rows_kernel<256, true>, wgrid, 128, 0, s, *a, hpw));

@@ -351,10 +351,11 @@ int k_row_ops_chained(const k_row_ops_args *a);
 /* kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_mma*.cu: the per-family prep and the paged
  * attention (head dims 256 and 512) */
 int k_attn_prep(const k_attn_prep_args *a, g4_stream st);
-/* On: the prep runs a warp a head, several heads a warp, each lane holding the elements a thread
- * of the one-block-a-head form held and reducing them in its order, and the RoPE angles computed
- * once a warp rather than once a head (serve.attn_prep_rows; speed only: the same bits, by
- * test_attn's `attn_prep_rows` gates). Process-wide. */
+/* On: a launch of prompt rows (64 or more) runs the prep a block a row, a warp a head, each lane
+ * holding the elements a thread of the one-block-a-head form held and reducing them in its
+ * order, and the RoPE angles computed once a warp rather than once a head (serve.attn_prep_rows;
+ * speed only: the same bits, by test_attn's `attn_prep_rows` gates). Decode steps keep the
+ * block form either way. Process-wide. */
 void k_set_attn_prep_rows(int on);
 int k_attention(const k_attention_args *a, g4_stream st);
 /* On: an attention launch of at most K_ATTN_FOLD_PAIRS (row, KV head) pairs (a decode step) of
