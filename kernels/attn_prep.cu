@@ -35,6 +35,79 @@ static __device__ __forceinline__ float block_sum(float v, float *red) {
 
 /* ---- prep ---- */
 
+/* Where head y of row r comes from and goes, in the prep's head order (query heads, then the K
+ * heads, then the V heads); false for a K/V head whose slot is unmapped (the reference's
+ * K_ERR_SHAPE: nothing is written). */
+struct prep_head {
+    const bf16_t *src;
+    bf16_t *dst;
+    uint8_t *dst8;   /* the e4m3 store's K or V head, else NULL */
+    const bf16_t *w; /* the norm's weight; NULL for V's weightless norm */
+    bool rotate;
+};
+template <int D, bool FP8>
+static __device__ __forceinline__ bool prep_head_of(const k_attn_prep_args &a, int r, int y,
+                                                    prep_head &p) {
+    const int n_kv = a.kv.n_kv_head;
+    p.dst8 = NULL;
+    p.w = NULL;
+    p.rotate = true;
+    if (y < a.n_head) {
+        p.dst = a.q + ((size_t)r * a.n_head + y) * D;
+        p.src = p.dst;
+        p.w = a.q_norm;
+        return true;
+    }
+    int h = (y - a.n_head) % n_kv, which = (y - a.n_head) / n_kv; /* 0 = K, 1 = V */
+    long long off = kv_view_offset(&a.kv, a.seq[r], a.pos[r], a.kv_layer, which, h);
+    if (off < 0) return false;
+    p.dst = (bf16_t *)a.kv.base + off;
+    if (FP8) p.dst8 = (uint8_t *)a.kv.base + off;
+    p.src = (which ? a.v_raw : a.k_raw) + ((size_t)r * n_kv + h) * D;
+    if (!which) p.w = a.k_norm;
+    p.rotate = which == 0;
+    return true;
+}
+
+/* The RoPE pair (j, j + D/2)'s cos and sin at the row's position, each rounded to bf16. */
+template <int D>
+static __device__ __forceinline__ void prep_angle(const k_attn_prep_args &a, int r, int j, float &c,
+                                                  float &s) {
+    float inv_freq = 1.0f / powf(a.rope_base, (float)(2 * j) / (float)D);
+    float angle = __fmul_rn(inv_freq, (float)a.pos[r]);
+    c = k_round_bf16(cosf(angle));
+    s = k_round_bf16(sinf(angle));
+}
+
+/* Elements j and j + D/2 of a head after its sum of squares: y = k_round_bf16(x * inv * w), left
+ * to right as the reference; __fmul_rn keeps each product rounded on its own (no FMA contraction
+ * anywhere below); then rotated (rot: a K or query head's pair under n_rot, c and s its angle's)
+ * and stored. */
+template <int D, bool FP8>
+static __device__ __forceinline__ void prep_pair(const prep_head &p, int j, float xa, float xb,
+                                                 float inv, bool rot, float c, float s) {
+    constexpr int half = D / 2;
+    float ya = p.w ? k_round_bf16(__fmul_rn(__fmul_rn(xa, inv), k_bf16_to_f32(p.w[j])))
+                   : k_round_bf16(__fmul_rn(xa, inv));
+    float yb = p.w ? k_round_bf16(__fmul_rn(__fmul_rn(xb, inv), k_bf16_to_f32(p.w[j + half])))
+                   : k_round_bf16(__fmul_rn(xb, inv));
+    if (rot) {
+        float na = k_round_bf16(
+            __fadd_rn(k_round_bf16(__fmul_rn(ya, c)), k_round_bf16(__fmul_rn(-yb, s))));
+        float nb =
+            k_round_bf16(__fadd_rn(k_round_bf16(__fmul_rn(yb, c)), k_round_bf16(__fmul_rn(ya, s))));
+        ya = na;
+        yb = nb;
+    }
+    if (FP8 && p.dst8) {
+        p.dst8[j] = k_f32_to_e4m3(ya);
+        p.dst8[j + half] = k_f32_to_e4m3(yb);
+        return;
+    }
+    p.dst[j] = k_f32_to_bf16(ya);
+    p.dst[j + half] = k_f32_to_bf16(yb);
+}
+
 /* blockIdx.x = row; blockIdx.y < n_head: query head (q_norm, RoPE, in place); then n_kv_head
  * K heads (k_norm, RoPE, into the pages) and n_kv_head V heads (weightless norm, into the
  * pages). Thread j handles elements j and j + D/2. */
@@ -44,53 +117,15 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
     constexpr int half = D / 2;
     __shared__ float red[PREP_MAX_THREADS / 32];
     const int r = blockIdx.x, y = blockIdx.y, j = threadIdx.x;
-    const int n_kv = a.kv.n_kv_head;
-    const bf16_t *src;
-    bf16_t *dst;
-    uint8_t *dst8 = NULL; /* the e4m3 store's K or V head */
-    const bf16_t *w = NULL;
-    bool rotate = true;
-    if (y < a.n_head) {
-        dst = a.q + ((size_t)r * a.n_head + y) * D;
-        src = dst;
-        w = a.q_norm;
-    } else {
-        int h = (y - a.n_head) % n_kv, which = (y - a.n_head) / n_kv; /* 0 = K, 1 = V */
-        long long off = kv_view_offset(&a.kv, a.seq[r], a.pos[r], a.kv_layer, which, h);
-        if (off < 0) return; /* unmapped: the reference's K_ERR_SHAPE; block-uniform */
-        dst = (bf16_t *)a.kv.base + off;
-        if (FP8) dst8 = (uint8_t *)a.kv.base + off;
-        src = (which ? a.v_raw : a.k_raw) + ((size_t)r * n_kv + h) * D;
-        if (!which) w = a.k_norm;
-        rotate = which == 0;
-    }
-    float xa = k_bf16_to_f32(src[j]), xb = k_bf16_to_f32(src[j + half]);
+    prep_head p;
+    if (!prep_head_of<D, FP8>(a, r, y, p)) return; /* block-uniform */
+    float xa = k_bf16_to_f32(p.src[j]), xb = k_bf16_to_f32(p.src[j + half]);
     float ss = block_sum(__fadd_rn(__fmul_rn(xa, xa), __fmul_rn(xb, xb)), red);
     float inv = powf(ss / (float)D + a.eps, -0.5f);
-    /* y = k_round_bf16(x * inv * w), left to right as the reference; __fmul_rn keeps each product
-     * rounded on its own (no FMA contraction anywhere below). */
-    float ya = w ? k_round_bf16(__fmul_rn(__fmul_rn(xa, inv), k_bf16_to_f32(w[j])))
-                 : k_round_bf16(__fmul_rn(xa, inv));
-    float yb = w ? k_round_bf16(__fmul_rn(__fmul_rn(xb, inv), k_bf16_to_f32(w[j + half])))
-                 : k_round_bf16(__fmul_rn(xb, inv));
-    if (rotate && j < a.n_rot) {
-        float inv_freq = 1.0f / powf(a.rope_base, (float)(2 * j) / (float)D);
-        float angle = __fmul_rn(inv_freq, (float)a.pos[r]);
-        float c = k_round_bf16(cosf(angle)), s = k_round_bf16(sinf(angle));
-        float na = k_round_bf16(
-            __fadd_rn(k_round_bf16(__fmul_rn(ya, c)), k_round_bf16(__fmul_rn(-yb, s))));
-        float nb =
-            k_round_bf16(__fadd_rn(k_round_bf16(__fmul_rn(yb, c)), k_round_bf16(__fmul_rn(ya, s))));
-        ya = na;
-        yb = nb;
-    }
-    if (FP8 && dst8) {
-        dst8[j] = k_f32_to_e4m3(ya);
-        dst8[j + half] = k_f32_to_e4m3(yb);
-        return;
-    }
-    dst[j] = k_f32_to_bf16(ya);
-    dst[j + half] = k_f32_to_bf16(yb);
+    const bool rot = p.rotate && j < a.n_rot;
+    float c = 0.0f, sn = 0.0f;
+    if (rot) prep_angle<D>(a, r, j, c, sn);
+    prep_pair<D, FP8>(p, j, xa, xb, inv, rot, c, sn);
 }
 
 /* The warp form: blockIdx.x = row; warp w of block b takes heads (4 b + w) hpw .. + hpw - 1 of
@@ -104,45 +139,22 @@ static __global__ void __launch_bounds__(128) attn_prep_rows_kernel(k_attn_prep_
     const int y0 = ((int)blockIdx.y * 4 + (int)(threadIdx.x >> 5)) * hpw;
     const int n_kv = a.kv.n_kv_head, heads = a.n_head + (a.write_kv ? 2 * n_kv : 0);
     if (y0 >= heads) return; /* warp-uniform */
-    /* the row's rotation, the block form's expressions: the same for every rotated head */
+    /* the row's angles, the block form's: the same for every rotated head */
     float rc[NI], rs[NI];
 #pragma unroll
     for (int i = 0; i < NI; i++) {
-        const int j = lane + 32 * i;
         rc[i] = rs[i] = 0.0f;
-        if (j < a.n_rot) {
-            float inv_freq = 1.0f / powf(a.rope_base, (float)(2 * j) / (float)D);
-            float angle = __fmul_rn(inv_freq, (float)a.pos[r]);
-            rc[i] = k_round_bf16(cosf(angle));
-            rs[i] = k_round_bf16(sinf(angle));
-        }
+        if (lane + 32 * i < a.n_rot) prep_angle<D>(a, r, lane + 32 * i, rc[i], rs[i]);
     }
     const int y_end = min(y0 + hpw, heads);
     for (int y = y0; y < y_end; y++) {
-        const bf16_t *src;
-        bf16_t *dst;
-        uint8_t *dst8 = NULL;
-        const bf16_t *w = NULL;
-        bool rotate = true;
-        if (y < a.n_head) {
-            dst = a.q + ((size_t)r * a.n_head + y) * D;
-            src = dst;
-            w = a.q_norm;
-        } else {
-            int h = (y - a.n_head) % n_kv, which = (y - a.n_head) / n_kv; /* 0 = K, 1 = V */
-            long long off = kv_view_offset(&a.kv, a.seq[r], a.pos[r], a.kv_layer, which, h);
-            if (off < 0) continue; /* unmapped: as the block form, nothing written */
-            dst = (bf16_t *)a.kv.base + off;
-            if (FP8) dst8 = (uint8_t *)a.kv.base + off;
-            src = (which ? a.v_raw : a.k_raw) + ((size_t)r * n_kv + h) * D;
-            if (!which) w = a.k_norm;
-            rotate = which == 0;
-        }
+        prep_head p;
+        if (!prep_head_of<D, FP8>(a, r, y, p)) continue; /* warp-uniform */
         float xa[NI], xb[NI];
 #pragma unroll
         for (int i = 0; i < NI; i++) {
-            xa[i] = k_bf16_to_f32(src[lane + 32 * i]);
-            xb[i] = k_bf16_to_f32(src[lane + 32 * i + half]);
+            xa[i] = k_bf16_to_f32(p.src[lane + 32 * i]);
+            xb[i] = k_bf16_to_f32(p.src[lane + 32 * i + half]);
         }
         /* block_sum: each warp's butterfly, then 0 + warp 0 + warp 1 + ... */
         float ss = 0.0f;
@@ -158,27 +170,7 @@ static __global__ void __launch_bounds__(128) attn_prep_rows_kernel(k_attn_prep_
 #pragma unroll
         for (int i = 0; i < NI; i++) {
             const int j = lane + 32 * i;
-            float ya = w ? k_round_bf16(__fmul_rn(__fmul_rn(xa[i], inv), k_bf16_to_f32(w[j])))
-                         : k_round_bf16(__fmul_rn(xa[i], inv));
-            float yb =
-                w ? k_round_bf16(__fmul_rn(__fmul_rn(xb[i], inv), k_bf16_to_f32(w[j + half])))
-                  : k_round_bf16(__fmul_rn(xb[i], inv));
-            if (rotate && j < a.n_rot) {
-                const float c = rc[i], sn = rs[i];
-                float na = k_round_bf16(
-                    __fadd_rn(k_round_bf16(__fmul_rn(ya, c)), k_round_bf16(__fmul_rn(-yb, sn))));
-                float nb = k_round_bf16(
-                    __fadd_rn(k_round_bf16(__fmul_rn(yb, c)), k_round_bf16(__fmul_rn(ya, sn))));
-                ya = na;
-                yb = nb;
-            }
-            if (FP8 && dst8) {
-                dst8[j] = k_f32_to_e4m3(ya);
-                dst8[j + half] = k_f32_to_e4m3(yb);
-            } else {
-                dst[j] = k_f32_to_bf16(ya);
-                dst[j + half] = k_f32_to_bf16(yb);
-            }
+            prep_pair<D, FP8>(p, j, xa[i], xb[i], inv, p.rotate && j < a.n_rot, rc[i], rs[i]);
         }
     }
 }

@@ -255,76 +255,118 @@ static void check_prep_fp8(const cfg *c, const store *s, const k_attn_prep_args 
     free(q_ref);
 }
 
+/* A prep case: random q, k, v and norm weights on the rows make_rows chose, over a store for a
+ * window of 1,024, their device copies and the args; the caller uploads q and the K/V store
+ * (each gate starts them its own way). rc != 0 when an allocation or a copy failed. */
+typedef struct prep_case {
+    store s;
+    size_t qn, kn, tb, rb;
+    bf16_t *q, *k, *v, *qw, *kw; /* v is k where k = v */
+    void *dq, *dk, *dv, *dqw, *dkw, *dkv, *dt, *dpos, *dseq;
+    k_attn_prep_args a;
+} prep_case;
+
+static int prep_case_setup(prep_case *t, const cfg *c, int write_kv, int kv_width, uint64_t seed) {
+    const size_t d = (size_t)c->d;
+    rng_state = seed;
+    make_store(&t->s, c, 1024);
+    t->qn = (size_t)n_rows * (size_t)c->n_head * d;
+    t->kn = (size_t)n_rows * (size_t)c->n_kv * d;
+    t->tb = sizeof(int32_t) * (size_t)(N_SEQ * t->s.max_pages);
+    t->rb = sizeof(int32_t) * (size_t)n_rows;
+    t->q = malloc(t->qn * 2);
+    t->k = malloc(t->kn * 2);
+    t->v = c->k_eq_v ? t->k : malloc(t->kn * 2);
+    t->qw = malloc(d * 2);
+    t->kw = malloc(d * 2);
+    int rc = !t->q || !t->k || !t->v || !t->qw || !t->kw;
+    if (!rc) {
+        fill_uniform(t->q, t->qn, 3.0f, 0.0f);
+        fill_uniform(t->k, t->kn, 3.0f, 0.0f);
+        if (!c->k_eq_v) fill_uniform(t->v, t->kn, 3.0f, 0.5f);
+        fill_uniform(t->qw, d, 0.5f, 1.0f);
+        fill_uniform(t->kw, d, 0.5f, 1.0f);
+    }
+    t->dq = k_device_alloc(t->qn * 2);
+    t->dk = k_device_alloc(t->kn * 2);
+    t->dv = k_device_alloc(t->kn * 2);
+    t->dqw = k_device_alloc(d * 2);
+    t->dkw = k_device_alloc(d * 2);
+    t->dkv = k_device_alloc(t->s.elems * (size_t)kv_width); /* 2: bf16 pool, 1: e4m3 */
+    t->dt = k_device_alloc(t->tb);
+    t->dpos = k_device_alloc(t->rb);
+    t->dseq = k_device_alloc(t->rb);
+    rc = rc || !t->dq || !t->dk || !t->dv || !t->dqw || !t->dkw || !t->dkv || !t->dt || !t->dpos ||
+         !t->dseq;
+    if (!rc)
+        rc = k_copy_to_device(t->dk, t->k, t->kn * 2) | k_copy_to_device(t->dv, t->v, t->kn * 2) |
+             k_copy_to_device(t->dqw, t->qw, d * 2) | k_copy_to_device(t->dkw, t->kw, d * 2) |
+             k_copy_to_device(t->dt, t->s.tables, t->tb) |
+             k_copy_to_device(t->dpos, row_pos, t->rb) | k_copy_to_device(t->dseq, row_seq, t->rb);
+    t->a = (k_attn_prep_args){.q = t->dq,
+                              .k_raw = t->dk,
+                              .v_raw = c->k_eq_v ? t->dk : t->dv,
+                              .q_norm = t->dqw,
+                              .k_norm = t->dkw,
+                              .pos = t->dpos,
+                              .seq = t->dseq,
+                              .kv = view_of(&t->s, c, t->dkv, t->dt),
+                              .rows = n_rows,
+                              .n_head = c->n_head,
+                              .kv_layer = KV_LAYER,
+                              .write_kv = write_kv,
+                              .n_rot = c->n_rot,
+                              .rope_base = c->base,
+                              .eps = 1e-6f};
+    return rc;
+}
+
+static void prep_case_free(prep_case *t) {
+    void *dev[] = {t->dq, t->dk, t->dv, t->dqw, t->dkw, t->dkv, t->dt, t->dpos, t->dseq};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        k_device_free(dev[i]);
+    if (t->v != t->k) free(t->v);
+    free(t->q), free(t->k), free(t->qw), free(t->kw), free(t->s.tables);
+}
+
 static void run_prep(const cfg *c, int write_kv, uint64_t seed) {
     char gate[128], tag[48];
     snprintf(gate, sizeof gate, "op_vs_ref[attn_prep %s kv%d]", tag_of(c, tag, sizeof tag),
              write_kv);
-    rng_state = seed;
-    store s;
-    make_store(&s, c, 1024);
-    size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d;
-    size_t kn = (size_t)n_rows * (size_t)c->n_kv * (size_t)c->d;
-    size_t d = (size_t)c->d;
-    bf16_t *q = malloc(qn * 2), *q_ref = malloc(qn * 2), *k = malloc(kn * 2);
-    bf16_t *v = c->k_eq_v ? k : malloc(kn * 2);
-    bf16_t *qw = malloc(d * 2), *kw = malloc(d * 2);
-    bf16_t *kv = malloc(s.elems * 2), *kv_ref = malloc(s.elems * 2);
-    fill_uniform(q, qn, 3.0f, 0.0f);
-    fill_uniform(k, kn, 3.0f, 0.0f);
-    if (!c->k_eq_v) fill_uniform(v, kn, 3.0f, 0.5f);
-    fill_uniform(qw, d, 0.5f, 1.0f);
-    fill_uniform(kw, d, 0.5f, 1.0f);
-    memcpy(q_ref, q, qn * 2);
-    bf16_t *q0 = malloc(qn * 2);
-    memcpy(q0, q, qn * 2);
-    for (size_t i = 0; i < s.elems; i++)
-        kv[i] = kv_ref[i] = BF16_NAN;
-
-    size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
-           rb = sizeof(int32_t) * (size_t)n_rows;
-    void *dq = k_device_alloc(qn * 2), *dk = k_device_alloc(kn * 2), *dv = k_device_alloc(kn * 2);
-    void *dqw = k_device_alloc(d * 2), *dkw = k_device_alloc(d * 2);
-    void *dkv = k_device_alloc(s.elems * 2), *dt = k_device_alloc(tb);
-    void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
-    int rc = !dq || !dk || !dv || !dqw || !dkw || !dkv || !dt || !dpos || !dseq;
+    prep_case t;
+    int rc = prep_case_setup(&t, c, write_kv, 2, seed);
+    const size_t qn = t.qn, elems = t.s.elems;
+    bf16_t *q = malloc(qn * 2), *q_ref = malloc(qn * 2), *q0 = malloc(qn * 2);
+    bf16_t *kv = malloc(elems * 2), *kv_ref = malloc(elems * 2);
+    rc = rc || !q || !q_ref || !q0 || !kv || !kv_ref;
+    if (!rc) {
+        memcpy(q, t.q, qn * 2);
+        memcpy(q_ref, t.q, qn * 2);
+        memcpy(q0, t.q, qn * 2);
+        for (size_t i = 0; i < elems; i++)
+            kv[i] = kv_ref[i] = BF16_NAN;
+        rc = k_copy_to_device(t.dq, q, qn * 2) | k_copy_to_device(t.dkv, kv, elems * 2);
+    }
+    k_attn_prep_args a = t.a;
     if (!rc)
-        rc = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dk, k, kn * 2) |
-             k_copy_to_device(dv, v, kn * 2) | k_copy_to_device(dqw, qw, d * 2) |
-             k_copy_to_device(dkw, kw, d * 2) | k_copy_to_device(dkv, kv, s.elems * 2) |
-             k_copy_to_device(dt, s.tables, tb) | k_copy_to_device(dpos, row_pos, rb) |
-             k_copy_to_device(dseq, row_seq, rb);
-    k_attn_prep_args a = {.q = dq,
-                          .k_raw = dk,
-                          .v_raw = c->k_eq_v ? dk : dv,
-                          .q_norm = dqw,
-                          .k_norm = dkw,
-                          .pos = dpos,
-                          .seq = dseq,
-                          .kv = view_of(&s, c, dkv, dt),
-                          .rows = n_rows,
-                          .n_head = c->n_head,
-                          .kv_layer = KV_LAYER,
-                          .write_kv = write_kv,
-                          .n_rot = c->n_rot,
-                          .rope_base = c->base,
-                          .eps = 1e-6f};
-    if (!rc)
-        rc = k_attn_prep(&a, NULL) | k_sync() | k_copy_to_host(q, dq, qn * 2) |
-             k_copy_to_host(kv, dkv, s.elems * 2);
+        rc = k_attn_prep(&a, NULL) | k_sync() | k_copy_to_host(q, t.dq, qn * 2) |
+             k_copy_to_host(kv, t.dkv, elems * 2);
     k_attn_prep_args ra = a;
     ra.q = q_ref;
-    ra.k_raw = k;
-    ra.v_raw = v;
-    ra.q_norm = qw;
-    ra.k_norm = kw;
+    ra.k_raw = t.k;
+    ra.v_raw = t.v;
+    ra.q_norm = t.qw;
+    ra.k_norm = t.kw;
     ra.pos = row_pos;
     ra.seq = row_seq;
-    ra.kv = view_of(&s, c, kv_ref, s.tables);
-    int rrc = ref_attn_prep(&ra, NULL);
+    ra.kv = view_of(&t.s, c, kv_ref, t.s.tables);
+    int rrc = rc ? -1 : ref_attn_prep(&ra, NULL); /* not on inputs that failed to exist */
 
     cmp mq = {0}, mkv = {0};
-    compare(&mq, q, q_ref, qn);
-    compare(&mkv, kv, kv_ref, s.elems);
+    if (!rc) {
+        compare(&mq, q, q_ref, qn);
+        compare(&mkv, kv, kv_ref, elems);
+    }
     double rq = rel_of(&mq), rkv = rel_of(&mkv);
     TEST_CHECK(gate,
                rc == 0 && rrc == 0 && rq <= 1e-2 && rkv <= 1e-2 && mq.unwritten == 0 &&
@@ -332,26 +374,9 @@ static void run_prep(const cfg *c, int write_kv, uint64_t seed) {
                "q rel err %.2e, K/V rel err %.2e (limit 1e-2), unwritten q %ld K/V %ld, stray "
                "K/V writes %ld, rc %d ref rc %d",
                rq, rkv, mq.unwritten, mkv.unwritten, mkv.stray, rc, rrc);
-    if (write_kv && rc == 0) check_prep_fp8(c, &s, &a, q0, kv, ra);
-    free(q0);
-    k_device_free(dq);
-    k_device_free(dk);
-    k_device_free(dv);
-    k_device_free(dqw);
-    k_device_free(dkw);
-    k_device_free(dkv);
-    k_device_free(dt);
-    k_device_free(dpos);
-    k_device_free(dseq);
-    free(q);
-    free(q_ref);
-    if (v != k) free(v);
-    free(k);
-    free(qw);
-    free(kw);
-    free(kv);
-    free(kv_ref);
-    free(s.tables);
+    if (write_kv && rc == 0) check_prep_fp8(c, &t.s, &a, q0, kv, ra);
+    free(q0), free(q), free(q_ref), free(kv), free(kv_ref);
+    prep_case_free(&t);
 }
 
 /* serve.attn_prep_rows: the warp form against the block form, every bit of q and of the K/V
@@ -362,58 +387,21 @@ static void run_prep_rows(const cfg *c, int fp8, uint64_t seed) {
     make_rows(3);
     snprintf(gate, sizeof gate, "attn_prep_rows[%s%s %d rows]", tag_of(c, tag, sizeof tag),
              fp8 ? " e4m3" : "", n_rows);
-    rng_state = seed;
-    store s;
-    make_store(&s, c, 1024);
-    const size_t qn = (size_t)n_rows * (size_t)c->n_head * (size_t)c->d;
-    const size_t kn = (size_t)n_rows * (size_t)c->n_kv * (size_t)c->d, d = (size_t)c->d;
-    const size_t kv_bytes = fp8 ? s.elems : s.elems * 2;
-    const size_t tb = sizeof(int32_t) * (size_t)(N_SEQ * s.max_pages),
-                 rb = sizeof(int32_t) * (size_t)n_rows;
-    bf16_t *q = malloc(qn * 2), *k = malloc(kn * 2), *v = malloc(kn * 2);
-    bf16_t *qw = malloc(d * 2), *kw = malloc(d * 2);
+    prep_case t;
+    int rc = prep_case_setup(&t, c, 1, fp8 ? 1 : 2, seed);
+    const size_t qn = t.qn, kv_bytes = fp8 ? t.s.elems : t.s.elems * 2;
     bf16_t *q_out[2] = {malloc(qn * 2), malloc(qn * 2)};
     uint8_t *kv0 = malloc(kv_bytes), *kv_out[2] = {malloc(kv_bytes), malloc(kv_bytes)};
-    void *dq = k_device_alloc(qn * 2), *dk = k_device_alloc(kn * 2), *dv = k_device_alloc(kn * 2);
-    void *dqw = k_device_alloc(d * 2), *dkw = k_device_alloc(d * 2);
-    void *dkv = k_device_alloc(kv_bytes), *dt = k_device_alloc(tb);
-    void *dpos = k_device_alloc(rb), *dseq = k_device_alloc(rb);
-    int rc = !q || !k || !v || !qw || !kw || !q_out[0] || !q_out[1] || !kv0 || !kv_out[0] ||
-             !kv_out[1] || !dq || !dk || !dv || !dqw || !dkw || !dkv || !dt || !dpos || !dseq;
-    if (!rc) {
-        fill_uniform(q, qn, 3.0f, 0.0f);
-        fill_uniform(k, kn, 3.0f, 0.0f);
-        fill_uniform(v, kn, 3.0f, 0.5f);
-        fill_uniform(qw, d, 0.5f, 1.0f);
-        fill_uniform(kw, d, 0.5f, 1.0f);
-        memset(kv0, 0x7f, kv_bytes); /* a NaN in either width: what no slot written keeps */
-        rc = k_copy_to_device(dk, k, kn * 2) | k_copy_to_device(dv, v, kn * 2) |
-             k_copy_to_device(dqw, qw, d * 2) | k_copy_to_device(dkw, kw, d * 2) |
-             k_copy_to_device(dt, s.tables, tb) | k_copy_to_device(dpos, row_pos, rb) |
-             k_copy_to_device(dseq, row_seq, rb);
-    }
-    k_attn_prep_args a = {.q = dq,
-                          .k_raw = dk,
-                          .v_raw = c->k_eq_v ? dk : dv,
-                          .q_norm = dqw,
-                          .k_norm = dkw,
-                          .pos = dpos,
-                          .seq = dseq,
-                          .kv = view_of(&s, c, dkv, dt),
-                          .rows = n_rows,
-                          .n_head = c->n_head,
-                          .kv_layer = KV_LAYER,
-                          .write_kv = 1,
-                          .n_rot = c->n_rot,
-                          .rope_base = c->base,
-                          .eps = 1e-6f};
+    rc = rc || !q_out[0] || !q_out[1] || !kv0 || !kv_out[0] || !kv_out[1];
+    if (kv0) memset(kv0, 0x7f, kv_bytes); /* a NaN in either width: what no slot written keeps */
+    k_attn_prep_args a = t.a;
     a.kv.elem_bytes = fp8 ? 1 : 2;
     for (int form = 0; form < 2 && !rc; form++) { /* 0: a block a head; 1: the warp form */
         k_set_attn_prep_rows(form);
-        rc = k_copy_to_device(dq, q, qn * 2) | k_copy_to_device(dkv, kv0, kv_bytes);
+        rc = k_copy_to_device(t.dq, t.q, qn * 2) | k_copy_to_device(t.dkv, kv0, kv_bytes);
         if (!rc)
-            rc = k_attn_prep(&a, NULL) | k_sync() | k_copy_to_host(q_out[form], dq, qn * 2) |
-                 k_copy_to_host(kv_out[form], dkv, kv_bytes);
+            rc = k_attn_prep(&a, NULL) | k_sync() | k_copy_to_host(q_out[form], t.dq, qn * 2) |
+                 k_copy_to_host(kv_out[form], t.dkv, kv_bytes);
     }
     k_set_attn_prep_rows(1); /* the default */
     long q_diff = 0, kv_diff = 0, written = 0;
@@ -430,17 +418,8 @@ static void run_prep_rows(const cfg *c, int fp8, uint64_t seed) {
                "%ld q elements and %ld K/V bytes differ between a block a head and the warp form "
                "(must be bit-identical; %ld K/V bytes written), rc %d",
                q_diff, kv_diff, written, rc);
-    k_device_free(dq);
-    k_device_free(dk);
-    k_device_free(dv);
-    k_device_free(dqw);
-    k_device_free(dkw);
-    k_device_free(dkv);
-    k_device_free(dt);
-    k_device_free(dpos);
-    k_device_free(dseq);
-    free(q), free(k), free(v), free(qw), free(kw), free(q_out[0]), free(q_out[1]);
-    free(kv0), free(kv_out[0]), free(kv_out[1]), free(s.tables);
+    free(q_out[0]), free(q_out[1]), free(kv0), free(kv_out[0]), free(kv_out[1]);
+    prep_case_free(&t);
 }
 
 /* ---- attention ---- */
