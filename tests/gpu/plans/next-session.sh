@@ -2,9 +2,14 @@
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
 # the plan; carry .prebuilt too, tests/gpu/prebuilt.sh, and unpack it before `start`).
-# PLAN_STEPS picks; default "26b-fp8" (the 26B-A4B's full step, fp8 then bf16, the first
-# since serve.attn_strided_tiles went on in the thirty-sixth session: its long prompts are where
-# the strided tiles act; its checkpoint made from the start where the card has over 100 GB);
+# PLAN_STEPS picks; default "pinned 26b-fp8 attn": the GPU pinned replays (pinned.sh; the
+# thirty-seventh session's last commits moved the prep's block form, which decode runs, into
+# shared helpers without a GPU run: the replays hold its bytes to the recording), the 26B-A4B's
+# full step, fp8 then bf16 (the H100 ran it at tree 0a5a465 with strided tiles on: 38 / 2, the
+# fp8 one-token prompt's known flip; not since serve.attn_prep_rows; its checkpoint made from
+# the start where the card has over 100 GB), then the whole test_attn (after the full step: on an
+# 80 GB H100 it does not fit beside the full step's torch make); the thirty-seventh session ran
+# full-first.sh and prep-rows.sh (H100);
 # the thirty-sixth session ran pe-gates and pe-ab (H100: passed; the size classes slower, since
 # taken out) and tests/gpu/plans/strided-flash.sh (the strided tiles' gates and A/B, flash's A/B);
 # `pinned` (tests/gpu/plans/pinned.sh) re-makes or replays the GPU pinned recording; the thirty-fifth session ran `ring` (the decode rings'
@@ -57,7 +62,7 @@
 #            1,024-token 26B-A4B prefill (E2 reached 34.5 ms where 25-30 was predicted; the
 #            tiles 20 ms where 10-15), ~4 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-26b-fp8} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-pinned 26b-fp8 attn} " == *" $1 "* ]]; }
 # the 26B-A4B's full checkpoint and HF references (torch, ~5 min; the full step makes them itself
 # when absent) beside the gates only where the card holds both: on an 80 GB H100 the make's
 # torch model left the gates no memory (the thirty-first session), so there the full step makes
