@@ -381,14 +381,14 @@ static void run_prep(const cfg *c, int write_kv, uint64_t seed) {
 
 /* serve.attn_prep_rows: the warp form against the block form, every bit of q and of the K/V
  * store (poison where neither writes), on a 301-row prompt (launches under 64 rows keep the block
- * form), both pools. */
-static void run_prep_rows(const cfg *c, int fp8, uint64_t seed) {
+ * form), both pools, and q alone (write_kv 0: the layers that read another layer's K/V). */
+static void run_prep_rows(const cfg *c, int write_kv, int fp8, uint64_t seed) {
     char gate[128], tag[48];
     make_rows(3);
-    snprintf(gate, sizeof gate, "attn_prep_rows[%s%s %d rows]", tag_of(c, tag, sizeof tag),
-             fp8 ? " e4m3" : "", n_rows);
+    snprintf(gate, sizeof gate, "attn_prep_rows[%s%s kv%d %d rows]", tag_of(c, tag, sizeof tag),
+             fp8 ? " e4m3" : "", write_kv, n_rows);
     prep_case t;
-    int rc = prep_case_setup(&t, c, 1, fp8 ? 1 : 2, seed);
+    int rc = prep_case_setup(&t, c, write_kv, fp8 ? 1 : 2, seed);
     const size_t qn = t.qn, kv_bytes = fp8 ? t.s.elems : t.s.elems * 2;
     bf16_t *q_out[2] = {malloc(qn * 2), malloc(qn * 2)};
     uint8_t *kv0 = malloc(kv_bytes), *kv_out[2] = {malloc(kv_bytes), malloc(kv_bytes)};
@@ -414,9 +414,9 @@ static void run_prep_rows(const cfg *c, int fp8, uint64_t seed) {
             written += kv_out[0][i] != 0x7f;
         }
     }
-    TEST_CHECK(gate, rc == 0 && q_diff == 0 && kv_diff == 0 && written > 0,
+    TEST_CHECK(gate, rc == 0 && q_diff == 0 && kv_diff == 0 && (written > 0) == (write_kv != 0),
                "%ld q elements and %ld K/V bytes differ between a block a head and the warp form "
-               "(must be bit-identical; %ld K/V bytes written), rc %d",
+               "(must be bit-identical; %ld K/V bytes written, none without write_kv), rc %d",
                q_diff, kv_diff, written, rc);
     free(q_out[0]), free(q_out[1]), free(kv0), free(kv_out[0]), free(kv_out[1]);
     prep_case_free(&t);
@@ -1236,8 +1236,8 @@ int main(void) {
             run_prep(&cfgs[i], w, seed++);
     uint64_t prep_seed = 9100; /* its own draws: the cases after it keep theirs */
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
-        for (int fp8 = 0; fp8 <= 1; fp8++)
-            run_prep_rows(&cfgs[i], fp8, prep_seed++);
+        for (int kind = 0; kind < 3; kind++) /* q alone; then q and K/V, bf16 and e4m3 pools */
+            run_prep_rows(&cfgs[i], kind > 0, kind == 2, prep_seed++);
     make_rows(0);
     /* every attention case twice: on the CUDA-core kernels, then with their products on tensor
      * cores (serve.attn_mma), each against the reference and its own speed switches */
