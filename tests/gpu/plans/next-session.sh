@@ -1,14 +1,16 @@
 # tests/gpu/plans/next-session.sh - a box_queue.sh plan for the next session's device time,
 # written by the twenty-sixth to thirtieth sessions (carry .deps; follow `start` with `wait`
 # calls back to back, each shorter than the call's limit: a machine idle for 30 s goes back with
-# the plan; carry .prebuilt too, tests/gpu/prebuilt.sh, and unpack it before `start`).
-# PLAN_STEPS picks; default "pinned 26b-fp8 attn": the GPU pinned replays (pinned.sh; the
+# the plan; no .prebuilt is needed since the attention's six parts: the box builds everything in
+# ~110-170 s).
+# PLAN_STEPS picks; default "pinned 26b-fp8 attn long": the GPU pinned replays (pinned.sh; the
 # thirty-seventh session's last commits moved the prep's block form, which decode runs, into
 # shared helpers without a GPU run: the replays hold its bytes to the recording), the 26B-A4B's
 # full step, fp8 then bf16 (the H100 ran it at tree 0a5a465 with strided tiles on: 38 / 2, the
 # fp8 one-token prompt's known flip; not since serve.attn_prep_rows; its checkpoint made from
 # the start where the card has over 100 GB), then the whole test_attn (after the full step: on an
-# 80 GB H100 it does not fit beside the full step's torch make); the thirty-seventh session ran
+# 80 GB H100 it does not fit beside the full step's torch make), then `long` (below: the long
+# prompts' prefill, for the global layers' reckoning); the thirty-seventh session ran
 # full-first.sh and prep-rows.sh (H100);
 # the thirty-sixth session ran pe-gates and pe-ab (H100: passed; the size classes slower, since
 # taken out) and tests/gpu/plans/strided-flash.sh (the strided tiles' gates and A/B, flash's A/B);
@@ -62,7 +64,7 @@
 #            1,024-token 26B-A4B prefill (E2 reached 34.5 ms where 25-30 was predicted; the
 #            tiles 20 ms where 10-15), ~4 min
 #   31b      (not in the default) the 31B's full step, ~20 min with its make: a call of its own
-want() { [[ " ${PLAN_STEPS:-pinned 26b-fp8 attn} " == *" $1 "* ]]; }
+want() { [[ " ${PLAN_STEPS:-pinned 26b-fp8 attn long} " == *" $1 "* ]]; }
 # the 26B-A4B's full checkpoint and HF references (torch, ~5 min; the full step makes them itself
 # when absent) beside the gates only where the card holds both: on an 80 GB H100 the make's
 # torch model left the gates no memory (the thirty-first session), so there the full step makes
@@ -221,6 +223,23 @@ want attn-nan && step attn-nan env G4_ATTN_GATES=nan_paths ./build.sh gpu-test t
 # (`wg`, the wgmma projections' and experts' gates and A/B, ran in the thirtieth session; both
 # forms lost and were taken out)
 want attn && step attn ./build.sh gpu-test test_attn
+# long: one 26B-A4B prompt of 8,192, 16,384 and 32,752 tokens (bench_decode, dummy weights),
+# prompt experts off and on: the prefill's wall time and its last chunk's breakdown, to check the
+# thirty-seventh session's reckoning (docs/attention-design.md, "Long prompts: the global
+# layers": ~4.4 s of a 32,752-token prompt's ~6.4 s in the global layers on the H100), ~2 min
+long_prompts() {
+    local p v
+    for p in 8192 16384 32752; do
+        for v in 0 1; do
+            echo "== prefill $p, prompt experts $v"
+            timeout 200 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini \
+                --set model.weights=dummy --set serve.max_context=32768 \
+                --set serve.prompt_experts=$v --batch 1 --prompt $p --steps 2 |
+                grep -E "^prefill|^attention|^experts"
+        done
+    done
+}
+want long && step long bash -c "$(declare -f long_prompts); long_prompts"
 want serve && step serve python3 release/bench.py -c conf/gemma4-26b-a4b.ini --rounds 2 \
     --a-label bf16 --a-set kv.local=bf16 --b-label fp8 --b-set kv.local=fp8 \
     --out "$Q/logs/serve-results"
