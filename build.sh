@@ -40,7 +40,7 @@ GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill test_sample"
 CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/fill.cu kernels/norm.cu kernels/attn_prep.cu
 kernels/attn.cu kernels/attn_window.cu kernels/attn_mma.cu kernels/attn_mma_d256_bf16_keep.cu
 kernels/attn_mma_d256_e4m3_keep.cu kernels/attn_mma_d256_bf16.cu kernels/attn_mma_d256_e4m3.cu
-kernels/attn_mma_d512_bf16.cu kernels/attn_mma_d512_e4m3.cu kernels/moe.cu kernels/sample.cu"
+kernels/attn_mma_d512_bf16.cu kernels/attn_mma_d512_e4m3.cu kernels/moe.cu kernels/moe_stream.cu kernels/sample.cu"
 # The unit tests, one line each: name | what it links besides tests/unit/<name>.c (the module
 # under test through its header, no generated code; test_loader brings its own model table) |
 # its arguments. Registering a unit test is adding its line here; build, run, the musl build
@@ -577,13 +577,15 @@ gpu_gates() {
             # preloaded operands), the router's lanes form, the decode k loops' wide load groups,
             # the attention's query tiles (at 64 rows by default; at 1 here, so that the
             # recording's short prompts take them too), the MoE branch beside the dense MLP on a
-            # stream of its own (on by default, off here) and the one-row attention passes' early
-            # page-table look-ups (on by default, off here)
+            # stream of its own (on by default, off here), the one-row attention passes' early
+            # page-table look-ups (on by default, off here) and the decode experts' weights
+            # through bulk copies (off by default, on here for every decode-sized call)
             local set
             for set in serve.fuse_projections=0 serve.attn_fold=0 serve.moe_bucket_in_up=0 \
                 serve.moe_prefill_tiles=0 serve.row_chain=0 \
                 serve.moe_route_lanes=0 serve.wide_loads=0 serve.row_chain=2 \
-                serve.attn_query_tiles=1 serve.moe_branches=0 serve.attn_early_lookup=0; do
+                serve.attn_query_tiles=1 serve.moe_branches=0 serve.attn_early_lookup=0 \
+                serve.expert_stream=128; do
                 BUILD_DIR="$B" PINNED_SET=$set run_test python3 tests/proto/test_pinned.py \
                     --backend gpu
             done

@@ -56,7 +56,10 @@ int k_scratch(enum k_scratch_kind kind, size_t bytes, cudaStream_t st, void **ou
  * of a step writes (the row chain's norm weights, the router's per-expert scales) and the step's
  * inputs, copied in before its first kernel and written by none (the rows' positions and
  * sequences and the page tables, looked up by attention under serve.attn_early_lookup) may be
- * read before the wait; kernels.h names each. The next grid's blocks are then already
+ * read before the wait; kernels.h names each. One more (serve.expert_stream): the router's ids,
+ * read by the experts' streamed down kernel, which is launched only once every block of the up
+ * kernel between them has passed its own wait, that is after the route kernel that wrote them
+ * had ended and its writes were visible. The next grid's blocks are then already
  * resident when this one ends, instead of being launched after it; no block of this grid can be
  * kept waiting by them, because the release only takes effect once every block of this grid
  * has started. A kernel launched without the attribute (PDL off, or from another library) sees

@@ -469,6 +469,15 @@ void k_set_moe_bucket_in_up(int on);
  * per_expert_scale before it waits on the kernel before it: a model constant no kernel of the
  * step writes. Process-wide, read at each call. */
 void k_set_moe_route_lanes(int on);
+/* max_items > 0: a k_moe_experts call of at most that many items (rows x top_k; clamped to 128)
+ * on the tensor-core path runs its down projection as one warp a block that finds its expert from
+ * the router's ids and copies its first weights into shared memory by bulk copies before it
+ * waits for the up kernel (kernels/moe_stream.cu; serve.expert_stream, default 0: off until
+ * measured). It reads idx before its grid dependency: written by k_moe_route's kernel, which has
+ * ended before the up kernel between them passed its own wait (common.cuh). Speed only: the same
+ * mmas on the same operands in the same order, so every item's bits are the same (test_moe's
+ * `expert_stream` gates). Process-wide, read at each call. */
+void k_set_moe_expert_stream(int max_items);
 /* 1: a k_moe_experts call of more than 128 items (prefill) on the tensor-core path runs its
  * projections with 4 tiles of 16 items a warp, each weight fragment loaded once for all of them;
  * 2: through blocks that stage 128 items and 64 outputs in shared memory; 3: as 2, with three

@@ -28,6 +28,7 @@
 #include "kernels/bf16.cuh"
 #include "kernels/gemm_batched.h"
 #include "kernels/moe_bucket.cuh"
+#include "kernels/moe_stream.h"
 #include "kernels/mma.cuh"
 
 #include <math.h>
@@ -37,17 +38,12 @@
 #define ROUTE_MAX_TOP_K 16
 
 #define BUCKET_THREADS 1024
-#define EXPERTS_MAX_EXPERT 1024 /* bucket counters live in shared memory */
-#define EXPERT_THREADS 256      /* 8 warps, each one output at a time */
+#define EXPERT_THREADS 256 /* 8 warps, each one output at a time */
 #define EXPERT_WARPS (EXPERT_THREADS / 32)
 #define EXPERT_ROWS 8 /* rows of a bucket sharing one pass over a weight row */
 #define UP_OUTS 16    /* h outputs per up block: 2 per warp, ~350 blocks at one decode row */
 #define DOWN_OUTS 32  /* d_model outputs per down block: 4 per warp */
 #define COMBINE_THREADS 256
-/* the most items (rows x top_k) the up kernel buckets itself: 16 decode rows at top 8 */
-#define INBLOCK_MAX_ITEMS 128
-
-#define FULL_MASK 0xffffffffu
 
 static __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1)
@@ -255,66 +251,6 @@ __global__ static void __launch_bounds__(BUCKET_THREADS)
     }
 }
 
-/* The bucket of expert slot `slot` (the slot-th active expert in ascending id) from idx alone,
- * by one block, into shared memory: s_list[0 .. n) its items in ascending item id, and s_info
- * = {e, first, n, n_active} with first the bucket's start in moe_bucket_kernel's list (the
- * valid items of lower experts) and e = -1 past the active experts. The same buckets and
- * active list as moe_bucket_kernel (its order inside a bucket, atomic timing there, is
- * ascending here), so every item's arithmetic is unchanged: a launch and a dependency fewer
- * per layer where items are few enough for one block to scan them all. Ids outside [0,
- * n_expert) are left out, as there. Every thread of the block calls it. */
-static __device__ void bucket_in_block(const int32_t *idx, int items, int n_expert, int slot,
-                                       int32_t *s_idx, unsigned *s_mask, int32_t *s_list,
-                                       int *s_info) {
-    const int tid = threadIdx.x, lane = tid & 31, words = (n_expert + 31) / 32;
-    for (int w = tid; w < words; w += blockDim.x)
-        s_mask[w] = 0u;
-    __syncthreads();
-    for (int i = tid; i < items; i += blockDim.x) {
-        const int e = idx[i];
-        s_idx[i] = e;
-        if (e >= 0 && e < n_expert) atomicOr(&s_mask[e >> 5], 1u << (e & 31));
-    }
-    __syncthreads();
-    if (tid < 32) {
-        /* lane l holds experts 32 l .. 32 l + 31: the active ones before its word, then the
-         * slot-th active expert where it falls in a lane's word */
-        const unsigned m = lane < words ? s_mask[lane] : 0u;
-        const int cnt = __popc(m);
-        int inc = cnt;
-        for (int off = 1; off < 32; off <<= 1) {
-            const int v = __shfl_up_sync(FULL_MASK, inc, off);
-            if (lane >= off) inc += v;
-        }
-        const int total = __shfl_sync(FULL_MASK, inc, 31), pre = inc - cnt;
-        int e = -1;
-        if (slot >= pre && slot < inc) {
-            unsigned mm = m;
-            for (int k = pre; k < slot; k++)
-                mm &= mm - 1u; /* drop the lowest active expert of the word */
-            e = lane * 32 + __ffs((int)mm) - 1;
-        }
-        const unsigned who = __ballot_sync(FULL_MASK, e >= 0);
-        e = who ? __shfl_sync(FULL_MASK, e, __ffs((int)who) - 1) : -1;
-        int n = 0, first = 0;
-        for (int i0 = 0; e >= 0 && i0 < items; i0 += 32) { /* warp-uniform */
-            const int i = i0 + lane, v = i < items ? s_idx[i] : -1;
-            const unsigned hit = __ballot_sync(FULL_MASK, v == e);
-            const unsigned below = __ballot_sync(FULL_MASK, v >= 0 && v < e);
-            if (v == e) s_list[n + __popc(hit & ((1u << lane) - 1u))] = i;
-            n += __popc(hit);
-            first += __popc(below);
-        }
-        if (lane == 0) {
-            s_info[0] = e;
-            s_info[1] = first;
-            s_info[2] = n;
-            s_info[3] = total;
-        }
-    }
-    __syncthreads();
-}
-
 /* 8 bf16 of a 16-byte word into fp32. */
 static __device__ __forceinline__ void unpack8(uint4 v, float *f) {
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -488,34 +424,11 @@ __global__ static void __launch_bounds__(MMA_UP_THREADS)
     int e, first, n;
     const int32_t *items;
     if constexpr (INBLOCK) {
-        __shared__ int32_t s_idx[INBLOCK_MAX_ITEMS], s_list[INBLOCK_MAX_ITEMS];
-        __shared__ unsigned s_mask[EXPERTS_MAX_EXPERT / 32];
-        __shared__ int s_info[4];
-        const int slot = (int)blockIdx.y;
-        bucket_in_block(a.idx, a.rows * a.top_k, a.n_expert, slot, s_idx, s_mask, s_list, s_info);
-        e = s_info[0];
-        first = s_info[1];
-        n = s_info[2];
-        if (blockIdx.x == 0) {
-            if (slot == 0 && threadIdx.x == 0) *n_active = s_info[3];
-            if (e >= 0) {
-                if (threadIdx.x == 0) {
-                    active[3 * slot] = e;
-                    active[3 * slot + 1] = first;
-                    active[3 * slot + 2] = n;
-                }
-                for (int j = threadIdx.x; j < n; j += blockDim.x)
-                    list[first + j] = s_list[j];
-            }
-        }
-        if (e < 0) return;
-        items = s_list;
-        first = 0; /* s_list holds this bucket alone */
+        __shared__ moe_inblock_smem s;
+        if (!moe_up_bucket_inblock(a, list, active, n_active, s, &e, &first, &n)) return;
+        items = s.list;
     } else {
-        if ((int)blockIdx.y >= *n_active) return;
-        e = active[3 * blockIdx.y];
-        first = active[3 * blockIdx.y + 1];
-        n = active[3 * blockIdx.y + 2];
+        if (!moe_up_bucket_listed(active, n_active, &e, &first, &n)) return;
         items = list;
     }
     const int dm = a.d_model, de = a.d_expert;
@@ -905,7 +818,10 @@ static int staged_allow(void) {
     }
     return K_OK;
 }
-extern "C" int k_moe_setup(void) { return staged_allow(); }
+extern "C" int k_moe_setup(void) {
+    const int rc = staged_allow();
+    return rc != K_OK ? rc : k_moe_stream_setup();
+}
 
 /* out[r, t] = bf(sum_k ys[r*top_k + k, t] * w[r, k]) in rank order (SLAB: the item's row of the
  * prompt path's down products, yb[pos[item]], in place of ys; the same values). Grid: (rows,
@@ -962,6 +878,12 @@ extern "C" void k_set_moe_bucket_in_up(int on) { bucket_in_up = on ? 1 : 0; }
 static int prefill_tiles = 3; /* serve.moe_prefill_tiles' default */
 extern "C" void k_set_moe_prefill_tiles(int mode) {
     prefill_tiles = mode >= 3 ? 3 : mode > 0 ? mode : 0;
+}
+static int stream_items = 0; /* serve.expert_stream's default: off until measured */
+extern "C" void k_set_moe_expert_stream(int max_items) {
+    stream_items = max_items < 0                   ? 0
+                   : max_items > INBLOCK_MAX_ITEMS ? INBLOCK_MAX_ITEMS
+                                                   : max_items;
 }
 static int route_lanes = 1; /* serve.moe_route_lanes' default */
 extern "C" void k_set_moe_route_lanes(int on) { route_lanes = on ? 1 : 0; }
@@ -1327,7 +1249,10 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
                                 active, n_active, h));
         CUDA_CHECK(cudaGetLastError());
         dim3 down((unsigned)((a->d_model + MMA_OUTS - 1) / MMA_OUTS), slots);
-        if (wide)
+        if (items <= (size_t)stream_items) {
+            rc = k_moe_stream_down(a, h, ys, slots, s);
+            if (rc != K_OK) return rc;
+        } else if (wide)
             CUDA_CHECK(k_launch(moe_down_mma_kernel<true>, down, MMA_THREADS, 0, s, *a, list,
                                 active, n_active, h, ys));
         else

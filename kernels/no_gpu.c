@@ -135,6 +135,7 @@ int k_trace_take(k_trace_stamp *out, int max, int *n) {
 void k_trace_stop(void) {}
 void k_set_moe_bucket_in_up(int on) { (void)on; }
 void k_set_moe_route_lanes(int on) { (void)on; }
+void k_set_moe_expert_stream(int max_items) { (void)max_items; }
 int k_gemm_group_fuses(const k_gemm_group_args *a) {
     (void)a;
     return 0;

@@ -104,6 +104,7 @@ static const struct cfg_key {
     CFG_SWITCH(serve, prompt_experts),
     CFG_RANGE(serve, prompt_tile, 16, 256),  /* kernels.h K_PROMPT_TILE_MIN..MAX */
     CFG_RANGE(serve, moe_branches, 0, 4096), /* the most rows of a step that branches; 0 off */
+    CFG_RANGE(serve, expert_stream, 0, 128), /* the most items (rows x top_k) a call; 0 off */
     CFG_RANGE(serve, attn_splits_per_block, 0, 16), /* kernels/attn_common.cuh's ATTN_MAX_SPB */
     CFG_RANGE(serve, sample_threads, 0, 256),
     CFG_RANGE(serve, text_max_tokens, 1, 1000000), /* the protocol's max_tokens range */
@@ -177,6 +178,7 @@ void config_defaults(g4_config *c) {
     c->serve.prompt_experts = 0;      /* moves prompt rows' bits (docs/prompt-rows.md) */
     c->serve.prompt_tile = 96;        /* K_PROMPT_TILE_DEFAULT (docs/prompt-rows.md) */
     c->serve.moe_branches = 64;       /* measured faster (docs/decode-design.md) */
+    c->serve.expert_stream = 0;       /* not measured yet (docs/decode-design.md) */
     c->serve.attn_splits_per_block = 0;
     c->serve.sample_threads = 0;
     c->serve.text_max_tokens = 512;

@@ -69,6 +69,8 @@ typedef struct g4_config {
         int prompt_tile;    /* 16..256, default 96: items a tile of those products */
         int moe_branches;   /* default 64: steps of at most this many rows run the router and
                              * experts beside the dense MLP (0 off) */
+        int expert_stream;  /* 0..128, default 0 (off): experts calls of at most this many items
+                             * stream their weights through bulk copies; speed only */
         int attn_splits_per_block; /* 0..16, default 0 (the launcher's choice): speed only */
         int sample_threads;        /* 0..256, default 0 (a thread per CPU): host draws */
         int text_max_tokens;       /* --text's answer limit, 1..1000000, default 512 */
