@@ -25,10 +25,10 @@ static __device__ __forceinline__ void bulk_bar_init_fence() {
 /* The phase's arrival, and the bytes its copies will bring (the phase completes when both have
  * happened, in either order). */
 static __device__ __forceinline__ void bulk_bar_expect(uint64_t *bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                     bulk_smem_addr(bar)),
-                 "r"(bytes)
-                 : "memory");
+    asm volatile(
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bulk_smem_addr(bar)),
+        "r"(bytes)
+        : "memory");
 }
 
 /* Spin until the phase of the given parity (0 for the first, 1 for the second, ...) completes. */

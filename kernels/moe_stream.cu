@@ -70,11 +70,9 @@ static __device__ __forceinline__ void stream_issue(stream_ring &ring, const bf1
  * Each tile gets mma_rows' instruction sequence and operands (mma_rows_lo's where HI is false:
  * hi's zero), so the same bits. */
 template <bool HI>
-static __device__ __forceinline__ void stream_tile(stream_ring &ring, const bf16_t *wrow,
-                                                   unsigned valid, int k, const bf16_t *lo,
-                                                   const bf16_t *hi,
-                                                   float (&acc)[STREAM_ROWS / 8][4],
-                                                   unsigned tiles) {
+static __device__ __forceinline__ void
+stream_tile(stream_ring &ring, const bf16_t *wrow, unsigned valid, int k, const bf16_t *lo,
+            const bf16_t *hi, float (&acc)[STREAM_ROWS / 8][4], unsigned tiles) {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const uint4 zero = make_uint4(0, 0, 0, 0);
     const int n_stages = (k + STREAM_KC - 1) / STREAM_KC;
@@ -91,7 +89,7 @@ static __device__ __forceinline__ void stream_tile(stream_ring &ring, const bf16
         uint4 a[STREAM_BLOCKS], a8[STREAM_BLOCKS];
 #pragma unroll
         for (int u = 0; u < STREAM_BLOCKS; u++) { /* the rows' loads before the stage's wait */
-            const bool in = 32 * u < kc;           /* warp-uniform */
+            const bool in = 32 * u < kc;          /* warp-uniform */
             const int o = k0 + 32 * u + 8 * q;
             a[u] = in && lo ? __ldg((const uint4 *)(lo + o)) : zero;
             a8[u] = HI && in && hi ? __ldg((const uint4 *)(hi + o)) : zero;
@@ -141,8 +139,8 @@ __global__ static void __launch_bounds__(32)
     bucket_in_block<true>(a.idx, a.rows * a.top_k, a.n_expert, (int)blockIdx.y, bk.idx, bk.mask,
                           bk.list, bk.info);
     const int e = bk.info[0], n = bk.info[2];
-    const int dm = a.d_model, de = a.d_expert, lane = threadIdx.x & 31, g = lane >> 2,
-              q = lane & 3, t0 = (int)blockIdx.x * STREAM_ROWS;
+    const int dm = a.d_model, de = a.d_expert, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3,
+              t0 = (int)blockIdx.x * STREAM_ROWS;
     const bool work = e >= 0 && t0 < dm; /* block-uniform */
     const bf16_t *wrow = NULL;
     unsigned valid = 0;

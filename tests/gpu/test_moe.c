@@ -43,9 +43,11 @@
 #include "tests/harness.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct shape {
     int n_expert, top_k, d_model, d_expert;
@@ -217,6 +219,51 @@ typedef struct twin_result {
     int unwritten, far;
 } twin_result;
 
+/* ref_moe_experts over a's rows in slices, one thread a slice: the twin computes each row alone
+ * from its own ids, so the slices' outputs are the whole call's, bit for bit, and a bad id fails
+ * its slice as it fails the call. At the 26B-A4B's shape a row takes the twin ~0.17 s on one core,
+ * most of this program's time on the box, which has 16. */
+typedef struct twin_slice {
+    k_moe_experts_args a;
+    int rc;
+} twin_slice;
+
+static void *twin_slice_run(void *p) {
+    twin_slice *t = p;
+    t->rc = ref_moe_experts(&t->a, NULL);
+    return NULL;
+}
+
+#define TWIN_THREADS_MAX 32
+static int twin_experts(const k_moe_experts_args *a) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cores < 1 ? 1 : cores > TWIN_THREADS_MAX ? TWIN_THREADS_MAX : (int)cores;
+    if (n > a->rows) n = a->rows;
+    if (n <= 1) return ref_moe_experts(a, NULL);
+    twin_slice t[TWIN_THREADS_MAX];
+    pthread_t th[TWIN_THREADS_MAX];
+    int started[TWIN_THREADS_MAX] = {0}, rc = 0;
+    const size_t dm = (size_t)a->d_model, k = (size_t)a->top_k;
+    for (int i = 0; i < n; i++) {
+        const int r0 = (int)((long long)a->rows * i / n),
+                  r1 = (int)((long long)a->rows * (i + 1) / n);
+        t[i].a = *a;
+        t[i].a.rows = r1 - r0;
+        t[i].a.out = a->out + (size_t)r0 * dm;
+        t[i].a.x = a->x + (size_t)r0 * dm;
+        t[i].a.idx = a->idx + (size_t)r0 * k;
+        t[i].a.weight = a->weight + (size_t)r0 * k;
+        t[i].rc = K_OK;
+        started[i] = pthread_create(&th[i], NULL, twin_slice_run, &t[i]) == 0;
+        if (!started[i]) twin_slice_run(&t[i]); /* no thread: this one does the slice */
+    }
+    for (int i = 0; i < n; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        rc |= t[i].rc;
+    }
+    return rc;
+}
+
 static twin_result against_twin(const k_moe_experts_args *a, bf16_t *ref, const bf16_t *x,
                                 const bf16_t *gu_h, const bf16_t *dn_h, const int32_t *idx,
                                 const float *w, const bf16_t *out, size_t nx) {
@@ -227,7 +274,7 @@ static twin_result against_twin(const k_moe_experts_args *a, bf16_t *ref, const 
     ra.down = dn_h;
     ra.idx = idx;
     ra.weight = w;
-    twin_result t = {.rc = ref_moe_experts(&ra, NULL)};
+    twin_result t = {.rc = twin_experts(&ra)};
     double num = 0;
     for (size_t i = 0; i < nx; i++) {
         float o = ref_bf16_to_f32(out[i]), e = ref_bf16_to_f32(ref[i]);
