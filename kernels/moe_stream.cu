@@ -126,12 +126,13 @@ static __device__ __forceinline__ void stream_prefill(stream_ring &ring, const b
 
 /* As moe.cu's moe_down_mma_kernel, one warp a block: block x owns d_model's outputs
  * [32 x, 32 x + 32), four tiles of 8, for the expert of grid row y, which the block finds from
- * the router's ids itself (bucket_in_block: the buckets and item order of moe_bucket_kernel and
- * of the up kernel's own) before it waits for the up kernel, and whose first stages of weights it
- * copies then too. The ids were written by k_moe_route's kernel, which had ended before the up
- * kernel passed its own wait and so before this grid could be launched (common.cuh); the weights
- * are model constants. h, which the up kernel writes, is read after the wait. Every block waits,
- * those with nothing to do too, so that no grid ends before the one before it. */
+ * the router's ids itself (bucket_in_block: the buckets of moe_bucket_kernel and of the up
+ * kernel's own; an item's place in its bucket moves none of its bits) before it waits for the up
+ * kernel, and whose first stages of weights it copies then too. The ids were written by
+ * k_moe_route's kernel, which had ended before the up kernel passed its own wait and so before this
+ * grid could be launched (common.cuh); the weights are model constants. h, which the up kernel
+ * writes, is read after the wait. Every block waits, those with nothing to do too, so that no grid
+ * ends before the one before it. */
 __global__ static void __launch_bounds__(32)
     moe_down_stream_kernel(k_moe_experts_args a, const bf16_t *h, float *ys) {
     __shared__ stream_ring ring;
