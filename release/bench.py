@@ -564,7 +564,14 @@ def load_main(args, cfgs, d, base, card, stamp):
     records = {(c["label"], r): [] for c in cfgs for r in args.rates}
     walls = {k: 0.0 for k in records}
     total, n = 2 * args.rounds * len(args.rates), 0
+    t_start, rounds_done = time.monotonic(), 0
     for rnd in range(args.rounds):
+        used = time.monotonic() - t_start
+        if args.max_seconds and rnd > 0 and used + used / rnd > args.max_seconds:
+            log(f"stopping after {rnd} of {args.rounds} rounds: another round ({used / rnd:.0f} s) "
+                f"would pass --max-seconds {args.max_seconds:.0f}")
+            break
+        rounds_done = rnd + 1
         for cfg in (cfgs if rnd % 2 == 0 else cfgs[::-1]):
             logs = os.path.join(args.logs, os.path.basename(base)) if args.logs else base
             srv = load.LoadServer(cfg["bin"], args.conf, cfg["sets"],
@@ -592,7 +599,7 @@ def load_main(args, cfgs, d, base, card, stamp):
                                            walls[(cfg["label"], r)]) for r in args.rates]
     result = {"model": d["name"], "card": card, "commit": git_commit(), "time": stamp,
               "mode": "load", "rates": args.rates, "requests": args.requests,
-              "rounds": args.rounds, "seed": args.seed, "prompt_dist": list(args.prompt_lo_hi),
+              "rounds": rounds_done, "seed": args.seed, "prompt_dist": list(args.prompt_lo_hi),
               "output_dist": list(args.output_lo_hi),
               "weights": "checkpoint" if args.checkpoint else "dummy",
               "schedule": {f"{r:g}": [{"at": q["at"], "prompt": q["prompt"],

@@ -1,16 +1,22 @@
-# tests/gpu/plans/load-step-tokens.sh - a box_queue.sh plan, ~15 min (carry .deps): the load
-# benchmark that chooses serve.step_tokens' default (issue 22, docs/benchmarks.md): the
-# 26B-A4B on dummy weights, requests arriving as a seeded Poisson process at rates that keep
-# a few to ~16 requests running (prompts 128-8,192 tokens, outputs 64-512), the whole-chunk
-# step (step_tokens 0) against budgets of 256 and 1,024 tokens, two rounds (AB, BA); each
-# run is cut by --max-seconds so the plan ends inside its time. Results (JSON, markdown,
-# PNG) under build/load, brought back in the logs; the chosen default's go to
-# release/results/ in its commit.
+# tests/gpu/plans/load-step-tokens.sh - a box_queue.sh plan (carry .deps): the load benchmark
+# that chooses serve.step_tokens' default (issue 22, docs/benchmarks.md): the 26B-A4B on dummy
+# weights, requests arriving as a seeded Poisson process at rates that keep a few to ~16
+# requests running (prompts 128-8,192 tokens, outputs 64-512), the whole-chunk step
+# (step_tokens 0) against each budget in LOAD_BUDGETS, LOAD_ROUNDS rounds (ABBA); each bench
+# stops starting rounds past LOAD_SECONDS so it writes its results inside the plan's time.
+# Results (JSON, markdown, PNG) under build/load, brought back in the logs; the chosen default's
+# go to release/results/ in its commit. Knobs (defaults): LOAD_BUDGETS ("256 1024"), LOAD_RATES
+# (1,2,4), LOAD_REQUESTS (32), LOAD_ROUNDS (2), LOAD_SECONDS (500); LOAD_FULL_SETS, when set,
+# adds the 26B-A4B's full step with those --set overrides after the benches (~440 s).
 mkdir -p build/load
-step build ./build.sh
-for b in 256 1024; do
-    step load-$b timeout 560 python3 release/bench.py -c conf/gemma4-26b-a4b.ini \
-        --load 1,2,4 --requests 32 --rounds 2 --max-seconds 500 --rate-timeout 240 \
+step build ./build.sh tests
+for b in ${LOAD_BUDGETS:-256 1024}; do
+    step load-$b timeout 590 python3 release/bench.py -c conf/gemma4-26b-a4b.ini \
+        --load "${LOAD_RATES:-1,2,4}" --requests "${LOAD_REQUESTS:-32}" \
+        --rounds "${LOAD_ROUNDS:-2}" --max-seconds "${LOAD_SECONDS:-500}" --rate-timeout 240 \
         --a-label chunk --b-label budget$b --b-set serve.step_tokens=$b --out build/load/b$b
+    cp -r build/load "$Q/logs/" 2>/dev/null
 done
-cp -r build/load "$Q/logs/" 2>/dev/null
+[ -n "${LOAD_FULL_SETS:-}" ] && step full-26b env FULL_MODELS="26b-a4b" FULL_POOLS="fp8 bf16" \
+    FULL_SETS="$LOAD_FULL_SETS" ./build.sh gpu-test full
+true
