@@ -380,6 +380,22 @@ static void gate_step_tokens(ctx *c) {
                rows_sliced, rows_whole, equal ? "yes" : "no");
     free(a);
     free(b);
+    /* the long prompt alone: no one to stall, so its 60 tokens go in one step at either budget,
+     * and its answer is the one it gave beside the others */
+    const char *lone = strstr(in, "{\"id\":\"long\"");
+    long rows_lone = 0;
+    char *l = sched_run(c->e, &sliced, lone, &rows_lone);
+    char *w = sched_run(c->e, &whole, lone, &rows_whole);
+    char *x = l ? lines_of(l, "\"long\"") : NULL, *y = w ? lines_of(w, "\"long\"") : NULL;
+    TEST_CHECK("proto_step_tokens_alone", x && y && strcmp(x, y) == 0 && rows_lone == 60,
+               "serve.step_tokens = 8, the 60-token prompt alone: %ld rows at most a step (60 "
+               "wanted: whole chunks when nothing else runs); answer equal to the default "
+               "run's: %s",
+               rows_lone, x && y && strcmp(x, y) == 0 ? "yes" : "no");
+    free(x);
+    free(y);
+    free(l);
+    free(w);
 }
 
 /* A stop string taken from the middle of a solo answer: the answer ends just before it and
