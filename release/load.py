@@ -158,8 +158,12 @@ def summarize_rate(rate, recs, wall_s):
     for r in recs:
         if r["error"]:
             errors[r["error"]] = errors.get(r["error"], 0) + 1
+    # requests in flight, averaged over the run (Little's law: the time all requests spent
+    # open over the span): what "a rate that keeps ~16 requests running" is read from
+    held = sum(r["done"] - r["sent"] for r in recs if r["done"] is not None and r["sent"] is not None)
     return {"rate": rate, "requests": len(recs), "completed": len(ok), "errors": errors,
-            "duration_s": span, "request_throughput": len(ok) / span if span > 0 else 0.0,
+            "duration_s": span, "in_flight_mean": held / span if span > 0 else 0.0,
+            "request_throughput": len(ok) / span if span > 0 else 0.0,
             "output_tokens_per_s": toks / span if span > 0 else 0.0,
             "prompt_tokens": sum(r["prompt"] for r in recs), "output_tokens": toks,
             "ttft_ms": both(ttft), "tpot_ms": both(tpot), "itl_ms": both(itl),
@@ -190,15 +194,15 @@ def markdown(result):
              f"prompts {result['prompt_dist'][0]}-{result['prompt_dist'][1]} tokens "
              f"(log-uniform), outputs {result['output_dist'][0]}-{result['output_dist'][1]} "
              f"(uniform), greedy, {result['weights']} weights", "",
-             "| config | rate (req/s) | completed | errors | req/s | output tok/s | "
-             "TTFT p50 (p99) | TPOT p50 (p99) | ITL p50 (p99) | E2E p50 (p99) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| config | rate (req/s) | completed | errors | in flight (mean) | req/s | "
+             "output tok/s | TTFT p50 (p99) | TPOT p50 (p99) | ITL p50 (p99) | E2E p50 (p99) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for cfg in result["configs"]:
         for s in cfg["load"]:
             err = sum(s["errors"].values())
             lines.append(
                 f"| {cfg['label']} | {s['rate']:g} | {s['completed']}/{s['requests']} | {err} | "
-                f"{s['request_throughput']:.2f} | {s['output_tokens_per_s']:.1f} | "
+                f"{s.get('in_flight_mean', 0.0):.1f} | {s['request_throughput']:.2f} | {s['output_tokens_per_s']:.1f} | "
                 f"{fmt(s['ttft_ms']['p50'])} ms ({fmt(s['ttft_ms']['p99'])}) | "
                 f"{fmt(s['tpot_ms']['p50'], 2)} ms ({fmt(s['tpot_ms']['p99'], 2)}) | "
                 f"{fmt(s['itl_ms']['p50'], 2)} ms ({fmt(s['itl_ms']['p99'], 2)}) | "

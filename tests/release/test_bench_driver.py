@@ -177,6 +177,37 @@ def main():
           f"median prompt {med_prompt} (sqrt(128 x 8192) = 1024), mean output {mean_out:.1f} "
           f"(288), all in bounds: {bounds}")
 
+    # in flight (mean): two requests open the whole second of the span and one open half of it
+    # make 2.5 on average; errors count while open, as they hold a slot until refused
+    def rec(sent, done, error=None):
+        return {"sent": sent, "first": sent + 0.1, "last": done, "done": done, "tokens": 2,
+                "gaps": [], "error": error, "prompt": 8, "output": 2, "server_ttft_ms": None}
+    fl = bench.load.summarize_rate(1.0, [rec(0.0, 1.0), rec(0.0, 1.0), rec(0.25, 0.75, "full")],
+                                   1.0)
+    flights = [s.get("in_flight_mean", -1) for s in summ]
+    check("release_load_in_flight",
+          abs(fl["in_flight_mean"] - 2.5) < 1e-9 and bool(flights) and
+          all(0 < f <= 6 for f in flights) and "in flight (mean)" in md,
+          f"hand-made run: {fl['in_flight_mean']:.3f} (2.5); the load run's rates: "
+          f"{['%.2f' % f for f in flights]} (each in (0, 6]: 6 requests a round); in the report: "
+          f"{'in flight (mean)' in md}")
+
+    # --max-seconds in the load mode: a second round that would pass it is not started, and the
+    # report says one round was done
+    out_m = tempfile.mkdtemp(prefix="g4loadmax")
+    mcmd = cmd[:cmd.index("--concurrency")] + ["--load", "16", "--requests", "2",
+                                               "--prompt-dist", "8:16", "--output-dist", "2:3",
+                                               "--rounds", "2", "--max-seconds", "0.001",
+                                               "--out", out_m]
+    p = subprocess.run(mcmd, capture_output=True, text=True, timeout=300)
+    js = [f for f in os.listdir(out_m) if f.endswith(".json")]
+    rm = json.load(open(os.path.join(out_m, js[0]))) if p.returncode == 0 and len(js) == 1 else {}
+    stopped = "stopping after 1 of 2 rounds" in p.stderr
+    check("release_load_max_seconds", rm.get("rounds") == 1 and stopped and
+          all(s["requests"] == 2 for c in rm.get("configs", []) for s in c.get("load", [])),
+          f"exit {p.returncode}, rounds in the report: {rm.get('rounds')} (1 of 2 asked), the "
+          f"stop logged: {stopped}")
+
     refusals = []
     for extra, want in ((["--load", "0"], "at least one rate"),
                         (["--load", "1", "--prompt-dist", "5"], "lo:hi"),
