@@ -9,7 +9,8 @@
 # (1,2,4), LOAD_REQUESTS (32), LOAD_ROUNDS (2), LOAD_SECONDS (500); LOAD_FULL_SETS, when set,
 # adds the 26B-A4B's full step with those --set overrides after the benches (~440 s).
 mkdir -p build/load
-step build ./build.sh tests
+# the benches need the binary alone; the full step its test programs too
+step build ./build.sh $([ -n "${LOAD_FULL_SETS:-}" ] && echo tests || echo build)
 for b in ${LOAD_BUDGETS:-256 1024}; do
     step load-$b timeout 590 python3 release/bench.py -c conf/gemma4-26b-a4b.ini \
         --load "${LOAD_RATES:-1,2,4}" --requests "${LOAD_REQUESTS:-32}" \
