@@ -9,8 +9,16 @@
 # (1,2,4), LOAD_REQUESTS (32), LOAD_ROUNDS (2), LOAD_SECONDS (500); LOAD_FULL_SETS, when set,
 # adds the 26B-A4B's full step with those --set overrides after the benches (~440 s).
 mkdir -p build/load
-# the benches need the binary alone; the full step its test programs too
-step build ./build.sh $([ -n "${LOAD_FULL_SETS:-}" ] && echo tests || echo build)
+# the benches need the binary alone, the full step its test programs too. LOAD_PREBUILT=1 with
+# a carried build/g4pipe (a GPU build from a CUDA 13.0 host of glibc <= the box's) skips the
+# build when the binary finds its libraries: a scarce device's ~150 s
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+if [ "${LOAD_PREBUILT:-0}" = 1 ] && [ -z "${LOAD_FULL_SETS:-}" ] && [ -x build/g4pipe ] &&
+    ! ldd build/g4pipe | grep -q "not found"; then
+    step build ldd build/g4pipe
+else
+    step build ./build.sh $([ -n "${LOAD_FULL_SETS:-}" ] && echo tests || echo build)
+fi
 for b in ${LOAD_BUDGETS:-256 1024}; do
     step load-$b timeout 590 python3 release/bench.py -c conf/gemma4-26b-a4b.ini \
         --load "${LOAD_RATES:-1,2,4}" --requests "${LOAD_REQUESTS:-32}" \
