@@ -128,13 +128,18 @@ def main():
           f"({two_w / 1e12:.3f} TFLOP more: the global layers' keys keep growing)")
 
     # the load benchmark (--load): two rates, both configurations, the same seeded schedule
-    out_l = tempfile.mkdtemp(prefix="g4load")
-    lcmd = cmd[:cmd.index("--concurrency")] + ["--load", "4,16", "--requests", "6",
-                                               "--prompt-dist", "8:48", "--output-dist", "2:6",
-                                               "--rounds", "2", "--out", out_l]
-    p = subprocess.run(lcmd, capture_output=True, text=True, timeout=600)
-    js = [f for f in os.listdir(out_l) if f.endswith(".json")]
-    rl = json.load(open(os.path.join(out_l, js[0]))) if p.returncode == 0 and len(js) == 1 else {}
+    def run_load(args, timeout):
+        """bench.py's load mode with the A/B's configurations: (process, JSON or {}, out, json name)"""
+        where = tempfile.mkdtemp(prefix="g4load")
+        q = subprocess.run(cmd[:cmd.index("--concurrency")] + args + ["--out", where],
+                           capture_output=True, text=True, timeout=timeout)
+        names = [f for f in os.listdir(where) if f.endswith(".json")]
+        got = (json.load(open(os.path.join(where, names[0])))
+               if q.returncode == 0 and len(names) == 1 else {})
+        return q, got, where, names
+
+    p, rl, out_l, js = run_load(["--load", "4,16", "--requests", "6", "--prompt-dist", "8:48",
+                                 "--output-dist", "2:6", "--rounds", "2"], 600)
     summ = [s for c in rl.get("configs", []) for s in c.get("load", [])]
     figures_ok = all(s["requests"] == 12 and s["completed"] + sum(s["errors"].values()) == 12
                      and s["ttft_ms"]["p50"] > 0 and s["ttft_ms"]["p99"] >= s["ttft_ms"]["p50"]
@@ -194,14 +199,8 @@ def main():
 
     # --max-seconds in the load mode: a second round that would pass it is not started, and the
     # report says one round was done
-    out_m = tempfile.mkdtemp(prefix="g4loadmax")
-    mcmd = cmd[:cmd.index("--concurrency")] + ["--load", "16", "--requests", "2",
-                                               "--prompt-dist", "8:16", "--output-dist", "2:3",
-                                               "--rounds", "2", "--max-seconds", "0.001",
-                                               "--out", out_m]
-    p = subprocess.run(mcmd, capture_output=True, text=True, timeout=300)
-    js = [f for f in os.listdir(out_m) if f.endswith(".json")]
-    rm = json.load(open(os.path.join(out_m, js[0]))) if p.returncode == 0 and len(js) == 1 else {}
+    p, rm, _, _ = run_load(["--load", "16", "--requests", "2", "--prompt-dist", "8:16",
+                            "--output-dist", "2:3", "--rounds", "2", "--max-seconds", "0.001"], 300)
     stopped = "stopping after 1 of 2 rounds" in p.stderr
     check("release_load_max_seconds", rm.get("rounds") == 1 and stopped and
           all(s["requests"] == 2 for c in rm.get("configs", []) for s in c.get("load", [])),
