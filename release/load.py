@@ -160,7 +160,8 @@ def summarize_rate(rate, recs, wall_s):
             errors[r["error"]] = errors.get(r["error"], 0) + 1
     # requests in flight, averaged over the run (Little's law: the time all requests spent
     # open over the span): what "a rate that keeps ~16 requests running" is read from
-    held = sum(r["done"] - r["sent"] for r in recs if r["done"] is not None and r["sent"] is not None)
+    held = sum(r["done"] - r["sent"] for r in recs
+               if r["done"] is not None and r["sent"] is not None)
     return {"rate": rate, "requests": len(recs), "completed": len(ok), "errors": errors,
             "duration_s": span, "in_flight_mean": held / span if span > 0 else 0.0,
             "request_throughput": len(ok) / span if span > 0 else 0.0,

@@ -129,7 +129,7 @@ def main():
 
     # the load benchmark (--load): two rates, both configurations, the same seeded schedule
     def run_load(args, timeout):
-        """bench.py's load mode with the A/B's configurations: (process, JSON or {}, out, json name)"""
+        """bench.py's load mode, the A/B's configurations: (process, JSON or {}, out, names)"""
         where = tempfile.mkdtemp(prefix="g4load")
         q = subprocess.run(cmd[:cmd.index("--concurrency")] + args + ["--out", where],
                            capture_output=True, text=True, timeout=timeout)
