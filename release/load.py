@@ -140,7 +140,8 @@ def pct(values, q):
 
 
 def summarize_rate(rate, recs, wall_s):
-    """The figures of one rate's run for one configuration (times in ms)."""
+    """The figures of one rate's runs for one configuration (times in ms); wall_s is the sum of
+    those runs' wall times."""
     ok = [r for r in recs if r["error"] is None]
     ttft = [(r["first"] - r["sent"]) * 1e3 for r in ok if r["first"] is not None]
     tpot = [(r["last"] - r["first"]) * 1e3 / (r["tokens"] - 1) for r in ok
@@ -148,7 +149,11 @@ def summarize_rate(rate, recs, wall_s):
     itl = [g for r in ok for g in r["gaps"]]
     e2e = [(r["done"] - r["sent"]) * 1e3 for r in ok]
     toks = sum(r["tokens"] for r in ok)
-    span = max(r["done"] for r in recs) - min(r["sent"] for r in recs) if recs else wall_s
+    # the runs' own wall time, summed: recs pool the rounds of one configuration and rate, and
+    # between two rounds the other configuration ran, so first send to last answer over the
+    # pool would count its time too (and halve every rate at two rounds)
+    span = wall_s if wall_s > 0 else (
+        max(r["done"] for r in recs) - min(r["sent"] for r in recs) if recs else 0.0)
 
     def both(v):
         return {"p50": pct(v, 0.5), "p99": pct(v, 0.99),
@@ -203,7 +208,8 @@ def markdown(result):
             err = sum(s["errors"].values())
             lines.append(
                 f"| {cfg['label']} | {s['rate']:g} | {s['completed']}/{s['requests']} | {err} | "
-                f"{s.get('in_flight_mean', 0.0):.1f} | {s['request_throughput']:.2f} | {s['output_tokens_per_s']:.1f} | "
+                f"{s['in_flight_mean']:.1f} | {s['request_throughput']:.2f} | "
+                f"{s['output_tokens_per_s']:.1f} | "
                 f"{fmt(s['ttft_ms']['p50'])} ms ({fmt(s['ttft_ms']['p99'])}) | "
                 f"{fmt(s['tpot_ms']['p50'], 2)} ms ({fmt(s['tpot_ms']['p99'], 2)}) | "
                 f"{fmt(s['itl_ms']['p50'], 2)} ms ({fmt(s['itl_ms']['p99'], 2)}) | "

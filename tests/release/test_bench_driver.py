@@ -189,11 +189,18 @@ def main():
                 "gaps": [], "error": error, "prompt": 8, "output": 2, "server_ttft_ms": None}
     fl = bench.load.summarize_rate(1.0, [rec(0.0, 1.0), rec(0.0, 1.0), rec(0.25, 0.75, "full")],
                                    1.0)
+    # two rounds pooled, 100 s apart (the other configuration ran between): the rates are over
+    # the runs' summed wall time (2 s), not first send to last answer (101 s)
+    pooled = bench.load.summarize_rate(1.0, [rec(0.0, 1.0), rec(100.0, 101.0)], 2.0)
+    pooled_ok = (abs(pooled["in_flight_mean"] - 1.0) < 1e-9 and
+                 abs(pooled["request_throughput"] - 1.0) < 1e-9)
     flights = [s.get("in_flight_mean", -1) for s in summ]
     check("release_load_in_flight",
-          abs(fl["in_flight_mean"] - 2.5) < 1e-9 and bool(flights) and
+          abs(fl["in_flight_mean"] - 2.5) < 1e-9 and pooled_ok and bool(flights) and
           all(0 < f <= 6 for f in flights) and "in flight (mean)" in md,
-          f"hand-made run: {fl['in_flight_mean']:.3f} (2.5); the load run's rates: "
+          f"hand-made run: {fl['in_flight_mean']:.3f} (2.5); two runs 100 s apart: "
+          f"{pooled['in_flight_mean']:.3f} in flight, {pooled['request_throughput']:.3f} req/s "
+          f"(1, 1: their own 2 s); the load run's rates: "
           f"{['%.2f' % f for f in flights]} (each in (0, 6]: 6 requests a round); in the report: "
           f"{'in flight (mean)' in md}")
 
