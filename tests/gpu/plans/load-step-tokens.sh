@@ -9,12 +9,14 @@
 # (1,2,4), LOAD_REQUESTS (32), LOAD_ROUNDS (2), LOAD_SECONDS (500); LOAD_FULL_SETS, when set,
 # adds the 26B-A4B's full step with those --set overrides after the benches (~440 s).
 mkdir -p build/load
-# the benches need the binary alone, the full step its test programs too. LOAD_PREBUILT=1 with
-# a carried build/g4pipe (a GPU build from a CUDA 13.0 host of glibc <= the box's) skips the
-# build when the binary finds its libraries: a scarce device's ~150 s
+# the benches and the full step need the binary alone (the full step's checkpoint and reference
+# are made with torch on the box), the full step's build its test programs too. LOAD_PREBUILT=1
+# with a carried build/g4pipe (a GPU build from a CUDA 13.0 host of glibc <= the box's) skips
+# the build when the binary finds its libraries: a scarce device's ~150 s
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-if [ "${LOAD_PREBUILT:-0}" = 1 ] && [ -z "${LOAD_FULL_SETS:-}" ] && [ -x build/g4pipe ] &&
-    ! ldd build/g4pipe | grep -q "not found"; then
+prebuilt=0
+if [ "${LOAD_PREBUILT:-0}" = 1 ] && [ -x build/g4pipe ] && ! ldd build/g4pipe | grep -q "not found"; then
+    prebuilt=1
     step build ldd build/g4pipe
 else
     step build ./build.sh $([ -n "${LOAD_FULL_SETS:-}" ] && echo tests || echo build)
@@ -27,5 +29,5 @@ for b in ${LOAD_BUDGETS:-256 1024}; do
     cp -r build/load "$Q/logs/" 2>/dev/null
 done
 [ -n "${LOAD_FULL_SETS:-}" ] && step full-26b env FULL_MODELS="26b-a4b" FULL_POOLS="fp8 bf16" \
-    FULL_SETS="$LOAD_FULL_SETS" ./build.sh gpu-test full
+    FULL_SETS="$LOAD_FULL_SETS" G4_PREBUILT=$prebuilt ./build.sh gpu-test full
 true
