@@ -12,7 +12,8 @@ Two jobs, run as separate processes so that the GPU holds HF's copy and the engi
       per prompt, HF eager's greedy continuation through its cache (prefilled in 2,048-token
       chunks, as the long-context gates do) with each step's top-1/top-2 logits and top-k
       logprobs; HF sdpa, HF eager at batch 2 and HF eager with every linear layer summed in fp32
-      in two and in four parts of k, each teacher-forced on eager's tokens (the floors); and the same with the sliding K/V stored as e4m3 (the fp8 pool's reference,
+      in two and in four parts of k and (MoE models) HF eager with its eager experts backend,
+      each teacher-forced on eager's tokens (the floors); and the same with the sliding K/V stored as e4m3 (the fp8 pool's reference,
       docs/testing.md).
   full_step.py check --model 26b-a4b --dir DIR --binary build/g4pipe --conf conf/X.ini --pool bf16
       runs the binary on the checkpoint with the shipped configuration (kv.local set to the
@@ -23,8 +24,9 @@ The rule (docs/testing.md "full"): the engine's greedy tokens equal the referenc
 first step whose reference top-1/top-2 margin is under MARGIN_CUT nats or where a floor's own
 pick differs from eager's (random weights at full depth are chaotic); over those steps the
 gap (max over the reference's top-k ids of |logprob engine - logprob reference|) is at most
-max(0.1, 2 x the floor gap: the most HF sdpa, HF eager at batch 2 or HF eager with split-K
-linears in two or four parts moves them on the same steps).
+max(0.1, 2 x the floor gap: the most HF sdpa, HF eager at batch 2, HF eager with split-K
+linears in two or four parts or (MoE models) HF eager with its eager experts backend moves them
+on the same steps).
 """
 import argparse
 import json
@@ -41,7 +43,8 @@ TOP_K = 5            # reference ids per step the gap is taken over
 ENGINE_LOGPROBS = 20  # the protocol's most: the engine's top-20 per step
 MARGIN_CUT = 0.5     # nats: past a step this close, a different pick is not a bug
 HF_CHUNK = 2048
-FLOORS = ("sdpa", "batch2", "splitk", "splitk4")  # a reference made before one lacks it
+FLOORS = ("sdpa", "batch2", "splitk", "splitk4", "experts")  # a reference made before one
+# lacks it; "experts" is made for MoE models only (the others have no experts to sum otherwise)
 # --floors may also name splitk3, splitk5 ... splitk16 (k in that many parts): samples of
 # GEMM-order noise for a diagnosis, printed by the make but outside the rule (judge reads
 # FLOORS only), so that measuring the noise more widely never loosens the gate
@@ -373,6 +376,26 @@ def job_make(a):
                                              force_ids=[[i for i, _ in s["top"]] for s in eg])
             finally:
                 splitk_linears(False)
+        # the fifth floor (MoE models): eager with HF's eager experts backend, a loop of one
+        # linear per expert (cuBLAS at each expert's row count) where every other member runs
+        # grouped_mm: the experts' summation order, which the engine's own expert kernels
+        # change and no other member samples (docs/testing.md "full")
+        eager_experts = "experts" in floors and cfg_kwargs.get("enable_moe_block")
+        if eager_experts:
+            try:
+                model.set_experts_implementation("eager")
+            except (ValueError, KeyError, NotImplementedError) as e:  # an older transformers
+                print(f"full_step make: no eager experts backend ({e}): the experts floor is "
+                      f"not made, the rule takes the other members", file=sys.stderr)
+                eager_experts = False
+        if eager_experts:
+            try:
+                for name, ids in prompts.items():
+                    eg = runs[name]["eager"]
+                    runs[name]["experts"] = hf_run(model, ids, forced=[s["token"] for s in eg],
+                                                   force_ids=[[i for i, _ in s["top"]] for s in eg])
+            finally:
+                model.set_experts_implementation("grouped_mm")
         ref["runs"][kv] = runs
         def most(name, k):
             if k not in runs[name]:
@@ -381,7 +404,7 @@ def job_make(a):
                                 for e, f in zip(runs[name]["eager"], runs[name][k])
                                 for i, v in e["top"])
         print(f"full_step make: {a.model} {kv} floors (max over steps, sdpa / eager at batch 2 / "
-              f"split-K linears in 2 / in 4 parts; - not made): " +
+              f"split-K linears in 2 / in 4 parts / eager experts; - not made): " +
               ", ".join(f"{n[3:]} " + "/".join(most(n, k) for k in FLOORS) for n in prompts),
               file=sys.stderr)
         extra = [k for k in floors if k not in FLOORS]

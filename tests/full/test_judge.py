@@ -125,6 +125,10 @@ run = {"eager": "E", "sdpa": "S", "batch2": "B", "splitk": "K2", "splitk4": "K4"
 got = rule_floors(run)
 check("full_rule_floors_exclude_diagnostic", got == ["S", "B", "K2", "K4"],
       f"the rule's members of a run with splitk3 and splitk8 beside FLOORS: {got}")
+# the experts' member (MoE references) joins the rule; a reference without it is judged on the rest
+got = rule_floors(dict(run, experts="X"))
+check("full_rule_floors_experts_member", got == ["S", "B", "K2", "K4", "X"],
+      f"the rule's members of a MoE run with the eager-experts floor: {got}")
 parsed = {k: splitk_parts(k) for k in ("splitk", "splitk3", "splitk16", "splitk17", "splitk1",
                                        "splitkx", "sdpa")}
 check("full_splitk_keys", parsed == {"splitk": 2, "splitk3": 3, "splitk16": 16, "splitk17": None,
