@@ -415,14 +415,16 @@ int sched_step(sched *s) {
     admit(s);
     if (s->n_running == 0) return 0;
     /* serve.step_tokens: every decode row rides in every step, prompt tokens fill the rest, at
-     * most prefill_chunk of them (a row's bits do not depend on how its prompt is sliced). A
-     * request running alone has no one to stall, so its prompt goes in whole chunks. */
+     * most prefill_chunk of them (a row's bits do not depend on how its prompt is sliced). The
+     * budget is there to keep decode rows' steps short: while no running request decodes (one
+     * prompt alone, or a burst of prompts on an idle server) nobody waits on the step, and the
+     * prompts go in whole chunks. */
     int rows = 0, n_out = 0, n_in = 0, budget = s->cfg.serve.prefill_chunk;
-    if (s->cfg.serve.step_tokens > 0 && s->n_running > 1) {
+    if (s->cfg.serve.step_tokens > 0) {
         int decoding = 0;
         for (int i = 0; i < s->n_running; i++)
             decoding += s->running[i]->n_written >= s->running[i]->n_prompt;
-        if (s->cfg.serve.step_tokens - decoding < budget)
+        if (decoding > 0 && s->cfg.serve.step_tokens - decoding < budget)
             budget = s->cfg.serve.step_tokens - decoding;
     }
     for (int i = 0; i < s->n_running; i++) {

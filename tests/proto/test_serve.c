@@ -308,29 +308,43 @@ static void gate_ids_and_ends(ctx *c) {
         "abort: the running and the queued request both end cancelled, nothing read after it");
 }
 
-/* Runs in's request lines through a scheduler on e under cfg; returns the answer lines (timing
- * masked, owned by the caller) and the most rows any step carried. */
-static char *sched_run(engine *e, const g4_config *cfg, const char *in, long *max_rows) {
-    FILE *out = tmpfile();
-    sched *s = out ? sched_create(e, NULL, cfg, out) : NULL;
-    int ok = s != NULL;
-    long line_no = 0;
-    *max_rows = 0;
-    for (const char *l = in; ok && *l; l = strchr(l, '\n') + 1) {
+/* Submits text's request lines to s (line numbers from *line_no on); 0 when all went in. */
+static int submit_lines(sched *s, const char *text, long *line_no) {
+    for (const char *l = text; *l; l = strchr(l, '\n') + 1) {
         proto_request req;
         proto_error perr;
-        if (proto_parse_line(l, (size_t)(strchr(l, '\n') - l), ++line_no, &req, &perr) != 0) {
+        if (proto_parse_line(l, (size_t)(strchr(l, '\n') - l), ++*line_no, &req, &perr) != 0) {
             proto_error_free(&perr);
-            ok = 0;
-            break;
+            return -1;
         }
         int32_t *ids = malloc(sizeof *ids * (size_t)req.n_tokens);
         int n = req.n_tokens;
         if (ids) memcpy(ids, req.tokens, sizeof *ids * (size_t)n);
-        ok = ids && sched_submit(s, &req, ids, n, sched_now_ms()) == 0;
-        if (!ids) proto_request_free(&req);
+        if (!ids || sched_submit(s, &req, ids, n, sched_now_ms()) != 0) {
+            if (!ids) proto_request_free(&req);
+            return -1;
+        }
     }
-    for (int step = 0; ok && step < 10000 && (sched_queued(s) || sched_running(s)); step++) {
+    return 0;
+}
+
+/* Runs in's request lines through a scheduler on e under cfg, and later's (NULL: none) once two
+ * steps have run; returns the answer lines (timing masked, owned by the caller) and the most
+ * rows any step carried. */
+static char *sched_run(engine *e, const g4_config *cfg, const char *in, const char *later,
+                       long *max_rows) {
+    FILE *out = tmpfile();
+    sched *s = out ? sched_create(e, NULL, cfg, out) : NULL;
+    long line_no = 0;
+    int ok = s != NULL && submit_lines(s, in, &line_no) == 0;
+    *max_rows = 0;
+    for (int step = 0; ok && step < 10000 && (later || sched_queued(s) || sched_running(s));
+         step++) {
+        if (step == 2 && later) {
+            ok = submit_lines(s, later, &line_no) == 0;
+            later = NULL;
+            if (!ok) break;
+        }
         ok = sched_step(s) >= 0;
         if (sched_last_step_rows(s) > *max_rows) *max_rows = sched_last_step_rows(s);
     }
@@ -351,7 +365,8 @@ static char *sched_run(engine *e, const g4_config *cfg, const char *in, long *ma
 /* serve.step_tokens: with a budget of 8 rows a step, two decoding requests and a 60-token prompt
  * that arrives beside them never make a step of more than 8 rows (the prompt goes in slices
  * of 6, then fewer as it finishes), and every answer is byte-equal to the run at the default
- * budget (prefill_chunk + max_batch: the prompt whole in one step). */
+ * budget (prefill_chunk + max_batch: the prompt whole in one step). While nothing decodes (the
+ * three sent at once, or the long prompt alone) the prompts go in whole at either budget. */
 static void gate_step_tokens(ctx *c) {
     char in[2048] = "{\"id\":\"d1\",\"tokens\":[2,5,6],\"max_tokens\":24,\"ignore_eos\":true}\n"
                     "{\"id\":\"d2\",\"tokens\":[2,7],\"max_tokens\":24,\"temperature\":0.9,"
@@ -359,33 +374,48 @@ static void gate_step_tokens(ctx *c) {
     for (int i = 0; i < 59; i++)
         snprintf(in + strlen(in), sizeof in - strlen(in), ",%d", 100 + 13 * i);
     strcat(in, "],\"max_tokens\":6}\n");
+    char *lone = strstr(in, "{\"id\":\"long\"");
+    char first[256]; /* d1 and d2, the long prompt two steps later */
+    snprintf(first, sizeof first, "%.*s", (int)(lone - in), in);
     g4_config whole = c->cfg, sliced = c->cfg;
     whole.serve.max_batch = sliced.serve.max_batch = 3;
     sliced.serve.step_tokens = 8;
-    long rows_whole = 0, rows_sliced = 0;
-    char *a = sched_run(c->e, &whole, in, &rows_whole);
-    char *b = sched_run(c->e, &sliced, in, &rows_sliced);
-    /* per request: the steps differ, so the two runs interleave their lines differently */
-    int equal = a && b && count_str(a, "\"event\":\"done\"") == 3;
+    long rows_whole = 0, rows_sliced = 0, rows_burst = 0, rows_burst_whole = 0;
+    char *a = sched_run(c->e, &whole, first, lone, &rows_whole);
+    char *b = sched_run(c->e, &sliced, first, lone, &rows_sliced);
+    char *d = sched_run(c->e, &sliced, in, NULL, &rows_burst);
+    char *dw = sched_run(c->e, &whole, in, NULL, &rows_burst_whole);
+    free(dw);
+    /* per request: the steps differ, so the runs interleave their lines differently */
+    int equal = a && b && count_str(a, "\"event\":\"done\"") == 3, burst_equal = equal && d;
     static const char *const ids[] = {"\"d1\"", "\"d2\"", "\"long\""};
     for (size_t i = 0; equal && i < sizeof ids / sizeof *ids; i++) {
-        char *x = lines_of(a, ids[i]), *y = lines_of(b, ids[i]);
+        char *x = lines_of(a, ids[i]), *y = lines_of(b, ids[i]),
+             *z = d ? lines_of(d, ids[i]) : NULL;
         equal = x && y && strcmp(x, y) == 0;
+        burst_equal = burst_equal && x && z && strcmp(x, z) == 0;
         free(x);
         free(y);
+        free(z);
     }
     TEST_CHECK("proto_step_tokens", equal && rows_sliced <= 8 && rows_whole > 8,
                "serve.step_tokens = 8: at most %ld rows a step (default budget: %ld); the three "
                "answers byte-equal to the default run: %s",
                rows_sliced, rows_whole, equal ? "yes" : "no");
+    TEST_CHECK("proto_step_tokens_burst",
+               burst_equal && rows_burst == rows_burst_whole && rows_burst > 8,
+               "serve.step_tokens = 8, the three prompts at once on an idle scheduler: %ld rows "
+               "at most a step (the default budget's %ld wanted: whole chunks while nothing "
+               "decodes); answers equal to the default run's: %s",
+               rows_burst, rows_burst_whole, burst_equal ? "yes" : "no");
     free(a);
     free(b);
+    free(d);
     /* the long prompt alone: no one to stall, so its 60 tokens go in one step at either budget,
      * and its answer is the one it gave beside the others */
-    const char *lone = strstr(in, "{\"id\":\"long\"");
     long rows_lone = 0;
-    char *l = sched_run(c->e, &sliced, lone, &rows_lone);
-    char *w = sched_run(c->e, &whole, lone, &rows_whole);
+    char *l = sched_run(c->e, &sliced, lone, NULL, &rows_lone);
+    char *w = sched_run(c->e, &whole, lone, NULL, &rows_whole);
     char *x = l ? lines_of(l, "\"long\"") : NULL, *y = w ? lines_of(w, "\"long\"") : NULL;
     TEST_CHECK("proto_step_tokens_alone", x && y && strcmp(x, y) == 0 && rows_lone == 60,
                "serve.step_tokens = 8, the 60-token prompt alone: %ld rows at most a step (60 "
@@ -901,7 +931,7 @@ int main(int argc, char **argv) {
     /* the transcripts, then one line each: bad stream, control, default ids, shutdown, abort,
      * step tokens, stop string, three of --text, 10k piped, step failure, non-finite logits,
      * and chunk edges on three fixtures (a gate that vanishes fails run_test) */
-    test_plan((int)N_TRANSCRIPTS + 16);
+    test_plan((int)N_TRANSCRIPTS + 17);
     ctx c = {0};
     config_defaults(&c.cfg);
     snprintf(c.cfg.model.path, sizeof c.cfg.model.path, "%s/tiny-moe", argv[1]);
