@@ -10,8 +10,9 @@
 #   3. the same checkpoint and reference judged again with serve.prompt_experts=1 (BUDGET_PE=0:
 #      not);
 #   4. the load benchmark of LOAD_BUDGETS' other budgets, as time allows.
-# Knobs (defaults): LOAD_BUDGETS ("512 256"), LOAD_RATES (2,4), LOAD_REQUESTS (32), LOAD_ROUNDS
-# (2), LOAD_SECONDS (500). Results (JSON, markdown, PNG) under build/load, brought back in the
+# Knobs (defaults): BUDGET_POOLS (the full steps' pools, "fp8 bf16"; the shipped conf's is bf16),
+# LOAD_BUDGETS ("512 256"), LOAD_RATES (2,4), LOAD_REQUESTS (32), LOAD_ROUNDS (2), LOAD_SECONDS
+# (500). Results (JSON, markdown, PNG) under build/load, brought back in the
 # logs; the chosen default's go to release/results/ in its commit. LOAD_PREBUILT=1 uses a
 # carried build/g4pipe (a GPU build from a CUDA 13.0 host of glibc <= the box's) when it finds
 # its libraries, so no step builds: a scarce device's ~150 s.
@@ -36,11 +37,11 @@ set -- ${LOAD_BUDGETS:-512 256}
 first=$1
 shift
 load_bench "$first"
-full_step() { # NAME SETS...: the 26B-A4B's full step, both pools, with those settings
+full_step() { # NAME SETS...: the 26B-A4B's full step in BUDGET_POOLS with those settings
     local name=$1
     shift
-    step "$name" env FULL_MODELS=26b-a4b FULL_POOLS="fp8 bf16" G4_PREBUILT=$prebuilt \
-        FULL_SETS="$*" ./build.sh gpu-test full
+    step "$name" env FULL_MODELS=26b-a4b FULL_POOLS="${BUDGET_POOLS:-fp8 bf16}" \
+        G4_PREBUILT=$prebuilt FULL_SETS="$*" ./build.sh gpu-test full
 }
 if [ "${BUDGET_FULL:-1}" = 1 ]; then
     full_step full-26b "serve.step_tokens=$first" ${BUDGET_SETS:-}
