@@ -579,7 +579,8 @@ gpu_gates() {
             # recording's short prompts take them too), the MoE branch beside the dense MLP on a
             # stream of its own (on by default, off here), the one-row attention passes' early
             # page-table look-ups (on by default, off here) and the decode experts' weights
-            # through bulk copies (off by default, on here for every decode-sized call)
+            # through bulk copies (on by default for one-row calls, here for every decode-sized
+            # call)
             local set
             for set in serve.fuse_projections=0 serve.attn_fold=0 serve.moe_bucket_in_up=0 \
                 serve.moe_prefill_tiles=0 serve.row_chain=0 \

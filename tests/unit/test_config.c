@@ -80,7 +80,7 @@ static void test_defaults(void) {
         c.serve.attn_stats_together == 1 && c.serve.attn_tile_fold == 1 &&
         c.serve.attn_strided_tiles == 1 && c.serve.attn_flash == 0 && c.serve.prompt_gemm == 1 &&
         c.serve.attn_prep_rows == 1 && c.serve.prompt_experts == 0 && c.serve.prompt_tile == 96 &&
-        c.serve.moe_branches == 64 && c.serve.expert_stream == 0 && c.serve.sample_threads == 0 &&
+        c.serve.moe_branches == 64 && c.serve.expert_stream == 8 && c.serve.sample_threads == 0 &&
         c.log.level == LOG_INFO && c.debug.sync == 0 && c.debug.gemm == 3;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
                c.serve.max_context);
@@ -142,7 +142,7 @@ static void test_full_ini(void) {
                                              "prompt_experts = 1\n"
                                              "prompt_tile = 128\n"
                                              "moe_branches = 16\n"
-                                             "expert_stream = 8\n"
+                                             "expert_stream = 16\n"
                                              "sample_threads = 3\n"
                                              "[log]\n"
                                              "level = debug\n"
@@ -167,7 +167,7 @@ static void test_full_ini(void) {
         c.serve.attn_longest_first == 0 && c.serve.attn_stats_together == 0 &&
         c.serve.attn_tile_fold == 0 && c.serve.attn_strided_tiles == 0 && c.serve.attn_flash == 1 &&
         c.serve.attn_prep_rows == 0 && c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 &&
-        c.serve.prompt_tile == 128 && c.serve.moe_branches == 16 && c.serve.expert_stream == 8 &&
+        c.serve.prompt_tile == 128 && c.serve.moe_branches == 16 && c.serve.expert_stream == 16 &&
         c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG && c.debug.sync == 1 &&
         c.debug.gemm == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
