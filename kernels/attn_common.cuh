@@ -463,10 +463,10 @@ static __device__ __forceinline__ void keep_scores(float *keep_row, int window, 
  * row: each row's running (m_run, l_run) rescaled to the new max and the tile's exp-sum added,
  * row m's keys the first nk_of(m) of the tile (keys past them count nothing; a row with none
  * keeps its (max, sum) as they were). */
-template <int M, typename NK>
+template <int M, int NW = ATTN_WARPS, typename NK>
 static __device__ __forceinline__ void
 tile_stats_rows(const float *ps, int mv, NK nk_of, float *m_run, float *l_run, int warp, int lane) {
-    for (int g = warp; g < mv; g += ATTN_WARPS) {
+    for (int g = warp; g < mv; g += NW) { /* NW: the block's warps */
         const int nk = nk_of(g);
         float s0 = lane < nk ? ps[g * ATTN_TILE + lane] : -INFINITY;
         float s1 = lane + 32 < nk ? ps[g * ATTN_TILE + lane + 32] : -INFINITY;
@@ -493,16 +493,16 @@ tile_stats_rows(const float *ps, int mv, NK nk_of, float *m_run, float *l_run, i
  * a query tile's 16 rows were 4 chains of ~10 dependent shuffles and 3 expf a warp, the longest
  * path of the query tiles' stats pass (docs/perf-notes.md). Each row's arithmetic and its order
  * are tile_stats_rows', so the same bits (serve.attn_stats_together). */
-template <int M, typename NK>
+template <int M, int NW = ATTN_WARPS, typename NK>
 static __device__ __forceinline__ void tile_stats_rows_together(const float *ps, int mv, NK nk_of,
                                                                 float *m_run, float *l_run,
                                                                 int warp, int lane) {
-    constexpr int RPW = (M + ATTN_WARPS - 1) / ATTN_WARPS; /* rows a warp, at most */
+    constexpr int RPW = (M + NW - 1) / NW; /* rows a warp, at most (NW: the block's warps) */
     int nk[RPW];
     float s0[RPW], s1[RPW], mt[RPW], m_old[RPW], m_new[RPW], sum[RPW];
 #pragma unroll
     for (int j = 0; j < RPW; j++) {
-        const int g = warp + j * ATTN_WARPS;
+        const int g = warp + j * NW;
         nk[j] = g < mv ? nk_of(g) : 0; /* a row past mv: no keys, and nothing stored */
         s0[j] = lane < nk[j] ? ps[g * ATTN_TILE + lane] : -INFINITY;
         s1[j] = lane + 32 < nk[j] ? ps[g * ATTN_TILE + lane + 32] : -INFINITY;
@@ -515,7 +515,7 @@ static __device__ __forceinline__ void tile_stats_rows_together(const float *ps,
             mt[j] = fmaxf(mt[j], __shfl_xor_sync(0xffffffffu, mt[j], m));
 #pragma unroll
     for (int j = 0; j < RPW; j++) {
-        const int g = warp + j * ATTN_WARPS;
+        const int g = warp + j * NW;
         m_old[j] = g < mv ? m_run[g] : -INFINITY;
         m_new[j] = fmaxf(m_old[j], mt[j]);
         sum[j] = (lane < nk[j] ? expf(s0[j] - m_new[j]) : 0.0f) +
@@ -530,7 +530,7 @@ static __device__ __forceinline__ void tile_stats_rows_together(const float *ps,
     if (lane == 0) {
 #pragma unroll
         for (int j = 0; j < RPW; j++) {
-            const int g = warp + j * ATTN_WARPS;
+            const int g = warp + j * NW;
             if (g < mv) {
                 l_run[g] =
                     (m_old[j] == -INFINITY ? 0.0f : l_run[g] * expf(m_old[j] - m_new[j])) + sum[j];
@@ -590,7 +590,7 @@ static __device__ __forceinline__ void load_queries(const k_attention_args &a, i
  * come in a load a thread, all in flight together, to shared memory, and thread g merges head
  * g's from there: a chain of loads per head (one latency per few splits) made most of a P.V
  * block's start. The same operations in the same order, so the same values. */
-template <int G, bool PV>
+template <int G, bool PV, int NT = ATTN_THREADS> /* NT: the block's threads */
 static __device__ __forceinline__ void start_stats_block(const float2 *ml, int max_split,
                                                          int n_split, float *m_run, float *l_run,
                                                          int tid) {
@@ -600,7 +600,7 @@ static __device__ __forceinline__ void start_stats_block(const float2 *ml, int m
          * stay under the 48 KB a launch gets without opting in */
         static_assert(G * ATTN_MAX_SPLIT * sizeof(float2) <= 4096, "see the launchers' smem");
         __shared__ float2 st[G * ATTN_MAX_SPLIT];
-        for (int e = tid; e < G * n_split; e += ATTN_THREADS) {
+        for (int e = tid; e < G * n_split; e += NT) {
             const int g = e / n_split, s = e % n_split;
             st[g * ATTN_MAX_SPLIT + s] = ml[(size_t)g * max_split + s];
         }

@@ -53,12 +53,21 @@ template <int D, bool FP8> static __host__ __device__ constexpr int mma_stage_st
  * 4 lanes fall in distinct banks. */
 template <int D> static __host__ __device__ constexpr int mma_q_stride() { return D + 8; }
 
+/* Keys a unit holds in a block of NW warps that each take MT m16 tiles of query heads: the
+ * one-tile blocks' mma_chunk; the wide blocks (serve.attn_pair_tiles, MT = 2) 8 keys a warp,
+ * one n tile each, so that every warp's two score chains share their key operands. */
+template <int D, int MT, int NW> static __host__ __device__ constexpr int mma_unit_keys() {
+    return MT == 1 ? mma_chunk<D>() : NW * 8;
+}
+
 /* Dynamic shared memory: the stages, the widened unit (e4m3 without FRAG8), the queries (passes
- * that score), then the tile's scores or weights ps[R x G][ATTN_TILE] (R rows a block). */
-template <int D, int G, bool FP8, bool PV, bool KEEP, int R, bool FRAG8 = false>
+ * that score), then the tile's scores or weights ps[R x G][ATTN_TILE] (R rows a block). MT, NW:
+ * as mma_unit_keys. */
+template <int D, int G, bool FP8, bool PV, bool KEEP, int R, bool FRAG8 = false, int MT = 1,
+          int NW = ATTN_WARPS>
 static __host__ __device__ constexpr size_t mma_smem_bytes() {
-    return (size_t)MMA_STAGES * mma_chunk<D>() * mma_stage_stride<D, FP8>() +
-           (FP8 && !FRAG8 ? (size_t)mma_chunk<D>() * mma_bf_stride<D>() : 0) +
+    return (size_t)MMA_STAGES * mma_unit_keys<D, MT, NW>() * mma_stage_stride<D, FP8>() +
+           (FP8 && !FRAG8 ? (size_t)mma_unit_keys<D, MT, NW>() * mma_bf_stride<D>() : 0) +
            (PV && KEEP ? 0 : (size_t)R * G * mma_q_stride<D>() * 2) +
            sizeof(float) * R * G * ATTN_TILE;
 }
@@ -530,14 +539,17 @@ static __device__ __forceinline__ bool strided_rows_share(const k_attention_args
  * and partials stored only for its own splits. PV = false: the stats pass (ml per split; KEEP:
  * the scores kept too); PV = true: the P.V pass (part per split; FOLD, where one block holds
  * every split of its rows: the splits summed here and the output written, the combine's work). */
-template <int D, int G, bool FP8, bool PV, bool KEEP, int RR, bool FOLD, bool STR = false>
+template <int D, int G, bool FP8, bool PV, bool KEEP, int RR, bool FOLD, bool STR = false,
+          int MT = 1, int NW = ATTN_WARPS>
 static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int row0, int max_split,
                                                 int spb, float *part, float2 *ml, float *keep,
                                                 int rl0, int nrow, bool together) {
-    static_assert(G * RR <= 16, "a tile's heads are the M rows of one mma");
+    static_assert(G * RR <= 16 * MT, "a tile's heads are the M rows of a warp's MT mmas");
     static_assert(!KEEP || D == 256, "kept scores: windowed layers of head dim 256");
-    constexpr int M = RR * G; /* M rows: G heads of each row */
-    constexpr int CK = mma_chunk<D>();
+    static_assert(MT == 1 || MT == 2, "one m16 tile a warp, or two (serve.attn_pair_tiles)");
+    constexpr int NT = NW * 32; /* the block's threads */
+    constexpr int M = RR * G;   /* M rows: G heads of each row */
+    constexpr int CK = mma_unit_keys<D, MT, NW>();
     constexpr int CPT = ATTN_TILE / CK;            /* units of a tile */
     constexpr bool SCORES = !(PV && KEEP);         /* the pass computes scores from K */
     constexpr int UPC = SCORES && PV ? 2 : 1;      /* units a chunk: K, then V */
@@ -547,11 +559,12 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
     constexpr int BS = mma_bf_stride<D>();         /* a bf16 row's stride */
     constexpr int STAGE = CK * RS;
     constexpr int QS = mma_q_stride<D>();
-    constexpr int KW = CK / ATTN_WARPS; /* keys a warp scores in a unit: 16 or 8 */
-    constexpr int NTS = KW / 8;         /* their n tiles */
-    constexpr int DW = D / ATTN_WARPS;  /* dims a warp sums in P.V */
-    constexpr int NTO = DW / 8;         /* their n tiles */
-    constexpr int KP = (M * ATTN_TILE + ATTN_THREADS - 1) / ATTN_THREADS; /* kept scores/thread */
+    constexpr int KW = CK / NW; /* keys a warp scores in a unit: 16 or 8 */
+    constexpr int NTS = KW / 8; /* their n tiles */
+    constexpr int DW = D / NW;  /* dims a warp sums in P.V */
+    constexpr int NTO = DW / 8; /* their n tiles */
+    static_assert(KW % 8 == 0 && DW % 16 == 0, "whole n tiles a warp");
+    constexpr int KP = (M * ATTN_TILE + NT - 1) / NT; /* kept scores/thread */
     /* STR (strided_rows_share): tile row k is launch row rl + k * ATTN_TILE, its keys and splits
      * one tile (a split) after row k - 1's; else row k is rl + k, every row's splits on one grid */
     constexpr int RSTEP = STR ? ATTN_TILE : 1; /* launch rows from one tile row to the next */
@@ -570,6 +583,7 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
     const int g0 = lane >> 2, qd = lane & 3; /* the lane's fragment row and column pair */
     const int mv = nrow * G;                 /* the M rows in use */
+    /* every warp takes all MT m16 tiles (M rows 16 t + g0, 16 t + g0 + 8) of its keys and dims */
     int i = a.pos[r];
     const int seq = a.seq[r];
     split_plan sp = plan_split(i, a.window);
@@ -589,7 +603,7 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
         /* folded (one block holds every split, s_first = 0): a row the combine would write NaN;
          * a shared tile never comes here (tile_rows_share) */
         if constexpr (PV && FOLD)
-            for (int e = tid; e < nrow * G * D / 2; e += ATTN_THREADS)
+            for (int e = tid; e < nrow * G * D / 2; e += NT)
                 reinterpret_cast<uint32_t *>(
                     a.out + ((size_t)(r + e / (G * D / 2) * RSTEP) * a.n_head + (size_t)kvh * G) *
                                 D)[e % (G * D / 2)] = BF16_NAN | (BF16_NAN << 16);
@@ -645,7 +659,7 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
         if (u < n_units) {
             unsigned char *st = stages + (u % MMA_STAGES) * STAGE;
             const long long *ko = koff[u % MMA_SLOTS];
-            for (int c = tid; c < CK * SEGS; c += ATTN_THREADS) {
+            for (int c = tid; c < CK * SEGS; c += NT) {
                 const int kk = c / SEGS, seg = c % SEGS;
                 const long long o = ko[kk];
                 if (o >= 0)
@@ -662,7 +676,7 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
         const int t0 = k_begin + ti * ATTN_TILE, nk = min(ATTN_TILE, k_end - t0);
 #pragma unroll
         for (int k = 0; k < KP; k++) {
-            const int e = tid + k * ATTN_THREADS, m = e / ATTN_TILE, kk = e % ATTN_TILE;
+            const int e = tid + k * NT, m = e / ATTN_TILE, kk = e % ATTN_TILE;
             kp[k] = ti * CPT < n_chunks && m < mv && kk < nk_row(m, t0, nk)
                         ? keep_of(m / G)[(size_t)(m % G) * a.window +
                                          (t0 - sp.j0 - (m / G) * TSH * ATTN_TILE) + kk]
@@ -684,33 +698,35 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
     look_up(1, CK);
     if constexpr (PV && KEEP) load_kept(0);
     if constexpr (SCORES) { /* the rows' queries, bf16 as stored, row after row */
-        for (int e8 = tid; e8 < mv * D / 8; e8 += ATTN_THREADS) {
+        for (int e8 = tid; e8 < mv * D / 8; e8 += NT) {
             const int m = e8 / (D / 8), d = e8 % (D / 8) * 8;
             const bf16_t *q = a.q + ((size_t)(r + m / G * RSTEP) * a.n_head + (size_t)kvh * G) * D;
             *reinterpret_cast<uint4 *>(qsb + m * QS + d) =
                 *reinterpret_cast<const uint4 *>(q + (size_t)(m % G) * D + d);
         }
     }
-    for (int e = tid; e < RR * ATTN_MAX_SPB; e += ATTN_THREADS) /* 256 flags at 16 rows */
+    for (int e = tid; e < RR * ATTN_MAX_SPB; e += NT) /* 256 flags at 16 rows */
         bad[e / ATTN_MAX_SPB][e % ATTN_MAX_SPB] = 0;
 #pragma unroll
     for (int k = 0; k < RR; k++) {        /* each row's statistics: its own splits' merge (P.V) */
         if (k > 0 && PV) __syncthreads(); /* start_stats_block's staging is shared */
         if (k < nrow)
-            start_stats_block<G, PV>(ml + base_of(k), max_split, row_splits[k], m_run + k * G,
-                                     l_run + k * G, tid);
+            start_stats_block<G, PV, NT>(ml + base_of(k), max_split, row_splits[k], m_run + k * G,
+                                         l_run + k * G, tid);
     }
-    float o[NTO][4]; /* P.V: rows g0, g0 + 8 of the warp's dims */
+    float o[MT][NTO][4]; /* P.V: M rows 16 t + g0, 16 t + g0 + 8 of the warp's dims */
     /* folded: the splits' sums of o so far, 0 + split 0 + split 1 + ... in split order, the
      * combine's sum (sum_split_pairs) */
-    float tot[PV && FOLD ? NTO : 1][4];
+    float tot[MT][PV && FOLD ? NTO : 1][4];
 #pragma unroll
-    for (int n = 0; n < NTO; n++)
+    for (int t = 0; t < MT; t++)
 #pragma unroll
-        for (int t = 0; t < 4; t++) {
-            o[n][t] = 0.0f;
-            if constexpr (PV && FOLD) tot[n][t] = 0.0f;
-        }
+        for (int n = 0; n < NTO; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                o[t][n][e] = 0.0f;
+                if constexpr (PV && FOLD) tot[t][n][e] = 0.0f;
+            }
     __syncthreads(); /* slots 0 and 1, the queries, m_run / l_run */
     copy(0);
     copy(1);
@@ -738,7 +754,7 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
                       KEEP) { /* p = k_round_bf16(exp(s - m) / l) as the reference rounds it */
 #pragma unroll
             for (int k = 0; k < KP; k++) {
-                const int e = tid + k * ATTN_THREADS, m = e / ATTN_TILE, kk = e % ATTN_TILE;
+                const int e = tid + k * NT, m = e / ATTN_TILE, kk = e % ATTN_TILE;
                 if (e < M * ATTN_TILE)
                     ps[e] = m < mv && kk < nk_row(m, t0, nk) ? softmax_p(kp[k], m_run[m], l_run[m])
                                                              : 0.0f;
@@ -747,7 +763,7 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
         __syncthreads(); /* every thread's copies of unit u, and p */
         const unsigned char *tile = st;
         if constexpr (FP8) { /* widen the unit to bf16 rows */
-            for (int e = tid; e < CK * D / 8; e += ATTN_THREADS) {
+            for (int e = tid; e < CK * D / 8; e += NT) {
                 const int kk = e / (D / 8), d = e % (D / 8) * 8;
                 *reinterpret_cast<uint4 *>(wide + kk * BS + d * 2) =
                     widen_e4m3x8(*reinterpret_cast<const uint2 *>(st + kk * RS + d));
@@ -756,12 +772,14 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
             tile = wide;
         }
         if (plane == 0) { /* scores of the warp's KW keys: D / 16 mmas each, in k order */
-            float s[NTS][4];
+            float s[MT][NTS][4];
 #pragma unroll
-            for (int n = 0; n < NTS; n++)
+            for (int t = 0; t < MT; t++)
 #pragma unroll
-                for (int t = 0; t < 4; t++)
-                    s[n][t] = 0.0f;
+                for (int n = 0; n < NTS; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[t][n][e] = 0.0f;
             /* ldmatrix rows: lane l reads key (l / 16) * 8 + l % 8 of the warp's, dims + 8 for
              * lanes 8-15 and 24-31: matrices (keys 0-7, dims 0-7), (0-7, 8-15), (8-15, 0-7),
              * (8-15, 8-15), the b0 b1 pairs of the warp's two n tiles */
@@ -770,52 +788,57 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
                 ((lane >> 3) & 1) * 16;
 #pragma unroll 4
             for (int ks = 0; ks < D / 16; ks++) {
-                uint32_t af[4];
-                af[0] = g0 < mv
-                            ? *reinterpret_cast<const uint32_t *>(qsb + g0 * QS + ks * 16 + 2 * qd)
-                            : 0u;
-                af[2] =
-                    g0 < mv
-                        ? *reinterpret_cast<const uint32_t *>(qsb + g0 * QS + ks * 16 + 8 + 2 * qd)
-                        : 0u;
-                af[1] = g0 + 8 < mv ? *reinterpret_cast<const uint32_t *>(qsb + (g0 + 8) * QS +
-                                                                          ks * 16 + 2 * qd)
-                                    : 0u;
-                af[3] = g0 + 8 < mv ? *reinterpret_cast<const uint32_t *>(qsb + (g0 + 8) * QS +
-                                                                          ks * 16 + 8 + 2 * qd)
-                                    : 0u;
+                uint32_t af[MT][4];
+#pragma unroll
+                for (int t = 0; t < MT; t++) {
+                    const int m0 = 16 * t + g0, m1 = m0 + 8;
+                    const bf16_t *q0 = qsb + m0 * QS + ks * 16 + 2 * qd;
+                    const bf16_t *q1 = qsb + m1 * QS + ks * 16 + 2 * qd;
+                    af[t][0] = m0 < mv ? *reinterpret_cast<const uint32_t *>(q0) : 0u;
+                    af[t][2] = m0 < mv ? *reinterpret_cast<const uint32_t *>(q0 + 8) : 0u;
+                    af[t][1] = m1 < mv ? *reinterpret_cast<const uint32_t *>(q1) : 0u;
+                    af[t][3] = m1 < mv ? *reinterpret_cast<const uint32_t *>(q1 + 8) : 0u;
+                }
                 if constexpr (NTS == 2) {
                     uint32_t b[4];
                     ldsm_x4(b, kb + ks * 32);
-                    mma_bf16(s[0], af, b[0], b[1]);
-                    mma_bf16(s[1], af, b[2], b[3]);
+#pragma unroll
+                    for (int t = 0; t < MT; t++) {
+                        mma_bf16(s[t][0], af[t], b[0], b[1]);
+                        mma_bf16(s[t][1], af[t], b[2], b[3]);
+                    }
                 } else {
                     uint32_t b[2];
                     ldsm_x2(b, kb + ks * 32);
-                    mma_bf16(s[0], af, b[0], b[1]);
+#pragma unroll
+                    for (int t = 0; t < MT; t++)
+                        mma_bf16(s[t][0], af[t], b[0], b[1]);
                 }
             }
-            /* s[n][t]: M row g0 (t < 2) or g0 + 8, key warp * KW + n * 8 + 2 qd + t % 2 */
+            /* s[t][n][e]: M row 16 t + g0 (e < 2) or + 8, key warp * KW + n * 8 + 2 qd + e % 2 */
 #pragma unroll
-            for (int n = 0; n < NTS; n++)
+            for (int t = 0; t < MT; t++)
 #pragma unroll
-                for (int t = 0; t < 4; t++) {
-                    const int m = g0 + (t >> 1) * 8, kk = warp * KW + n * 8 + 2 * qd + (t & 1);
-                    if (m >= mv) continue;
-                    /* the key is the row's (a tile row's keys end at its own position; STR:
-                     * they start at its own first) */
-                    const int key = k_begin + c * CK + kk;
-                    const bool own = key < row_end[m / G] && (!STR || key >= row_lo[m / G]);
-                    const bool mapped = ko[kk] >= 0, in = kk < nkc && own;
-                    const float sc = k_round_bf16(s[n][t]);
-                    if constexpr (PV) /* the weight itself, 0 for a key without one */
-                        ps[m * ATTN_TILE + kc + kk] =
-                            in && mapped ? softmax_p(sc, m_run[m], l_run[m]) : 0.0f;
-                    else
-                        ps[m * ATTN_TILE + kc + kk] = in && mapped ? sc : -INFINITY;
-                    if (!PV && in && !mapped) /* an unmapped key */
-                        bad[m / G][split_rel - (m / G) * TSH] = 1;
-                }
+                for (int n = 0; n < NTS; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int m = 16 * t + g0 + (e >> 1) * 8,
+                                  kk = warp * KW + n * 8 + 2 * qd + (e & 1);
+                        if (m >= mv) continue;
+                        /* the key is the row's (a tile row's keys end at its own position; STR:
+                         * they start at its own first) */
+                        const int key = k_begin + c * CK + kk;
+                        const bool own = key < row_end[m / G] && (!STR || key >= row_lo[m / G]);
+                        const bool mapped = ko[kk] >= 0, in = kk < nkc && own;
+                        const float sc = k_round_bf16(s[t][n][e]);
+                        if constexpr (PV) /* the weight itself, 0 for a key without one */
+                            ps[m * ATTN_TILE + kc + kk] =
+                                in && mapped ? softmax_p(sc, m_run[m], l_run[m]) : 0.0f;
+                        else
+                            ps[m * ATTN_TILE + kc + kk] = in && mapped ? sc : -INFINITY;
+                        if (!PV && in && !mapped) /* an unmapped key */
+                            bad[m / G][split_rel - (m / G) * TSH] = 1;
+                    }
         }
         if (plane == 1) { /* (the K unit that wrote these weights ended in a barrier) */
             /* P.V over the unit's keys, 16 a step in key order, for the warp's DW dims. The
@@ -825,19 +848,26 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
                                       (warp * DW + (lane >> 4) * 8) * 2;
 #pragma unroll
             for (int ks = 0; ks < CK / 16; ks++) {
-                const float *p0 = ps + g0 * ATTN_TILE + kc + ks * 16 + 2 * qd;
-                const float *p1 = p0 + 8 * ATTN_TILE;
-                uint32_t af[4];
-                af[0] = g0 < mv ? pack_bf16_exact(p0[0], p0[1]) : 0u;
-                af[2] = g0 < mv ? pack_bf16_exact(p0[8], p0[9]) : 0u;
-                af[1] = g0 + 8 < mv ? pack_bf16_exact(p1[0], p1[1]) : 0u;
-                af[3] = g0 + 8 < mv ? pack_bf16_exact(p1[8], p1[9]) : 0u;
+                uint32_t af[MT][4];
+#pragma unroll
+                for (int t = 0; t < MT; t++) {
+                    const int m0 = 16 * t + g0, m1 = m0 + 8;
+                    const float *p0 = ps + m0 * ATTN_TILE + kc + ks * 16 + 2 * qd;
+                    const float *p1 = p0 + 8 * ATTN_TILE;
+                    af[t][0] = m0 < mv ? pack_bf16_exact(p0[0], p0[1]) : 0u;
+                    af[t][2] = m0 < mv ? pack_bf16_exact(p0[8], p0[9]) : 0u;
+                    af[t][1] = m1 < mv ? pack_bf16_exact(p1[0], p1[1]) : 0u;
+                    af[t][3] = m1 < mv ? pack_bf16_exact(p1[8], p1[9]) : 0u;
+                }
 #pragma unroll
                 for (int n = 0; n < NTO; n += 2) {
                     uint32_t b[4];
                     ldsm_x4_trans(b, vb + ks * 16 * BS + n * 16);
-                    mma_bf16(o[n], af, b[0], b[1]);
-                    mma_bf16(o[n + 1], af, b[2], b[3]);
+#pragma unroll
+                    for (int t = 0; t < MT; t++) {
+                        mma_bf16(o[t][n], af[t], b[0], b[1]);
+                        mma_bf16(o[t][n + 1], af[t], b[2], b[3]);
+                    }
                 }
             }
             if constexpr (PV && KEEP)
@@ -856,9 +886,9 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
                 /* the next unit's scores overwrite ps only after its first barrier */
                 const auto nk_of = [&](int m) { return nk_row(m, t0, nk); };
                 if (together) /* serve.attn_stats_together: the same bits */
-                    tile_stats_rows_together<M>(ps, mv, nk_of, m_run, l_run, warp, lane);
+                    tile_stats_rows_together<M, NW>(ps, mv, nk_of, m_run, l_run, warp, lane);
                 else
-                    tile_stats_rows<M>(ps, mv, nk_of, m_run, l_run, warp, lane);
+                    tile_stats_rows<M, NW>(ps, mv, nk_of, m_run, l_run, warp, lane);
             }
             if (split_done) {
                 __syncthreads(); /* every head's (max, sum) */
@@ -873,29 +903,31 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
             }
         } else if (split_done) { /* this split's partial from the accumulators, then fresh ones */
 #pragma unroll
-            for (int n = 0; n < NTO; n++)
+            for (int t = 0; t < MT; t++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int m = g0 + h * 8, d = warp * DW + n * 8 + 2 * qd;
-                    const int sk = split_of(m / G, split);
-                    if (m < mv && holds(m / G, sk)) {
-                        if constexpr (FOLD) {
-                            tot[n][2 * h] += o[n][2 * h];
-                            tot[n][2 * h + 1] += o[n][2 * h + 1];
-                        } else {
-                            *reinterpret_cast<float2 *>(
-                                part + (base_of(m / G) + (size_t)(m % G) * max_split + sk) * D +
-                                d) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+                for (int n = 0; n < NTO; n++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int m = 16 * t + g0 + h * 8, d = warp * DW + n * 8 + 2 * qd;
+                        const int sk = split_of(m / G, split);
+                        if (m < mv && holds(m / G, sk)) {
+                            if constexpr (FOLD) {
+                                tot[t][n][2 * h] += o[t][n][2 * h];
+                                tot[t][n][2 * h + 1] += o[t][n][2 * h + 1];
+                            } else {
+                                *reinterpret_cast<float2 *>(
+                                    part + (base_of(m / G) + (size_t)(m % G) * max_split + sk) * D +
+                                    d) = make_float2(o[t][n][2 * h], o[t][n][2 * h + 1]);
+                            }
                         }
+                        o[t][n][2 * h] = 0.0f;
+                        o[t][n][2 * h + 1] = 0.0f;
                     }
-                    o[n][2 * h] = 0.0f;
-                    o[n][2 * h + 1] = 0.0f;
-                }
         }
     }
     if constexpr (PV && FOLD) { /* the combine's work: a head NaN where any of its splits'
                                  * sums is (an unmapped key), else each sum rounded to bf16 */
-        __shared__ int head_nan[16];
+        __shared__ int head_nan[M];
         if (tid < mv) {
             const int k = tid / G, g = tid % G;
             int nan = 0;
@@ -905,18 +937,20 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
         }
         __syncthreads();
 #pragma unroll
-        for (int n = 0; n < NTO; n++)
+        for (int t = 0; t < MT; t++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int m = g0 + h * 8, d = warp * DW + n * 8 + 2 * qd;
-                if (m >= mv) continue;
-                bf16_t *out =
-                    a.out + ((size_t)(r + m / G * RSTEP) * a.n_head + (size_t)kvh * G + m % G) * D +
-                    d;
-                const bool nan = head_nan[m];
-                out[0] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(tot[n][2 * h]);
-                out[1] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(tot[n][2 * h + 1]);
-            }
+            for (int n = 0; n < NTO; n++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int m = 16 * t + g0 + h * 8, d = warp * DW + n * 8 + 2 * qd;
+                    if (m >= mv) continue;
+                    bf16_t *out =
+                        a.out +
+                        ((size_t)(r + m / G * RSTEP) * a.n_head + (size_t)kvh * G + m % G) * D + d;
+                    const bool nan = head_nan[m];
+                    out[0] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(tot[t][n][2 * h]);
+                    out[1] = nan ? (bf16_t)BF16_NAN : k_f32_to_bf16(tot[t][n][2 * h + 1]);
+                }
     }
 }
 
@@ -981,6 +1015,47 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 1)
     }
 }
 
+/* ---- two query tiles a block at head dim 512 (serve.attn_pair_tiles) ----
+ *
+ * The global layers' query tile is 2 positions x 8 heads, so each unit of keys a block stages
+ * served 16 M rows, and each warp's scores were one chain of D / 16 = 32 dependent mmas: the
+ * long prompts' global attention ran at ~30 TFLOP/s (docs/attention-design.md, "Long prompts").
+ * Here a block takes two tiles' rows (32 M rows) and every warp both m16 tiles of its keys and
+ * dims (MT = 2 in mma_pass): two independent chains a warp on one key operand, each unit staged
+ * once for twice the rows. NW = 8: 64-key units, 8 keys and 64 dims a warp; NW = 4: 32-key units
+ * (today's), 8 keys and 128 dims a warp. A row's units, mmas and orders are those of its own
+ * block, so the bits are the one-row blocks' (test_attn's pair gates). Rows that may not share
+ * (tile_rows_share) take each tile's rows, or each row, in turn as the tile kernel does. */
+template <int D, int G, bool FP8, bool PV, bool FOLD, int NW>
+static __global__ void __launch_bounds__(NW * 32, 1)
+    attn_mma_pair_kernel(k_attention_args a, int row0, int nr, int max_split, int spb, float *part,
+                         float2 *ml, int longest_first, int together) {
+    K_GRID_DEPENDENCY();
+    constexpr int R = attn_tile_rows<G>(), R2 = 2 * R;
+    static_assert(R > 1, "one-row tiles are attn_mma_kernel's");
+    const int blk = longest_first ? (int)(gridDim.z - 1 - blockIdx.z) : (int)blockIdx.z;
+    /* nr, the launch's rows: the launcher's tiles of R, the step's last launch ragged */
+    const int rl0 = blk * R2, nrow = min(R2, nr - rl0);
+    if (tile_rows_share(a, row0 + rl0, nrow, max_split)) {
+        mma_pass<D, G, FP8, PV, false, R2, FOLD, false, 2, NW>(a, row0, max_split, spb, part, ml,
+                                                               NULL, rl0, nrow, together);
+        return;
+    }
+    bool first = true;
+    for (int t = 0; t < 2; t++) {
+        const int tl0 = rl0 + t * R, tn = min(R, nr - tl0);
+        if (tn <= 0) break; /* block-uniform */
+        const bool share = tile_rows_share(a, row0 + tl0, tn, max_split);
+        for (int k = 0; k < (share ? 1 : tn); k++) {
+            if (!first) __syncthreads(); /* shared memory reused */
+            first = false;
+            mma_pass<D, G, FP8, PV, false, R2, FOLD, false, 2, NW>(a, row0, max_split, spb, part,
+                                                                   ml, NULL, share ? tl0 : tl0 + k,
+                                                                   share ? tn : 1, together);
+        }
+    }
+}
+
 /* ---- the query tiles at the matrix rate (serve.attn_flash) ---- */
 
 #include "kernels/attn_flash.cuh"
@@ -1022,8 +1097,8 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 2)
 
 /* the switches and counters (kernels.h), one of each for every part: kernels/attn_mma.cu */
 extern int attn_fp8_frags_on, attn_early_lookup_on, attn_longest_first_on, attn_stats_together_on;
-extern int attn_flash_on, attn_strided_tiles_on;
-extern long long attn_flash_launches, attn_strided_launches;
+extern int attn_flash_on, attn_strided_tiles_on, attn_pair_tiles_on;
+extern long long attn_flash_launches, attn_strided_launches, attn_pair_launches;
 
 template <int D, int G, bool FP8, bool PV, bool KEEP, bool FR> static int mma_smem_allow(void) {
     static bool set = false;
@@ -1131,6 +1206,33 @@ static int mma_tile_smem_allow(void) {
     return K_OK;
 }
 
+/* serve.attn_pair_tiles: the head dim whose tiles may pair (the global layers') */
+template <int D> static constexpr bool pair_dim() { return D == 512; }
+
+template <int D, int G, bool FP8, bool PV, bool FOLD, int NW> static int mma_pair_smem_allow(void) {
+    constexpr int R = attn_tile_rows<G>();
+    static bool set = false;
+    if (!set) {
+        CUDA_CHECK(
+            cudaFuncSetAttribute(attn_mma_pair_kernel<D, G, FP8, PV, FOLD, NW>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)mma_smem_bytes<D, G, FP8, PV, false, 2 * R, false, 2, NW>()));
+        set = true;
+    }
+    return K_OK;
+}
+
+/* Both forms' kernels (8 and 4 warps; the 4-warp form has no folded P.V pass: its 2 x 64
+ * accumulators a thread leave no room for the fold's sums), set at start-up. */
+template <int D, int G, bool FP8> static int mma_pair_allow(void) {
+    int rc = mma_pair_smem_allow<D, G, FP8, false, false, 8>();
+    if (rc == K_OK) rc = mma_pair_smem_allow<D, G, FP8, true, false, 8>();
+    if (rc == K_OK) rc = mma_pair_smem_allow<D, G, FP8, true, true, 8>();
+    if (rc == K_OK) rc = mma_pair_smem_allow<D, G, FP8, false, false, 4>();
+    if (rc == K_OK) rc = mma_pair_smem_allow<D, G, FP8, true, false, 4>();
+    return rc;
+}
+
 /* serve.attn_strided_tiles (kernels.h): the windowed head dim's tile kernels take the launch's
  * rows in strided groups where they may (attn_mma_tile_kernel); the other head dim has no
  * windowed layer in any Gemma 4 model, and keeps the consecutive tiles only */
@@ -1148,6 +1250,8 @@ template <int D, int G, bool FP8, bool KEEP> static int mma_tile_allow_both(void
     int rc = mma_tile_allow_three<D, G, FP8, KEEP, false>();
     if constexpr (strided_dim<D>())
         if (rc == K_OK) rc = mma_tile_allow_three<D, G, FP8, KEEP, true>();
+    if constexpr (pair_dim<D>()) /* serve.attn_pair_tiles may turn on later */
+        if (rc == K_OK) rc = mma_pair_allow<D, G, FP8>();
     return rc;
 }
 
@@ -1218,6 +1322,38 @@ static int flash_launch(const k_attention_args *a, dim3 grid, int max_split, flo
     return K_OK;
 }
 
+template <int D, int G, bool FP8, bool PV, bool FOLD, int NW>
+static int mma_pair_launch_one(const k_attention_args *a, dim3 pgrid, int nr, int max_split,
+                               int spb, float *part, float2 *ml, int row0, cudaStream_t s) {
+    constexpr int R = attn_tile_rows<G>();
+    CUDA_CHECK(k_launch(attn_mma_pair_kernel<D, G, FP8, PV, FOLD, NW>, pgrid, NW * 32,
+                        mma_smem_bytes<D, G, FP8, PV, false, 2 * R, false, 2, NW>(), s, *a, row0,
+                        nr, max_split, spb, part, ml, attn_longest_first_on,
+                        attn_stats_together_on));
+    CUDA_CHECK(cudaGetLastError());
+    return K_OK;
+}
+
+/* The stats pass and the P.V pass (folded where the grid is one block wide) with two of the
+ * grid's tiles a block: NW warps (serve.attn_pair_tiles 1: 8, 2: 4). */
+template <int D, int G, bool FP8, int NW>
+static int mma_pair_launch(const k_attention_args *a, dim3 grid, int max_split, int spb,
+                           float *part, float2 *ml, int row0, bool fold, cudaStream_t s) {
+    const dim3 pgrid(grid.x, grid.y, (grid.z + 1) / 2);
+    /* the launch's rows: grid.z tiles of R, the step's last launch ending at its last row */
+    const int rows_left = a->rows - row0, tile_rows = (int)grid.z * attn_tile_rows<G>();
+    const int nr = rows_left < tile_rows ? rows_left : tile_rows;
+    int rc = mma_pair_launch_one<D, G, FP8, false, false, NW>(a, pgrid, nr, max_split, spb, part,
+                                                              ml, row0, s);
+    if (rc != K_OK) return rc;
+    if constexpr (NW == 8)
+        if (fold && grid.x == 1)
+            return mma_pair_launch_one<D, G, FP8, true, true, NW>(a, pgrid, nr, max_split, spb,
+                                                                  part, ml, row0, s);
+    return mma_pair_launch_one<D, G, FP8, true, false, NW>(a, pgrid, nr, max_split, spb, part, ml,
+                                                           row0, s);
+}
+
 /* Query tiles: the grid's z counts tiles of attn_tile_rows<G>() rows (the launcher's rows, a
  * multiple of it but for the step's last launch). fold (serve.attn_tile_fold, a grid of one block
  * along x: every split of a tile's rows in its block): the P.V pass sums the splits and writes
@@ -1238,6 +1374,16 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
         if constexpr (D == 256) /* serve.attn_flash: the folded passes in one launch */
             if (attn_flash_on && fold && grid.x == 1)
                 return flash_launch<G, FP8, KEEP>(a, grid, max_split, part, ml, keep, row0, s);
+        if constexpr (pair_dim<D>()) /* serve.attn_pair_tiles: two tiles a block */
+            if (attn_pair_tiles_on == 1 || (attn_pair_tiles_on == 2 && !(fold && grid.x == 1))) {
+                rc = attn_pair_tiles_on == 1
+                         ? mma_pair_launch<D, G, FP8, 8>(a, grid, max_split, spb, part, ml, row0,
+                                                         fold, s)
+                         : mma_pair_launch<D, G, FP8, 4>(a, grid, max_split, spb, part, ml, row0,
+                                                         fold, s);
+                if (rc == K_OK) attn_pair_launches++;
+                return rc;
+            }
         if constexpr (strided_dim<D>())
             if (attn_strided_tiles_on && a->window > 0) {
                 rc = mma_tile_launch<D, G, FP8, KEEP, true>(a, grid, max_split, spb, part, ml, keep,

@@ -116,6 +116,8 @@ long long k_attn_tile_folds(void) { return 0; }
 long long k_attn_tile_launches(void) { return 0; }
 void k_set_attn_strided_tiles(int on) { (void)on; }
 long long k_attn_strided_launches(void) { return 0; }
+void k_set_attn_pair_tiles(int form) { (void)form; }
+long long k_attn_pair_launches(void) { return 0; }
 void k_set_attn_flash(int on) { (void)on; }
 void k_set_attn_prep_rows(int on) { (void)on; }
 long long k_attn_flash_launches(void) { return 0; }

@@ -77,6 +77,7 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_attn_stats_together(cfg->serve.attn_stats_together); /* likewise */
     k_set_attn_tile_fold(cfg->serve.attn_tile_fold);           /* likewise */
     k_set_attn_strided_tiles(cfg->serve.attn_strided_tiles);   /* likewise */
+    k_set_attn_pair_tiles(cfg->serve.attn_pair_tiles);         /* likewise */
     k_set_attn_flash(cfg->serve.attn_flash);                   /* likewise */
     k_set_attn_prep_rows(cfg->serve.attn_prep_rows);           /* likewise */
     k_set_moe_prompt_experts(cfg->serve.prompt_experts);       /* other bits for prompt rows */

@@ -1155,6 +1155,105 @@ static void run_strided_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
     }
 }
 
+/* ---- two query tiles a block at head dim 512 (serve.attn_pair_tiles) ----
+ *
+ * A prompt's chunk at a global layer (no window): B's rows at consecutive positions, cut by a
+ * decode row of A after B's fifth (the blocks holding it take their tiles, or rows, in turn) and
+ * ending with C's row, the last block ragged. shape 0: positions 0..149 with the grid at 16
+ * splits (max_pos 1,023), where the tile fold applies; shape 1: positions 1,990..2,139, across
+ * 2,048 keys (32 splits of one tile, then 17 of two: rows of both split sizes may not share a
+ * block), the grid unfolded. No reference run: every output bit is compared with the one-row
+ * blocks' (query tiles off), which the op gates above hold to the reference. */
+static void run_pair_tiles(const cfg *c, int shape, int fp8, uint64_t seed) {
+    char gate[160], tag[48];
+    const int n_prompt = 150, from = shape == 0 ? 0 : 1990;
+    snprintf(gate, sizeof gate, "attn_pair_tiles[%s%s %s]", tag_of(c, tag, sizeof tag),
+             fp8 ? " e4m3" : "", shape ? "across 2,048 keys" : "16 splits");
+    n_rows = 0;
+    seq_len[0] = 3001;
+    seq_len[1] = from + n_prompt;
+    seq_len[2] = 101;
+    for (int k = 0; k < n_prompt; k++) {
+        if (k == 5) add_row(0, shape == 0 ? 700 : 3000);
+        add_row(1, from + k);
+    }
+    add_row(2, 100);
+    attn_case t;
+    int rc = attn_case_setup(&t, c, 0, fp8, seed);
+    const size_t qn = t.qn;
+    void *const dout = t.dout;
+    bf16_t *want = malloc(qn * 2), *got = malloc(qn * 2);
+    if (!t.q || !t.kv || !want || !got) {
+        TEST_CHECK(gate, 0, "host allocation failed");
+        attn_case_free(&t), free(want), free(got);
+        return;
+    }
+    k_attention_args a = t.a;
+    a.max_pos = shape == 0 ? 1023 : 0;
+    /* the one-row blocks' bits: query tiles off */
+    long base_nan = 0;
+    if (!rc) {
+        k_set_attn_query_tiles(0);
+        (void)strided_run(&a, 0, dout, want, want, qn, &rc);
+        for (size_t i = 0; i < qn && !rc; i++)
+            base_nan += isnan(ref_bf16_to_f32(want[i]));
+    }
+    /* both forms, each in the tiles' forms and at forced splits a block (folding only where one
+     * block holds every split: shape 0's unforced grids) */
+    static const struct {
+        const char *name;
+        int longest, together, fold, spb;
+    } forms[] = {{"", 0, 0, 0, 0},
+                 {" tile fold", 0, 0, 1, 0},
+                 {" longest first stats together tile fold", 1, 1, 1, 0},
+                 {" 1 split a block", 0, 0, 1, 1},
+                 {" 2 splits a block", 1, 0, 0, 2},
+                 {" 3 splits a block", 0, 1, 1, 3}};
+    for (int pair = 1; pair <= 2; pair++)
+        for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+            char sgate[220];
+            snprintf(sgate, sizeof sgate, "%s %s%s", gate, pair == 1 ? "8 warps" : "4 warps",
+                     forms[f].name);
+            /* the four-warp form leaves folded grids to the one-tile kernel */
+            const int folds = forms[f].fold && forms[f].spb == 0 && shape == 0;
+            const int expect = pair == 1 || !folds;
+            const long long launches0 = k_attn_pair_launches();
+            long differ = (long)qn;
+            if (!rc) {
+                k_set_attn_query_tiles(1);
+                k_set_attn_pair_tiles(pair);
+                k_set_attn_longest_first(forms[f].longest);
+                k_set_attn_stats_together(forms[f].together);
+                k_set_attn_tile_fold(forms[f].fold);
+                differ = strided_run(&a, forms[f].spb, dout, got, want, qn, &rc);
+                k_set_attn_tile_fold(0);
+                k_set_attn_stats_together(0);
+                k_set_attn_longest_first(0);
+                k_set_attn_pair_tiles(0);
+                k_set_attn_query_tiles(0);
+            }
+            const long long launched = k_attn_pair_launches() - launches0;
+            TEST_CHECK(sgate, rc == 0 && differ == 0 && (launched > 0) == expect && base_nan == 0,
+                       "%ld of %zu output elements differ between pair tiles and a block per row "
+                       "(must be bit-identical); pair launches %lld (must be %s); NaN in the "
+                       "one-row blocks' output %ld; rc %d",
+                       differ, qn, launched, expect ? "> 0" : "0", base_nan, rc);
+        }
+    attn_case_free(&t);
+    free(want);
+    free(got);
+}
+
+/* Head dim 512 only (the global families), both pools, both shapes. */
+static void run_pair_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
+    for (size_t i = 0; i < n_cfg; i++) {
+        if (cfgs[i].d != 512) continue;
+        for (int shape = 0; shape <= 1; shape++)
+            for (int fp8 = 0; fp8 <= 1; fp8++)
+                run_pair_tiles(&cfgs[i], shape, fp8, (*seed)++);
+    }
+}
+
 static void run_attention_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
     static const int windows[] = {0, 8, 1024, 2500};
     make_rows(0);
@@ -1217,6 +1316,7 @@ int main(void) {
     k_set_attn_tile_fold(0);
     k_set_attn_flash(0);         /* on in its own gates (set_flash_tiles) */
     k_set_attn_strided_tiles(0); /* on by default; on in its own gates (run_strided_tiles) */
+    k_set_attn_pair_tiles(0);    /* off by default; on in its own gates (run_pair_tiles) */
     make_rows(0);
     /* local family (hd 256, default RoPE) and global family (hd 512, proportional RoPE: 64 of
      * 256 pairs), GQA groups 1, 2, 4 and 8 (the kept-score P.V splits keys across warps up to
@@ -1251,6 +1351,13 @@ int main(void) {
         k_set_attn_mma(0);
         return harness_exit();
     }
+    if (only && strcmp(only, "pair") == 0) { /* G4_ATTN_GATES=pair: those gates only */
+        attn_mma = 1;
+        k_set_attn_mma(1);
+        run_pair_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
+        k_set_attn_mma(0);
+        return harness_exit();
+    }
     if (only && strcmp(only, "nan_paths") == 0) {
         attn_mma = 1;
         k_set_attn_mma(1);
@@ -1266,6 +1373,7 @@ int main(void) {
     attn_mma = 1;
     k_set_attn_mma(1);
     run_strided_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
+    run_pair_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
     k_set_attn_mma(0);
     run_refusals();
     return harness_exit();

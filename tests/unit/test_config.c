@@ -79,9 +79,10 @@ static void test_defaults(void) {
         c.serve.attn_early_lookup == 1 && c.serve.attn_longest_first == 1 &&
         c.serve.attn_stats_together == 1 && c.serve.attn_tile_fold == 1 &&
         c.serve.attn_strided_tiles == 1 && c.serve.attn_flash == 0 && c.serve.prompt_gemm == 1 &&
-        c.serve.attn_prep_rows == 1 && c.serve.prompt_experts == 0 && c.serve.prompt_tile == 96 &&
-        c.serve.moe_branches == 64 && c.serve.expert_stream == 8 && c.serve.sample_threads == 0 &&
-        c.log.level == LOG_INFO && c.debug.sync == 0 && c.debug.gemm == 3;
+        c.serve.attn_pair_tiles == 0 && c.serve.attn_prep_rows == 1 &&
+        c.serve.prompt_experts == 0 && c.serve.prompt_tile == 96 && c.serve.moe_branches == 64 &&
+        c.serve.expert_stream == 8 && c.serve.sample_threads == 0 && c.log.level == LOG_INFO &&
+        c.debug.sync == 0 && c.debug.gemm == 3;
     TEST_CHECK("config.defaults", ok, "page_tokens=%d max_context=%d", c.kv.page_tokens,
                c.serve.max_context);
 }
@@ -137,6 +138,7 @@ static void test_full_ini(void) {
                                              "attn_tile_fold = 0\n"
                                              "attn_strided_tiles = 0\n"
                                              "attn_flash = 1\n"
+                                             "attn_pair_tiles = 2\n"
                                              "attn_prep_rows = 0\n"
                                              "prompt_gemm = 0\n"
                                              "prompt_experts = 1\n"
@@ -166,10 +168,10 @@ static void test_full_ini(void) {
         c.serve.attn_fp8_frags == 0 && c.serve.attn_early_lookup == 0 &&
         c.serve.attn_longest_first == 0 && c.serve.attn_stats_together == 0 &&
         c.serve.attn_tile_fold == 0 && c.serve.attn_strided_tiles == 0 && c.serve.attn_flash == 1 &&
-        c.serve.attn_prep_rows == 0 && c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 &&
-        c.serve.prompt_tile == 128 && c.serve.moe_branches == 16 && c.serve.expert_stream == 16 &&
-        c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG && c.debug.sync == 1 &&
-        c.debug.gemm == 1;
+        c.serve.attn_pair_tiles == 2 && c.serve.attn_prep_rows == 0 && c.serve.prompt_gemm == 0 &&
+        c.serve.prompt_experts == 1 && c.serve.prompt_tile == 128 && c.serve.moe_branches == 16 &&
+        c.serve.expert_stream == 16 && c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG &&
+        c.debug.sync == 1 && c.debug.gemm == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
                c.model.path, c.kv.page_tokens, c.kv.budget_gb, rc ? config_last_error() : "");
 
@@ -250,6 +252,8 @@ static void test_load_errors(void) {
     /* 4, the experts on wgmma, was taken out (measured slower: docs/perf-notes.md) */
     expect_load_error("config.bad_moe_prefill_tiles", "[serve]\nmoe_prefill_tiles = 4\n",
                       ":2:", "serve.moe_prefill_tiles", "out of range 0..3");
+    expect_load_error("config.bad_attn_pair_tiles", "[serve]\nattn_pair_tiles = 3\n",
+                      ":2:", "serve.attn_pair_tiles", "out of range 0..2");
     /* the experts' streamed form reaches decode-sized calls only (kernels.h) */
     expect_load_error("config.bad_expert_stream", "[serve]\nexpert_stream = 129\n",
                       ":2:", "serve.expert_stream", "out of range 0..128");

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# tests/gpu/plans/pair-tiles.sh - one device call for serve.attn_pair_tiles (the global layers'
+# query tiles two a block, kernels/attn_mma.cuh; off by default, speed only), run in the tree
+# itself (no queue; carry .deps):
+#   1. the build (~170 s on the box)
+#   2. test_attn's pair gates alone (G4_ATTN_GATES=pair: every output bit of both forms against
+#      the one-row blocks, both pools, folded and unfolded grids)
+#   3. bench_decode, 26B-A4B dummy weights, one prompt, its last chunk's attention by layer kind:
+#      4,096 tokens (the second chunk's rows read 2,048-4,095 keys: unfolded grids) and 1,024
+#      (folded grids), pair tiles 0 / 1 (8 warps) / 2 (4 warps), two rounds; then 16,384 tokens
+#      0 / 1 / 2 once (PAIR_LONG=0 skips it)
+#   4. the whole test_attn, as long as the call lasts (CALL_SECONDS, default 560)
+# Logs under $OUT (or /tmp/g4pipe-out): build.log, pair-gates.log, ab.log, attn.log.
+set -u
+OUT=${OUT:-/tmp/g4pipe-out}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH
+t0=$SECONDS
+./build.sh tests > "$OUT/build.log" 2>&1 || { echo "build failed"; tail -20 "$OUT/build.log"; exit 1; }
+echo "build: $((SECONDS - t0)) s"
+G4_ATTN_GATES=pair timeout 150 build/tests/test_attn > "$OUT/pair-gates.log" 2>&1
+echo "pair gates: exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/pair-gates.log") PASS, $(grep -c '^FAIL' "$OUT/pair-gates.log") FAIL, $(grep -c '^SKIP' "$OUT/pair-gates.log") SKIP"
+grep '^FAIL' "$OUT/pair-gates.log" | cut -c1-300 | head -8
+bench() { # $1 prompt tokens, $2 pair form
+    echo "== prefill $1, pair $2"
+    timeout 120 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
+        --set serve.max_context=17408 --set serve.attn_pair_tiles="$2" --batch 1 --prompt "$1" \
+        --steps 2 | grep -E "^prefill|^attention"
+}
+for r in 1 2; do
+    for p in 4096 1024; do
+        for f in 0 1 2; do bench $p $f; done
+    done
+done > "$OUT/ab.log" 2>&1
+if [ "${PAIR_LONG:-1}" = 1 ]; then
+    for f in 0 1 2; do bench 16384 $f; done >> "$OUT/ab.log" 2>&1
+fi
+echo "ab: done at $((SECONDS - t0)) s"
+grep -E "^==|^prefill:|^attention " "$OUT/ab.log" | head -80
+left=$(( ${CALL_SECONDS:-560} - (SECONDS - t0) ))
+if [ "$left" -gt 30 ]; then
+    timeout "$left" build/tests/test_attn > "$OUT/attn.log" 2>&1
+    echo "test_attn: exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/attn.log") PASS, $(grep -c '^FAIL' "$OUT/attn.log") FAIL, $(grep -c '^SKIP' "$OUT/attn.log") SKIP"
+    grep '^FAIL' "$OUT/attn.log" | cut -c1-300 | head -8
+fi
