@@ -5,12 +5,13 @@
 #   1. the build (~170 s on the box)
 #   2. test_attn's pair gates alone (G4_ATTN_GATES=pair: every output bit of both forms against
 #      the one-row blocks, both pools, folded and unfolded grids)
-#   3. bench_decode, 26B-A4B dummy weights, one prompt, its last chunk's attention by layer kind:
+#   3. the GPU pinned replays (both pair forms among the speed switches)
+#   4. bench_decode, 26B-A4B dummy weights, one prompt, its last chunk's attention by layer kind:
 #      4,096 tokens (the second chunk's rows read 2,048-4,095 keys: unfolded grids) and 1,024
 #      (folded grids), pair tiles 0 / 1 (8 warps) / 2 (4 warps), two rounds; then 16,384 tokens
 #      0 / 1 / 2 once (PAIR_LONG=0 skips it)
-#   4. the whole test_attn, as long as the call lasts (CALL_SECONDS, default 560)
-# Logs under $OUT (or /tmp/g4pipe-out): build.log, pair-gates.log, ab.log, attn.log.
+#   5. the whole test_attn, as long as the call lasts (CALL_SECONDS, default 560)
+# Logs under $OUT (or /tmp/g4pipe-out): build.log, pair-gates.log, pinned.log, ab.log, attn.log.
 set -u
 OUT=${OUT:-/tmp/g4pipe-out}
 mkdir -p "$OUT"
@@ -21,6 +22,10 @@ echo "build: $((SECONDS - t0)) s"
 G4_ATTN_GATES=pair timeout 150 build/tests/test_attn > "$OUT/pair-gates.log" 2>&1
 echo "pair gates: exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/pair-gates.log") PASS, $(grep -c '^FAIL' "$OUT/pair-gates.log") FAIL, $(grep -c '^SKIP' "$OUT/pair-gates.log") SKIP"
 grep '^FAIL' "$OUT/pair-gates.log" | cut -c1-300 | head -8
+# the GPU pinned replays (both pair forms among the speed switches replayed), on this build
+timeout 200 ./build.sh gpu-test pinned_composition > "$OUT/pinned.log" 2>&1
+echo "pinned: exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/pinned.log") PASS, $(grep -c '^FAIL' "$OUT/pinned.log") FAIL"
+grep '^FAIL' "$OUT/pinned.log" | cut -c1-300 | head -4
 bench() { # $1 prompt tokens, $2 pair form
     echo "== prefill $1, pair $2"
     timeout 120 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
