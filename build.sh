@@ -750,10 +750,13 @@ suite_test() {
 }
 
 suite_gpu() {
-    # G4_PREBUILT=1: the full step alone, on a carried $B/g4pipe (a device call's build is ~150 s
-    # of scarce device time; the full step needs the binary and torch, no test program)
-    if [ "${G4_PREBUILT:-0}" = 1 ] && [ "$*" = full ] && [ -x "$B/g4pipe" ]; then
-        say "G4_PREBUILT=1: the full step on the carried $B/g4pipe, nothing built"
+    # G4_PREBUILT=1: the full step or the pinned replays alone, on a carried $B/g4pipe (a device
+    # call's build is ~150 s of scarce device time; those steps need the binary and Python, no
+    # test program)
+    local only_binary=1 s
+    for s in "$@"; do [ "$s" = full ] || [ "$s" = pinned_composition ] || only_binary=0; done
+    if [ "${G4_PREBUILT:-0}" = 1 ] && [ $# -gt 0 ] && [ $only_binary = 1 ] && [ -x "$B/g4pipe" ]; then
+        say "G4_PREBUILT=1: $* on the carried $B/g4pipe, nothing built"
     else
         build_all
         build_tests

@@ -2,7 +2,7 @@
 # tests/gpu/plans/pair-tiles.sh - one device call for serve.attn_pair_tiles (the global layers'
 # query tiles two a block, kernels/attn_mma.cuh; off by default, speed only), run in the tree
 # itself (no queue; carry .deps):
-#   1. the build (~170 s on the box)
+#   1. the build (~170 s on the box), or PAIR_PREBUILT=1's carried binaries
 #   2. test_attn's pair gates alone (G4_ATTN_GATES=pair: every output bit of both forms against
 #      the one-row blocks, both pools, folded and unfolded grids)
 #   3. the GPU pinned replays (both pair forms among the speed switches)
@@ -17,13 +17,27 @@ OUT=${OUT:-/tmp/g4pipe-out}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$SECONDS
-./build.sh tests > "$OUT/build.log" 2>&1 || { echo "build failed"; tail -20 "$OUT/build.log"; exit 1; }
-echo "build: $((SECONDS - t0)) s"
+# PAIR_PREBUILT=1: carried build/g4pipe, build/tests/test_attn and build/tests/bench_decode (GPU
+# builds of this tree from a CUDA 13.0 host), used where their libraries resolve: no build
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+prebuilt=0
+if [ "${PAIR_PREBUILT:-0}" = 1 ]; then
+    prebuilt=1
+    for f in build/g4pipe build/tests/test_attn build/tests/bench_decode; do
+        { [ -x $f ] && ! ldd $f | grep -q "not found"; } || prebuilt=0
+    done
+fi
+if [ $prebuilt = 1 ]; then
+    echo "carried binaries" > "$OUT/build.log"
+else
+    ./build.sh tests > "$OUT/build.log" 2>&1 || { echo "build failed"; tail -20 "$OUT/build.log"; exit 1; }
+fi
+echo "build: $((SECONDS - t0)) s (carried: $prebuilt)"
 G4_ATTN_GATES=pair timeout 150 build/tests/test_attn > "$OUT/pair-gates.log" 2>&1
 echo "pair gates: exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/pair-gates.log") PASS, $(grep -c '^FAIL' "$OUT/pair-gates.log") FAIL, $(grep -c '^SKIP' "$OUT/pair-gates.log") SKIP"
 grep '^FAIL' "$OUT/pair-gates.log" | cut -c1-300 | head -8
 # the GPU pinned replays (both pair forms among the speed switches replayed), on this build
-timeout 200 ./build.sh gpu-test pinned_composition > "$OUT/pinned.log" 2>&1
+G4_PREBUILT=$prebuilt timeout 200 ./build.sh gpu-test pinned_composition > "$OUT/pinned.log" 2>&1
 echo "pinned: exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/pinned.log") PASS, $(grep -c '^FAIL' "$OUT/pinned.log") FAIL"
 grep '^FAIL' "$OUT/pinned.log" | cut -c1-300 | head -4
 bench() { # $1 prompt tokens, $2 pair form
