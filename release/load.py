@@ -151,9 +151,9 @@ def summarize_rate(rate, recs, wall_s):
     toks = sum(r["tokens"] for r in ok)
     # the runs' own wall time, summed: recs pool the rounds of one configuration and rate, and
     # between two rounds the other configuration ran, so first send to last answer over the
-    # pool would count its time too (and halve every rate at two rounds)
-    span = wall_s if wall_s > 0 else (
-        max(r["done"] for r in recs) - min(r["sent"] for r in recs) if recs else 0.0)
+    # pool would count its time too (and halve every rate at two rounds); 0 only where no run
+    # happened, and every rate below is then 0
+    span = wall_s
 
     def both(v):
         return {"p50": pct(v, 0.5), "p99": pct(v, 0.99),

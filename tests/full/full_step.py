@@ -350,30 +350,31 @@ def job_make(a):
         model.set_attn_implementation("eager")
         for name, ids in prompts.items():
             runs[name] = {"eager": hf_run(model, ids)}
+
+        def forced_runs(key, **kw):
+            """Each prompt again as the floor member `key`, teacher-forced on eager's tokens and
+            its top ids, so that the member's logits are compared step for step."""
+            for name, ids in prompts.items():
+                eg = runs[name]["eager"]
+                runs[name][key] = hf_run(model, ids, forced=[s["token"] for s in eg],
+                                         force_ids=[[i for i, _ in s["top"]] for s in eg], **kw)
+
         model.set_attn_implementation("sdpa")
-        for name, ids in prompts.items() if "sdpa" in floors else ():
-            eg = runs[name]["eager"]
-            runs[name]["sdpa"] = hf_run(model, ids, forced=[s["token"] for s in eg],
-                                        force_ids=[[i for i, _ in s["top"]] for s in eg])
+        if "sdpa" in floors:
+            forced_runs("sdpa")
         # the second floor: eager again on two copies of each sequence, i.e. HF itself at other
         # matrix sizes, so under the kernels (and summation orders) cuBLAS picks for those
         # (docs/testing.md "full": sdpa alone leaves GEMM order out, and a one-token prompt's
         # attention is the same in both)
         model.set_attn_implementation("eager")
-        for name, ids in prompts.items() if "batch2" in floors else ():
-            eg = runs[name]["eager"]
-            runs[name]["batch2"] = hf_run(model, ids, forced=[s["token"] for s in eg],
-                                          force_ids=[[i for i, _ in s["top"]] for s in eg],
-                                          batch=2)
+        if "batch2" in floors:
+            forced_runs("batch2", batch=2)
         # the third and fourth floors: eager with split-K linears, k in two parts and in four
         # (two more GEMM summation orders)
         for key, parts in [(k, splitk_parts(k)) for k in floors if splitk_parts(k)]:
             splitk_linears(True, parts)
             try:
-                for name, ids in prompts.items():
-                    eg = runs[name]["eager"]
-                    runs[name][key] = hf_run(model, ids, forced=[s["token"] for s in eg],
-                                             force_ids=[[i for i, _ in s["top"]] for s in eg])
+                forced_runs(key)
             finally:
                 splitk_linears(False)
         # the fifth floor (MoE models): eager with HF's eager experts backend, a loop of one
@@ -390,10 +391,7 @@ def job_make(a):
                 eager_experts = False
         if eager_experts:
             try:
-                for name, ids in prompts.items():
-                    eg = runs[name]["eager"]
-                    runs[name]["experts"] = hf_run(model, ids, forced=[s["token"] for s in eg],
-                                                   force_ids=[[i for i, _ in s["top"]] for s in eg])
+                forced_runs("experts")
             finally:
                 model.set_experts_implementation("grouped_mm")
         ref["runs"][kv] = runs
