@@ -450,10 +450,10 @@ static __device__ __forceinline__ void warp_pv_store(float *smem, float (&acc)[G
 
 /* A tile's scores into the row's kept scores (windowed layers), key kk of head g at
  * keep_row[g * window + off + kk], so the P.V pass reads them instead of loading K again. */
-template <int G>
+template <int G, int NT = ATTN_THREADS> /* NT: the block's threads */
 static __device__ __forceinline__ void keep_scores(float *keep_row, int window, int off,
                                                    const float *ps, int nk, int tid) {
-    for (int e = tid; e < G * ATTN_TILE; e += ATTN_THREADS) {
+    for (int e = tid; e < G * ATTN_TILE; e += NT) {
         const int g = e / ATTN_TILE, kk = e % ATTN_TILE;
         if (kk < nk) keep_row[(size_t)g * window + off + kk] = ps[e];
     }
@@ -753,6 +753,8 @@ int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb
 int attn_mma_setup(void);
 /* serve.attn_strided_tiles (kernels.h, k_set_attn_strided_tiles): on or not */
 int attn_strided_tiles(void);
+/* serve.attn_pair_tiles (kernels.h, k_set_attn_pair_tiles): 0, or the pair form */
+int attn_pair_tiles(void);
 /* How many blocks of those passes the card holds at once (their shared memory allows 2 or 3 an
  * SM), known after attn_mma_setup: the launcher's splits-per-block choice counts waves by it. */
 template <int D, int G, bool FP8, bool KEEP> int attn_mma_slots(void);

@@ -28,7 +28,8 @@ int attn_pair_tiles_on = 0; /* serve.attn_pair_tiles' default: 0 off, 1 eight wa
 extern "C" void k_set_attn_pair_tiles(int form) {
     attn_pair_tiles_on = form == 1 || form == 2 ? form : 0;
 }
-long long attn_pair_launches; /* launches on the pair kernels */
+int attn_pair_tiles(void) { return attn_pair_tiles_on; }
+long long attn_pair_launches; /* launches on the pair forms */
 extern "C" long long k_attn_pair_launches(void) { return attn_pair_launches; }
 
 /* each part's start-up (ATTN_MMA_PART) */

@@ -881,8 +881,8 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
             if (tile_end) {
                 if constexpr (KEEP)
                     for (int k = 0; k < nrow; k++)
-                        keep_scores<G>(keep_of(k), a.window, t0 - sp.j0 - k * TSH * ATTN_TILE,
-                                       ps + k * G * ATTN_TILE, nk_row(k * G, t0, nk), tid);
+                        keep_scores<G, NT>(keep_of(k), a.window, t0 - sp.j0 - k * TSH * ATTN_TILE,
+                                           ps + k * G * ATTN_TILE, nk_row(k * G, t0, nk), tid);
                 /* the next unit's scores overwrite ps only after its first barrier */
                 const auto nk_of = [&](int m) { return nk_row(m, t0, nk); };
                 if (together) /* serve.attn_stats_together: the same bits */
@@ -963,10 +963,12 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
  * instead: tile 64 s + l takes rows 64 R s + l + 64 k, k < R, which strided_rows_share or take
  * it in turn. Both ways the group's tiles cover its rows once each; every block of a group
  * decides from the group's first row alone, so they agree. Windowed rows past the fill, every
- * row of a long prompt's later chunks, took their blocks row after row before. */
+ * row of a long prompt's later chunks, took their blocks row after row before.
+ * MT = 2, NW warps (serve.attn_pair_tiles): R is two tiles' rows, and every warp takes both m16
+ * tiles of its keys and dims (mma_pass; docs/attention-design.md, "Two tiles a block"). */
 template <int D, int G, bool FP8, bool PV, bool KEEP, int R, bool FOLD = false,
-          bool STRIDED = false>
-static __global__ void __launch_bounds__(ATTN_THREADS, 1)
+          bool STRIDED = false, int MT = 1, int NW = ATTN_WARPS>
+static __global__ void __launch_bounds__(NW * 32, 1)
     attn_mma_tile_kernel(k_attention_args a, int row0, int max_split, int spb, float *part,
                          float2 *ml, float *keep, int longest_first, int together) {
     K_GRID_DEPENDENCY();
@@ -990,13 +992,13 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 1)
             plan_split(last, a.window).j0 > 0) {
             const int rl0 = g0 + tile % ATTN_TILE;
             if (strided_rows_share(a, row0 + rl0, R, max_split)) {
-                mma_pass<D, G, FP8, PV, KEEP, R, FOLD, true>(a, row0, max_split, spb, part, ml,
-                                                             keep, rl0, R, together);
+                mma_pass<D, G, FP8, PV, KEEP, R, FOLD, true, MT, NW>(a, row0, max_split, spb, part,
+                                                                     ml, keep, rl0, R, together);
             } else {
                 for (int k = 0; k < R; k++) {
                     if (k > 0) __syncthreads(); /* shared memory reused row after row */
-                    mma_pass<D, G, FP8, PV, KEEP, R, FOLD>(a, row0, max_split, spb, part, ml, keep,
-                                                           rl0 + k * ATTN_TILE, 1, together);
+                    mma_pass<D, G, FP8, PV, KEEP, R, FOLD, false, MT, NW>(
+                        a, row0, max_split, spb, part, ml, keep, rl0 + k * ATTN_TILE, 1, together);
                 }
             }
             return;
@@ -1004,54 +1006,24 @@ static __global__ void __launch_bounds__(ATTN_THREADS, 1)
     }
     const int rl0 = tile * R, nrow = min(R, a.rows - row0 - rl0);
     if (tile_rows_share(a, row0 + rl0, nrow, max_split)) {
-        mma_pass<D, G, FP8, PV, KEEP, R, FOLD>(a, row0, max_split, spb, part, ml, keep, rl0, nrow,
-                                               together);
-    } else {
-        for (int k = 0; k < nrow; k++) {
-            if (k > 0) __syncthreads(); /* shared memory reused row after row */
-            mma_pass<D, G, FP8, PV, KEEP, R, FOLD>(a, row0, max_split, spb, part, ml, keep, rl0 + k,
-                                                   1, together);
-        }
-    }
-}
-
-/* ---- two query tiles a block at head dim 512 (serve.attn_pair_tiles) ----
- *
- * The global layers' query tile is 2 positions x 8 heads, so each unit of keys a block stages
- * served 16 M rows, and each warp's scores were one chain of D / 16 = 32 dependent mmas: the
- * long prompts' global attention ran at ~30 TFLOP/s (docs/attention-design.md, "Long prompts").
- * Here a block takes two tiles' rows (32 M rows) and every warp both m16 tiles of its keys and
- * dims (MT = 2 in mma_pass): two independent chains a warp on one key operand, each unit staged
- * once for twice the rows. NW = 8: 64-key units, 8 keys and 64 dims a warp; NW = 4: 32-key units
- * (today's), 8 keys and 128 dims a warp. A row's units, mmas and orders are those of its own
- * block, so the bits are the one-row blocks' (test_attn's pair gates). Rows that may not share
- * (tile_rows_share) take each tile's rows, or each row, in turn as the tile kernel does. */
-template <int D, int G, bool FP8, bool PV, bool FOLD, int NW>
-static __global__ void __launch_bounds__(NW * 32, 1)
-    attn_mma_pair_kernel(k_attention_args a, int row0, int nr, int max_split, int spb, float *part,
-                         float2 *ml, int longest_first, int together) {
-    K_GRID_DEPENDENCY();
-    constexpr int R = attn_tile_rows<G>(), R2 = 2 * R;
-    static_assert(R > 1, "one-row tiles are attn_mma_kernel's");
-    const int blk = longest_first ? (int)(gridDim.z - 1 - blockIdx.z) : (int)blockIdx.z;
-    /* nr, the launch's rows: the launcher's tiles of R, the step's last launch ragged */
-    const int rl0 = blk * R2, nrow = min(R2, nr - rl0);
-    if (tile_rows_share(a, row0 + rl0, nrow, max_split)) {
-        mma_pass<D, G, FP8, PV, false, R2, FOLD, false, 2, NW>(a, row0, max_split, spb, part, ml,
-                                                               NULL, rl0, nrow, together);
+        mma_pass<D, G, FP8, PV, KEEP, R, FOLD, false, MT, NW>(a, row0, max_split, spb, part, ml,
+                                                              keep, rl0, nrow, together);
         return;
     }
+    /* rows that may not share: each one-tile part of the block's rows where its rows do (a pair
+     * block across two sequences), else row after row */
+    constexpr int RT = R / MT; /* a tile's rows */
     bool first = true;
-    for (int t = 0; t < 2; t++) {
-        const int tl0 = rl0 + t * R, tn = min(R, nr - tl0);
+    for (int t = 0; t < MT; t++) {
+        const int tl0 = rl0 + t * RT, tn = min(RT, nrow - t * RT);
         if (tn <= 0) break; /* block-uniform */
-        const bool share = tile_rows_share(a, row0 + tl0, tn, max_split);
+        const bool share = MT > 1 && tile_rows_share(a, row0 + tl0, tn, max_split);
         for (int k = 0; k < (share ? 1 : tn); k++) {
             if (!first) __syncthreads(); /* shared memory reused */
             first = false;
-            mma_pass<D, G, FP8, PV, false, R2, FOLD, false, 2, NW>(a, row0, max_split, spb, part,
-                                                                   ml, NULL, share ? tl0 : tl0 + k,
-                                                                   share ? tn : 1, together);
+            mma_pass<D, G, FP8, PV, KEEP, R, FOLD, false, MT, NW>(a, row0, max_split, spb, part, ml,
+                                                                  keep, share ? tl0 : tl0 + k,
+                                                                  share ? tn : 1, together);
         }
     }
 }
@@ -1193,91 +1165,99 @@ int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb
                                                    row0, s);
 }
 
-template <int D, int G, bool FP8, bool PV, bool KEEP, bool FOLD = false, bool STRIDED = false>
-static int mma_tile_smem_allow(void) {
-    constexpr int R = attn_tile_rows<G>();
-    static bool set = false;
-    if (!set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_mma_tile_kernel<D, G, FP8, PV, KEEP, R, FOLD, STRIDED>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)mma_smem_bytes<D, G, FP8, PV, KEEP, R>()));
-        set = true;
-    }
-    return K_OK;
+/* The tile kernels' forms (serve.attn_pair_tiles): 0 one tile a block (4 warps); 1 two tiles a
+ * block, 8 warps and 64-key units; 2 two tiles a block, 4 warps and 32-key units. */
+template <int F> struct tile_form {
+    static constexpr int MT = F ? 2 : 1;               /* m16 tiles a warp */
+    static constexpr int NW = F == 1 ? 8 : ATTN_WARPS; /* warps a block */
+};
+/* Whether form F has a folded P.V pass: form 2's has no room for the fold's sums (2 x 64
+ * accumulators a thread at head dim 512), and form 1's spills with the e4m3 pool's widened
+ * units at head dim 256; their folded grids keep form 0. */
+template <int F, int D, bool FP8> static constexpr bool form_folds() {
+    return F == 0 || (F == 1 && !(FP8 && D == 256));
 }
-
-/* serve.attn_pair_tiles: the head dim whose tiles may pair (the global layers') */
-template <int D> static constexpr bool pair_dim() { return D == 512; }
-
-template <int D, int G, bool FP8, bool PV, bool FOLD, int NW> static int mma_pair_smem_allow(void) {
-    constexpr int R = attn_tile_rows<G>();
-    static bool set = false;
-    if (!set) {
-        CUDA_CHECK(
-            cudaFuncSetAttribute(attn_mma_pair_kernel<D, G, FP8, PV, FOLD, NW>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)mma_smem_bytes<D, G, FP8, PV, false, 2 * R, false, 2, NW>()));
-        set = true;
-    }
-    return K_OK;
-}
-
-/* Both forms' kernels (8 and 4 warps; the 4-warp form has no folded P.V pass: its 2 x 64
- * accumulators a thread leave no room for the fold's sums), set at start-up. */
-template <int D, int G, bool FP8> static int mma_pair_allow(void) {
-    int rc = mma_pair_smem_allow<D, G, FP8, false, false, 8>();
-    if (rc == K_OK) rc = mma_pair_smem_allow<D, G, FP8, true, false, 8>();
-    if (rc == K_OK) rc = mma_pair_smem_allow<D, G, FP8, true, true, 8>();
-    if (rc == K_OK) rc = mma_pair_smem_allow<D, G, FP8, false, false, 4>();
-    if (rc == K_OK) rc = mma_pair_smem_allow<D, G, FP8, true, false, 4>();
-    return rc;
-}
+/* Groups whose tiles may pair: two tiles' rows (32 / G) must divide the launches' row chunks
+ * (multiples of 16 rows but for the step's last) */
+template <int G> static constexpr bool pair_group() { return G >= 2 && G < 16; }
+/* Form 2 at head dim 256 spills (the kept scores' P.V pass holds 16 of them a thread beside its
+ * 2 x 32 accumulators): there it is form 0 */
+template <int D> static constexpr bool pair_four_warps() { return D == 512; }
 
 /* serve.attn_strided_tiles (kernels.h): the windowed head dim's tile kernels take the launch's
  * rows in strided groups where they may (attn_mma_tile_kernel); the other head dim has no
- * windowed layer in any Gemma 4 model, and keeps the consecutive tiles only */
+ * windowed layer in any Gemma 4 model, and keeps the consecutive tiles only. The pair forms go
+ * with the kernels each head dim launches by default: the strided ones at 256, the consecutive
+ * ones at 512. */
 template <int D> static constexpr bool strided_dim() { return D == 256; }
 
-template <int D, int G, bool FP8, bool KEEP, bool STRIDED> static int mma_tile_allow_three(void) {
-    int rc = mma_tile_smem_allow<D, G, FP8, false, KEEP, false, STRIDED>();
-    if (rc == K_OK) rc = mma_tile_smem_allow<D, G, FP8, true, KEEP, false, STRIDED>();
+template <int D, int G, bool FP8, bool PV, bool KEEP, bool FOLD, bool STRIDED, int F>
+static int mma_tile_smem_allow(void) {
+    using TF = tile_form<F>;
+    constexpr int R = attn_tile_rows<G>() * TF::MT;
+    static bool set = false;
+    if (!set) {
+        CUDA_CHECK(cudaFuncSetAttribute(
+            attn_mma_tile_kernel<D, G, FP8, PV, KEEP, R, FOLD, STRIDED, TF::MT, TF::NW>,
+            cudaFuncAttributeMaxDynamicSharedMemorySize,
+            (int)mma_smem_bytes<D, G, FP8, PV, KEEP, R, false, TF::MT, TF::NW>()));
+        set = true;
+    }
+    return K_OK;
+}
+
+template <int D, int G, bool FP8, bool KEEP, bool STRIDED, int F>
+static int mma_tile_allow_three(void) {
+    int rc = mma_tile_smem_allow<D, G, FP8, false, KEEP, false, STRIDED, F>();
+    if (rc == K_OK) rc = mma_tile_smem_allow<D, G, FP8, true, KEEP, false, STRIDED, F>();
     /* the folded P.V pass (serve.attn_tile_fold) too: set at start-up, never first inside a
      * graph's capture */
-    return rc == K_OK ? mma_tile_smem_allow<D, G, FP8, true, KEEP, true, STRIDED>() : rc;
+    if constexpr (form_folds<F, D, FP8>())
+        if (rc == K_OK) rc = mma_tile_smem_allow<D, G, FP8, true, KEEP, true, STRIDED, F>();
+    return rc;
 }
 
 template <int D, int G, bool FP8, bool KEEP> static int mma_tile_allow_both(void) {
-    int rc = mma_tile_allow_three<D, G, FP8, KEEP, false>();
+    int rc = mma_tile_allow_three<D, G, FP8, KEEP, false, 0>();
     if constexpr (strided_dim<D>())
-        if (rc == K_OK) rc = mma_tile_allow_three<D, G, FP8, KEEP, true>();
-    if constexpr (pair_dim<D>()) /* serve.attn_pair_tiles may turn on later */
-        if (rc == K_OK) rc = mma_pair_allow<D, G, FP8>();
+        if (rc == K_OK) rc = mma_tile_allow_three<D, G, FP8, KEEP, true, 0>();
+    if constexpr (pair_group<G>()) { /* serve.attn_pair_tiles may turn on later */
+        if (rc == K_OK) rc = mma_tile_allow_three<D, G, FP8, KEEP, strided_dim<D>(), 1>();
+        if constexpr (pair_four_warps<D>())
+            if (rc == K_OK) rc = mma_tile_allow_three<D, G, FP8, KEEP, strided_dim<D>(), 2>();
+    }
     return rc;
 }
 
 /* The stats pass and the P.V pass (folded where the grid is one block wide) on the tile
- * kernels, consecutive or (STRIDED) strided where they may. */
-template <int D, int G, bool FP8, bool KEEP, bool STRIDED>
+ * kernels, consecutive or (STRIDED) strided where they may, in form F. grid: one block a tile
+ * along z; the pair forms take two tiles a block. */
+template <int D, int G, bool FP8, bool KEEP, bool STRIDED, int F>
 static int mma_tile_launch(const k_attention_args *a, dim3 grid, int max_split, int spb,
                            float *part, float2 *ml, float *keep, int row0, bool fold,
                            cudaStream_t s) {
-    constexpr int R = attn_tile_rows<G>();
-    CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, false, KEEP, R, false, STRIDED>, grid,
-                        ATTN_THREADS, mma_smem_bytes<D, G, FP8, false, KEEP, R>(), s, *a, row0,
-                        max_split, spb, part, ml, keep, attn_longest_first_on,
-                        attn_stats_together_on));
+    using TF = tile_form<F>;
+    constexpr int R = attn_tile_rows<G>() * TF::MT, T = TF::NW * 32;
+    if constexpr (TF::MT == 2) grid.z = (grid.z + 1) / 2;
+    CUDA_CHECK(k_launch(
+        attn_mma_tile_kernel<D, G, FP8, false, KEEP, R, false, STRIDED, TF::MT, TF::NW>, grid, T,
+        mma_smem_bytes<D, G, FP8, false, KEEP, R, false, TF::MT, TF::NW>(), s, *a, row0, max_split,
+        spb, part, ml, keep, attn_longest_first_on, attn_stats_together_on));
     CUDA_CHECK(cudaGetLastError());
-    if (fold && grid.x == 1) { /* its own kernel: the default P.V pass's code is unchanged */
-        CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R, true, STRIDED>, grid,
-                            ATTN_THREADS, mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a, row0,
-                            max_split, spb, part, ml, keep, attn_longest_first_on,
-                            attn_stats_together_on));
-    } else {
-        CUDA_CHECK(k_launch(attn_mma_tile_kernel<D, G, FP8, true, KEEP, R, false, STRIDED>, grid,
-                            ATTN_THREADS, mma_smem_bytes<D, G, FP8, true, KEEP, R>(), s, *a, row0,
-                            max_split, spb, part, ml, keep, attn_longest_first_on,
-                            attn_stats_together_on));
-    }
+    bool folded = false;
+    if constexpr (form_folds<F, D, FP8>()) /* its own kernel: the default P.V pass unchanged */
+        if (fold && grid.x == 1) {
+            CUDA_CHECK(k_launch(
+                attn_mma_tile_kernel<D, G, FP8, true, KEEP, R, true, STRIDED, TF::MT, TF::NW>, grid,
+                T, mma_smem_bytes<D, G, FP8, true, KEEP, R, false, TF::MT, TF::NW>(), s, *a, row0,
+                max_split, spb, part, ml, keep, attn_longest_first_on, attn_stats_together_on));
+            folded = true;
+        }
+    if (!folded)
+        CUDA_CHECK(k_launch(
+            attn_mma_tile_kernel<D, G, FP8, true, KEEP, R, false, STRIDED, TF::MT, TF::NW>, grid, T,
+            mma_smem_bytes<D, G, FP8, true, KEEP, R, false, TF::MT, TF::NW>(), s, *a, row0,
+            max_split, spb, part, ml, keep, attn_longest_first_on, attn_stats_together_on));
     CUDA_CHECK(cudaGetLastError());
     return K_OK;
 }
@@ -1322,38 +1302,6 @@ static int flash_launch(const k_attention_args *a, dim3 grid, int max_split, flo
     return K_OK;
 }
 
-template <int D, int G, bool FP8, bool PV, bool FOLD, int NW>
-static int mma_pair_launch_one(const k_attention_args *a, dim3 pgrid, int nr, int max_split,
-                               int spb, float *part, float2 *ml, int row0, cudaStream_t s) {
-    constexpr int R = attn_tile_rows<G>();
-    CUDA_CHECK(k_launch(attn_mma_pair_kernel<D, G, FP8, PV, FOLD, NW>, pgrid, NW * 32,
-                        mma_smem_bytes<D, G, FP8, PV, false, 2 * R, false, 2, NW>(), s, *a, row0,
-                        nr, max_split, spb, part, ml, attn_longest_first_on,
-                        attn_stats_together_on));
-    CUDA_CHECK(cudaGetLastError());
-    return K_OK;
-}
-
-/* The stats pass and the P.V pass (folded where the grid is one block wide) with two of the
- * grid's tiles a block: NW warps (serve.attn_pair_tiles 1: 8, 2: 4). */
-template <int D, int G, bool FP8, int NW>
-static int mma_pair_launch(const k_attention_args *a, dim3 grid, int max_split, int spb,
-                           float *part, float2 *ml, int row0, bool fold, cudaStream_t s) {
-    const dim3 pgrid(grid.x, grid.y, (grid.z + 1) / 2);
-    /* the launch's rows: grid.z tiles of R, the step's last launch ending at its last row */
-    const int rows_left = a->rows - row0, tile_rows = (int)grid.z * attn_tile_rows<G>();
-    const int nr = rows_left < tile_rows ? rows_left : tile_rows;
-    int rc = mma_pair_launch_one<D, G, FP8, false, false, NW>(a, pgrid, nr, max_split, spb, part,
-                                                              ml, row0, s);
-    if (rc != K_OK) return rc;
-    if constexpr (NW == 8)
-        if (fold && grid.x == 1)
-            return mma_pair_launch_one<D, G, FP8, true, true, NW>(a, pgrid, nr, max_split, spb,
-                                                                  part, ml, row0, s);
-    return mma_pair_launch_one<D, G, FP8, true, false, NW>(a, pgrid, nr, max_split, spb, part, ml,
-                                                           row0, s);
-}
-
 /* Query tiles: the grid's z counts tiles of attn_tile_rows<G>() rows (the launcher's rows, a
  * multiple of it but for the step's last launch). fold (serve.attn_tile_fold, a grid of one block
  * along x: every split of a tile's rows in its block): the P.V pass sums the splits and writes
@@ -1374,25 +1322,39 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
         if constexpr (D == 256) /* serve.attn_flash: the folded passes in one launch */
             if (attn_flash_on && fold && grid.x == 1)
                 return flash_launch<G, FP8, KEEP>(a, grid, max_split, part, ml, keep, row0, s);
-        if constexpr (pair_dim<D>()) /* serve.attn_pair_tiles: two tiles a block */
-            if (attn_pair_tiles_on == 1 || (attn_pair_tiles_on == 2 && !(fold && grid.x == 1))) {
-                rc = attn_pair_tiles_on == 1
-                         ? mma_pair_launch<D, G, FP8, 8>(a, grid, max_split, spb, part, ml, row0,
-                                                         fold, s)
-                         : mma_pair_launch<D, G, FP8, 4>(a, grid, max_split, spb, part, ml, row0,
-                                                         fold, s);
-                if (rc == K_OK) attn_pair_launches++;
-                return rc;
+        /* serve.attn_pair_tiles' form for this launch, on the kernels each head dim launches by
+         * default (strided at 256, consecutive at 512); form 2 leaves folded grids to form 0 */
+        int form = 0;
+        if constexpr (pair_group<G>())
+            if (!strided_dim<D>() || (attn_strided_tiles_on && a->window > 0)) {
+                const bool folded = fold && grid.x == 1;
+                if (attn_pair_tiles_on == 1 && (!folded || form_folds<1, D, FP8>())) form = 1;
+                if (attn_pair_tiles_on == 2 && pair_four_warps<D>() && !folded) form = 2;
             }
+        if (form) attn_pair_launches++;
         if constexpr (strided_dim<D>())
             if (attn_strided_tiles_on && a->window > 0) {
-                rc = mma_tile_launch<D, G, FP8, KEEP, true>(a, grid, max_split, spb, part, ml, keep,
-                                                            row0, fold, s);
+                if constexpr (pair_group<G>())
+                    rc = form == 1 ? mma_tile_launch<D, G, FP8, KEEP, true, 1>(
+                                         a, grid, max_split, spb, part, ml, keep, row0, fold, s)
+                                   : mma_tile_launch<D, G, FP8, KEEP, true, 0>(
+                                         a, grid, max_split, spb, part, ml, keep, row0, fold, s);
+                else
+                    rc = mma_tile_launch<D, G, FP8, KEEP, true, 0>(a, grid, max_split, spb, part,
+                                                                   ml, keep, row0, fold, s);
                 if (rc == K_OK) attn_strided_launches++;
                 return rc;
             }
-        return mma_tile_launch<D, G, FP8, KEEP, false>(a, grid, max_split, spb, part, ml, keep,
-                                                       row0, fold, s);
+        if constexpr (pair_group<G>() && !strided_dim<D>()) {
+            if (form == 1)
+                return mma_tile_launch<D, G, FP8, KEEP, false, 1>(a, grid, max_split, spb, part, ml,
+                                                                  keep, row0, fold, s);
+            if (form == 2)
+                return mma_tile_launch<D, G, FP8, KEEP, false, 2>(a, grid, max_split, spb, part, ml,
+                                                                  keep, row0, fold, s);
+        }
+        return mma_tile_launch<D, G, FP8, KEEP, false, 0>(a, grid, max_split, spb, part, ml, keep,
+                                                          row0, fold, s);
     }
 }
 

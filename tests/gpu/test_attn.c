@@ -1100,23 +1100,28 @@ static void run_strided_tiles(const cfg *c, int window, int shape, int fp8, uint
     }
     /* the strided tiles in each of the tiles' forms, and at forced splits a block (1, 2, 3: a
      * block's split range shifted row by row; folding only where one block holds every split) */
+    /* pair: serve.attn_pair_tiles' form (two tiles a block: groups of twice the rows) */
     static const struct {
         const char *name;
-        int longest, together, fold, spb;
-    } forms[] = {{"", 0, 0, 0, 0},
-                 {" tile fold", 0, 0, 1, 0},
-                 {" longest first stats together tile fold", 1, 1, 1, 0},
-                 {" 1 split a block", 0, 0, 1, 1},
-                 {" 2 splits a block", 1, 0, 0, 2},
-                 {" 3 splits a block", 0, 1, 1, 3}};
+        int longest, together, fold, spb, pair;
+    } forms[] = {{"", 0, 0, 0, 0, 0},
+                 {" tile fold", 0, 0, 1, 0, 0},
+                 {" longest first stats together tile fold", 1, 1, 1, 0, 0},
+                 {" 1 split a block", 0, 0, 1, 1, 0},
+                 {" 2 splits a block", 1, 0, 0, 2, 0},
+                 {" 3 splits a block", 0, 1, 1, 3, 0},
+                 {" pair 8 warps longest first stats together tile fold", 1, 1, 1, 0, 1},
+                 {" pair 8 warps 2 splits a block", 1, 0, 0, 2, 1},
+                 {" pair 4 warps", 0, 0, 0, 0, 2}};
     for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
         char sgate[200];
         snprintf(sgate, sizeof sgate, "%s%s", gate, forms[f].name);
-        const long long launches0 = k_attn_strided_launches();
+        const long long launches0 = k_attn_strided_launches(), pairs0 = k_attn_pair_launches();
         long differ = (long)qn;
         if (!rc) {
             k_set_attn_query_tiles(1);
             k_set_attn_strided_tiles(1);
+            k_set_attn_pair_tiles(forms[f].pair);
             k_set_attn_longest_first(forms[f].longest);
             k_set_attn_stats_together(forms[f].together);
             k_set_attn_tile_fold(forms[f].fold);
@@ -1124,15 +1129,23 @@ static void run_strided_tiles(const cfg *c, int window, int shape, int fp8, uint
             k_set_attn_tile_fold(0);
             k_set_attn_stats_together(0);
             k_set_attn_longest_first(0);
+            k_set_attn_pair_tiles(0);
             k_set_attn_strided_tiles(0);
             k_set_attn_query_tiles(0);
         }
         const long long strided = k_attn_strided_launches() - launches0;
-        TEST_CHECK(sgate, rc == 0 && differ == 0 && strided > 0 && base_nan == 0,
+        /* the eight-warp pair form takes every launch of a group that pairs but the e4m3 pool's
+         * folded grids (windows up to 1,024: 16 splits); the four-warp one is head dim 512's
+         * only, so here none */
+        const long long pairs = k_attn_pair_launches() - pairs0;
+        const int folded = forms[f].fold && forms[f].spb == 0 && window <= 1024;
+        const int pairs_ok =
+            forms[f].pair == 1 && group >= 2 && !(folded && fp8) ? pairs > 0 : pairs == 0;
+        TEST_CHECK(sgate, rc == 0 && differ == 0 && strided > 0 && pairs_ok && base_nan == 0,
                    "%ld of %zu output elements differ between strided query tiles and a block "
-                   "per row (must be bit-identical); strided launches %lld (must be > 0); NaN in "
-                   "the one-row blocks' output %ld; rc %d",
-                   differ, qn, strided, base_nan, rc);
+                   "per row (must be bit-identical); strided launches %lld (must be > 0); pair "
+                   "launches %lld; NaN in the one-row blocks' output %ld; rc %d",
+                   differ, qn, strided, pairs, base_nan, rc);
     }
     attn_case_free(&t);
     free(want);
@@ -1155,19 +1168,23 @@ static void run_strided_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
     }
 }
 
-/* ---- two query tiles a block at head dim 512 (serve.attn_pair_tiles) ----
+/* ---- two query tiles a block (serve.attn_pair_tiles) ----
  *
- * A prompt's chunk at a global layer (no window): B's rows at consecutive positions, cut by a
- * decode row of A after B's fifth (the blocks holding it take their tiles, or rows, in turn) and
- * ending with C's row, the last block ragged. shape 0: positions 0..149 with the grid at 16
- * splits (max_pos 1,023), where the tile fold applies; shape 1: positions 1,990..2,139, across
- * 2,048 keys (32 splits of one tile, then 17 of two: rows of both split sizes may not share a
- * block), the grid unfolded. No reference run: every output bit is compared with the one-row
- * blocks' (query tiles off), which the op gates above hold to the reference. */
+ * A prompt's chunk: B's rows at consecutive positions, cut by a decode row of A after B's fifth
+ * (the blocks holding it take their tiles, or rows, in turn) and ending with C's row, the last
+ * block ragged. shape 0: positions 0..149 with the grid at 16 splits (max_pos 1,023), where the
+ * tile fold applies: a global layer (window 0) at head dim 512, or a windowed one (window 1,024,
+ * every row before the fill: the strided kernels' consecutive tiles) at 256; shape 1 (head dim
+ * 512): positions 1,990..2,139, across 2,048 keys (32 splits of one tile, then 17 of two: rows
+ * of both split sizes may not share a block), the grid unfolded. The windowed rows past the
+ * fill are the strided gates' (run_strided_tiles, with the pair forms). No reference run: every
+ * output bit is compared with the one-row blocks' (query tiles off), which the op gates above
+ * hold to the reference. */
 static void run_pair_tiles(const cfg *c, int shape, int fp8, uint64_t seed) {
     char gate[160], tag[48];
     const int n_prompt = 150, from = shape == 0 ? 0 : 1990;
-    snprintf(gate, sizeof gate, "attn_pair_tiles[%s%s %s]", tag_of(c, tag, sizeof tag),
+    const int window = c->d == 256 ? 1024 : 0, group = c->n_head / c->n_kv;
+    snprintf(gate, sizeof gate, "attn_pair_tiles[%s w%d%s %s]", tag_of(c, tag, sizeof tag), window,
              fp8 ? " e4m3" : "", shape ? "across 2,048 keys" : "16 splits");
     n_rows = 0;
     seq_len[0] = 3001;
@@ -1179,7 +1196,7 @@ static void run_pair_tiles(const cfg *c, int shape, int fp8, uint64_t seed) {
     }
     add_row(2, 100);
     attn_case t;
-    int rc = attn_case_setup(&t, c, 0, fp8, seed);
+    int rc = attn_case_setup(&t, c, window, fp8, seed);
     const size_t qn = t.qn;
     void *const dout = t.dout;
     bf16_t *want = malloc(qn * 2), *got = malloc(qn * 2);
@@ -1190,6 +1207,7 @@ static void run_pair_tiles(const cfg *c, int shape, int fp8, uint64_t seed) {
     }
     k_attention_args a = t.a;
     a.max_pos = shape == 0 ? 1023 : 0;
+    const int strided = window > 0; /* the windowed head dim pairs on the strided kernels */
     /* the one-row blocks' bits: query tiles off */
     long base_nan = 0;
     if (!rc) {
@@ -1214,14 +1232,19 @@ static void run_pair_tiles(const cfg *c, int shape, int fp8, uint64_t seed) {
             char sgate[220];
             snprintf(sgate, sizeof sgate, "%s %s%s", gate, pair == 1 ? "8 warps" : "4 warps",
                      forms[f].name);
-            /* the four-warp form leaves folded grids to the one-tile kernel */
+            /* the four-warp form leaves folded grids, and head dim 256, to the one-tile kernel,
+             * the eight-warp one the e4m3 pool's folded grids at 256 (its fold would spill); a
+             * group of one has no pair form (two tiles' 32 rows would not divide the launches'
+             * chunks) */
             const int folds = forms[f].fold && forms[f].spb == 0 && shape == 0;
-            const int expect = pair == 1 || !folds;
+            const int expect =
+                group >= 2 && (pair == 1 ? !(folds && fp8 && c->d == 256) : c->d == 512 && !folds);
             const long long launches0 = k_attn_pair_launches();
             long differ = (long)qn;
             if (!rc) {
                 k_set_attn_query_tiles(1);
                 k_set_attn_pair_tiles(pair);
+                k_set_attn_strided_tiles(strided);
                 k_set_attn_longest_first(forms[f].longest);
                 k_set_attn_stats_together(forms[f].together);
                 k_set_attn_tile_fold(forms[f].fold);
@@ -1229,6 +1252,7 @@ static void run_pair_tiles(const cfg *c, int shape, int fp8, uint64_t seed) {
                 k_set_attn_tile_fold(0);
                 k_set_attn_stats_together(0);
                 k_set_attn_longest_first(0);
+                k_set_attn_strided_tiles(0);
                 k_set_attn_pair_tiles(0);
                 k_set_attn_query_tiles(0);
             }
@@ -1244,11 +1268,10 @@ static void run_pair_tiles(const cfg *c, int shape, int fp8, uint64_t seed) {
     free(got);
 }
 
-/* Head dim 512 only (the global families), both pools, both shapes. */
+/* Every config, both pools; both shapes at head dim 512, the first at 256. */
 static void run_pair_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
     for (size_t i = 0; i < n_cfg; i++) {
-        if (cfgs[i].d != 512) continue;
-        for (int shape = 0; shape <= 1; shape++)
+        for (int shape = 0; shape <= (cfgs[i].d == 512); shape++)
             for (int fp8 = 0; fp8 <= 1; fp8++)
                 run_pair_tiles(&cfgs[i], shape, fp8, (*seed)++);
     }

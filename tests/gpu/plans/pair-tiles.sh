@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/gpu/plans/pair-tiles.sh - one device call for serve.attn_pair_tiles (the global layers'
-# query tiles two a block, kernels/attn_mma.cuh; off by default, speed only), run in the tree
+# tests/gpu/plans/pair-tiles.sh - one device call for serve.attn_pair_tiles (the query tiles two
+# a block, kernels/attn_mma.cuh; off by default, speed only), run in the tree
 # itself (no queue; carry .deps):
 #   1. the build (~170 s on the box), or PAIR_PREBUILT=1's carried binaries
 #   2. test_attn's pair gates alone (G4_ATTN_GATES=pair: every output bit of both forms against
@@ -10,8 +10,10 @@
 #      4,096 tokens (the second chunk's rows read 2,048-4,095 keys: unfolded grids) and 1,024
 #      (folded grids), pair tiles 0 / 1 (8 warps) / 2 (4 warps), two rounds; then 16,384 tokens
 #      0 / 1 / 2 once (PAIR_LONG=0 skips it)
-#   5. the whole test_attn, as long as the call lasts (CALL_SECONDS, default 560)
-# Logs under $OUT (or /tmp/g4pipe-out): build.log, pair-gates.log, pinned.log, ab.log, attn.log.
+#   5. test_attn's strided gates (the pair form at head dim 256 among them), then the whole
+#      test_attn, as long as the call lasts (CALL_SECONDS, default 560)
+# Logs under $OUT (or /tmp/g4pipe-out): build.log, pair-gates.log, pinned.log, ab.log,
+# strided-gates.log, attn.log.
 set -u
 OUT=${OUT:-/tmp/g4pipe-out}
 mkdir -p "$OUT"
@@ -56,6 +58,13 @@ if [ "${PAIR_LONG:-1}" = 1 ]; then
 fi
 echo "ab: done at $((SECONDS - t0)) s"
 grep -E "^==|^prefill:|^attention " "$OUT/ab.log" | head -80
+# the strided gates, the pair forms at head dim 256 among them
+left=$(( ${CALL_SECONDS:-560} - (SECONDS - t0) ))
+if [ "$left" -gt 20 ]; then
+    G4_ATTN_GATES=strided timeout "$left" build/tests/test_attn > "$OUT/strided-gates.log" 2>&1
+    echo "strided gates: exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/strided-gates.log") PASS, $(grep -c '^FAIL' "$OUT/strided-gates.log") FAIL"
+    grep '^FAIL' "$OUT/strided-gates.log" | cut -c1-300 | head -8
+fi
 left=$(( ${CALL_SECONDS:-560} - (SECONDS - t0) ))
 if [ "$left" -gt 30 ]; then
     timeout "$left" build/tests/test_attn > "$OUT/attn.log" 2>&1
