@@ -1063,6 +1063,71 @@ static long strided_run(const k_attention_args *a, int spb, void *dout, bf16_t *
     return differ;
 }
 
+/* The one-row blocks' bits (query tiles off) into want, which the op gates above hold to the
+ * reference; returns the NaN elements among them. */
+static long one_row_bits(const k_attention_args *a, void *dout, bf16_t *want, size_t qn, int *rc) {
+    long nan = 0;
+    if (*rc) return 0;
+    k_set_attn_query_tiles(0);
+    (void)strided_run(a, 0, dout, want, want, qn, rc);
+    for (size_t i = 0; i < qn && !*rc; i++)
+        nan += isnan(ref_bf16_to_f32(want[i]));
+    return nan;
+}
+
+/* A case of the bit-for-bit gates: attn_case_setup's (its result in *rc), and the two output
+ * buffers (the one-row blocks' bits and a form's). 0 (the gate failed, nothing left allocated)
+ * if the host ran out of memory. */
+static int bits_case_setup(attn_case *t, const cfg *c, int window, int fp8, uint64_t seed,
+                           const char *gate, bf16_t **want, bf16_t **got, int *rc) {
+    *rc = attn_case_setup(t, c, window, fp8, seed);
+    *want = malloc(t->qn * 2);
+    *got = malloc(t->qn * 2);
+    if (!t->q || !t->kv || !*want || !*got) {
+        TEST_CHECK(gate, 0, "host allocation failed");
+        attn_case_free(t), free(*want), free(*got);
+        return 0;
+    }
+    return 1;
+}
+
+/* The query tiles' speed forms the bit-for-bit gates below run: the order, the statistics
+ * together, the fold, and forced splits a block (1, 2, 3: a strided block's split range shifted
+ * row by row; folding only where one block holds every split). */
+typedef struct tile_form_case {
+    const char *name;
+    int longest, together, fold, spb;
+} tile_form_case;
+static const tile_form_case tile_forms6[] = {
+    {"", 0, 0, 0, 0},
+    {" tile fold", 0, 0, 1, 0},
+    {" longest first stats together tile fold", 1, 1, 1, 0},
+    {" 1 split a block", 0, 0, 1, 1},
+    {" 2 splits a block", 1, 0, 0, 2},
+    {" 3 splits a block", 0, 1, 1, 3}};
+#define N_TILE_FORMS6 (sizeof tile_forms6 / sizeof tile_forms6[0])
+
+/* One launch on the query tiles from one row in form fc, the strided tiles and the pair form as
+ * given, every switch put back after; the elements that differ from want (strided_run). */
+static long tiles_run(const k_attention_args *a, const tile_form_case *fc, int strided, int pair,
+                      void *dout, bf16_t *got, const bf16_t *want, size_t qn, int *rc) {
+    if (*rc) return (long)qn;
+    k_set_attn_query_tiles(1);
+    k_set_attn_strided_tiles(strided);
+    k_set_attn_pair_tiles(pair);
+    k_set_attn_longest_first(fc->longest);
+    k_set_attn_stats_together(fc->together);
+    k_set_attn_tile_fold(fc->fold);
+    const long differ = strided_run(a, fc->spb, dout, got, want, qn, rc);
+    k_set_attn_tile_fold(0);
+    k_set_attn_stats_together(0);
+    k_set_attn_longest_first(0);
+    k_set_attn_pair_tiles(0);
+    k_set_attn_strided_tiles(0);
+    k_set_attn_query_tiles(0);
+    return differ;
+}
+
 static void run_strided_tiles(const cfg *c, int window, int shape, int fp8, uint64_t seed) {
     char gate[160], tag[48];
     const int group = c->n_head / c->n_kv;
@@ -1080,67 +1145,35 @@ static void run_strided_tiles(const cfg *c, int window, int shape, int fp8, uint
     }
     make_strided_rows(window, shape, n_prompt);
     attn_case t;
-    int rc = attn_case_setup(&t, c, window, fp8, seed);
+    bf16_t *want, *got;
+    int rc;
+    if (!bits_case_setup(&t, c, window, fp8, seed, gate, &want, &got, &rc)) return;
     const size_t qn = t.qn;
     void *const dout = t.dout;
-    bf16_t *want = malloc(qn * 2), *got = malloc(qn * 2);
-    if (!t.q || !t.kv || !want || !got) {
-        TEST_CHECK(gate, 0, "host allocation failed");
-        attn_case_free(&t), free(want), free(got);
-        return;
-    }
     const k_attention_args a = t.a;
-    /* the one-row blocks' bits: query tiles off */
-    long base_nan = 0;
-    if (!rc) {
-        k_set_attn_query_tiles(0);
-        (void)strided_run(&a, 0, dout, want, want, qn, &rc);
-        for (size_t i = 0; i < qn && !rc; i++)
-            base_nan += isnan(ref_bf16_to_f32(want[i]));
-    }
-    /* the strided tiles in each of the tiles' forms, and at forced splits a block (1, 2, 3: a
-     * block's split range shifted row by row; folding only where one block holds every split) */
-    /* pair: serve.attn_pair_tiles' form (two tiles a block: groups of twice the rows) */
+    const long base_nan = one_row_bits(&a, dout, want, qn, &rc);
+    /* the six tile forms, then three with a pair form (serve.attn_pair_tiles: strided groups of
+     * twice the rows; form 2 is the one-tile kernels' at this head dim) */
     static const struct {
+        int form, pair;
         const char *name;
-        int longest, together, fold, spb, pair;
-    } forms[] = {{"", 0, 0, 0, 0, 0},
-                 {" tile fold", 0, 0, 1, 0, 0},
-                 {" longest first stats together tile fold", 1, 1, 1, 0, 0},
-                 {" 1 split a block", 0, 0, 1, 1, 0},
-                 {" 2 splits a block", 1, 0, 0, 2, 0},
-                 {" 3 splits a block", 0, 1, 1, 3, 0},
-                 {" pair 8 warps longest first stats together tile fold", 1, 1, 1, 0, 1},
-                 {" pair 8 warps 2 splits a block", 1, 0, 0, 2, 1},
-                 {" pair 4 warps", 0, 0, 0, 0, 2}};
-    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
-        char sgate[200];
-        snprintf(sgate, sizeof sgate, "%s%s", gate, forms[f].name);
+    } extra[] = {{2, 1, " pair 8 warps"}, {4, 1, " pair 8 warps"}, {0, 2, " pair 4 warps"}};
+    const int n_extra = (int)(sizeof extra / sizeof extra[0]);
+    for (int f = 0; f < (int)N_TILE_FORMS6 + n_extra; f++) {
+        const int x = f - (int)N_TILE_FORMS6;
+        const tile_form_case *fc = &tile_forms6[x < 0 ? f : extra[x].form];
+        const int pair = x < 0 ? 0 : extra[x].pair;
+        char sgate[220];
+        snprintf(sgate, sizeof sgate, "%s%s%s", gate, x < 0 ? "" : extra[x].name, fc->name);
         const long long launches0 = k_attn_strided_launches(), pairs0 = k_attn_pair_launches();
-        long differ = (long)qn;
-        if (!rc) {
-            k_set_attn_query_tiles(1);
-            k_set_attn_strided_tiles(1);
-            k_set_attn_pair_tiles(forms[f].pair);
-            k_set_attn_longest_first(forms[f].longest);
-            k_set_attn_stats_together(forms[f].together);
-            k_set_attn_tile_fold(forms[f].fold);
-            differ = strided_run(&a, forms[f].spb, dout, got, want, qn, &rc);
-            k_set_attn_tile_fold(0);
-            k_set_attn_stats_together(0);
-            k_set_attn_longest_first(0);
-            k_set_attn_pair_tiles(0);
-            k_set_attn_strided_tiles(0);
-            k_set_attn_query_tiles(0);
-        }
+        const long differ = tiles_run(&a, fc, 1, pair, dout, got, want, qn, &rc);
         const long long strided = k_attn_strided_launches() - launches0;
         /* the eight-warp pair form takes every launch of a group that pairs but the e4m3 pool's
          * folded grids (windows up to 1,024: 16 splits); the four-warp one is head dim 512's
          * only, so here none */
         const long long pairs = k_attn_pair_launches() - pairs0;
-        const int folded = forms[f].fold && forms[f].spb == 0 && window <= 1024;
-        const int pairs_ok =
-            forms[f].pair == 1 && group >= 2 && !(folded && fp8) ? pairs > 0 : pairs == 0;
+        const int folded = fc->fold && fc->spb == 0 && window <= 1024;
+        const int pairs_ok = pair == 1 && group >= 2 && !(folded && fp8) ? pairs > 0 : pairs == 0;
         TEST_CHECK(sgate, rc == 0 && differ == 0 && strided > 0 && pairs_ok && base_nan == 0,
                    "%ld of %zu output elements differ between strided query tiles and a block "
                    "per row (must be bit-identical); strided launches %lld (must be > 0); pair "
@@ -1178,8 +1211,7 @@ static void run_strided_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
  * 512): positions 1,990..2,139, across 2,048 keys (32 splits of one tile, then 17 of two: rows
  * of both split sizes may not share a block), the grid unfolded. The windowed rows past the
  * fill are the strided gates' (run_strided_tiles, with the pair forms). No reference run: every
- * output bit is compared with the one-row blocks' (query tiles off), which the op gates above
- * hold to the reference. */
+ * output bit is compared with the one-row blocks' (query tiles off). */
 static void run_pair_tiles(const cfg *c, int shape, int fp8, uint64_t seed) {
     char gate[160], tag[48];
     const int n_prompt = 150, from = shape == 0 ? 0 : 1990;
@@ -1196,66 +1228,30 @@ static void run_pair_tiles(const cfg *c, int shape, int fp8, uint64_t seed) {
     }
     add_row(2, 100);
     attn_case t;
-    int rc = attn_case_setup(&t, c, window, fp8, seed);
+    bf16_t *want, *got;
+    int rc;
+    if (!bits_case_setup(&t, c, window, fp8, seed, gate, &want, &got, &rc)) return;
     const size_t qn = t.qn;
     void *const dout = t.dout;
-    bf16_t *want = malloc(qn * 2), *got = malloc(qn * 2);
-    if (!t.q || !t.kv || !want || !got) {
-        TEST_CHECK(gate, 0, "host allocation failed");
-        attn_case_free(&t), free(want), free(got);
-        return;
-    }
     k_attention_args a = t.a;
     a.max_pos = shape == 0 ? 1023 : 0;
-    const int strided = window > 0; /* the windowed head dim pairs on the strided kernels */
-    /* the one-row blocks' bits: query tiles off */
-    long base_nan = 0;
-    if (!rc) {
-        k_set_attn_query_tiles(0);
-        (void)strided_run(&a, 0, dout, want, want, qn, &rc);
-        for (size_t i = 0; i < qn && !rc; i++)
-            base_nan += isnan(ref_bf16_to_f32(want[i]));
-    }
-    /* both forms, each in the tiles' forms and at forced splits a block (folding only where one
-     * block holds every split: shape 0's unforced grids) */
-    static const struct {
-        const char *name;
-        int longest, together, fold, spb;
-    } forms[] = {{"", 0, 0, 0, 0},
-                 {" tile fold", 0, 0, 1, 0},
-                 {" longest first stats together tile fold", 1, 1, 1, 0},
-                 {" 1 split a block", 0, 0, 1, 1},
-                 {" 2 splits a block", 1, 0, 0, 2},
-                 {" 3 splits a block", 0, 1, 1, 3}};
+    const long base_nan = one_row_bits(&a, dout, want, qn, &rc);
     for (int pair = 1; pair <= 2; pair++)
-        for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        for (size_t f = 0; f < N_TILE_FORMS6; f++) {
+            const tile_form_case *fc = &tile_forms6[f];
             char sgate[220];
             snprintf(sgate, sizeof sgate, "%s %s%s", gate, pair == 1 ? "8 warps" : "4 warps",
-                     forms[f].name);
+                     fc->name);
             /* the four-warp form leaves folded grids, and head dim 256, to the one-tile kernel,
              * the eight-warp one the e4m3 pool's folded grids at 256 (its fold would spill); a
              * group of one has no pair form (two tiles' 32 rows would not divide the launches'
              * chunks) */
-            const int folds = forms[f].fold && forms[f].spb == 0 && shape == 0;
+            const int folds = fc->fold && fc->spb == 0 && shape == 0;
             const int expect =
                 group >= 2 && (pair == 1 ? !(folds && fp8 && c->d == 256) : c->d == 512 && !folds);
             const long long launches0 = k_attn_pair_launches();
-            long differ = (long)qn;
-            if (!rc) {
-                k_set_attn_query_tiles(1);
-                k_set_attn_pair_tiles(pair);
-                k_set_attn_strided_tiles(strided);
-                k_set_attn_longest_first(forms[f].longest);
-                k_set_attn_stats_together(forms[f].together);
-                k_set_attn_tile_fold(forms[f].fold);
-                differ = strided_run(&a, forms[f].spb, dout, got, want, qn, &rc);
-                k_set_attn_tile_fold(0);
-                k_set_attn_stats_together(0);
-                k_set_attn_longest_first(0);
-                k_set_attn_strided_tiles(0);
-                k_set_attn_pair_tiles(0);
-                k_set_attn_query_tiles(0);
-            }
+            /* the windowed head dim pairs on the strided kernels */
+            const long differ = tiles_run(&a, fc, window > 0, pair, dout, got, want, qn, &rc);
             const long long launched = k_attn_pair_launches() - launches0;
             TEST_CHECK(sgate, rc == 0 && differ == 0 && (launched > 0) == expect && base_nan == 0,
                        "%ld of %zu output elements differ between pair tiles and a block per row "
