@@ -1335,7 +1335,7 @@ int main(void) {
     k_set_attn_tile_fold(0);
     k_set_attn_flash(0);         /* on in its own gates (set_flash_tiles) */
     k_set_attn_strided_tiles(0); /* on by default; on in its own gates (run_strided_tiles) */
-    k_set_attn_pair_tiles(0);    /* off by default; on in its own gates (run_pair_tiles) */
+    k_set_attn_pair_tiles(0);    /* on by default; on in its own gates (run_pair_tiles) */
     make_rows(0);
     /* local family (hd 256, default RoPE) and global family (hd 512, proportional RoPE: 64 of
      * 256 pairs), GQA groups 1, 2, 4 and 8 (the kept-score P.V splits keys across warps up to
