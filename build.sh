@@ -40,7 +40,8 @@ GPU_TESTS="test_gemm_lt test_ops test_attn test_moe test_fill test_sample"
 CU_SRC="kernels/device.cu kernels/gemm_lt.cu kernels/fill.cu kernels/norm.cu kernels/attn_prep.cu
 kernels/attn.cu kernels/attn_window.cu kernels/attn_mma.cu kernels/attn_mma_d256_bf16_keep.cu
 kernels/attn_mma_d256_e4m3_keep.cu kernels/attn_mma_d256_bf16.cu kernels/attn_mma_d256_e4m3.cu
-kernels/attn_mma_d512_bf16.cu kernels/attn_mma_d512_e4m3.cu kernels/moe.cu kernels/moe_stream.cu kernels/sample.cu"
+kernels/attn_mma_d512_bf16.cu kernels/attn_mma_d512_e4m3.cu kernels/attn_prompt.cu kernels/moe.cu
+kernels/moe_stream.cu kernels/sample.cu"
 # The unit tests, one line each: name | what it links besides tests/unit/<name>.c (the module
 # under test through its header, no generated code; test_loader brings its own model table) |
 # its arguments. Registering a unit test is adding its line here; build, run, the musl build

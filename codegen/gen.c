@@ -494,6 +494,7 @@ static void emit_attention(FILE *f, const gen_model *m, int kind) {
     fld(f, "kv_layer", "I->kv_layer");
     fld(f, "max_pos", "s->max_pos");
     fld(f, "splits_per_block", "s->attn_splits_per_block");
+    fld(f, "prompt_rows", "s->rows - s->decode_rows"); /* serve.attn_prompt */
     if (full)
         fld(f, "window", "0 /* full attention */");
     else

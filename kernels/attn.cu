@@ -440,17 +440,28 @@ static int launch_attention(const k_attention_args *a, int group, int max_split,
  * ATTN_SCRATCH_MAX, and one row's partials (32 heads x 32 splits x 514 floats) are far below. */
 extern "C" size_t k_attention_workspace(void) { return ATTN_SCRATCH_MAX; }
 
-extern "C" int k_attention(const k_attention_args *a, g4_stream st) {
-    int rc = kv_dtype_check(&a->kv);
+extern "C" int k_attention(const k_attention_args *a_in, g4_stream st) {
+    int rc = kv_dtype_check(&a_in->kv);
     if (rc) return rc;
-    if (!kv_shape_ok(&a->kv, a->kv_layer) || a->rows < 0 || a->n_head <= 0 ||
-        a->n_head % a->kv.n_kv_head || a->window < 0 || a->max_pos < 0 || a->splits_per_block < 0 ||
-        a->splits_per_block > ATTN_MAX_SPB || !a->out || !a->q || !a->pos || !a->seq ||
-        !aligned16(a->q))
+    if (!kv_shape_ok(&a_in->kv, a_in->kv_layer) || a_in->rows < 0 || a_in->n_head <= 0 ||
+        a_in->n_head % a_in->kv.n_kv_head || a_in->window < 0 || a_in->max_pos < 0 ||
+        a_in->splits_per_block < 0 || a_in->splits_per_block > ATTN_MAX_SPB || !a_in->out ||
+        !a_in->q || !a_in->pos || !a_in->seq || !aligned16(a_in->q) || a_in->prompt_rows < 0 ||
+        a_in->prompt_rows > a_in->rows)
         return K_ERR_SHAPE;
-    int group = a->n_head / a->kv.n_kv_head;
+    int group = a_in->n_head / a_in->kv.n_kv_head;
     if (group != 1 && group != 2 && group != 4 && group != 8 && group != 16) return K_ERR_SHAPE;
-    if (a->rows == 0) return K_OK;
+    if (a_in->rows == 0) return K_OK;
+    /* the prompt rows on their own pass where it takes them; the split passes below get the
+     * generated rows before them (all rows otherwise) */
+    k_attention_args rest = *a_in;
+    rc = attn_prompt_launch(a_in, (cudaStream_t)st);
+    if (rc < 0) return rc;
+    if (rc == K_OK) rest.rows -= a_in->prompt_rows;
+    rest.prompt_rows = 0;
+    if (rest.rows == 0) return K_OK;
+    rc = K_OK;
+    const k_attention_args *a = &rest;
     /* the grid's splits: those of the longest row the step can hold */
     int reach = a->kv.max_pages * a->kv.page_tokens - 1;
     int max_pos = a->max_pos > 0 && a->max_pos < reach ? a->max_pos : reach;

@@ -753,6 +753,12 @@ int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb
 int attn_mma_setup(void);
 /* serve.attn_strided_tiles (kernels.h, k_set_attn_strided_tiles): on or not */
 int attn_strided_tiles(void);
+/* kernels/attn_prompt.cu: the prompt rows' pass (serve.attn_prompt). attn_prompt_launch
+ * launches it over the step's prompt rows when it is on and built for the layer (K_OK, or a
+ * K_ERR_* code), or returns 1 having launched nothing; attn_prompt_setup raises its kernels'
+ * shared-memory limits at start-up. */
+int attn_prompt_launch(const k_attention_args *a, cudaStream_t s);
+int attn_prompt_setup(void);
 /* serve.attn_pair_tiles (kernels.h, k_set_attn_pair_tiles): 0, or the pair form */
 int attn_pair_tiles(void);
 /* How many blocks of those passes the card holds at once (their shared memory allows 2 or 3 an

@@ -275,6 +275,7 @@ extern "C" int k_attention_setup(void) {
     int rc = K_OK;
     (void)attn_fold_counters(); /* the symbol looked up here, outside any graph capture */
     if (rc == K_OK) rc = attn_mma_setup();
+    if (rc == K_OK) rc = attn_prompt_setup();
     if (rc == K_OK) rc = win_smem_allow<1, true, false>();
     if (rc == K_OK) rc = win_smem_allow<1, true, true>();
     if (rc == K_OK) rc = win_smem_allow<2, true, false>();

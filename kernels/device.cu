@@ -122,6 +122,7 @@ extern "C" int k_profiler_range(int on) {
     X(attn_mma_d512_bf16)                                                                          \
     X(attn_mma_d512_e4m3)                                                                          \
     X(attn_prep)                                                                                   \
+    X(attn_prompt)                                                                                 \
     X(attn_window) X(fill) X(gemm_lt) X(moe) X(moe_stream) X(norm) X(sample)
 #define K_TRACE_DECLARE(u) extern "C" int k_trace_bind_##u(k_trace_rec *buf);
 K_TRACE_UNITS(K_TRACE_DECLARE)

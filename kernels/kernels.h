@@ -136,6 +136,10 @@ typedef struct k_attention_args {
     /* splits of a row's keys one GPU block takes in turn, 1..16; 0 lets the launcher choose by
      * the step's size. The results are the same bits whatever it is (tests force it). */
     int splits_per_block;
+    /* the step's last prompt_rows rows are prompt rows (docs/prompt-rows.md: a request's prompt
+     * tokens, each sequence's rows contiguous and ascending), the rows before them generated;
+     * with serve.attn_prompt on, the prompt rows take their own pass (k_set_attn_prompt) */
+    int prompt_rows;
 } k_attention_args;
 
 /* out[r, j] = bf(bf(gelu_tanh(a[r*lda + j])) * b[r*ldb + j]) for j < width; b NULL drops
@@ -433,6 +437,18 @@ long long k_attn_pair_launches(void);
  * launches that took it (the gates check it ran). */
 void k_set_attn_flash(int on);
 long long k_attn_flash_launches(void);
+/* Prompt rows (k_attention_args.prompt_rows) take attn_prompt.cu's pass: a block holds 64 M
+ * rows (positions x query heads) of one KV head and walks their keys in units at absolute
+ * positions (64 keys at head dim 256, 32 at 512), both passes in one launch: the statistics
+ * (online max and sum), then p = bf(exp(s - m) / l) and P.V into one fp32 sum a row, unit after
+ * unit (serve.attn_prompt, default 0). Other bits than the split plan's (no splits), the same
+ * rounding points; a row's bits depend only on its own position and keys, so a prompt row gives
+ * the same bits however the prompt is sliced and whatever shares its step
+ * (docs/attention-design.md, "Prompt rows on their own pass"). Generated rows, and every row of
+ * a head dim or group it is not built for, keep the split-KV passes. Process-wide;
+ * k_attn_prompt_launches counts its launches (the gates check it ran). */
+void k_set_attn_prompt(int on);
+long long k_attn_prompt_launches(void);
 
 /* kernels/sample.cu: the greedy token on the device */
 int k_argmax(const k_argmax_args *a, g4_stream st);

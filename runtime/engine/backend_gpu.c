@@ -80,6 +80,7 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_attn_pair_tiles(cfg->serve.attn_pair_tiles);         /* likewise */
     k_set_attn_flash(cfg->serve.attn_flash);                   /* likewise */
     k_set_attn_prep_rows(cfg->serve.attn_prep_rows);           /* likewise */
+    k_set_attn_prompt(cfg->serve.attn_prompt);                 /* other bits for prompt rows */
     k_set_moe_prompt_experts(cfg->serve.prompt_experts);       /* other bits for prompt rows */
     k_set_moe_expert_stream(cfg->serve.expert_stream);         /* the same bits */
     (void)k_set_moe_prompt_tile(cfg->serve.prompt_tile);       /* in range: the config's */

@@ -1273,6 +1273,140 @@ static void run_pair_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
     }
 }
 
+/* ---- prompt rows on their own pass (serve.attn_prompt) ----
+ * The rows as the engine orders a step: a generated row first (A's at 3,000), then the prompt
+ * rows, B's from .. from + n - 1 and C's 60 .. 100 (another prompt's chunk right after B's, so a
+ * block holds both sequences at their edge). */
+static void make_prompt_rows(int from, int n) {
+    n_rows = 0;
+    seq_len[0] = 3001;
+    seq_len[1] = from + n;
+    seq_len[2] = 101;
+    add_row(0, 3000);
+    for (int k = 0; k < n; k++)
+        add_row(1, from + k);
+    for (int p = 60; p < seq_len[2]; p++)
+        add_row(2, p);
+}
+
+/* The (head dim, group) pairs attn_prompt.cu is built for (its AP_EACH). */
+static int prompt_pass_built(const cfg *c) {
+    const int g = c->n_head / c->n_kv;
+    return c->d == 256 ? g == 2 || g == 4 || g == 8 : g == 4 || g == 8 || g == 16;
+}
+
+/* Rows [r0, r0 + nr) of a as a launch of their own, the last `prompt` of them prompt rows, into
+ * their rows of dout. */
+static int prompt_slice(const k_attention_args *a, const cfg *c, int r0, int nr, int prompt) {
+    const size_t row_bytes = (size_t)c->n_head * (size_t)c->d * 2;
+    k_attention_args sa = *a;
+    sa.out = (bf16_t *)((char *)a->out + (size_t)r0 * row_bytes);
+    sa.q = (const bf16_t *)((const char *)a->q + (size_t)r0 * row_bytes);
+    sa.pos = a->pos + r0;
+    sa.seq = a->seq + r0;
+    sa.rows = nr;
+    sa.prompt_rows = prompt;
+    return k_attention(&sa, NULL);
+}
+
+/* The prompt pass against the reference (the op gate's bound), its generated row against the
+ * split passes' bits, and slicing: the prompt rows through launches of 1, 7, 33 and 100 rows
+ * give every bit of the one launch. Where the pass is not built for the config, it must not run
+ * and the launch must give the split passes' bits. */
+static void run_prompt_pass(const cfg *c, int window, int from, int n, int fp8, uint64_t seed) {
+    char gate[160], tag[48];
+    snprintf(gate, sizeof gate, "attn_prompt[%s w%d%s rows %d..%d]", tag_of(c, tag, sizeof tag),
+             window, fp8 ? " e4m3" : "", from, from + n - 1);
+    make_prompt_rows(from, n);
+    attn_case t;
+    bf16_t *want, *got;
+    int rc;
+    if (!bits_case_setup(&t, c, window, fp8, seed, gate, &want, &got, &rc)) return;
+    const size_t qn = t.qn, row = (size_t)c->n_head * (size_t)c->d;
+    void *const dout = t.dout;
+    bf16_t *ref = malloc(qn * 2);
+    k_attention_args a = t.a;
+    a.max_pos = 3000;
+    /* the split passes' bits (the switch off), then the prompt pass's */
+    (void)strided_run(&a, 0, dout, want, want, qn, &rc);
+    const int built = prompt_pass_built(c);
+    const long long launches0 = k_attn_prompt_launches();
+    k_set_attn_prompt(1);
+    a.prompt_rows = n_rows - 1;
+    (void)strided_run(&a, 0, dout, got, got, qn, &rc);
+    const long long launched = k_attn_prompt_launches() - launches0;
+    long gen_differ = 0, off_differ = 0;
+    for (size_t i = 0; i < qn && !rc; i++) {
+        gen_differ += i < row && got[i] != want[i];
+        off_differ += got[i] != want[i];
+    }
+    /* the reference over every row */
+    k_attention_args ra = a;
+    ra.out = ref;
+    ra.q = t.q;
+    ra.pos = row_pos;
+    ra.seq = row_seq;
+    ra.kv = view_of(&t.s, c, t.kv, t.s.tables);
+    ra.kv.elem_bytes = a.kv.elem_bytes;
+    for (size_t i = 0; ref && i < qn; i++)
+        ref[i] = BF16_NAN;
+    const int rrc = ref ? ref_attention(&ra, NULL) : -1;
+    cmp m = {0};
+    if (ref) compare(&m, got, ref, qn);
+    const double rel = rel_of(&m);
+    char sgate[220];
+    snprintf(sgate, sizeof sgate, "%s vs reference", gate);
+    TEST_CHECK(sgate,
+               rc == 0 && rrc == 0 && rel <= 1e-2 && m.unwritten == 0 && m.stray == 0 &&
+                   (launched > 0) == built && gen_differ == 0 && (built || off_differ == 0),
+               "rel err %.2e (limit 1e-2), unwritten %ld, stray %ld; prompt launches %lld (must "
+               "be %s); the generated row's elements differing from the split passes' %ld (must "
+               "be 0); all rows' %ld (0 where the pass is not built); rc %d ref rc %d",
+               rel, m.unwritten, m.stray, launched, built ? "> 0" : "0", gen_differ, off_differ, rc,
+               rrc);
+    /* slicing: the prompt rows in launches of sz rows, the generated row left poisoned */
+    static const int sizes[] = {1, 7, 33, 100};
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        bf16_t *sl = want; /* the split passes' bits are no longer needed */
+        for (size_t i = 0; i < qn; i++)
+            sl[i] = BF16_NAN;
+        if (!rc) rc = k_copy_to_device(dout, sl, qn * 2);
+        for (int r0 = 1; r0 < n_rows && !rc; r0 += sizes[z]) {
+            const int nr = n_rows - r0 < sizes[z] ? n_rows - r0 : sizes[z];
+            rc = prompt_slice(&a, c, r0, nr, nr);
+        }
+        if (!rc) rc = k_sync() | k_copy_to_host(sl, dout, qn * 2);
+        long differ = 0;
+        for (size_t i = row; i < qn; i++)
+            differ += rc || sl[i] != got[i];
+        snprintf(sgate, sizeof sgate, "%s slices of %d", gate, sizes[z]);
+        TEST_CHECK(sgate, rc == 0 && differ == 0,
+                   "%ld prompt-row elements differ between launches of %d rows and one launch "
+                   "(must be bit-identical), rc %d",
+                   differ, sizes[z], rc);
+    }
+    k_set_attn_prompt(0);
+    attn_case_free(&t);
+    free(want);
+    free(got);
+    free(ref);
+}
+
+/* Head dim 256 at the window of 1,024 across its first fill and at 8; 512 at no window, from
+ * key 0 and across 2,048 keys, and at 8; both pools. */
+static void run_prompt_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
+    for (size_t i = 0; i < n_cfg; i++)
+        for (int fp8 = 0; fp8 <= 1; fp8++) {
+            if (cfgs[i].d == 256) {
+                run_prompt_pass(&cfgs[i], 1024, 950, 150, fp8, (*seed)++);
+            } else {
+                run_prompt_pass(&cfgs[i], 0, 0, 150, fp8, (*seed)++);
+                run_prompt_pass(&cfgs[i], 0, 1990, 100, fp8, (*seed)++);
+            }
+            run_prompt_pass(&cfgs[i], 8, 0, 40, fp8, (*seed)++);
+        }
+}
+
 static void run_attention_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
     static const int windows[] = {0, 8, 1024, 2500};
     make_rows(0);
@@ -1336,6 +1470,7 @@ int main(void) {
     k_set_attn_flash(0);         /* on in its own gates (set_flash_tiles) */
     k_set_attn_strided_tiles(0); /* on by default; on in its own gates (run_strided_tiles) */
     k_set_attn_pair_tiles(0);    /* on by default; on in its own gates (run_pair_tiles) */
+    k_set_attn_prompt(0);        /* on in its own gates (run_prompt_pass) */
     make_rows(0);
     /* local family (hd 256, default RoPE) and global family (hd 512, proportional RoPE: 64 of
      * 256 pairs), GQA groups 1, 2, 4 and 8 (the kept-score P.V splits keys across warps up to
@@ -1377,6 +1512,13 @@ int main(void) {
         k_set_attn_mma(0);
         return harness_exit();
     }
+    if (only && strcmp(only, "prompt") == 0) { /* G4_ATTN_GATES=prompt: those gates only */
+        attn_mma = 1;
+        k_set_attn_mma(1);
+        run_prompt_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
+        k_set_attn_mma(0);
+        return harness_exit();
+    }
     if (only && strcmp(only, "nan_paths") == 0) {
         attn_mma = 1;
         k_set_attn_mma(1);
@@ -1393,6 +1535,7 @@ int main(void) {
     k_set_attn_mma(1);
     run_strided_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
     run_pair_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
+    run_prompt_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
     k_set_attn_mma(0);
     run_refusals();
     return harness_exit();

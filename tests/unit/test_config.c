@@ -79,7 +79,7 @@ static void test_defaults(void) {
         c.serve.attn_early_lookup == 1 && c.serve.attn_longest_first == 1 &&
         c.serve.attn_stats_together == 1 && c.serve.attn_tile_fold == 1 &&
         c.serve.attn_strided_tiles == 1 && c.serve.attn_flash == 0 && c.serve.prompt_gemm == 1 &&
-        c.serve.attn_pair_tiles == 2 && c.serve.attn_prep_rows == 1 &&
+        c.serve.attn_pair_tiles == 2 && c.serve.attn_prep_rows == 1 && c.serve.attn_prompt == 0 &&
         c.serve.prompt_experts == 0 && c.serve.prompt_tile == 96 && c.serve.moe_branches == 64 &&
         c.serve.expert_stream == 8 && c.serve.sample_threads == 0 && c.log.level == LOG_INFO &&
         c.debug.sync == 0 && c.debug.gemm == 3;
@@ -140,6 +140,7 @@ static void test_full_ini(void) {
                                              "attn_flash = 1\n"
                                              "attn_pair_tiles = 0\n"
                                              "attn_prep_rows = 0\n"
+                                             "attn_prompt = 1\n"
                                              "prompt_gemm = 0\n"
                                              "prompt_experts = 1\n"
                                              "prompt_tile = 128\n"
@@ -168,10 +169,10 @@ static void test_full_ini(void) {
         c.serve.attn_fp8_frags == 0 && c.serve.attn_early_lookup == 0 &&
         c.serve.attn_longest_first == 0 && c.serve.attn_stats_together == 0 &&
         c.serve.attn_tile_fold == 0 && c.serve.attn_strided_tiles == 0 && c.serve.attn_flash == 1 &&
-        c.serve.attn_pair_tiles == 0 && c.serve.attn_prep_rows == 0 && c.serve.prompt_gemm == 0 &&
-        c.serve.prompt_experts == 1 && c.serve.prompt_tile == 128 && c.serve.moe_branches == 16 &&
-        c.serve.expert_stream == 16 && c.serve.sample_threads == 3 && c.log.level == LOG_DEBUG &&
-        c.debug.sync == 1 && c.debug.gemm == 1;
+        c.serve.attn_pair_tiles == 0 && c.serve.attn_prep_rows == 0 && c.serve.attn_prompt == 1 &&
+        c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 && c.serve.prompt_tile == 128 &&
+        c.serve.moe_branches == 16 && c.serve.expert_stream == 16 && c.serve.sample_threads == 3 &&
+        c.log.level == LOG_DEBUG && c.debug.sync == 1 && c.debug.gemm == 1;
     TEST_CHECK("config.full_ini", ok, "rc=%d path='%s' page_tokens=%d budget=%g error='%s'", rc,
                c.model.path, c.kv.page_tokens, c.kv.budget_gb, rc ? config_last_error() : "");
 
@@ -254,6 +255,8 @@ static void test_load_errors(void) {
                       ":2:", "serve.moe_prefill_tiles", "out of range 0..3");
     expect_load_error("config.bad_attn_pair_tiles", "[serve]\nattn_pair_tiles = 3\n",
                       ":2:", "serve.attn_pair_tiles", "out of range 0..2");
+    expect_load_error("config.bad_attn_prompt", "[serve]\nattn_prompt = 2\n",
+                      ":2:", "serve.attn_prompt", "0, 1");
     /* the experts' streamed form reaches decode-sized calls only (kernels.h) */
     expect_load_error("config.bad_expert_stream", "[serve]\nexpert_stream = 129\n",
                       ":2:", "serve.expert_stream", "out of range 0..128");
