@@ -108,6 +108,26 @@ static __device__ __forceinline__ void ap_partial_scores(const unsigned char *qw
     }
 }
 
+/* 2^x by the special function unit (ex2.approx: relative error ~2^-22, far under the bf16
+ * rounding of the weights it feeds); the pass's exponentials are exp(x) = 2^(x log2 e). */
+static __device__ __forceinline__ float ap_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#define AP_LOG2E 1.4426950408889634f
+
+/* fp32 rounded through bf16 by the conversion instruction: round to nearest even, as
+ * k_round_bf16 for every number (a NaN may come out with another payload, still a NaN). */
+static __device__ __forceinline__ float ap_round_bf16(float f) {
+    return __bfloat162float(__float2bfloat16_rn(f));
+}
+/* Two fp32 values rounded to bf16 as an A operand's pair, the lower k in the low half. */
+static __device__ __forceinline__ uint32_t ap_pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
+}
+
 /* The tile's warps meet at their named barrier (1 + tile). */
 static __device__ __forceinline__ void ap_tile_sync(int tile, int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(1 + tile), "r"(threads) : "memory");
@@ -125,6 +145,8 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
     static_assert(N * CPR % AP_THREADS == 0 && N <= 64, "whole copies a thread");
     extern __shared__ __align__(16) unsigned char ap_smem[];
     __shared__ long long koff[AP_OFFS][N]; /* element offsets; -1: no row */
+    __shared__ int rpos[R], rseqs[R];      /* the block's rows' positions and sequences */
+    static_assert(R <= AP_THREADS, "a thread a row");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
     const int g0 = lane >> 2, qd = lane & 3;
     const int tile = warp / WPT, wd = warp % WPT;
@@ -134,6 +156,10 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
     const int r = row0 + b * R, nrow = min(R, n_rows - b * R);
     unsigned char *qs = ap_smem + L::Q;
     float *part = reinterpret_cast<float *>(ap_smem + L::PART);
+    if (tid < nrow) {
+        rpos[tid] = a.pos[r + tid];
+        rseqs[tid] = a.seq[r + tid];
+    }
 
     /* the queries, bf16 as stored; M rows past the block's rows zero */
     for (int e = tid; e < ap_tiles<D>() * 16 * (D / 8); e += AP_THREADS) {
@@ -145,17 +171,19 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
         *reinterpret_cast<uint4 *>(qs + mm * L::ROW + ap_chunk(mm, c)) = v;
     }
 
+    __syncthreads(); /* rpos, rseqs */
     /* the lane's M rows g0 and g0 + 8: their block row, sequence and key range */
     int rk[2], rseq[2], lo[2], hi[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         rk[h] = tile * (16 / G) + (g0 + 8 * h) / G;
-        const int i = rk[h] < nrow ? a.pos[r + rk[h]] : -1;
-        rseq[h] = rk[h] < nrow ? a.seq[r + rk[h]] : -1;
+        const int i = rk[h] < nrow ? rpos[rk[h]] : -1;
+        rseq[h] = rk[h] < nrow ? rseqs[rk[h]] : -1;
         hi[h] = i;
         lo[h] = i < 0 ? 1 : a.window > 0 ? max(0, i - a.window + 1) : 0;
     }
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    float mb_run[2] = {0.0f, 0.0f}, rl_run[2] = {0.0f, 0.0f}; /* the P.V steps' m log2 e, 1 / l */
     bool bad[2] = {hi[0] < 0, hi[1] < 0};
     float o[16][4]; /* the warp's 128 dims of its tile's M rows */
 #pragma unroll
@@ -170,12 +198,12 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
 
     /* each sequence's rows of the block in turn (a block holds one, but at a prompt's edge) */
     for (int seg0 = 0; seg0 < nrow;) {
-        const int sq = a.seq[r + seg0];
+        const int sq = rseqs[seg0];
         int seg1 = seg0 + 1, blo = INT_MAX, bhi = -1;
-        while (seg1 < nrow && a.seq[r + seg1] == sq)
+        while (seg1 < nrow && rseqs[seg1] == sq)
             seg1++;
         for (int k = seg0; k < seg1; k++) {
-            const int i = a.pos[r + k];
+            const int i = rpos[k];
             if (i < 0) continue;
             blo = min(blo, a.window > 0 ? max(0, i - a.window + 1) : 0);
             bhi = max(bhi, i);
@@ -189,6 +217,10 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
             elo[h] = in ? lo[h] : INT_MAX;
             ehi[h] = in ? hi[h] : -1;
         }
+        /* the keys every row of the warp's tile holds: a unit inside them (and wholly mapped)
+         * needs no per-key range test, the same values either way */
+        const int tile_lo = __reduce_max_sync(0xffffffffu, (unsigned)max(elo[0], elo[1]));
+        const int tile_hi = (int)__reduce_min_sync(0xffffffffu, (unsigned)(min(ehi[0], ehi[1]) + 1)) - 1;
         const int uf = blo / N, nu = bhi / N - uf + 1, steps = 3 * nu;
         /* step j: the statistics' K of unit uf + j (j < nu), then K and V of each unit in turn */
         auto unit_of = [&](int j) { return uf + (j < nu ? j : (j - nu) >> 1); };
@@ -245,6 +277,12 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
             }
             const int kbase = unit_of(j) * N;
             const bool stats = j < nu, is_k = plane_of(j) == 0;
+            if (j == nu) /* the statistics are final: each row's m log2 e and 1 / l */
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    mb_run[h] = m_run[h] == -INFINITY ? 0.0f : m_run[h] * AP_LOG2E;
+                    rl_run[h] = l_run[h] > 0.0f ? 1.0f / l_run[h] : 0.0f;
+                }
             if (is_k) {
                 float s[NT][4];
                 ap_partial_scores<D>(qw, ut, wd, s);
@@ -270,19 +308,29 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
                 if constexpr (N == 64)
                     mapped |= (unsigned long long)__ballot_sync(0xffffffffu, ko[lane + 32] >= 0)
                               << 32;
-#pragma unroll
-                for (int h = 0; h < 2; h++)
+                const bool inside = kbase >= tile_lo && kbase + N - 1 <= tile_hi &&
+                                    mapped == (N == 64 ? ~0ull : 0xffffffffull);
+                if (inside) {
 #pragma unroll
                     for (int n = 0; n < NT; n++)
 #pragma unroll
-                        for (int e2 = 0; e2 < 2; e2++) {
-                            const int kk = 8 * n + 2 * qd + e2, key = kbase + kk;
-                            const bool in = key >= elo[h] && key <= ehi[h];
-                            const bool has = (mapped >> kk) & 1ull;
-                            if (stats && in && !has) bad[h] = true;
-                            float &v = s[n][2 * h + e2];
-                            v = in && has ? k_round_bf16(v) : -INFINITY;
-                        }
+                        for (int e = 0; e < 4; e++)
+                            s[n][e] = ap_round_bf16(s[n][e]);
+                } else {
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int n = 0; n < NT; n++)
+#pragma unroll
+                            for (int e2 = 0; e2 < 2; e2++) {
+                                const int kk = 8 * n + 2 * qd + e2, key = kbase + kk;
+                                const bool in = key >= elo[h] && key <= ehi[h];
+                                const bool has = (mapped >> kk) & 1ull;
+                                if (stats && in && !has) bad[h] = true;
+                                float &v = s[n][2 * h + e2];
+                                v = in && has ? ap_round_bf16(v) : -INFINITY;
+                            }
+                }
                 if (stats) {
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
@@ -295,38 +343,40 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
                         /* none of the row's keys (quad-uniform): the unit changes nothing */
                         const bool any = mt != -INFINITY;
                         const float m_new = any ? fmaxf(m_run[h], mt) : 0.0f;
+                        const float mb = m_new * AP_LOG2E; /* exp(s - m) = 2^(s log2 e - mb) */
                         float x = 0.0f;
 #pragma unroll
                         for (int n = 0; n < NT; n++) {
-                            x += any ? expf(s[n][2 * h] - m_new) : 0.0f;
-                            x += any ? expf(s[n][2 * h + 1] - m_new) : 0.0f;
+                            x += any ? ap_exp2(fmaf(s[n][2 * h], AP_LOG2E, -mb)) : 0.0f;
+                            x += any ? ap_exp2(fmaf(s[n][2 * h + 1], AP_LOG2E, -mb)) : 0.0f;
                         }
                         x += __shfl_xor_sync(0xffffffffu, x, 1);
                         x += __shfl_xor_sync(0xffffffffu, x, 2);
                         if (any) {
-                            l_run[h] = l_run[h] * expf(m_run[h] - m_new) + x;
+                            l_run[h] = l_run[h] * ap_exp2(fmaf(m_run[h], AP_LOG2E, -mb)) + x;
                             m_run[h] = m_new;
                         }
                     }
                 } else {
                     /* the weights as the next V unit's A fragments: k step t holds n tiles
                      * 2t and 2t + 1 (the accumulator layout is the A layout) */
+                    /* p = exp(s - m) / l as 2^(s log2 e - m log2 e) x (1 / l), rounded to bf16
+                     * as packed below; a key not the row's (-inf) gives 2^-inf = 0 */
 #pragma unroll
                     for (int n = 0; n < NT; n++)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
                             const int h = e >> 1;
-                            const float v = s[n][e];
-                            s[n][e] = v == -INFINITY ? 0.0f : softmax_p(v, m_run[h], l_run[h]);
+                            s[n][e] = ap_exp2(fmaf(s[n][e], AP_LOG2E, -mb_run[h])) * rl_run[h];
                         }
                 }
                 if (!stats) {
 #pragma unroll
                     for (int t = 0; t < NT / 2; t++) {
-                        pf_hold[t][0] = pack_bf16_exact(s[2 * t][0], s[2 * t][1]);
-                        pf_hold[t][1] = pack_bf16_exact(s[2 * t][2], s[2 * t][3]);
-                        pf_hold[t][2] = pack_bf16_exact(s[2 * t + 1][0], s[2 * t + 1][1]);
-                        pf_hold[t][3] = pack_bf16_exact(s[2 * t + 1][2], s[2 * t + 1][3]);
+                        pf_hold[t][0] = ap_pack_bf16(s[2 * t][0], s[2 * t][1]);
+                        pf_hold[t][1] = ap_pack_bf16(s[2 * t][2], s[2 * t][3]);
+                        pf_hold[t][2] = ap_pack_bf16(s[2 * t + 1][0], s[2 * t + 1][1]);
+                        pf_hold[t][3] = ap_pack_bf16(s[2 * t + 1][2], s[2 * t + 1][3]);
                     }
                 }
             } else {
@@ -389,6 +439,12 @@ template <int D, int G, bool FP8> static int ap_allow(void) {
 template <int D, int G, bool FP8>
 static int ap_launch(const k_attention_args *a, int row0, int n, cudaStream_t s) {
     constexpr int R = ap_rows<D, G>();
+    static bool allowed = false; /* start-up raised it, unless the caller skipped start-up */
+    if (!allowed) {
+        const int rc = ap_allow<D, G, FP8>();
+        if (rc != K_OK) return rc;
+        allowed = true;
+    }
     const dim3 grid((unsigned)((n + R - 1) / R), (unsigned)a->kv.n_kv_head);
     CUDA_CHECK(k_launch(attn_prompt_kernel<D, G, FP8>, grid, AP_THREADS, ap_layout<D, FP8>::BYTES,
                         s, *a, row0, n));

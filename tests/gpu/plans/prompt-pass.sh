@@ -6,7 +6,7 @@
 #   2. test_attn's prompt gates alone (G4_ATTN_GATES=prompt: the pass against the reference at
 #      the op gate's bound, the generated row's bits, slices of 1, 7, 33 and 100 rows bit-equal
 #      to one launch, both pools, every config)
-#   3. bench_decode, 26B-A4B dummy weights, one prompt of 1,024 and of 4,096 tokens, the last
+#   3. ncu over the pass's first launches (PROMPT_NCU=0 skips it), then bench_decode, 26B-A4B dummy weights, one prompt of 1,024 and of 4,096 tokens, the last
 #      chunk's attention by layer kind, attn_prompt 0 / 1, two rounds; 16,384 tokens 0 / 1 once
 #      (PROMPT_LONG=0 skips it); the 31B at 1,024 tokens 0 / 1 once
 #   4. the trained fixtures' and engine gates with it on (G4_FIXTURE_SET=serve.attn_prompt=1
@@ -27,6 +27,18 @@ echo "build: $((SECONDS - t0)) s"
 G4_ATTN_GATES=prompt timeout 200 build/tests/test_attn > "$OUT/prompt-gates.log" 2>&1
 echo "prompt gates: exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/prompt-gates.log") PASS, $(grep -c '^FAIL' "$OUT/prompt-gates.log") FAIL, $(grep -c '^SKIP' "$OUT/prompt-gates.log") SKIP"
 grep '^FAIL' "$OUT/prompt-gates.log" | cut -c1-400 | head -12
+# ncu over the pass's first six launches of a 1,024-token 26B-A4B prefill (five windowed
+# layers, then a global one); PROMPT_NCU=0 skips it
+if [ "${PROMPT_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
+    timeout 150 ncu --kernel-name regex:attn_prompt_kernel --launch-count 6 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
+        build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
+        --set serve.max_context=4096 --set serve.attn_prompt=1 --batch 1 --prompt 1024 --steps 1 \
+        > "$OUT/ncu.txt" 2>&1
+    echo "ncu: exit $? at $((SECONDS - t0)) s"
+    grep -E "attn_prompt_kernel|^ +Duration|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc A|Issue Slots Busy|No Eligible|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued" "$OUT/ncu.txt" | head -60
+fi
 bench() { # $1 model, $2 prompt tokens, $3 attn_prompt
     echo "== $1 prefill $2, attn_prompt $3"
     timeout 120 build/tests/bench_decode -c conf/$1.ini --set model.weights=dummy \
