@@ -17,8 +17,11 @@
  *   (m, l)  online over the row's units: per unit the max (order-free) and, with m' = max(m,
  *           unit max), l = l exp(m - m') + sum of exp(s - m') over the unit's keys (a lane's
  *           keys in n tile order, then the quad's lanes xor 1, then xor 2).
- *   P.V     p = bf(exp(s - m) / l) (0 outside the range), o += P V by mma per 16 keys in order,
- *           unit after unit, into one fp32 accumulator; out = bf(o).
+ *   P.V     p = bf(exp(s - m) x (1 / l)) (0 outside the range), o += P V by mma per 16 keys in
+ *           order, unit after unit, into one fp32 accumulator; out = bf(o).
+ * exp(x) is 2^(x log2 e) by ex2.approx (ap_exp2) and 1 / l is computed once a row: HF eager's
+ * rounding points, with fp32 values a few ulps from expf's and a division's (why: the exact
+ * forms made the pass instruction-bound; docs/attention-design.md).
  * A unit that holds none of a row's keys changes nothing of it: its scores are all -inf, so the
  * statistics skip it, and its weights are all 0, so each mma adds exact zeros (V rows of keys
  * outside every row's range are zero rows, never NaN). An accumulator that is -0 could turn +0
@@ -140,8 +143,8 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
     using L = ap_layout<D, FP8>;
     constexpr int N = L::N, NT = N / 8, WPT = ap_wpt<D>(), R = ap_rows<D, G>();
     constexpr int EB = FP8 ? 1 : 2;
-    constexpr int CPR = L::SROW / 16;                     /* 16-byte copies a staged row */
-    constexpr int COPIES = N * CPR / AP_THREADS;          /* a thread's copies a unit */
+    constexpr int CPR = L::SROW / 16;            /* 16-byte copies a staged row */
+    constexpr int COPIES = N * CPR / AP_THREADS; /* a thread's copies a unit */
     static_assert(N * CPR % AP_THREADS == 0 && N <= 64, "whole copies a thread");
     extern __shared__ __align__(16) unsigned char ap_smem[];
     __shared__ long long koff[AP_OFFS][N]; /* element offsets; -1: no row */
@@ -210,7 +213,7 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
         }
         seg0 = seg1;
         if (bhi < 0) continue; /* block-uniform */
-        int elo[2], ehi[2]; /* the lane's rows' ranges in this sequence's walk */
+        int elo[2], ehi[2];    /* the lane's rows' ranges in this sequence's walk */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const bool in = rseq[h] == sq && hi[h] >= 0;
@@ -220,7 +223,8 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
         /* the keys every row of the warp's tile holds: a unit inside them (and wholly mapped)
          * needs no per-key range test, the same values either way */
         const int tile_lo = __reduce_max_sync(0xffffffffu, (unsigned)max(elo[0], elo[1]));
-        const int tile_hi = (int)__reduce_min_sync(0xffffffffu, (unsigned)(min(ehi[0], ehi[1]) + 1)) - 1;
+        const int tile_hi =
+            (int)__reduce_min_sync(0xffffffffu, (unsigned)(min(ehi[0], ehi[1]) + 1)) - 1;
         const int uf = blo / N, nu = bhi / N - uf + 1, steps = 3 * nu;
         /* step j: the statistics' K of unit uf + j (j < nu), then K and V of each unit in turn */
         auto unit_of = [&](int j) { return uf + (j < nu ? j : (j - nu) >> 1); };
@@ -232,27 +236,26 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
                        ? kv_view_offset(&a.kv, sq, key, a.kv_layer, plane_of(j), kvh)
                        : -1;
         };
-        auto copy = [&](int j) { /* step j's unit into stage j % AP_RING; zero rows for none */
-                                 if (j < steps) {
-                                     unsigned char *st = ap_smem + (j % AP_RING) * L::STAGE;
-                                     const long long *ko = koff[j % AP_OFFS];
+        auto copy =
+            [&](int j) { /* step j's unit into stage j % AP_RING; zero rows for none */
+                         if (j < steps) {
+                             unsigned char *st = ap_smem + (j % AP_RING) * L::STAGE;
+                             const long long *ko = koff[j % AP_OFFS];
 #pragma unroll
-                                     for (int t = 0; t < COPIES; t++) {
-                                         const int e = tid + t * AP_THREADS, kk = e / CPR,
-                                                   c = e % CPR;
-                                         const long long off = ko[kk];
-                                         unsigned char *dst =
-                                             st + kk * L::SROW + (FP8 ? c * 16 : ap_chunk(kk, c));
-                                         if (off >= 0)
-                                             cp_async16(dst, (const unsigned char *)a.kv.base +
-                                                                 off * EB + c * 16);
-                                         else
-                                             *reinterpret_cast<uint4 *>(dst) =
-                                                 make_uint4(0, 0, 0, 0);
-                                     }
-                                 }
-                                 cp_async_commit();
-        };
+                             for (int t = 0; t < COPIES; t++) {
+                                 const int e = tid + t * AP_THREADS, kk = e / CPR, c = e % CPR;
+                                 const long long off = ko[kk];
+                                 unsigned char *dst =
+                                     st + kk * L::SROW + (FP8 ? c * 16 : ap_chunk(kk, c));
+                                 if (off >= 0)
+                                     cp_async16(dst, (const unsigned char *)a.kv.base + off * EB +
+                                                         c * 16);
+                                 else
+                                     *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
+                             }
+                         }
+                         cp_async_commit();
+            };
         for (int j = 0; j < AP_RING; j++)
             if (tid < N) koff[j][tid] = offset_of(j, tid);
         __syncthreads(); /* the offsets; the queries (first sequence) */
@@ -389,7 +392,8 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
 #pragma unroll
                     for (int np = 0; np < 8; np++) {
                         uint32_t bv[4];
-                        ldsm_x4_trans(bv, vb + t * 16 * L::ROW + ap_chunk(x, 16 * wd + 2 * np + vc));
+                        ldsm_x4_trans(bv,
+                                      vb + t * 16 * L::ROW + ap_chunk(x, 16 * wd + 2 * np + vc));
                         mma_bf16(o[2 * np], pf_hold[t], bv[0], bv[1]);
                         mma_bf16(o[2 * np + 1], pf_hold[t], bv[2], bv[3]);
                     }
@@ -424,7 +428,7 @@ static __global__ void __launch_bounds__(AP_THREADS, 1)
 
 /* ---- the launcher ---- */
 
-static int attn_prompt_on = 0; /* serve.attn_prompt's default */
+static int attn_prompt_on = 1; /* serve.attn_prompt's default */
 extern "C" void k_set_attn_prompt(int on) { attn_prompt_on = on ? 1 : 0; }
 static long long attn_prompt_launches;
 extern "C" long long k_attn_prompt_launches(void) { return attn_prompt_launches; }
@@ -456,9 +460,10 @@ static int ap_launch(const k_attention_args *a, int row0, int n, cudaStream_t s)
 /* The (head dim, group) pairs Gemma 4 has: 256 with groups 2, 4 and 8 (the windowed layers),
  * 512 with 4, 8 and 16 (the global ones). */
 #define AP_EACH(X)                                                                                 \
-    X(256, 2, false) X(256, 4, false) X(256, 8, false) X(512, 4, false) X(512, 8, false)          \
-    X(512, 16, false) X(256, 2, true) X(256, 4, true) X(256, 8, true) X(512, 4, true)             \
-    X(512, 8, true) X(512, 16, true)
+    X(256, 2, false)                                                                               \
+    X(256, 4, false) X(256, 8, false) X(512, 4, false) X(512, 8, false) X(512, 16, false)          \
+        X(256, 2, true) X(256, 4, true) X(256, 8, true) X(512, 4, true) X(512, 8, true)            \
+            X(512, 16, true)
 
 /* Start-up: every kernel's shared-memory limit raised, outside any graph capture. */
 int attn_prompt_setup(void) {

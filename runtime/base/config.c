@@ -177,7 +177,7 @@ void config_defaults(g4_config *c) {
     c->serve.attn_flash = 0;          /* not yet measured (docs/attention-design.md) */
     c->serve.attn_pair_tiles = 2;     /* measured faster (docs/configuration.md) */
     c->serve.attn_prep_rows = 1;      /* the same bits, fewer blocks (docs/configuration.md) */
-    c->serve.attn_prompt = 0;         /* moves prompt rows' bits (docs/configuration.md) */
+    c->serve.attn_prompt = 1;         /* measured faster (docs/configuration.md) */
     c->serve.prompt_gemm = 1;         /* prompt rows at cuBLASLt's rate (docs/prompt-rows.md) */
     c->serve.prompt_experts = 0;      /* moves prompt rows' bits (docs/prompt-rows.md) */
     c->serve.prompt_tile = 96;        /* K_PROMPT_TILE_DEFAULT (docs/prompt-rows.md) */

@@ -3,8 +3,9 @@
 set, piped in at once at a fixed batch size and prefill chunk so prefill and decode rows share
 steps, must answer with the same bytes, less each done line's `timing`, as the recording
 committed under tests/pinned/ for that backend (cpu: the CPU reference in ./build.sh
-test; gpu: the bf16 GPU build on the H200, recorded there). A recording changes only in a
-commit that says why.
+test; gpu: the bf16 GPU build, recorded on an H200 until the forty-second session and on an
+H100 since, whose SM count and kernels are the H200's, so the same bytes). A recording changes
+only in a commit that says why.
 
   test_pinned.py --backend cpu|gpu              compare with the recording
   test_pinned.py --backend gpu --record DIR     write DIR/<backend>-tiny-moe.jsonl, then run

@@ -79,7 +79,7 @@ static void test_defaults(void) {
         c.serve.attn_early_lookup == 1 && c.serve.attn_longest_first == 1 &&
         c.serve.attn_stats_together == 1 && c.serve.attn_tile_fold == 1 &&
         c.serve.attn_strided_tiles == 1 && c.serve.attn_flash == 0 && c.serve.prompt_gemm == 1 &&
-        c.serve.attn_pair_tiles == 2 && c.serve.attn_prep_rows == 1 && c.serve.attn_prompt == 0 &&
+        c.serve.attn_pair_tiles == 2 && c.serve.attn_prep_rows == 1 && c.serve.attn_prompt == 1 &&
         c.serve.prompt_experts == 0 && c.serve.prompt_tile == 96 && c.serve.moe_branches == 64 &&
         c.serve.expert_stream == 8 && c.serve.sample_threads == 0 && c.log.level == LOG_INFO &&
         c.debug.sync == 0 && c.debug.gemm == 3;
@@ -140,7 +140,7 @@ static void test_full_ini(void) {
                                              "attn_flash = 1\n"
                                              "attn_pair_tiles = 0\n"
                                              "attn_prep_rows = 0\n"
-                                             "attn_prompt = 1\n"
+                                             "attn_prompt = 0\n"
                                              "prompt_gemm = 0\n"
                                              "prompt_experts = 1\n"
                                              "prompt_tile = 128\n"
@@ -169,7 +169,7 @@ static void test_full_ini(void) {
         c.serve.attn_fp8_frags == 0 && c.serve.attn_early_lookup == 0 &&
         c.serve.attn_longest_first == 0 && c.serve.attn_stats_together == 0 &&
         c.serve.attn_tile_fold == 0 && c.serve.attn_strided_tiles == 0 && c.serve.attn_flash == 1 &&
-        c.serve.attn_pair_tiles == 0 && c.serve.attn_prep_rows == 0 && c.serve.attn_prompt == 1 &&
+        c.serve.attn_pair_tiles == 0 && c.serve.attn_prep_rows == 0 && c.serve.attn_prompt == 0 &&
         c.serve.prompt_gemm == 0 && c.serve.prompt_experts == 1 && c.serve.prompt_tile == 128 &&
         c.serve.moe_branches == 16 && c.serve.expert_stream == 16 && c.serve.sample_threads == 3 &&
         c.log.level == LOG_DEBUG && c.debug.sync == 1 && c.debug.gemm == 1;
