@@ -458,20 +458,36 @@ static int ap_launch(const k_attention_args *a, int row0, int n, cudaStream_t s)
 }
 
 /* The (head dim, group) pairs Gemma 4 has: 256 with groups 2, 4 and 8 (the windowed layers),
- * 512 with 4, 8 and 16 (the global ones). */
-#define AP_EACH(X)                                                                                 \
-    X(256, 2, false)                                                                               \
-    X(256, 4, false) X(256, 8, false) X(512, 4, false) X(512, 8, false) X(512, 16, false)          \
-        X(256, 2, true) X(256, 4, true) X(256, 8, true) X(512, 4, true) X(512, 8, true)            \
-            X(512, 16, true)
+ * 512 with 4, 8 and 16 (the global ones); ap_take launches one (K_OK or a K_ERR_* code), or
+ * returns 1 for a pair it is not built for. */
+template <bool FP8> static int ap_allow_pool(void) {
+    int rc = ap_allow<256, 2, FP8>();
+    if (rc == K_OK) rc = ap_allow<256, 4, FP8>();
+    if (rc == K_OK) rc = ap_allow<256, 8, FP8>();
+    if (rc == K_OK) rc = ap_allow<512, 4, FP8>();
+    if (rc == K_OK) rc = ap_allow<512, 8, FP8>();
+    if (rc == K_OK) rc = ap_allow<512, 16, FP8>();
+    return rc;
+}
+
+template <bool FP8>
+static int ap_take(const k_attention_args *a, int d, int g, int row0, int n, cudaStream_t s) {
+    if (d == 256) {
+        if (g == 2) return ap_launch<256, 2, FP8>(a, row0, n, s);
+        if (g == 4) return ap_launch<256, 4, FP8>(a, row0, n, s);
+        if (g == 8) return ap_launch<256, 8, FP8>(a, row0, n, s);
+    } else if (d == 512) {
+        if (g == 4) return ap_launch<512, 4, FP8>(a, row0, n, s);
+        if (g == 8) return ap_launch<512, 8, FP8>(a, row0, n, s);
+        if (g == 16) return ap_launch<512, 16, FP8>(a, row0, n, s);
+    }
+    return 1;
+}
 
 /* Start-up: every kernel's shared-memory limit raised, outside any graph capture. */
 int attn_prompt_setup(void) {
-    int rc = K_OK;
-#define AP_ALLOW(D, G, FP8)                                                                        \
-    if (rc == K_OK) rc = ap_allow<D, G, FP8>();
-    AP_EACH(AP_ALLOW)
-#undef AP_ALLOW
+    int rc = ap_allow_pool<false>();
+    if (rc == K_OK) rc = ap_allow_pool<true>();
     return rc;
 }
 
@@ -480,13 +496,9 @@ int attn_prompt_setup(void) {
 int attn_prompt_launch(const k_attention_args *a, cudaStream_t s) {
     if (!attn_prompt_on || a->prompt_rows <= 0 || a->prompt_rows > a->rows) return 1;
     const int d = a->kv.head_dim, g = a->n_head / a->kv.n_kv_head;
-    const bool fp8 = a->kv.elem_bytes == 1;
     const int row0 = a->rows - a->prompt_rows;
-#define AP_TAKE(D, G, FP8)                                                                         \
-    if (d == D && g == G && fp8 == FP8) return ap_launch<D, G, FP8>(a, row0, a->prompt_rows, s);
-    AP_EACH(AP_TAKE)
-#undef AP_TAKE
-    return 1;
+    return a->kv.elem_bytes == 1 ? ap_take<true>(a, d, g, row0, a->prompt_rows, s)
+                                 : ap_take<false>(a, d, g, row0, a->prompt_rows, s);
 }
 
 K_TRACE_UNIT(attn_prompt) /* the kernel trace build's binder (common.cuh) */
