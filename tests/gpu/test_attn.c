@@ -517,6 +517,20 @@ static void attn_case_free(attn_case *t) {
     free(t->s.tables);
 }
 
+/* The reference's arguments for launch a of case t: its host copies of q, the rows and the
+ * store, the output into ref. */
+static k_attention_args ref_args_of(const attn_case *t, const cfg *c, const k_attention_args *a,
+                                    bf16_t *ref) {
+    k_attention_args ra = *a;
+    ra.out = ref;
+    ra.q = t->q;
+    ra.pos = row_pos;
+    ra.seq = row_seq;
+    ra.kv = view_of(&t->s, c, t->kv, t->s.tables);
+    ra.kv.elem_bytes = a->kv.elem_bytes;
+    return ra;
+}
+
 /* Output elements of four launches of *a with a speed-only switch on (set(1) before, set(0)
  * after) that differ from out: at the launcher's choice of splits a block, at 1 and at 16, and at
  * the launcher's choice with the combine in a launch of its own. Each launch's output is
@@ -566,13 +580,7 @@ static void run_attention(const cfg *c, int window, uint64_t seed, int fp8) {
     /* the host's bound on pos (3000 is the largest row), or the table's */
     a.max_pos = rows_max_pos ? rows_max_pos : window == 1024 ? 3000 : 0;
     if (!rc) rc = k_attention(&a, NULL) | k_sync() | k_copy_to_host(out, dout, qn * 2);
-    k_attention_args ra = a;
-    ra.out = ref;
-    ra.q = t.q;
-    ra.pos = row_pos;
-    ra.seq = row_seq;
-    ra.kv = view_of(&t.s, c, t.kv, t.s.tables);
-    ra.kv.elem_bytes = a.kv.elem_bytes;
+    k_attention_args ra = ref_args_of(&t, c, &a, ref);
     int rrc = t.q && t.kv ? ref_attention(&ra, NULL) : -1;
 
     /* the same launch with a block per split (the layout before blocks took several), then
@@ -1341,13 +1349,7 @@ static void run_prompt_pass(const cfg *c, int window, int from, int n, int fp8, 
         off_differ += got[i] != want[i];
     }
     /* the reference over every row */
-    k_attention_args ra = a;
-    ra.out = ref;
-    ra.q = t.q;
-    ra.pos = row_pos;
-    ra.seq = row_seq;
-    ra.kv = view_of(&t.s, c, t.kv, t.s.tables);
-    ra.kv.elem_bytes = a.kv.elem_bytes;
+    k_attention_args ra = ref_args_of(&t, c, &a, ref);
     for (size_t i = 0; ref && i < qn; i++)
         ref[i] = BF16_NAN;
     const int rrc = ref ? ref_attention(&ra, NULL) : -1;
@@ -1405,6 +1407,12 @@ static void run_prompt_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
             }
             run_prompt_pass(&cfgs[i], 8, 0, 40, fp8, (*seed)++);
         }
+}
+
+/* run_fold_nan_cases in the subsets' form (G4_ATTN_GATES=nan_paths) */
+static void run_fold_nan_subset(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
+    (void)n_cfg;
+    run_fold_nan_cases(cfgs, seed);
 }
 
 static void run_attention_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
@@ -1495,34 +1503,21 @@ int main(void) {
     make_rows(0);
     /* every attention case twice: on the CUDA-core kernels, then with their products on tensor
      * cores (serve.attn_mma), each against the reference and its own speed switches */
-    /* G4_ATTN_GATES=nan_paths: only the NaN paths, on the tensor-core passes (a short device
+    /* G4_ATTN_GATES=<name>: only that subset's gates, on the tensor-core passes (a short device
      * call's subset; every gate above and below runs without it) */
+    static const struct {
+        const char *name;
+        void (*run)(const cfg *, size_t, uint64_t *);
+    } subsets[] = {{"strided", run_strided_cases},
+                   {"pair", run_pair_cases},
+                   {"prompt", run_prompt_cases},
+                   {"nan_paths", run_fold_nan_subset}};
     const char *only = getenv("G4_ATTN_GATES");
-    if (only && strcmp(only, "strided") == 0) { /* G4_ATTN_GATES=strided: those gates only */
+    for (size_t k = 0; only && k < sizeof subsets / sizeof subsets[0]; k++) {
+        if (strcmp(only, subsets[k].name) != 0) continue;
         attn_mma = 1;
         k_set_attn_mma(1);
-        run_strided_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
-        k_set_attn_mma(0);
-        return harness_exit();
-    }
-    if (only && strcmp(only, "pair") == 0) { /* G4_ATTN_GATES=pair: those gates only */
-        attn_mma = 1;
-        k_set_attn_mma(1);
-        run_pair_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
-        k_set_attn_mma(0);
-        return harness_exit();
-    }
-    if (only && strcmp(only, "prompt") == 0) { /* G4_ATTN_GATES=prompt: those gates only */
-        attn_mma = 1;
-        k_set_attn_mma(1);
-        run_prompt_cases(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
-        k_set_attn_mma(0);
-        return harness_exit();
-    }
-    if (only && strcmp(only, "nan_paths") == 0) {
-        attn_mma = 1;
-        k_set_attn_mma(1);
-        run_fold_nan_cases(cfgs, &seed);
+        subsets[k].run(cfgs, sizeof cfgs / sizeof cfgs[0], &seed);
         k_set_attn_mma(0);
         return harness_exit();
     }
