@@ -255,8 +255,8 @@ static void test_load_errors(void) {
                       ":2:", "serve.moe_prefill_tiles", "out of range 0..3");
     expect_load_error("config.bad_attn_pair_tiles", "[serve]\nattn_pair_tiles = 3\n",
                       ":2:", "serve.attn_pair_tiles", "out of range 0..2");
-    expect_load_error("config.bad_attn_prompt", "[serve]\nattn_prompt = 2\n",
-                      ":2:", "serve.attn_prompt", "0, 1");
+    expect_load_error("config.bad_attn_prompt", "[serve]\nattn_prompt = 3\n",
+                      ":2:", "serve.attn_prompt", "out of range 0..2");
     /* the experts' streamed form reaches decode-sized calls only (kernels.h) */
     expect_load_error("config.bad_expert_stream", "[serve]\nexpert_stream = 129\n",
                       ":2:", "serve.expert_stream", "out of range 0..128");

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # tests/gpu/plans/prompt-pass.sh - one device call for serve.attn_prompt (prompt rows'
-# attention on their own pass, kernels/attn_prompt.cu; off by default, moves prompt rows' bits),
+# attention on their own pass, kernels/attn_prompt.cu; on at form 1 since the forty-second
+# session, form 2 the four-warp blocks, two an SM; 0 the split passes, other bits),
 # run in the tree itself (no queue; carry .deps):
 #   1. the build (~180 s on the box)
 #   2. test_attn's prompt gates alone (G4_ATTN_GATES=prompt: the pass against the reference at
-#      the op gate's bound, the generated row's bits, slices of 1, 7, 33 and 100 rows bit-equal
-#      to one launch, both pools, every config)
+#      the op gate's bound, the generated row's bits, slices of 1, 7, 33 and 100 rows and form 2
+#      bit-equal to form 1's one launch, both pools, every config)
 #   3. ncu over the pass's first launches (PROMPT_NCU=0 skips it), then bench_decode, 26B-A4B dummy weights, one prompt of 1,024 and of 4,096 tokens, the last
-#      chunk's attention by layer kind, attn_prompt 0 / 1, two rounds; 16,384 tokens 0 / 1 once
-#      (PROMPT_LONG=0 skips it); the 31B at 1,024 tokens 0 / 1 once
-#   4. the trained fixtures' and engine gates with it on (G4_FIXTURE_SET=serve.attn_prompt=1
-#      gpu-test engine_vs_hf trained), as long as the call lasts (CALL_SECONDS, default 560)
+#      chunk's attention by layer kind, attn_prompt 0 / 1 / 2 (PROMPT_FORMS), two rounds; 16,384
+#      tokens once (PROMPT_LONG=0 skips it); the 31B at 1,024 tokens once
+#   4. the trained fixtures' and engine gates at PROMPT_TRAINED's form (default 2:
+#      G4_FIXTURE_SET=serve.attn_prompt=2 gpu-test engine_vs_hf trained), as long as the call
+#      lasts (CALL_SECONDS, default 560)
 # Logs under $OUT (or /tmp/g4pipe-out): build.log, prompt-gates.log, ab.log, trained.log.
 set -u
 OUT=${OUT:-/tmp/g4pipe-out}
@@ -45,21 +47,22 @@ bench() { # $1 model, $2 prompt tokens, $3 attn_prompt
         --set serve.max_context=17408 --set serve.attn_prompt="$3" --batch 1 --prompt "$2" \
         --steps 2 | grep -E "^prefill|^attention"
 }
+forms=${PROMPT_FORMS:-0 1 2}
 for r in 1 2; do
     for p in 1024 4096; do
-        for f in 0 1; do bench gemma4-26b-a4b $p $f; done
+        for f in $forms; do bench gemma4-26b-a4b $p $f; done
     done
 done > "$OUT/ab.log" 2>&1
 if [ "${PROMPT_LONG:-1}" = 1 ]; then
-    for f in 0 1; do bench gemma4-26b-a4b 16384 $f; done >> "$OUT/ab.log" 2>&1
+    for f in $forms; do bench gemma4-26b-a4b 16384 $f; done >> "$OUT/ab.log" 2>&1
 fi
-for f in 0 1; do bench gemma4-31b 1024 $f; done >> "$OUT/ab.log" 2>&1
+for f in $forms; do bench gemma4-31b 1024 $f; done >> "$OUT/ab.log" 2>&1
 echo "ab: done at $((SECONDS - t0)) s"
 grep -E "^==|^prefill:|^attention " "$OUT/ab.log" | head -80
 left=$(( ${CALL_SECONDS:-560} - (SECONDS - t0) ))
 if [ "$left" -gt 60 ]; then
-    G4_FIXTURE_SET=serve.attn_prompt=1 timeout "$left" ./build.sh gpu-test engine_vs_hf trained \
-        > "$OUT/trained.log" 2>&1
-    echo "trained, engine gates (attn_prompt on): exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/trained.log") PASS, $(grep -c '^FAIL' "$OUT/trained.log") FAIL, $(grep -c '^SKIP' "$OUT/trained.log") SKIP"
+    G4_FIXTURE_SET=serve.attn_prompt=${PROMPT_TRAINED:-2} timeout "$left" \
+        ./build.sh gpu-test engine_vs_hf trained > "$OUT/trained.log" 2>&1
+    echo "trained, engine gates (attn_prompt ${PROMPT_TRAINED:-2}): exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/trained.log") PASS, $(grep -c '^FAIL' "$OUT/trained.log") FAIL, $(grep -c '^SKIP' "$OUT/trained.log") SKIP"
     grep -E '^FAIL|summary|passed' "$OUT/trained.log" | cut -c1-300 | head -12
 fi
