@@ -199,6 +199,13 @@ cuda_libs() {
 
 # Links a program: with g++ and the CUDA libraries in a GPU build (libstdc++ and libgcc go in
 # statically), with $CC in a CPU-only build.
+# A GPU test program's sources besides tests/gpu/<name>.c
+gpu_test_parts() {
+    case $1 in
+    test_attn) echo tests/gpu/attn_case.c ;;
+    esac
+}
+
 link_bin() {
     local out=$1; shift
     if [ $HAVE_NVCC = 1 ]; then
@@ -264,7 +271,8 @@ build_tests() {
     in_background link_bin "$B/tests/bench_gemm" $(compile_c tests/bench/bench_gemm.c) $HOST_OBJS $DEV_OBJS
     if [ $HAVE_NVCC = 1 ]; then
         for t in $GPU_TESTS; do
-            in_background link_bin "$B/tests/$t" $(compile_c tests/gpu/$t.c) $HOST_OBJS $DEV_OBJS
+            in_background link_bin "$B/tests/$t" $(compile_c tests/gpu/$t.c) \
+                $(for x in $(gpu_test_parts $t); do compile_c $x; done) $HOST_OBJS $DEV_OBJS
         done
         # a measurement, not an engine gate: what a tensor-core instruction's sum depends on
         # (its header says why); built here so that CI compiles it
