@@ -589,15 +589,14 @@ gpu_gates() {
             # stream of its own (on by default, off here), the one-row attention passes' early
             # page-table look-ups (on by default, off here), the decode experts' weights
             # through bulk copies (on by default for one-row calls, here for every decode-sized
-            # call) and the query tiles two a block (form 2 by default: form 1 and off here,
-            # with the query tiles from one row)
+            # call) and the query tiles two a block (form 2 by default, as the query tiles'
+            # replay runs it: off here, with the query tiles from one row)
             local set
             for set in serve.fuse_projections=0 serve.attn_fold=0 serve.moe_bucket_in_up=0 \
                 serve.moe_prefill_tiles=0 serve.row_chain=0 \
                 serve.moe_route_lanes=0 serve.wide_loads=0 serve.row_chain=2 \
                 serve.attn_query_tiles=1 serve.moe_branches=0 serve.attn_early_lookup=0 \
-                serve.expert_stream=128 "serve.attn_query_tiles=1 serve.attn_pair_tiles=1" \
-                "serve.attn_query_tiles=1 serve.attn_pair_tiles=0"; do
+                serve.expert_stream=128 "serve.attn_query_tiles=1 serve.attn_pair_tiles=0"; do
                 BUILD_DIR="$B" PINNED_SET=$set run_test python3 tests/proto/test_pinned.py \
                     --backend gpu
             done

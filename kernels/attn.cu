@@ -482,9 +482,7 @@ extern "C" int k_attention(const k_attention_args *a_in, g4_stream st) {
     if (tiles && chunk < a->rows) chunk -= chunk % 16;
     /* strided tiles (attn_mma_tile_kernel) take whole groups of 64 tiles: chunks of whole
      * groups where the scratch holds one, so a long prompt's chunk is not cut mid-group */
-    /* (serve.attn_pair_tiles: two tiles a block, so groups of twice the rows) */
-    const int group_rows = ATTN_TILE * (16 / (group < 16 ? group : 16)) *
-                           (attn_pair_tiles() && group >= 2 && group < 16 ? 2 : 1);
+    const int group_rows = ATTN_TILE * (16 / (group < 16 ? group : 16));
     if (tiles && attn_strided_tiles() && a->window > 0 && chunk < a->rows && chunk >= group_rows)
         chunk -= chunk % group_rows;
     cudaStream_t s = (cudaStream_t)st;

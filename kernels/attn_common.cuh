@@ -759,8 +759,6 @@ int attn_strided_tiles(void);
  * shared-memory limits at start-up. */
 int attn_prompt_launch(const k_attention_args *a, cudaStream_t s);
 int attn_prompt_setup(void);
-/* serve.attn_pair_tiles (kernels.h, k_set_attn_pair_tiles): 0, or the pair form */
-int attn_pair_tiles(void);
 /* How many blocks of those passes the card holds at once (their shared memory allows 2 or 3 an
  * SM), known after attn_mma_setup: the launcher's splits-per-block choice counts waves by it. */
 template <int D, int G, bool FP8, bool KEEP> int attn_mma_slots(void);

@@ -24,12 +24,9 @@ int attn_strided_tiles(void) { return attn_strided_tiles_on; }
 long long attn_strided_launches; /* launches on the strided tile kernels */
 extern "C" long long k_attn_strided_launches(void) { return attn_strided_launches; }
 
-int attn_pair_tiles_on = 2; /* serve.attn_pair_tiles' default: 0 off, 1 eight warps, 2 four */
-extern "C" void k_set_attn_pair_tiles(int form) {
-    attn_pair_tiles_on = form == 1 || form == 2 ? form : 0;
-}
-int attn_pair_tiles(void) { return attn_pair_tiles_on; }
-long long attn_pair_launches; /* launches on the pair forms */
+int attn_pair_tiles_on = 2; /* serve.attn_pair_tiles' default: 0 off, 2 the pair form */
+extern "C" void k_set_attn_pair_tiles(int form) { attn_pair_tiles_on = form == 2 ? 2 : 0; }
+long long attn_pair_launches; /* launches on the pair form */
 extern "C" long long k_attn_pair_launches(void) { return attn_pair_launches; }
 
 /* each part's start-up (ATTN_MMA_PART) */

@@ -896,8 +896,8 @@ static __device__ __forceinline__ void mma_pass(const k_attention_args &a, int r
  * it in turn. Both ways the group's tiles cover its rows once each; every block of a group
  * decides from the group's first row alone, so they agree. Windowed rows past the fill, every
  * row of a long prompt's later chunks, took their blocks row after row before.
- * MT = 2, NW warps (serve.attn_pair_tiles): R is two tiles' rows, and every warp takes both m16
- * tiles of its keys and dims (mma_pass; docs/attention-design.md, "Two tiles a block"). */
+ * MT = 2 (serve.attn_pair_tiles): R is two tiles' rows, and every warp takes both m16 tiles of
+ * its keys and dims (mma_pass; docs/attention-design.md, "Two tiles a block"). */
 template <int D, int G, bool FP8, bool PV, bool KEEP, int R, bool FOLD = false,
           bool STRIDED = false, int MT = 1, int NW = ATTN_WARPS>
 static __global__ void __launch_bounds__(NW * 32, 1)
@@ -1097,30 +1097,27 @@ int attn_mma_passes(const k_attention_args *a, dim3 grid, int max_split, int spb
                                                    row0, s);
 }
 
-/* The tile kernels' forms (serve.attn_pair_tiles): 0 one tile a block (4 warps); 1 two tiles a
- * block, 8 warps and 64-key units; 2 two tiles a block, 4 warps and 32-key units. */
+/* The tile kernels' forms (serve.attn_pair_tiles): 0 one tile a block; 2 two tiles a block,
+ * 32-key units; four warps both. (Form 1, two tiles on eight warps, measured slower at both head
+ * dims and was taken out: docs/attention-design.md, "Two tiles a block".) */
 template <int F> struct tile_form {
-    static constexpr int MT = F ? 2 : 1;               /* m16 tiles a warp */
-    static constexpr int NW = F == 1 ? 8 : ATTN_WARPS; /* warps a block */
+    static constexpr int MT = F ? 2 : 1;  /* m16 tiles a warp */
+    static constexpr int NW = ATTN_WARPS; /* warps a block */
 };
 /* Whether form F has a folded P.V pass: form 2's has no room for the fold's sums (2 x 64
- * accumulators a thread at head dim 512), and form 1's spills with the e4m3 pool's widened
- * units at head dim 256; their folded grids keep form 0. */
-template <int F, int D, bool FP8> static constexpr bool form_folds() {
-    return F == 0 || (F == 1 && !(FP8 && D == 256));
-}
+ * accumulators a thread at head dim 512); its folded grids keep form 0. */
+template <int F> static constexpr bool form_folds() { return F == 0; }
 /* Groups whose tiles may pair: two tiles' rows (32 / G) must divide the launches' row chunks
  * (multiples of 16 rows but for the step's last) */
 template <int G> static constexpr bool pair_group() { return G >= 2 && G < 16; }
-/* Form 2 at head dim 256 spills (the kept scores' P.V pass holds 16 of them a thread beside its
- * 2 x 32 accumulators): there it is form 0 */
-template <int D> static constexpr bool pair_four_warps() { return D == 512; }
+/* The head dim that pairs, on its consecutive kernels: form 2 at head dim 256 spills (the kept
+ * scores' P.V pass holds 16 of them a thread beside its 2 x 32 accumulators), so there the
+ * tiles stay one a block, strided or not */
+template <int D> static constexpr bool pair_dim() { return D == 512; }
 
 /* serve.attn_strided_tiles (kernels.h): the windowed head dim's tile kernels take the launch's
  * rows in strided groups where they may (attn_mma_tile_kernel); the other head dim has no
- * windowed layer in any Gemma 4 model, and keeps the consecutive tiles only. The pair forms go
- * with the kernels each head dim launches by default: the strided ones at 256, the consecutive
- * ones at 512. */
+ * windowed layer in any Gemma 4 model, and keeps the consecutive tiles only. */
 template <int D> static constexpr bool strided_dim() { return D == 256; }
 
 template <int D, int G, bool FP8, bool PV, bool KEEP, bool FOLD, bool STRIDED, int F>
@@ -1144,7 +1141,7 @@ static int mma_tile_allow_three(void) {
     if (rc == K_OK) rc = mma_tile_smem_allow<D, G, FP8, true, KEEP, false, STRIDED, F>();
     /* the folded P.V pass (serve.attn_tile_fold) too: set at start-up, never first inside a
      * graph's capture */
-    if constexpr (form_folds<F, D, FP8>())
+    if constexpr (form_folds<F>())
         if (rc == K_OK) rc = mma_tile_smem_allow<D, G, FP8, true, KEEP, true, STRIDED, F>();
     return rc;
 }
@@ -1153,11 +1150,8 @@ template <int D, int G, bool FP8, bool KEEP> static int mma_tile_allow_both(void
     int rc = mma_tile_allow_three<D, G, FP8, KEEP, false, 0>();
     if constexpr (strided_dim<D>())
         if (rc == K_OK) rc = mma_tile_allow_three<D, G, FP8, KEEP, true, 0>();
-    if constexpr (pair_group<G>()) { /* serve.attn_pair_tiles may turn on later */
-        if (rc == K_OK) rc = mma_tile_allow_three<D, G, FP8, KEEP, strided_dim<D>(), 1>();
-        if constexpr (pair_four_warps<D>())
-            if (rc == K_OK) rc = mma_tile_allow_three<D, G, FP8, KEEP, strided_dim<D>(), 2>();
-    }
+    if constexpr (pair_group<G>() && pair_dim<D>()) /* serve.attn_pair_tiles may turn on later */
+        if (rc == K_OK) rc = mma_tile_allow_three<D, G, FP8, KEEP, false, 2>();
     return rc;
 }
 
@@ -1177,7 +1171,7 @@ static int mma_tile_launch(const k_attention_args *a, dim3 grid, int max_split, 
         spb, part, ml, keep, attn_longest_first_on, attn_stats_together_on));
     CUDA_CHECK(cudaGetLastError());
     bool folded = false;
-    if constexpr (form_folds<F, D, FP8>()) /* its own kernel: the default P.V pass unchanged */
+    if constexpr (form_folds<F>()) /* its own kernel: the default P.V pass unchanged */
         if (fold && grid.x == 1) {
             CUDA_CHECK(k_launch(
                 attn_mma_tile_kernel<D, G, FP8, true, KEEP, R, true, STRIDED, TF::MT, TF::NW>, grid,
@@ -1254,37 +1248,20 @@ int attn_mma_tile_passes(const k_attention_args *a, dim3 grid, int max_split, in
         if constexpr (D == 256) /* serve.attn_flash: the folded passes in one launch */
             if (attn_flash_on && fold && grid.x == 1)
                 return flash_launch<G, FP8, KEEP>(a, grid, max_split, part, ml, keep, row0, s);
-        /* serve.attn_pair_tiles' form for this launch, on the kernels each head dim launches by
-         * default (strided at 256, consecutive at 512); form 2 leaves folded grids to form 0 */
-        int form = 0;
-        if constexpr (pair_group<G>())
-            if (!strided_dim<D>() || (attn_strided_tiles_on && a->window > 0)) {
-                const bool folded = fold && grid.x == 1;
-                if (attn_pair_tiles_on == 1 && (!folded || form_folds<1, D, FP8>())) form = 1;
-                if (attn_pair_tiles_on == 2 && pair_four_warps<D>() && !folded) form = 2;
-            }
-        if (form) attn_pair_launches++;
         if constexpr (strided_dim<D>())
             if (attn_strided_tiles_on && a->window > 0) {
-                if constexpr (pair_group<G>())
-                    rc = form == 1 ? mma_tile_launch<D, G, FP8, KEEP, true, 1>(
-                                         a, grid, max_split, spb, part, ml, keep, row0, fold, s)
-                                   : mma_tile_launch<D, G, FP8, KEEP, true, 0>(
-                                         a, grid, max_split, spb, part, ml, keep, row0, fold, s);
-                else
-                    rc = mma_tile_launch<D, G, FP8, KEEP, true, 0>(a, grid, max_split, spb, part,
-                                                                   ml, keep, row0, fold, s);
+                rc = mma_tile_launch<D, G, FP8, KEEP, true, 0>(a, grid, max_split, spb, part, ml,
+                                                               keep, row0, fold, s);
                 if (rc == K_OK) attn_strided_launches++;
                 return rc;
             }
-        if constexpr (pair_group<G>() && !strided_dim<D>()) {
-            if (form == 1)
-                return mma_tile_launch<D, G, FP8, KEEP, false, 1>(a, grid, max_split, spb, part, ml,
-                                                                  keep, row0, fold, s);
-            if (form == 2)
+        /* serve.attn_pair_tiles: form 2 where it is built; folded grids keep form 0 */
+        if constexpr (pair_group<G>() && pair_dim<D>())
+            if (attn_pair_tiles_on == 2 && !(fold && grid.x == 1)) {
+                attn_pair_launches++;
                 return mma_tile_launch<D, G, FP8, KEEP, false, 2>(a, grid, max_split, spb, part, ml,
                                                                   keep, row0, fold, s);
-        }
+            }
         return mma_tile_launch<D, G, FP8, KEEP, false, 0>(a, grid, max_split, spb, part, ml, keep,
                                                           row0, fold, s);
     }

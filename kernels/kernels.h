@@ -420,11 +420,11 @@ void k_set_attn_strided_tiles(int on);
 long long k_attn_strided_launches(void);
 /* The query-tile passes take two tiles a block, every warp both tiles' 16 M rows of its keys and
  * dims: each staged unit serves twice the rows, and each warp's scores are two independent mma
- * chains on one key operand (serve.attn_pair_tiles: 0 off; 1 eight warps and 64-key units, on
- * the strided kernels at head dim 256 and the consecutive ones at 512; 2 four warps and 32-key
- * units, head dim 512's unfolded grids only; groups of 2 to 8; speed only: each row's units,
- * products and order are its own block's; docs/attention-design.md). Process-wide;
- * k_attn_pair_launches counts the launches that took a pair form (the gates check they ran). */
+ * chains on one key operand (serve.attn_pair_tiles: 0 off; 2 four warps and 32-key units, head
+ * dim 512's unfolded grids only; any other form is off (form 1, eight warps, was taken out);
+ * groups of 2 to 8; speed only: each row's units, products and order are its own block's;
+ * docs/attention-design.md). Process-wide; k_attn_pair_launches counts the launches that took
+ * the pair form (the gates check they ran). */
 void k_set_attn_pair_tiles(int form);
 long long k_attn_pair_launches(void);
 /* The folded query-tile passes of head dim 256 (the windowed layers) as one launch whose block

@@ -42,6 +42,7 @@ enum cfg_key_id {
     CFG_KV_LOCAL,
     CFG_KV_PAGE_TOKENS,
     CFG_KV_BUDGET_GB,
+    CFG_SERVE_ATTN_PAIR_TILES,
     CFG_LOG_LEVEL,
     CFG_DEBUG_BACKEND,
     CFG_DEBUG_GEMM,
@@ -99,7 +100,7 @@ static const struct cfg_key {
     CFG_SWITCH(serve, attn_tile_fold),
     CFG_SWITCH(serve, attn_strided_tiles),
     CFG_SWITCH(serve, attn_flash),
-    CFG_RANGE(serve, attn_pair_tiles, 0, 2), /* 0 off, 1 eight warps, 2 four */
+    CFG_SPECIAL(serve, attn_pair_tiles, CFG_SERVE_ATTN_PAIR_TILES), /* 0 off, 2 the pair form */
     CFG_SWITCH(serve, attn_prep_rows),
     CFG_RANGE(serve, attn_prompt, 0, 2), /* 0 off, 1 eight warps a block, 2 four */
     CFG_SWITCH(serve, prompt_gemm),
@@ -343,6 +344,15 @@ static int cfg_apply(g4_config *c, const struct cfg_key *k, const char *v, const
         return 0;
     case CFG_KV_BUDGET_GB:
         return cfg_budget(v, &c->kv.budget_gb, why, n);
+    case CFG_SERVE_ATTN_PAIR_TILES:
+        /* not a range: form 1 was measured slower and taken out (docs/perf-notes.md), and a
+         * file that still asks for it is refused rather than run at another form */
+        if (cfg_int(v, 0, 2, &x, why, n) || x == 1) {
+            (void)snprintf(why, n, "'%.64s' is not 0 or 2 (form 1 was taken out)", v);
+            return -1;
+        }
+        c->serve.attn_pair_tiles = x;
+        return 0;
     case CFG_LOG_LEVEL:
         if (cfg_choice(v, cfg_level_names, 4, &x, why, n)) return -1;
         c->log.level = (enum log_level)x;

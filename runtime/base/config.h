@@ -62,7 +62,7 @@ typedef struct g4_config {
         int attn_stats_together; /* 0/1, default 1: a warp's tile rows' statistics side by side */
         int attn_tile_fold; /* 0/1, default 1: query tiles combine their splits in the P.V pass */
         int attn_strided_tiles; /* 0/1, default 1: windowed rows past the fill in strided tiles */
-        int attn_pair_tiles;    /* 0..2, default 2: query tiles two a block (kernels.h) */
+        int attn_pair_tiles;    /* 0 or 2, default 2: query tiles two a block (kernels.h) */
         int attn_flash;     /* 0/1, default 0: folded query tiles of head dim 256 in one launch */
         int attn_prep_rows; /* 0/1, default 1: attention's prep a warp a head, angles once a row */
         int attn_prompt;    /* 0..2, default 1: prompt rows' attention on their own pass */

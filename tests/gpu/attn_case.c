@@ -26,7 +26,6 @@ int window_start(int pos, int window) {
     return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
 }
 
-
 /* Shuffled physical pages for every logical page; with window >= 0, pages wholly before lo of
  * their sequence are unmapped (-1). window < 0: every page mapped. */
 void make_store(store *s, const cfg *c, int window) {
@@ -81,7 +80,6 @@ k_kv_view view_of(const store *s, const cfg *c, void *base, const int32_t *table
     return v;
 }
 
-
 void compare(cmp *m, const bf16_t *out, const bf16_t *ref, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float o = ref_bf16_to_f32(out[i]), e = ref_bf16_to_f32(ref[i]);
@@ -129,7 +127,6 @@ void fill_store(bf16_t *kv, const store *s, const cfg *c) {
         }
     (void)c;
 }
-
 
 /* The case for seed over the current rows, uploaded with the store's tables. The draws go the
  * store, q, the K/V values: another order would give every seed another case. Nonzero if an
@@ -194,7 +191,7 @@ void attn_case_free(attn_case *t) {
 /* The reference's arguments for launch a of case t: its host copies of q, the rows and the
  * store, the output into ref. */
 k_attention_args ref_args_of(const attn_case *t, const cfg *c, const k_attention_args *a,
-                                    bf16_t *ref) {
+                             bf16_t *ref) {
     k_attention_args ra = *a;
     ra.out = ref;
     ra.q = t->q;
@@ -207,8 +204,8 @@ k_attention_args ref_args_of(const attn_case *t, const cfg *c, const k_attention
 
 /* The launch at the current switches, output poisoned first; returns the elements that differ
  * from want (all of them if a call failed, *rc set). */
-long strided_run(const k_attention_args *a, int spb, void *dout, bf16_t *got,
-                        const bf16_t *want, size_t qn, int *rc) {
+long strided_run(const k_attention_args *a, int spb, void *dout, bf16_t *got, const bf16_t *want,
+                 size_t qn, int *rc) {
     k_attention_args sa = *a;
     sa.splits_per_block = spb;
     for (size_t i = 0; i < qn; i++)

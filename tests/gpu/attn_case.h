@@ -71,8 +71,10 @@ const char *tag_of(const cfg *c, char *buf, size_t len);
 void fill_store(bf16_t *kv, const store *s, const cfg *c);
 int attn_case_setup(attn_case *t, const cfg *c, int window, int fp8, uint64_t seed);
 void attn_case_free(attn_case *t);
-k_attention_args ref_args_of(const attn_case *t, const cfg *c, const k_attention_args *a, bf16_t *ref);
-long strided_run(const k_attention_args *a, int spb, void *dout, bf16_t *got, const bf16_t *want, size_t qn, int *rc);
+k_attention_args ref_args_of(const attn_case *t, const cfg *c, const k_attention_args *a,
+                             bf16_t *ref);
+long strided_run(const k_attention_args *a, int spb, void *dout, bf16_t *got, const bf16_t *want,
+                 size_t qn, int *rc);
 long one_row_bits(const k_attention_args *a, void *dout, bf16_t *want, size_t qn, int *rc);
 
 #endif

@@ -898,32 +898,21 @@ static void run_strided_tiles(const cfg *c, int window, int shape, int fp8, uint
     void *const dout = t.dout;
     const k_attention_args a = t.a;
     const long base_nan = one_row_bits(&a, dout, want, qn, &rc);
-    /* the six tile forms, then three with a pair form (serve.attn_pair_tiles: strided groups of
-     * twice the rows; form 2 is the one-tile kernels' at this head dim) */
-    static const struct {
-        int form, pair;
-        const char *name;
-    } extra[] = {{2, 1, " pair 8 warps"}, {4, 1, " pair 8 warps"}, {0, 2, " pair 4 warps"}};
-    const int n_extra = (int)(sizeof extra / sizeof extra[0]);
-    for (int f = 0; f < (int)N_TILE_FORMS6 + n_extra; f++) {
-        const int x = f - (int)N_TILE_FORMS6;
-        const tile_form_case *fc = &tile_forms6[x < 0 ? f : extra[x].form];
-        const int pair = x < 0 ? 0 : extra[x].pair;
+    /* the six tile forms, then the first of them with the pair form on (serve.attn_pair_tiles:
+     * head dim 512's only, so the one-tile kernels' here) */
+    for (int f = 0; f <= (int)N_TILE_FORMS6; f++) {
+        const int pair = f == (int)N_TILE_FORMS6 ? 2 : 0;
+        const tile_form_case *fc = &tile_forms6[pair ? 0 : f];
         char sgate[220];
-        snprintf(sgate, sizeof sgate, "%s%s%s", gate, x < 0 ? "" : extra[x].name, fc->name);
+        snprintf(sgate, sizeof sgate, "%s%s%s", gate, pair ? " pair 4 warps" : "", fc->name);
         const long long launches0 = k_attn_strided_launches(), pairs0 = k_attn_pair_launches();
         const long differ = tiles_run(&a, fc, 1, pair, dout, got, want, qn, &rc);
         const long long strided = k_attn_strided_launches() - launches0;
-        /* the eight-warp pair form takes every launch of a group that pairs but the e4m3 pool's
-         * folded grids (windows up to 1,024: 16 splits); the four-warp one is head dim 512's
-         * only, so here none */
-        const long long pairs = k_attn_pair_launches() - pairs0;
-        const int folded = fc->fold && fc->spb == 0 && window <= 1024;
-        const int pairs_ok = pair == 1 && group >= 2 && !(folded && fp8) ? pairs > 0 : pairs == 0;
-        TEST_CHECK(sgate, rc == 0 && differ == 0 && strided > 0 && pairs_ok && base_nan == 0,
+        const long long pairs = k_attn_pair_launches() - pairs0; /* none at this head dim */
+        TEST_CHECK(sgate, rc == 0 && differ == 0 && strided > 0 && pairs == 0 && base_nan == 0,
                    "%ld of %zu output elements differ between strided query tiles and a block "
                    "per row (must be bit-identical); strided launches %lld (must be > 0); pair "
-                   "launches %lld; NaN in the one-row blocks' output %ld; rc %d",
+                   "launches %lld (must be 0); NaN in the one-row blocks' output %ld; rc %d",
                    differ, qn, strided, pairs, base_nan, rc);
     }
     attn_case_free(&t);
@@ -956,8 +945,8 @@ static void run_strided_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
  * every row before the fill: the strided kernels' consecutive tiles) at 256; shape 1 (head dim
  * 512): positions 1,990..2,139, across 2,048 keys (32 splits of one tile, then 17 of two: rows
  * of both split sizes may not share a block), the grid unfolded. The windowed rows past the
- * fill are the strided gates' (run_strided_tiles, with the pair forms). No reference run: every
- * output bit is compared with the one-row blocks' (query tiles off). */
+ * fill are the strided gates' (run_strided_tiles, the pair form among them). No reference run:
+ * every output bit is compared with the one-row blocks' (query tiles off). */
 static void run_pair_tiles(const cfg *c, int shape, int fp8, uint64_t seed) {
     char gate[160], tag[48];
     const int n_prompt = 150, from = shape == 0 ? 0 : 1990;
@@ -982,29 +971,25 @@ static void run_pair_tiles(const cfg *c, int shape, int fp8, uint64_t seed) {
     k_attention_args a = t.a;
     a.max_pos = shape == 0 ? 1023 : 0;
     const long base_nan = one_row_bits(&a, dout, want, qn, &rc);
-    for (int pair = 1; pair <= 2; pair++)
-        for (size_t f = 0; f < N_TILE_FORMS6; f++) {
-            const tile_form_case *fc = &tile_forms6[f];
-            char sgate[220];
-            snprintf(sgate, sizeof sgate, "%s %s%s", gate, pair == 1 ? "8 warps" : "4 warps",
-                     fc->name);
-            /* the four-warp form leaves folded grids, and head dim 256, to the one-tile kernel,
-             * the eight-warp one the e4m3 pool's folded grids at 256 (its fold would spill); a
-             * group of one has no pair form (two tiles' 32 rows would not divide the launches'
-             * chunks) */
-            const int folds = fc->fold && fc->spb == 0 && shape == 0;
-            const int expect =
-                group >= 2 && (pair == 1 ? !(folds && fp8 && c->d == 256) : c->d == 512 && !folds);
-            const long long launches0 = k_attn_pair_launches();
-            /* the windowed head dim pairs on the strided kernels */
-            const long differ = tiles_run(&a, fc, window > 0, pair, dout, got, want, qn, &rc);
-            const long long launched = k_attn_pair_launches() - launches0;
-            TEST_CHECK(sgate, rc == 0 && differ == 0 && (launched > 0) == expect && base_nan == 0,
-                       "%ld of %zu output elements differ between pair tiles and a block per row "
-                       "(must be bit-identical); pair launches %lld (must be %s); NaN in the "
-                       "one-row blocks' output %ld; rc %d",
-                       differ, qn, launched, expect ? "> 0" : "0", base_nan, rc);
-        }
+    for (size_t f = 0; f < N_TILE_FORMS6; f++) {
+        const tile_form_case *fc = &tile_forms6[f];
+        char sgate[220];
+        snprintf(sgate, sizeof sgate, "%s 4 warps%s", gate, fc->name);
+        /* the pair form (2) leaves folded grids, and head dim 256, to the one-tile kernel; a
+         * group of one has no pair form (two tiles' 32 rows would not divide the launches'
+         * chunks) */
+        const int folds = fc->fold && fc->spb == 0 && shape == 0;
+        const int expect = group >= 2 && c->d == 512 && !folds;
+        const long long launches0 = k_attn_pair_launches();
+        /* the windowed head dim on the strided kernels, its default */
+        const long differ = tiles_run(&a, fc, window > 0, 2, dout, got, want, qn, &rc);
+        const long long launched = k_attn_pair_launches() - launches0;
+        TEST_CHECK(sgate, rc == 0 && differ == 0 && (launched > 0) == expect && base_nan == 0,
+                   "%ld of %zu output elements differ between pair tiles and a block per row "
+                   "(must be bit-identical); pair launches %lld (must be %s); NaN in the "
+                   "one-row blocks' output %ld; rc %d",
+                   differ, qn, launched, expect ? "> 0" : "0", base_nan, rc);
+    }
     attn_case_free(&t);
     free(want);
     free(got);

@@ -253,8 +253,11 @@ static void test_load_errors(void) {
     /* 4, the experts on wgmma, was taken out (measured slower: docs/perf-notes.md) */
     expect_load_error("config.bad_moe_prefill_tiles", "[serve]\nmoe_prefill_tiles = 4\n",
                       ":2:", "serve.moe_prefill_tiles", "out of range 0..3");
+    /* 1, the pair form on eight warps, was taken out (measured slower: docs/perf-notes.md) */
     expect_load_error("config.bad_attn_pair_tiles", "[serve]\nattn_pair_tiles = 3\n",
-                      ":2:", "serve.attn_pair_tiles", "out of range 0..2");
+                      ":2:", "serve.attn_pair_tiles", "not 0 or 2");
+    expect_load_error("config.bad_attn_pair_tiles_form1", "[serve]\nattn_pair_tiles = 1\n",
+                      ":2:", "serve.attn_pair_tiles", "form 1 was taken out");
     expect_load_error("config.bad_attn_prompt", "[serve]\nattn_prompt = 3\n",
                       ":2:", "serve.attn_prompt", "out of range 0..2");
     /* the experts' streamed form reaches decode-sized calls only (kernels.h) */
@@ -326,6 +329,8 @@ static void test_set(void) {
     expect_set_error("config.set_unknown_section", "gpu.sync=1", "unknown section");
     expect_set_error("config.set_bad_value", "kv.page_tokens=17", "power of two");
     expect_set_error("config.set_bad_range", "serve.max_batch=1025", "1..1024");
+    expect_set_error("config.set_attn_pair_tiles_form1", "serve.attn_pair_tiles=1",
+                     "form 1 was taken out");
 
     char big[G4_CONFIG_PATH_MAX + 32];
     int n = snprintf(big, sizeof big, "model.path=/");
@@ -406,6 +411,11 @@ static void test_finish(void) {
     TEST_CHECK("config.prompt_tile_range",
                range_holds("serve.prompt_tile", tiles, sizeof tiles / sizeof *tiles),
                "16 and 256 accepted; 0, 8, 15, 257 and -1 refused naming the key");
+    /* serve.attn_pair_tiles: 0 or 2 (1, the eight-warp form, was taken out) */
+    static const range_case forms[] = {{"0", 1}, {"2", 1}, {"1", 0}, {"3", 0}, {"-1", 0}, {"x", 0}};
+    TEST_CHECK("config.attn_pair_tiles_values",
+               range_holds("serve.attn_pair_tiles", forms, sizeof forms / sizeof *forms),
+               "0 and 2 accepted; 1, 3, -1 and x refused naming the key");
 }
 
 int main(void) {
