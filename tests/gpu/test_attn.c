@@ -1129,17 +1129,29 @@ static void run_prompt_pass(const cfg *c, int window, int from, int n, int fp8, 
 
 /* Head dim 256 at the window of 1,024 across its first fill and at 8; 512 at no window, from
  * key 0 and across 2,048 keys, and at 8; both pools. */
-static void run_prompt_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
-    for (size_t i = 0; i < n_cfg; i++)
-        for (int fp8 = 0; fp8 <= 1; fp8++) {
-            if (cfgs[i].d == 256) {
-                run_prompt_pass(&cfgs[i], 1024, 950, 150, fp8, (*seed)++);
-            } else {
-                run_prompt_pass(&cfgs[i], 0, 0, 150, fp8, (*seed)++);
-                run_prompt_pass(&cfgs[i], 0, 1990, 100, fp8, (*seed)++);
-            }
-            run_prompt_pass(&cfgs[i], 8, 0, 40, fp8, (*seed)++);
+static void run_prompt_cfg(const cfg *c, uint64_t *seed) {
+    for (int fp8 = 0; fp8 <= 1; fp8++) {
+        if (c->d == 256) {
+            run_prompt_pass(c, 1024, 950, 150, fp8, (*seed)++);
+        } else {
+            run_prompt_pass(c, 0, 0, 150, fp8, (*seed)++);
+            run_prompt_pass(c, 0, 1990, 100, fp8, (*seed)++);
         }
+        run_prompt_pass(c, 8, 0, 40, fp8, (*seed)++);
+    }
+}
+
+/* Every config, then the global layers' groups the shared configs lack: 4 (the E4B's and
+ * tiny-moe's) and 16 (the 12B's, one position a tile). */
+static void run_prompt_cases(const cfg *cfgs, size_t n_cfg, uint64_t *seed) {
+    static const cfg global_groups[] = {
+        {.d = 512, .n_rot = 64, .n_head = 8, .n_kv = 2, .base = 1e6f},
+        {.d = 512, .n_rot = 64, .n_head = 16, .n_kv = 1, .base = 1e6f},
+    };
+    for (size_t i = 0; i < n_cfg; i++)
+        run_prompt_cfg(&cfgs[i], seed);
+    for (size_t i = 0; i < sizeof global_groups / sizeof global_groups[0]; i++)
+        run_prompt_cfg(&global_groups[i], seed);
 }
 
 /* run_fold_nan_cases in the subsets' form (G4_ATTN_GATES=nan_paths) */
