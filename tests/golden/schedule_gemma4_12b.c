@@ -128,6 +128,7 @@ static int G4_FN(gemma4_12b_sliding)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = GEMMA4_12B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -341,6 +342,7 @@ static int G4_FN(gemma4_12b_full)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

@@ -110,6 +110,7 @@ static int G4_FN(gemma4_26b_a4b_sliding_branches)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = GEMMA4_26B_A4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -440,6 +441,7 @@ static int G4_FN(gemma4_26b_a4b_sliding)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = GEMMA4_26B_A4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -766,6 +768,7 @@ static int G4_FN(gemma4_26b_a4b_full_branches)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1085,6 +1088,7 @@ static int G4_FN(gemma4_26b_a4b_full)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

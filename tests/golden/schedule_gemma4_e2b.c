@@ -115,6 +115,7 @@ static int G4_FN(gemma4_e2b_sliding)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = GEMMA4_E2B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -355,6 +356,7 @@ static int G4_FN(gemma4_e2b_sliding_shared)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = GEMMA4_E2B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -625,6 +627,7 @@ static int G4_FN(gemma4_e2b_full)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -865,6 +868,7 @@ static int G4_FN(gemma4_e2b_full_shared)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

@@ -122,6 +122,7 @@ static int G4_FN(gemma4_e4b_sliding)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = GEMMA4_E4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -362,6 +363,7 @@ static int G4_FN(gemma4_e4b_sliding_shared)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = GEMMA4_E4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -632,6 +634,7 @@ static int G4_FN(gemma4_e4b_full)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -872,6 +875,7 @@ static int G4_FN(gemma4_e4b_full_shared)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

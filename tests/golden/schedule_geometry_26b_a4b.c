@@ -86,6 +86,7 @@ static int G4_FN(geometry_26b_a4b_sliding_branches)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = GEOMETRY_26B_A4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -416,6 +417,7 @@ static int G4_FN(geometry_26b_a4b_sliding)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = GEOMETRY_26B_A4B_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -742,6 +744,7 @@ static int G4_FN(geometry_26b_a4b_full_branches)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -1061,6 +1064,7 @@ static int G4_FN(geometry_26b_a4b_full)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

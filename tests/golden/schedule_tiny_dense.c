@@ -86,6 +86,7 @@ static int G4_FN(tiny_dense_sliding)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = TINY_DENSE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -299,6 +300,7 @@ static int G4_FN(tiny_dense_full)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));

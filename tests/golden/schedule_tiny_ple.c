@@ -86,6 +86,7 @@ static int G4_FN(tiny_ple_sliding)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = TINY_PLE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -326,6 +327,7 @@ static int G4_FN(tiny_ple_sliding_shared)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = TINY_PLE_WINDOW,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -596,6 +598,7 @@ static int G4_FN(tiny_ple_full)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
@@ -836,6 +839,7 @@ static int G4_FN(tiny_ple_full_shared)(g4_state *s, int il) {
         .kv_layer = I->kv_layer,
         .max_pos = s->max_pos,
         .splits_per_block = s->attn_splits_per_block,
+        .prompt_rows = s->rows - s->decode_rows,
         .window = 0 /* full attention */,
     };
     STEP(il, "attention", op_attention(&attention, s->stream));
