@@ -34,8 +34,9 @@
  * dim (as the split passes' combine gives).
  *
  * The pipeline: the units' copies (K of each unit for the statistics, then K and V of each in
- * turn) go through a ring of AP_RING stages by cp.async, two ahead of the one in use, their key
- * offsets looked up one unit earlier still; one block barrier a unit. The e4m3 pool's units are
+ * turn) go through a ring of stages by cp.async (ap_ring: three at eight warps, copies two ahead
+ * of the unit in use; two at four warps, one ahead), their key offsets looked up one unit
+ * earlier still; one block barrier a unit. The e4m3 pool's units are
  * widened to bf16 rows (exact) after landing. Rows in shared memory are unpadded, their 16-byte
  * chunks swizzled (chunk c of row x at (c & ~7) | ((c ^ x) & 7)), so the 8 rows an ldmatrix
  * reads fall in distinct banks. */
