@@ -30,13 +30,13 @@ G4_ATTN_GATES=prompt timeout 200 build/tests/test_attn > "$OUT/prompt-gates.log"
 echo "prompt gates: exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/prompt-gates.log") PASS, $(grep -c '^FAIL' "$OUT/prompt-gates.log") FAIL, $(grep -c '^SKIP' "$OUT/prompt-gates.log") SKIP"
 grep '^FAIL' "$OUT/prompt-gates.log" | cut -c1-400 | head -12
 # ncu over the pass's first six launches of a 1,024-token 26B-A4B prefill (five windowed
-# layers, then a global one); PROMPT_NCU=0 skips it
+# layers, then a global one) at form PROMPT_NCU_FORM (default 2); PROMPT_NCU=0 skips it
 if [ "${PROMPT_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
     timeout 150 ncu --kernel-name regex:attn_prompt_kernel --launch-count 6 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
         build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
-        --set serve.max_context=4096 --set serve.attn_prompt=1 --batch 1 --prompt 1024 --steps 1 \
+        --set serve.max_context=4096 --set serve.attn_prompt=${PROMPT_NCU_FORM:-2} --batch 1 --prompt 1024 --steps 1 \
         > "$OUT/ncu.txt" 2>&1
     echo "ncu: exit $? at $((SECONDS - t0)) s"
     grep -E "attn_prompt_kernel|^ +Duration|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc A|Issue Slots Busy|No Eligible|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued" "$OUT/ncu.txt" | head -60
