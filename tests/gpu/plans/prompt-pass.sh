@@ -7,7 +7,8 @@
 #   2. test_attn's prompt gates alone (G4_ATTN_GATES=prompt: the pass against the reference at
 #      the op gate's bound, the generated row's bits, slices of 1, 7, 33 and 100 rows and form 2
 #      bit-equal to form 1's one launch, both pools, every config)
-#   3. ncu over the pass's first launches (PROMPT_NCU=0 skips it), then bench_decode, 26B-A4B dummy weights, one prompt of 1,024 and of 4,096 tokens, the last
+#   3. ncu over the pass's first launches (PROMPT_NCU=0 skips it) and over the prefill experts'
+#      kernels (MOE_NCU=0 skips it), then bench_decode, 26B-A4B dummy weights, one prompt of 1,024 and of 4,096 tokens, the last
 #      chunk's attention by layer kind, attn_prompt 0 / 1 / 2 (PROMPT_FORMS), two rounds; 16,384
 #      tokens once (PROMPT_LONG=0 skips it); the 31B at 1,024 tokens once
 #   4. the trained fixtures' and engine gates at PROMPT_TRAINED's form (default 2:
@@ -40,6 +41,19 @@ if [ "${PROMPT_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
         > "$OUT/ncu.txt" 2>&1
     echo "ncu: exit $? at $((SECONDS - t0)) s"
     grep -E "attn_prompt_kernel|^ +Duration|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc A|Issue Slots Busy|No Eligible|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued" "$OUT/ncu.txt" | head -60
+fi
+# ncu over the prefill experts' ring kernels (moe_staged_kernel, up then down) of a 1,024-token
+# 26B-A4B chunk: what bounds them (DRAM, L2, shared memory, the mma issue or latency);
+# MOE_NCU=0 skips it
+if [ "${MOE_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
+    timeout 120 ncu --kernel-name regex:moe_staged_kernel --launch-count 2 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+        --section InstructionStats \
+        build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
+        --set serve.max_context=4096 --batch 1 --prompt 1024 --steps 1 > "$OUT/ncu-moe.txt" 2>&1
+    echo "ncu moe: exit $? at $((SECONDS - t0)) s"
+    grep -E "moe_staged_kernel|^ +Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|L2 Hit Rate|Executed Ipc A|Issue Slots Busy|No Eligible|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Shared Memory" "$OUT/ncu-moe.txt" | head -60
 fi
 bench() { # $1 model, $2 prompt tokens, $3 attn_prompt
     echo "== $1 prefill $2, attn_prompt $3"
