@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# tests/gpu/plans/confirm.sh - the second call after narrow-tiles.sh, on the same warm box (its
+# build kept; carry .deps): the gates the forty-second session's unrun work still owes.
+#   1. the trained fixtures' and engine gates with CONFIRM_SETS (default "serve.attn_prompt=2
+#      serve.moe_narrow_tiles=1": the two switches not yet gated at full strength)
+#   2. the 26B-A4B's full step with the defaults, pool CONFIRM_POOLS (default fp8: it never ran
+#      with the prompt pass), on the box's build (G4_PREBUILT=1)
+#   3. the whole test_attn (not run since its case machinery moved), as long as the call lasts
+# Logs under $OUT (or /tmp/g4pipe-out). CALL_SECONDS (default 575) bounds the call.
+set -u
+OUT=${OUT:-/tmp/g4pipe-out}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+t0=$SECONDS
+budget=${CALL_SECONDS:-575}
+left() { echo $((budget - (SECONDS - t0))); }
+count() { echo "$1: exit $2 at $((SECONDS - t0)) s: $(grep -c '^PASS' "$3") PASS, $(grep -c '^FAIL' "$3") FAIL, $(grep -c '^SKIP' "$3") SKIP"; grep '^FAIL' "$3" | cut -c1-300 | head -10; }
+[ -x build/g4pipe ] || { ./build.sh tests > "$OUT/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.log"; exit 1; }; }
+if [ "${CONFIRM_TRAINED:-1}" = 1 ]; then
+    G4_FIXTURE_SET="${CONFIRM_SETS:-serve.attn_prompt=2 serve.moe_narrow_tiles=1}" G4_PREBUILT=1 \
+        timeout $(( $(left) - 30 )) ./build.sh gpu-test engine_vs_hf trained > "$OUT/trained.log" 2>&1
+    count "trained, engine (${CONFIRM_SETS:-serve.attn_prompt=2 serve.moe_narrow_tiles=1})" $? "$OUT/trained.log"
+fi
+if [ "${CONFIRM_FULL:-1}" = 1 ] && [ "$(left)" -gt 300 ]; then
+    FULL_MODELS=26b-a4b FULL_POOLS="${CONFIRM_POOLS:-fp8}" G4_PREBUILT=1 \
+        timeout $(( $(left) - 20 )) ./build.sh gpu-test full > "$OUT/full.log" 2>&1
+    count "full 26b-a4b ${CONFIRM_POOLS:-fp8}" $? "$OUT/full.log"
+    grep -E "gap|margin" "$OUT/full.log" | tail -6 | cut -c1-250
+fi
+if [ "$(left)" -gt 60 ]; then
+    timeout $(( $(left) - 10 )) build/tests/test_attn > "$OUT/attn.log" 2>&1
+    count "test_attn (whole)" $? "$OUT/attn.log"
+fi
+echo "done at $((SECONDS - t0)) s"
