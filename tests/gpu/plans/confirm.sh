@@ -7,15 +7,9 @@
 #      with the prompt pass), on the box's build (G4_PREBUILT=1)
 #   3. the whole test_attn (not run since its case machinery moved), as long as the call lasts
 # Logs under $OUT (or /tmp/g4pipe-out). CALL_SECONDS (default 575) bounds the call.
-set -u
-OUT=${OUT:-/tmp/g4pipe-out}
-mkdir -p "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-t0=$SECONDS
+. tests/gpu/plans/preamble.sh
 budget=${CALL_SECONDS:-575}
 left() { echo $((budget - (SECONDS - t0))); }
-count() { echo "$1: exit $2 at $((SECONDS - t0)) s: $(grep -c '^PASS' "$3") PASS, $(grep -c '^FAIL' "$3") FAIL, $(grep -c '^SKIP' "$3") SKIP"; grep '^FAIL' "$3" | cut -c1-300 | head -10; }
 [ -x build/g4pipe ] || { ./build.sh tests > "$OUT/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.log"; exit 1; }; }
 if [ "${CONFIRM_TRAINED:-1}" = 1 ]; then
     G4_FIXTURE_SET="${CONFIRM_SETS:-serve.attn_prompt=2 serve.moe_narrow_tiles=1}" G4_PREBUILT=1 \

@@ -13,15 +13,9 @@
 #   6. ncu over the experts' ring kernels at narrow 0 and 1, then over the prompt pass at form 2
 #   7. the 31B at 1,024 tokens, attn_prompt 1 against 2
 # Logs under $OUT (or /tmp/g4pipe-out).
-set -u
-OUT=${OUT:-/tmp/g4pipe-out}
-mkdir -p "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-t0=$SECONDS
+. tests/gpu/plans/preamble.sh
 budget=${CALL_SECONDS:-575}
 room() { [ $((budget - (SECONDS - t0))) -gt "$1" ] || { echo "skipped ($2): $((SECONDS - t0)) s gone"; return 1; }; }
-count() { echo "$1: exit $2 at $((SECONDS - t0)) s: $(grep -c '^PASS' "$3") PASS, $(grep -c '^FAIL' "$3") FAIL, $(grep -c '^SKIP' "$3") SKIP"; grep '^FAIL' "$3" | cut -c1-300 | head -10; }
 if [ -x build/tests/test_moe ] && [ "${NARROW_REBUILD:-1}" = 0 ]; then
     echo "the box's earlier build" > "$OUT/build.log"
 else

@@ -15,12 +15,7 @@
 #      G4_FIXTURE_SET=serve.attn_prompt=2 gpu-test engine_vs_hf trained), as long as the call
 #      lasts (CALL_SECONDS, default 560)
 # Logs under $OUT (or /tmp/g4pipe-out): build.log, prompt-gates.log, ab.log, trained.log.
-set -u
-OUT=${OUT:-/tmp/g4pipe-out}
-mkdir -p "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-t0=$SECONDS
+. tests/gpu/plans/preamble.sh
 if [ -x build/tests/test_attn ] && [ "${PROMPT_REBUILD:-1}" = 0 ]; then
     echo "the box's earlier build" > "$OUT/build.log"
 else
