@@ -24,11 +24,11 @@ else
 fi
 echo "build: $((SECONDS - t0)) s"
 if room 40 prompt-gates; then
-    G4_ATTN_GATES=prompt timeout 200 build/tests/test_attn > "$OUT/prompt-gates.log" 2>&1
+    G4_ATTN_GATES=prompt timeout $((budget - (SECONDS - t0) - 10)) build/tests/test_attn > "$OUT/prompt-gates.log" 2>&1
     count "prompt gates" $? "$OUT/prompt-gates.log"
 fi
 if room 75 test_moe; then
-    timeout 150 build/tests/test_moe > "$OUT/moe.log" 2>&1
+    timeout $((budget - (SECONDS - t0) - 10)) build/tests/test_moe > "$OUT/moe.log" 2>&1
     count test_moe $? "$OUT/moe.log"
     grep -c 'moe_prefill_narrow' "$OUT/moe.log"
 fi
