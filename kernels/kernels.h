@@ -511,10 +511,6 @@ void k_set_moe_expert_stream(int max_items);
  * taken as 3); 0: none of these (serve.moe_prefill_tiles, default 3; speed only: every output's
  * mma sequence is the same). Process-wide. */
 void k_set_moe_prefill_tiles(int mode);
-/* 1: at moe_prefill_tiles 3, an item tile of at most 64 items spreads over the block's 8 warps
- * (32 items a warp) instead of 4 (serve.moe_narrow_tiles, default 0; speed only: every output's
- * mma sequence is the same). Process-wide. */
-void k_set_moe_narrow_tiles(int on);
 
 /* Device management: 0 when a usable sm_90 device is present. A build without nvcc links
  * kernels/no_gpu.c instead, whose k_device_init says so and whose other launchers refuse. */

@@ -32,7 +32,6 @@
 #include "kernels/mma.cuh"
 
 #include <math.h>
-#include <type_traits>
 
 #define ROUTE_THREADS 32     /* one warp per row */
 #define ROUTE_MAX_EXPERT 256 /* p of a row lives in shared memory */
@@ -647,13 +646,8 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
  * 1,024-token 26B-A4B chunk spreads 8,192 items over 128 experts) is half padding, whose rows
  * are never stored. Every (item tile, output tile) pair a warp computes gets its mmas in order,
  * so the same bits. (Finer skips cost registers past two blocks an SM: 16-item tiles skipped
- * inside the warp's loops, or warps of 32 items x 32 outputs, each spilled.)
- * NARROW (serve.moe_narrow_tiles, with RING): an item tile of at most STAGED_BM / 2 items (a
- * 1,024-token 26B-A4B chunk's usual bucket) goes to all 8 warps, 32 items a warp in place of 64,
- * where RING leaves the second item half's 4 warps idle. A warp's item tiles are then
- * TILES_MT / 2 of 16 against the same output tiles; every (item tile, output tile) pair still
- * gets its mmas in order, so the same bits. */
-template <bool UP, bool RING = false, bool NARROW = false>
+ * inside the warp's loops, or warps of 32 items x 32 outputs, each spilled.) */
+template <bool UP, bool RING = false>
 __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h, float *ys) {
@@ -711,18 +705,13 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     };
 
     float acc[TILES_MT][NB][4];
-    /* the warp's 16-item tiles in this item tile (NARROW: half of them where the tile's items
-     * fit in STAGED_BM / 2), block-uniform */
-    int span = TILES_MT;
-    /* 32-k block kb of the stage at st into this warp's accumulators, MT (a compile-time count:
-     * each its own straight code) item tiles a warp: each (item tile, weight tile) pair gets the
-     * block's two mmas in order */
-    auto kblock = [&](const unsigned char *st, int kb, auto mt) {
-        constexpr int MT = decltype(mt)::value;
-        uint4 av[MT], a8v[MT];
+    /* 32-k block kb of the stage at st into this warp's accumulators: each (item tile, weight
+     * tile) pair gets the block's two mmas in order */
+    auto kblock = [&](const unsigned char *st, int kb) {
+        uint4 av[TILES_MT], a8v[TILES_MT];
 #pragma unroll
-        for (int i = 0; i < MT; i++) {
-            const int row = wm * 16 * MT + 16 * i + g;
+        for (int i = 0; i < TILES_MT; i++) {
+            const int row = wm * 16 * TILES_MT + 16 * i + g;
             av[i] = *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row) * 64 + q * 16);
             a8v[i] =
                 *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row + 8) * 64 + q * 16);
@@ -735,7 +724,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
             const uint4 bv = *reinterpret_cast<const uint4 *>(st + STAGED_A_BYTES +
                                                               (kb * BR + row) * 64 + q * 16);
 #pragma unroll
-            for (int i = 0; i < MT; i++) {
+            for (int i = 0; i < TILES_MT; i++) {
                 mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
                 mma_16816(acc[i][t], av[i].z, a8v[i].z, av[i].w, a8v[i].w, bv.z, bv.w);
             }
@@ -753,9 +742,8 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     acc[i][t][j] = 0.0f;
-        if constexpr (NARROW) span = n - r0 <= STAGED_BM / 2 ? TILES_MT / 2 : TILES_MT;
         /* RING: whether this warp's items hold one that is not padding (warp-uniform) */
-        const bool live = !RING || r0 + wm * 16 * span < n;
+        const bool live = !RING || r0 + wm * 16 * TILES_MT < n;
         if constexpr (RING)
             for (int c = 0; c < STAGES - 1; c++)
                 issue(c);
@@ -776,10 +764,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
 #pragma unroll 1 /* unrolled, the next block's operands came early and spilled */
                 for (int kb = 0; kb < STAGED_KB; kb++) {
                     if (c * STAGED_KB + kb >= nkb) break; /* block-uniform */
-                    if (NARROW && span != TILES_MT)
-                        kblock(st, kb, std::integral_constant<int, TILES_MT / 2>());
-                    else
-                        kblock(st, kb, std::integral_constant<int, TILES_MT>());
+                    kblock(st, kb);
                 }
             }
             if constexpr (!RING)
@@ -790,8 +775,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
         if constexpr (RING) cp_async_wait_all_but<0>();
 #pragma unroll
         for (int i = 0; i < TILES_MT; i++) {
-            if (NARROW && i >= span) break;
-            const int row = wm * 16 * span + 16 * i + g;
+            const int row = wm * 16 * TILES_MT + 16 * i + g;
             const int ilo = s_item[row], ihi = s_item[row + 8];
 #pragma unroll
             for (int t = 0; t < TILES_NT; t++)
@@ -828,12 +812,6 @@ static int staged_allow(void) {
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<true, 3>()));
         CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<false, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<true, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true, true>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<false, 3>()));
         set = true;
@@ -901,8 +879,6 @@ static int prefill_tiles = 3; /* serve.moe_prefill_tiles' default */
 extern "C" void k_set_moe_prefill_tiles(int mode) {
     prefill_tiles = mode >= 3 ? 3 : mode > 0 ? mode : 0;
 }
-static int narrow_tiles = 0; /* serve.moe_narrow_tiles' default: off until measured */
-extern "C" void k_set_moe_narrow_tiles(int on) { narrow_tiles = on ? 1 : 0; }
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */
 extern "C" void k_set_moe_expert_stream(int max_items) {
     stream_items = max_items < 0                   ? 0
@@ -1228,16 +1204,13 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
         rc = staged_allow();
         if (rc != K_OK) return rc;
         dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);
-        CUDA_CHECK(k_launch(narrow_tiles ? moe_staged_kernel<true, true, true>
-                                         : moe_staged_kernel<true, true>,
-                            up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list, active,
-                            n_active, h, (float *)NULL));
+        CUDA_CHECK(k_launch(moe_staged_kernel<true, true>, up, STAGED_THREADS,
+                            staged_smem_bytes<true, 3>(), s, *a, list, active, n_active, h,
+                            (float *)NULL));
         CUDA_CHECK(cudaGetLastError());
         dim3 down((unsigned)((a->d_model + STAGED_BN - 1) / STAGED_BN), slots);
-        CUDA_CHECK(k_launch(narrow_tiles ? moe_staged_kernel<false, true, true>
-                                         : moe_staged_kernel<false, true>,
-                            down, STAGED_THREADS, staged_smem_bytes<false, 3>(), s, *a, list,
-                            active, n_active, h, ys));
+        CUDA_CHECK(k_launch(moe_staged_kernel<false, true>, down, STAGED_THREADS,
+                            staged_smem_bytes<false, 3>(), s, *a, list, active, n_active, h, ys));
         CUDA_CHECK(cudaGetLastError());
     } else if (tensor_cores && prefill_tiles == 2 && items > INBLOCK_MAX_ITEMS) {
         rc = staged_allow();

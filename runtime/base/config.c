@@ -88,7 +88,6 @@ static const struct cfg_key {
     CFG_SWITCH(serve, attn_fold),
     CFG_SWITCH(serve, moe_bucket_in_up),
     CFG_RANGE(serve, moe_prefill_tiles, 0, 3), /* 0 off, 1 item tiles, 2 staged, 3 a ring */
-    CFG_SWITCH(serve, moe_narrow_tiles),
     CFG_RANGE(serve, row_chain, 0, 3), /* 0 off, 1 rows up to 3,072, 2 up to 6,144, 3 2 loaded */
     CFG_SWITCH(serve, moe_route_lanes),
     CFG_SWITCH(serve, wide_loads),
@@ -165,7 +164,6 @@ void config_defaults(g4_config *c) {
     c->serve.attn_fold = 1;           /* measured on the H200 (docs/configuration.md) */
     c->serve.moe_bucket_in_up = 1;    /* measured faster (docs/configuration.md) */
     c->serve.moe_prefill_tiles = 3;   /* measured faster (docs/configuration.md) */
-    c->serve.moe_narrow_tiles = 0;    /* not yet measured (docs/configuration.md) */
     c->serve.row_chain = 3;           /* measured faster (docs/configuration.md) */
     c->serve.moe_route_lanes = 1;     /* measured faster (docs/configuration.md) */
     c->serve.wide_loads = 1;          /* measured faster (docs/configuration.md) */

@@ -45,7 +45,6 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -348,7 +347,6 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
 /* The speed-only switches of k_moe_experts a call runs with. */
 typedef struct switches {
     int in_up, tiles, wide, stream; /* stream: serve.expert_stream's item count (0 off) */
-    int narrow;                     /* serve.moe_narrow_tiles */
 } switches;
 
 /* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing, the
@@ -362,14 +360,12 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
     k_set_moe_prefill_tiles(sw.tiles);
     k_set_wide_loads(sw.wide);
     k_set_moe_expert_stream(sw.stream);
-    k_set_moe_narrow_tiles(sw.narrow);
     int rc = k_copy_to_device(a->out, out, n * 2) | k_moe_experts(a, NULL) | k_sync() |
              k_copy_to_host(out, a->out, n * 2);
     k_set_moe_bucket_in_up(1);
     k_set_moe_prefill_tiles(3);
     k_set_wide_loads(0);
     k_set_moe_expert_stream(0);
-    k_set_moe_narrow_tiles(0);
     return rc;
 }
 
@@ -507,7 +503,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     if (!rc) rc = k_set_moe_prompt_tile(tile);
     if (!rc) { /* every row a prompt row */
         a.prompt_rows = rows;
-        rc = experts_with(&a, (switches){1, 3, 0, 0, 0}, all, nx);
+        rc = experts_with(&a, (switches){1, 3, 0, 0}, all, nx);
     }
     if (!rc && base->all) { /* against the first tile's run, row by row */
         for (int r = 0; r < rows; r++)
@@ -525,7 +521,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     if (!rc) { /* the same rows as two calls */
         k_moe_experts_args b = a;
         b.rows = b.prompt_rows = half;
-        rc = experts_with(&b, (switches){1, 3, 0, 0, 0}, got, (size_t)half * s->d_model);
+        rc = experts_with(&b, (switches){1, 3, 0, 0}, got, (size_t)half * s->d_model);
         differ += !rc && memcmp(got, all, (size_t)half * row_bytes) != 0;
         b = a;
         b.out = (bf16_t *)b.out + (size_t)half * s->d_model;
@@ -533,7 +529,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         b.idx = (const int32_t *)b.idx + (size_t)half * s->top_k;
         b.weight = (const float *)b.weight + (size_t)half * s->top_k;
         b.rows = b.prompt_rows = rows - half;
-        rc |= experts_with(&b, (switches){1, 3, 0, 0, 0}, got, (size_t)(rows - half) * s->d_model);
+        rc |= experts_with(&b, (switches){1, 3, 0, 0}, got, (size_t)(rows - half) * s->d_model);
         differ += !rc && memcmp(got, all + (size_t)half * s->d_model,
                                 (size_t)(rows - half) * row_bytes) != 0;
     }
@@ -542,11 +538,11 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         g.rows = gen;
         g.prompt_rows = 0;
         k_set_moe_prompt_experts(0);
-        rc = experts_with(&g, (switches){1, 3, 0, 0, 0}, ref, (size_t)gen * s->d_model);
+        rc = experts_with(&g, (switches){1, 3, 0, 0}, ref, (size_t)gen * s->d_model);
         k_set_moe_prompt_experts(1);
         k_moe_experts_args m = a;
         m.prompt_rows = rows - gen;
-        rc |= experts_with(&m, (switches){1, 3, 0, 0, 0}, got, nx);
+        rc |= experts_with(&m, (switches){1, 3, 0, 0}, got, nx);
         differ += !rc && memcmp(got, ref, (size_t)gen * row_bytes) != 0;
         differ += !rc && memcmp(got + (size_t)gen * s->d_model, all + (size_t)gen * s->d_model,
                                 (size_t)(rows - gen) * row_bytes) != 0;
@@ -562,7 +558,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
             ids[s->top_k > 1 ? 1 : 0] = s->n_expert;
             ids[(size_t)(rows - 1) * (size_t)s->top_k] = -1;
             rc = k_copy_to_device(d_idx, ids, nk * 4) |
-                 experts_with(&a, (switches){1, 3, 0, 0, 0}, got, nx) |
+                 experts_with(&a, (switches){1, 3, 0, 0}, got, nx) |
                  k_copy_to_device(d_idx, idx, nk * 4);
         }
         for (int r = 0; !rc && r < rows; r++) {
@@ -650,11 +646,10 @@ static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t 
     long differ = 0;
     k_set_moe_prompt_experts(1);
     if (!rc)
-        rc = experts_with(&a, (switches){1, 3, 0, 0, 0}, all,
-                          nx); /* tiles of K_PROMPT_TILE_DEFAULT */
+        rc = experts_with(&a, (switches){1, 3, 0, 0}, all, nx); /* tiles of K_PROMPT_TILE_DEFAULT */
     k_moe_prompt_stats(&calls[0], &items[0], &tile_rows[0]);
     if (!rc) rc = k_set_moe_prompt_tile(64);
-    if (!rc) rc = experts_with(&a, (switches){1, 3, 0, 0, 0}, got, nx);
+    if (!rc) rc = experts_with(&a, (switches){1, 3, 0, 0}, got, nx);
     k_moe_prompt_stats(&calls[1], &items[1], &tile_rows[1]);
     (void)k_set_moe_prompt_tile(K_PROMPT_TILE_DEFAULT);
     const long long tiles64 = (tile_rows[1] - tile_rows[0]) / 64;
@@ -666,7 +661,7 @@ static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t 
         b.idx = (const int32_t *)b.idx + (size_t)h * HALF * (size_t)s->top_k;
         b.weight = (const float *)b.weight + (size_t)h * HALF * (size_t)s->top_k;
         b.rows = b.prompt_rows = HALF;
-        rc = experts_with(&b, (switches){1, 3, 0, 0, 0}, got, HALF * dm);
+        rc = experts_with(&b, (switches){1, 3, 0, 0}, got, HALF * dm);
         differ += !rc && memcmp(got, all + (size_t)h * HALF * dm, HALF * dm * 2) != 0;
     }
     k_set_moe_prompt_experts(0);
@@ -737,48 +732,27 @@ static void run_shape(const shape *s, uint64_t seed) {
         check_experts(s, rows, gu, dn, d_gu, d_dn, idx, w);
         const int mma = s->d_model % 32 == 0 && s->d_expert % 32 == 0;
         if (mma && nk <= 128) /* where the up kernel may bucket its items */
-            check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w, (switches){0, 0, 0, 0, 0},
-                         (switches){1, 0, 0, 0, 0});
+            check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w, (switches){0, 0, 0, 0},
+                         (switches){1, 0, 0, 0});
         if (mma && nk > 128) { /* prefill-sized calls */
-            check_switch("moe_prefill_tiles", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 0, 0, 0, 0}, (switches){1, 1, 0, 0, 0});
-            check_switch("moe_prefill_staged", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 0, 0, 0, 0}, (switches){1, 2, 0, 0, 0});
-            check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0, 0},
-                         (switches){1, 3, 0, 0, 0});
+            check_switch("moe_prefill_tiles", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
+                         (switches){1, 1, 0, 0});
+            check_switch("moe_prefill_staged", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
+                         (switches){1, 2, 0, 0});
+            check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
+                         (switches){1, 3, 0, 0});
             /* every item on expert 0: 128-item tiles one after another in a block at the
              * shape's own k, so a stage one tile's last chunks read meets the next tile's first
              * copies (the router's ids spread the items too thin for a second tile) */
             int32_t *one = calloc(nk, 4);
             if (one) {
                 check_switch("moe_prefill_staged(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 0, 0, 0}, (switches){1, 2, 0, 0, 0});
+                             (switches){1, 0, 0, 0}, (switches){1, 2, 0, 0});
                 check_switch("moe_prefill_ring(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 0});
+                             (switches){1, 0, 0, 0}, (switches){1, 3, 0, 0});
             } else {
                 test_fail("moe_prefill_staged(one expert)", "out of host memory");
             }
-            /* moe_narrow_tiles: the ring's item tiles of at most 64 items on all 8 warps, against
-             * the per-16-item kernels; the router's ids, then buckets of 40 (both narrow halves
-             * live), of 64 (the largest narrow tile) and of 70 (a full tile, then a narrow one of
-             * 6), then every item on one expert (full tiles, then the remainder) */
-            check_switch("moe_prefill_narrow", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 1});
-            static const int bucket[] = {40, 64, 70};
-            int32_t *even = malloc(nk * 4);
-            for (size_t bi = 0; even && bi < sizeof bucket / sizeof bucket[0]; bi++) {
-                for (size_t i = 0; i < nk; i++)
-                    even[i] = (int32_t)((i / (size_t)bucket[bi]) % (size_t)s->n_expert);
-                char name[64];
-                (void)snprintf(name, sizeof name, "moe_prefill_narrow(buckets of %d)", bucket[bi]);
-                check_switch(name, s, rows, d_gu, d_dn, even, w, (switches){1, 0, 0, 0, 0},
-                             (switches){1, 3, 0, 0, 1});
-            }
-            if (!even) test_fail("moe_prefill_narrow(buckets)", "out of host memory");
-            free(even);
-            if (one)
-                check_switch("moe_prefill_narrow(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 1});
             free(one);
             /* the default tile, one past the 26B-A4B's usual bucket (~64 items an expert at
              * 1,024 rows: one tile an expert, mostly), and one no multiple of 8; each against
@@ -795,27 +769,27 @@ static void run_shape(const shape *s, uint64_t seed) {
             free(one_set.all);
         }
         if (mma && nk <= 8) /* one decode row: where serve.wide_loads applies */
-            check_decode_switch("wide_loads", s, rows, d_gu, d_dn, idx, w,
-                                (switches){1, 0, 0, 0, 0}, (switches){1, 0, 1, 0, 0},
-                                (switches){0, 0, 0, 0, 0}, (switches){0, 0, 1, 0, 0});
+            check_decode_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
+                                (switches){1, 0, 1, 0}, (switches){0, 0, 0, 0},
+                                (switches){0, 0, 1, 0});
         if (mma && nk > 8 && nk <= 128) /* past it the narrow groups run: the switch is inert */
-            check_switch("wide_loads(inert)", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 0, 0, 0, 0}, (switches){1, 0, 1, 0, 0});
+            check_switch("wide_loads(inert)", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
+                         (switches){1, 0, 1, 0});
         if (mma && nk <= 8) /* one decode row: against the wide groups, the default there */
             check_decode_switch("expert_stream", s, rows, d_gu, d_dn, idx, w,
-                                (switches){1, 0, 1, 0, 0}, (switches){1, 0, 1, 8, 0},
-                                (switches){0, 0, 1, 0, 0}, (switches){0, 0, 1, 8, 0});
+                                (switches){1, 0, 1, 0}, (switches){1, 0, 1, 8},
+                                (switches){0, 0, 1, 0}, (switches){0, 0, 1, 8});
         if (mma && nk > 8 && nk <= 128) { /* up to 16 decode rows: buckets past 8 and 16 items */
-            check_switch("expert_stream", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 1, 0, 0},
-                         (switches){1, 0, 1, 128, 0});
+            check_switch("expert_stream", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 1, 0},
+                         (switches){1, 0, 1, 128});
             check_switch("expert_stream+bucket_kernel", s, rows, d_gu, d_dn, idx, w,
-                         (switches){0, 0, 1, 0, 0}, (switches){0, 0, 1, 128, 0});
+                         (switches){0, 0, 1, 0}, (switches){0, 0, 1, 128});
             /* every item on expert 0: one bucket of several 16-item tiles, the ring's stages
              * and phases carried from tile to tile, the last tile partial or past 8 items */
             int32_t *one = calloc(nk, 4);
             if (one)
                 check_switch("expert_stream(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 1, 0, 0}, (switches){1, 0, 1, 128, 0});
+                             (switches){1, 0, 1, 0}, (switches){1, 0, 1, 128});
             else
                 test_fail("expert_stream(one expert)", "out of host memory");
             free(one);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# tests/gpu/plans/confirm.sh - the second call after narrow-tiles.sh, on the same warm box (its
-# build kept; carry .deps): the gates the forty-second session's unrun work still owes.
-#   1. the trained fixtures' and engine gates with CONFIRM_SETS (default "serve.attn_prompt=2
-#      serve.moe_narrow_tiles=1": the two switches not yet gated at full strength)
+# tests/gpu/plans/confirm.sh - the call after prompt-pass.sh, on the same warm box (its build
+# kept; carry .deps): the gates the forty-second session's unrun work still owes.
+#   1. the trained fixtures' and engine gates with CONFIRM_SETS (default "serve.attn_prompt=2":
+#      form 2, not yet gated at full strength)
 #   2. the 26B-A4B's full step with the defaults, pool CONFIRM_POOLS (default fp8: it never ran
 #      with the prompt pass), on the box's build (G4_PREBUILT=1)
 #   3. the whole test_attn (not run since its case machinery moved), as long as the call lasts
@@ -12,9 +12,9 @@ budget=${CALL_SECONDS:-575}
 left() { echo $((budget - (SECONDS - t0))); }
 [ -x build/g4pipe ] || { ./build.sh tests > "$OUT/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.log"; exit 1; }; }
 if [ "${CONFIRM_TRAINED:-1}" = 1 ]; then
-    G4_FIXTURE_SET="${CONFIRM_SETS:-serve.attn_prompt=2 serve.moe_narrow_tiles=1}" G4_PREBUILT=1 \
+    G4_FIXTURE_SET="${CONFIRM_SETS:-serve.attn_prompt=2}" G4_PREBUILT=1 \
         timeout $(( $(left) - 30 )) ./build.sh gpu-test engine_vs_hf trained > "$OUT/trained.log" 2>&1
-    count "trained, engine (${CONFIRM_SETS:-serve.attn_prompt=2 serve.moe_narrow_tiles=1})" $? "$OUT/trained.log"
+    count "trained, engine (${CONFIRM_SETS:-serve.attn_prompt=2})" $? "$OUT/trained.log"
 fi
 if [ "${CONFIRM_FULL:-1}" = 1 ] && [ "$(left)" -gt 300 ]; then
     FULL_MODELS=26b-a4b FULL_POOLS="${CONFIRM_POOLS:-fp8}" G4_PREBUILT=1 \
