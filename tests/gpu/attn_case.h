@@ -73,6 +73,9 @@ int attn_case_setup(attn_case *t, const cfg *c, int window, int fp8, uint64_t se
 void attn_case_free(attn_case *t);
 k_attention_args ref_args_of(const attn_case *t, const cfg *c, const k_attention_args *a,
                              bf16_t *ref);
+/* ref_attention over ra's rows in slices, one thread a slice (each row is computed alone from
+ * its own position, sequence and query, so the same bits as one call) */
+int ref_attention_rows(const k_attention_args *ra);
 long strided_run(const k_attention_args *a, int spb, void *dout, bf16_t *got, const bf16_t *want,
                  size_t qn, int *rc);
 long one_row_bits(const k_attention_args *a, void *dout, bf16_t *want, size_t qn, int *rc);
