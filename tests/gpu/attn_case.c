@@ -4,13 +4,12 @@
 #include "tests/gpu/attn_case.h"
 #include "kernels/ref/ref.h"
 #include "tests/gpu/gpu_rand.h"
+#include "tests/gpu/row_slices.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 int n_rows;
 int32_t row_pos[MAX_ROWS], row_seq[MAX_ROWS];
@@ -204,48 +203,22 @@ k_attention_args ref_args_of(const attn_case *t, const cfg *c, const k_attention
     return ra;
 }
 
-/* A slice of the reference's rows, for a thread. The reference walks each row's keys one scalar
- * product after another: a prompt gate's 150 rows at a window of 1,024 took it seconds on one
- * core, most of the prompt gates' time on the box, which has 16. */
-typedef struct ref_slice {
-    k_attention_args a;
-    int rc;
-} ref_slice;
-
-static void *ref_slice_run(void *p) {
-    ref_slice *s = p;
-    s->rc = ref_attention(&s->a, NULL);
-    return NULL;
+/* ref_attention over rows [r0, r1) of the reference's arguments ctx */
+static int ref_rows(const void *ctx, int r0, int r1) {
+    const k_attention_args *ra = ctx;
+    const size_t row = (size_t)ra->n_head * (size_t)ra->kv.head_dim;
+    k_attention_args a = *ra;
+    a.rows = r1 - r0;
+    a.out = ra->out + (size_t)r0 * row;
+    a.q = ra->q + (size_t)r0 * row;
+    a.pos = ra->pos + r0;
+    a.seq = ra->seq + r0;
+    return ref_attention(&a, NULL);
 }
 
-#define REF_THREADS_MAX 32
+/* A prompt gate's 150 rows at a window of 1,024 took the reference 3-14 s on one core. */
 int ref_attention_rows(const k_attention_args *ra) {
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = cores < 1 ? 1 : cores > REF_THREADS_MAX ? REF_THREADS_MAX : (int)cores;
-    if (n > ra->rows) n = ra->rows;
-    if (n <= 1) return ref_attention(ra, NULL);
-    ref_slice sl[REF_THREADS_MAX];
-    pthread_t th[REF_THREADS_MAX];
-    int started[REF_THREADS_MAX] = {0}, rc = 0;
-    const size_t row = (size_t)ra->n_head * (size_t)ra->kv.head_dim;
-    for (int i = 0; i < n; i++) {
-        const int r0 = (int)((long long)ra->rows * i / n),
-                  r1 = (int)((long long)ra->rows * (i + 1) / n);
-        sl[i].a = *ra;
-        sl[i].a.rows = r1 - r0;
-        sl[i].a.out = ra->out + (size_t)r0 * row;
-        sl[i].a.q = ra->q + (size_t)r0 * row;
-        sl[i].a.pos = ra->pos + r0;
-        sl[i].a.seq = ra->seq + r0;
-        sl[i].rc = K_OK;
-        started[i] = pthread_create(&th[i], NULL, ref_slice_run, &sl[i]) == 0;
-        if (!started[i]) ref_slice_run(&sl[i]); /* no thread: this one does the slice */
-    }
-    for (int i = 0; i < n; i++) {
-        if (started[i]) pthread_join(th[i], NULL);
-        rc |= sl[i].rc;
-    }
-    return rc;
+    return run_row_slices(ra->rows, ref_rows, ra);
 }
 
 /* The launch at the current switches, output poisoned first; returns the elements that differ

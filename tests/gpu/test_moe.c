@@ -40,14 +40,13 @@
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "tests/gpu/gpu_rand.h"
+#include "tests/gpu/row_slices.h"
 #include "tests/harness.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 typedef struct shape {
     int n_expert, top_k, d_model, d_expert;
@@ -219,49 +218,22 @@ typedef struct twin_result {
     int unwritten, far;
 } twin_result;
 
-/* ref_moe_experts over a's rows in slices, one thread a slice: the twin computes each row alone
- * from its own ids, so the slices' outputs are the whole call's, bit for bit, and a bad id fails
- * its slice as it fails the call. At the 26B-A4B's shape a row takes the twin ~0.17 s on one core,
- * most of this program's time on the box, which has 16. */
-typedef struct twin_slice {
-    k_moe_experts_args a;
-    int rc;
-} twin_slice;
-
-static void *twin_slice_run(void *p) {
-    twin_slice *t = p;
-    t->rc = ref_moe_experts(&t->a, NULL);
-    return NULL;
+/* ref_moe_experts over rows [r0, r1) of the call ctx describes (run_row_slices: at the
+ * 26B-A4B's shape a row takes the twin ~0.17 s on one core) */
+static int twin_rows(const void *ctx, int r0, int r1) {
+    const k_moe_experts_args *a = ctx;
+    const size_t dm = (size_t)a->d_model, k = (size_t)a->top_k;
+    k_moe_experts_args s = *a;
+    s.rows = r1 - r0;
+    s.out = a->out + (size_t)r0 * dm;
+    s.x = a->x + (size_t)r0 * dm;
+    s.idx = a->idx + (size_t)r0 * k;
+    s.weight = a->weight + (size_t)r0 * k;
+    return ref_moe_experts(&s, NULL);
 }
 
-#define TWIN_THREADS_MAX 32
 static int twin_experts(const k_moe_experts_args *a) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = cores < 1 ? 1 : cores > TWIN_THREADS_MAX ? TWIN_THREADS_MAX : (int)cores;
-    if (n > a->rows) n = a->rows;
-    if (n <= 1) return ref_moe_experts(a, NULL);
-    twin_slice t[TWIN_THREADS_MAX];
-    pthread_t th[TWIN_THREADS_MAX];
-    int started[TWIN_THREADS_MAX] = {0}, rc = 0;
-    const size_t dm = (size_t)a->d_model, k = (size_t)a->top_k;
-    for (int i = 0; i < n; i++) {
-        const int r0 = (int)((long long)a->rows * i / n),
-                  r1 = (int)((long long)a->rows * (i + 1) / n);
-        t[i].a = *a;
-        t[i].a.rows = r1 - r0;
-        t[i].a.out = a->out + (size_t)r0 * dm;
-        t[i].a.x = a->x + (size_t)r0 * dm;
-        t[i].a.idx = a->idx + (size_t)r0 * k;
-        t[i].a.weight = a->weight + (size_t)r0 * k;
-        t[i].rc = K_OK;
-        started[i] = pthread_create(&th[i], NULL, twin_slice_run, &t[i]) == 0;
-        if (!started[i]) twin_slice_run(&t[i]); /* no thread: this one does the slice */
-    }
-    for (int i = 0; i < n; i++) {
-        if (started[i]) pthread_join(th[i], NULL);
-        rc |= t[i].rc;
-    }
-    return rc;
+    return run_row_slices(a->rows, twin_rows, a);
 }
 
 static twin_result against_twin(const k_moe_experts_args *a, bf16_t *ref, const bf16_t *x,

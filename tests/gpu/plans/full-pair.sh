@@ -5,12 +5,7 @@
 # run in the tree itself (no queue). Carry .deps and build/g4pipe (a GPU build of this tree from
 # a CUDA 13.0 host): G4_PREBUILT=1 skips the box's ~150 s build where its libraries resolve.
 # FULL_PAIR_POOLS picks the pools ("fp8 bf16"). Logs under $OUT: full.log.
-set -u
-OUT=${OUT:-/tmp/g4pipe-out}
-mkdir -p "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-t0=$SECONDS
+. tests/gpu/plans/preamble.sh
 prebuilt=0
 [ -x build/g4pipe ] && ! ldd build/g4pipe | grep -q "not found" && prebuilt=1
 echo "carried binary: $prebuilt"
