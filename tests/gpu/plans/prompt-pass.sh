@@ -23,32 +23,32 @@ else
 fi
 echo "build: $((SECONDS - t0)) s"
 G4_ATTN_GATES=prompt timeout 200 build/tests/test_attn > "$OUT/prompt-gates.log" 2>&1
-echo "prompt gates: exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/prompt-gates.log") PASS, $(grep -c '^FAIL' "$OUT/prompt-gates.log") FAIL, $(grep -c '^SKIP' "$OUT/prompt-gates.log") SKIP"
-grep '^FAIL' "$OUT/prompt-gates.log" | cut -c1-400 | head -12
-# ncu over the pass's first six launches of a 1,024-token 26B-A4B prefill (five windowed
-# layers, then a global one) at form PROMPT_NCU_FORM (default 2); PROMPT_NCU=0 skips it
-if [ "${PROMPT_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
-    timeout 150 ncu --kernel-name regex:attn_prompt_kernel --launch-count 6 \
-        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-        --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
-        build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
-        --set serve.max_context=4096 --set serve.attn_prompt=${PROMPT_NCU_FORM:-2} --batch 1 --prompt 1024 --steps 1 \
-        > "$OUT/ncu.txt" 2>&1
-    echo "ncu: exit $? at $((SECONDS - t0)) s"
-    grep -E "attn_prompt_kernel|^ +Duration|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc A|Issue Slots Busy|No Eligible|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued" "$OUT/ncu.txt" | head -60
-fi
-# ncu over the prefill experts' ring kernels (moe_staged_kernel, up then down) of a 1,024-token
-# 26B-A4B chunk: what bounds them (DRAM, L2, shared memory, the mma issue or latency);
-# MOE_NCU=0 skips it
-if [ "${MOE_NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
-    timeout 120 ncu --kernel-name regex:moe_staged_kernel --launch-count 2 \
+count "prompt gates" $? "$OUT/prompt-gates.log"
+# ncu_run LOG KERNEL_REGEX LAUNCHES [settings]: ncu over a 1,024-token 26B-A4B prefill's first
+# launches of the kernels named, their summary lines printed
+ncu_run() {
+    local log=$1 re=$2 n=$3
+    shift 3
+    local sets=()
+    for s in "$@"; do sets+=(--set "$s"); done
+    timeout 150 ncu --kernel-name regex:"$re" --launch-count "$n" \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
         --section InstructionStats \
         build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
-        --set serve.max_context=4096 --batch 1 --prompt 1024 --steps 1 > "$OUT/ncu-moe.txt" 2>&1
-    echo "ncu moe: exit $? at $((SECONDS - t0)) s"
-    grep -E "moe_staged_kernel|^ +Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|L2 Hit Rate|Executed Ipc A|Issue Slots Busy|No Eligible|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Shared Memory" "$OUT/ncu-moe.txt" | head -60
+        --set serve.max_context=4096 "${sets[@]}" --batch 1 --prompt 1024 --steps 1 \
+        > "$OUT/$log" 2>&1
+    echo "ncu $log: exit $? at $((SECONDS - t0)) s"
+    grep -E "_kernel|^ +Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|L2 Hit Rate|Executed Ipc A|Issue Slots Busy|No Eligible|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued" "$OUT/$log" | head -60
+}
+if command -v ncu >/dev/null; then
+    # the pass's first six launches (five windowed layers, then a global one) at form
+    # PROMPT_NCU_FORM (default 2); PROMPT_NCU=0 skips it
+    [ "${PROMPT_NCU:-1}" = 1 ] &&
+        ncu_run ncu.txt attn_prompt_kernel 6 serve.attn_prompt="${PROMPT_NCU_FORM:-2}"
+    # the prefill experts' ring kernels (moe_staged_kernel, up then down): what bounds them
+    # (DRAM, L2, shared memory, the mma issue or latency); MOE_NCU=0 skips it
+    [ "${MOE_NCU:-1}" = 1 ] && ncu_run ncu-moe.txt moe_staged_kernel 2
 fi
 bench() { # $1 model, $2 prompt tokens, $3 attn_prompt
     echo "== $1 prefill $2, attn_prompt $3"
@@ -72,6 +72,6 @@ left=$(( ${CALL_SECONDS:-560} - (SECONDS - t0) ))
 if [ "$left" -gt 60 ]; then
     G4_FIXTURE_SET=serve.attn_prompt=${PROMPT_TRAINED:-2} timeout "$left" \
         ./build.sh gpu-test engine_vs_hf trained > "$OUT/trained.log" 2>&1
-    echo "trained, engine gates (attn_prompt ${PROMPT_TRAINED:-2}): exit $? at $((SECONDS - t0)) s: $(grep -c '^PASS' "$OUT/trained.log") PASS, $(grep -c '^FAIL' "$OUT/trained.log") FAIL, $(grep -c '^SKIP' "$OUT/trained.log") SKIP"
-    grep -E '^FAIL|summary|passed' "$OUT/trained.log" | cut -c1-300 | head -12
+    count "trained, engine gates (attn_prompt ${PROMPT_TRAINED:-2})" $? "$OUT/trained.log"
+    grep -E 'summary|passed' "$OUT/trained.log" | cut -c1-300 | head -4
 fi
