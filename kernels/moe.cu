@@ -24,6 +24,7 @@
  * independent of its batch mates (docs/gates.md, batch invariance): no item's arithmetic depends
  * on which other items exist, how they were grouped or in which order they were bucketed. */
 #include "kernels/common.cuh"
+#include "kernels/bulk_copy.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/bf16.cuh"
 #include "kernels/gemm_batched.h"
@@ -646,11 +647,21 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
  * 1,024-token 26B-A4B chunk spreads 8,192 items over 128 experts) is half padding, whose rows
  * are never stored. Every (item tile, output tile) pair a warp computes gets its mmas in order,
  * so the same bits. (Finer skips cost registers past two blocks an SM: 16-item tiles skipped
- * inside the warp's loops, or warps of 32 items x 32 outputs, each spilled.) */
-template <bool UP, bool RING = false>
+ * inside the warp's loops, or warps of 32 items x 32 outputs, each spilled.)
+ * BULK (serve.moe_ring_bulk, with RING): the stages filled by bulk copies (kernels/bulk_copy.cuh),
+ * one 64-byte copy a row and 32-k block, completed on the stage's mbarrier, where the cp.async
+ * form issues four 16-byte copies a row with their address arithmetic each: ncu put that form at
+ * ~13 instructions a mma with the issue slots ~58% busy (docs/perf-notes.md, forty-fourth
+ * session). Rows past the bucket and outputs past n_out are not copied at all: their stage rows
+ * hold whatever was there, which reaches only accumulator rows and columns that are never stored
+ * (an mma's output row depends on its own A row, its column on its own B row), and 32-k blocks
+ * past k are never read. The rows that are stored get the same bytes in the same places, so the
+ * same bits. */
+template <bool UP, bool RING = false, bool BULK = false>
 __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h, float *ys) {
+    static_assert(!BULK || RING, "bulk copies fill the ring's stages");
     constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
@@ -669,12 +680,51 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     extern __shared__ __align__(16) unsigned char staged_smem[];
     __shared__ const bf16_t *s_row[STAGED_BM]; /* the tile's input rows; NULL: padding */
     __shared__ int s_item[STAGED_BM];          /* their item ids; -1: padding */
+    __shared__ uint64_t s_bar[STAGES];         /* BULK: a stage's copies landed */
     const int nkb = k / 32, n_chunks = (nkb + STAGED_KB - 1) / STAGED_KB;
     const uint4 zero = make_uint4(0, 0, 0, 0);
+    /* BULK: the tile's rows that are copied (the bucket's), and weight rows (gate's and up's
+     * outputs below n_out); the stages' phases waited so far, a bit a stage */
+    int n_rows = 0;
+    const int w_rows = (UP ? 2 : 1) * min(STAGED_BN, n_out - ob);
+    unsigned phases = 0;
+    if (BULK && tid == 0) {
+        for (int s = 0; s < STAGES; s++)
+            bulk_bar_init(&s_bar[s]);
+        bulk_bar_init_fence();
+    } /* the first tile's barrier below orders the inits before any use */
 
     /* chunk c's 32-k blocks of the item rows and the weight rows into stage c % STAGES, then a
      * group (an empty one past the last chunk, so that the waits below still count right) */
     auto issue = [&](int c) {
+        if constexpr (BULK) {
+            if (c >= n_chunks) return;
+            unsigned char *st = staged_smem + (c % STAGES) * STAGE;
+            uint64_t *bar = &s_bar[c % STAGES];
+            const int kbs = min(STAGED_KB, nkb - c * STAGED_KB); /* the chunk's 32-k blocks */
+            /* every thread's reads of this stage (the chunk before last) precede the barrier
+             * the caller just passed; this orders them before the copy unit's writes */
+            bulk_fence_reads();
+            if (tid == 0) bulk_bar_expect(bar, (unsigned)((n_rows + w_rows) * kbs * 64));
+            for (int x = tid; x < STAGED_KB * STAGED_BM; x += STAGED_THREADS) {
+                const int kb = x / STAGED_BM, row = x % STAGED_BM;
+                if (kb < kbs && row < n_rows)
+                    bulk_copy(st + (kb * STAGED_BM + row) * 64,
+                              s_row[row] + (c * STAGED_KB + kb) * 32, 64, bar);
+            }
+            for (int x = tid; x < STAGED_KB * BR; x += STAGED_THREADS) {
+                const int kb = x / BR, row = x % BR;
+                const int o = ob + row % STAGED_BN; /* up's rows follow gate's */
+                if (kb < kbs && o < n_out)
+                    bulk_copy(st + STAGED_A_BYTES + (kb * BR + row) * 64,
+                              wbase +
+                                  ((UP && row >= STAGED_BN ? (size_t)de : 0) + (size_t)o) *
+                                      (size_t)k +
+                                  (c * STAGED_KB + kb) * 32,
+                              64, bar);
+            }
+            return;
+        }
         if (c < n_chunks) {
             unsigned char *st = staged_smem + (c % STAGES) * STAGE;
             for (int x = tid; x < STAGED_KB * STAGED_BM * 4; x += STAGED_THREADS) {
@@ -734,6 +784,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     for (int r0 = 0; r0 < n; r0 += STAGED_BM) {
         if (r0 > 0) __syncthreads(); /* the last tile's s_row, s_item and epilogue reads */
         moe_bucket_rows<UP, STAGED_BM, STAGED_THREADS>(a, list, b, r0, h, s_row, s_item);
+        n_rows = min(STAGED_BM, n - r0);
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < TILES_MT; i++)
@@ -750,7 +801,13 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
         else
             issue(0);
         for (int c = 0; c < n_chunks; c++) {
-            if constexpr (RING) {
+            if constexpr (BULK) {
+                const int s = c % STAGES;
+                bulk_bar_wait(&s_bar[s], (phases >> s) & 1u); /* chunk c's copies */
+                phases ^= 1u << s;
+                __syncthreads();       /* chunk c - 1's stage is read by all */
+                issue(c + STAGES - 1); /* into that stage */
+            } else if constexpr (RING) {
                 cp_async_wait_all_but<STAGES - 2>(); /* this thread's copies of chunk c */
                 __syncthreads();       /* everyone's, and chunk c - 1's stage is read by all */
                 issue(c + STAGES - 1); /* into that stage */
@@ -772,7 +829,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
         }
         /* RING: the groups past the last chunk are empty; the barrier at the next item tile's
          * start keeps its first copies from a stage a warp still reads */
-        if constexpr (RING) cp_async_wait_all_but<0>();
+        if constexpr (RING && !BULK) cp_async_wait_all_but<0>();
 #pragma unroll
         for (int i = 0; i < TILES_MT; i++) {
             const int row = wm * 16 * TILES_MT + 16 * i + g;
@@ -812,6 +869,12 @@ static int staged_allow(void) {
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<true, 3>()));
         CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<false, 3>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<true, 3>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true, true>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<false, 3>()));
         set = true;
@@ -879,6 +942,8 @@ static int prefill_tiles = 3; /* serve.moe_prefill_tiles' default */
 extern "C" void k_set_moe_prefill_tiles(int mode) {
     prefill_tiles = mode >= 3 ? 3 : mode > 0 ? mode : 0;
 }
+static int ring_bulk = 0; /* serve.moe_ring_bulk's default: off until measured */
+extern "C" void k_set_moe_ring_bulk(int on) { ring_bulk = on ? 1 : 0; }
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */
 extern "C" void k_set_moe_expert_stream(int max_items) {
     stream_items = max_items < 0                   ? 0
@@ -1204,13 +1269,15 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
         rc = staged_allow();
         if (rc != K_OK) return rc;
         dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);
-        CUDA_CHECK(k_launch(moe_staged_kernel<true, true>, up, STAGED_THREADS,
-                            staged_smem_bytes<true, 3>(), s, *a, list, active, n_active, h,
-                            (float *)NULL));
+        CUDA_CHECK(k_launch(ring_bulk ? moe_staged_kernel<true, true, true>
+                                      : moe_staged_kernel<true, true>,
+                            up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list, active,
+                            n_active, h, (float *)NULL));
         CUDA_CHECK(cudaGetLastError());
         dim3 down((unsigned)((a->d_model + STAGED_BN - 1) / STAGED_BN), slots);
-        CUDA_CHECK(k_launch(moe_staged_kernel<false, true>, down, STAGED_THREADS,
-                            staged_smem_bytes<false, 3>(), s, *a, list, active, n_active, h, ys));
+        CUDA_CHECK(k_launch(
+            ring_bulk ? moe_staged_kernel<false, true, true> : moe_staged_kernel<false, true>, down,
+            STAGED_THREADS, staged_smem_bytes<false, 3>(), s, *a, list, active, n_active, h, ys));
         CUDA_CHECK(cudaGetLastError());
     } else if (tensor_cores && prefill_tiles == 2 && items > INBLOCK_MAX_ITEMS) {
         rc = staged_allow();

@@ -32,7 +32,10 @@
  * - moe_prefill_tiles: the prefill kernels of 4 item tiles a warp against the per-16-item
  *   kernels, byte for byte (every output the same mma sequence), bad ids included; and
  *   moe_prefill_staged, the kernels that stage items and weights in shared memory, likewise,
- *   and moe_prefill_ring, those kernels in their three-stage ring with idle warps skipping.
+ *   and moe_prefill_ring, those kernels in their three-stage ring with idle warps skipping;
+ *   moe_ring_bulk, the ring's stages filled by bulk copies against its cp.async form (padding
+ *   rows left uncopied must reach no stored output), with the router's ids and with every item
+ *   on one expert (several tiles through each stage's mbarrier phases).
  * - moe_route_lanes: the router's lanes form against moe_route_kernel, ids and weights byte
  *   for byte (the same operations in the same order), on the gate's logits and on a copy with
  *   NaN and infinite logits in some rows.
@@ -319,6 +322,7 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
 /* The speed-only switches of k_moe_experts a call runs with. */
 typedef struct switches {
     int in_up, tiles, wide, stream; /* stream: serve.expert_stream's item count (0 off) */
+    int bulk;                       /* serve.moe_ring_bulk */
 } switches;
 
 /* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing, the
@@ -332,12 +336,14 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
     k_set_moe_prefill_tiles(sw.tiles);
     k_set_wide_loads(sw.wide);
     k_set_moe_expert_stream(sw.stream);
+    k_set_moe_ring_bulk(sw.bulk);
     int rc = k_copy_to_device(a->out, out, n * 2) | k_moe_experts(a, NULL) | k_sync() |
              k_copy_to_host(out, a->out, n * 2);
     k_set_moe_bucket_in_up(1);
     k_set_moe_prefill_tiles(3);
     k_set_wide_loads(0);
     k_set_moe_expert_stream(0);
+    k_set_moe_ring_bulk(0);
     return rc;
 }
 
@@ -475,7 +481,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     if (!rc) rc = k_set_moe_prompt_tile(tile);
     if (!rc) { /* every row a prompt row */
         a.prompt_rows = rows;
-        rc = experts_with(&a, (switches){1, 3, 0, 0}, all, nx);
+        rc = experts_with(&a, (switches){1, 3, 0, 0, 0}, all, nx);
     }
     if (!rc && base->all) { /* against the first tile's run, row by row */
         for (int r = 0; r < rows; r++)
@@ -493,7 +499,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     if (!rc) { /* the same rows as two calls */
         k_moe_experts_args b = a;
         b.rows = b.prompt_rows = half;
-        rc = experts_with(&b, (switches){1, 3, 0, 0}, got, (size_t)half * s->d_model);
+        rc = experts_with(&b, (switches){1, 3, 0, 0, 0}, got, (size_t)half * s->d_model);
         differ += !rc && memcmp(got, all, (size_t)half * row_bytes) != 0;
         b = a;
         b.out = (bf16_t *)b.out + (size_t)half * s->d_model;
@@ -501,7 +507,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         b.idx = (const int32_t *)b.idx + (size_t)half * s->top_k;
         b.weight = (const float *)b.weight + (size_t)half * s->top_k;
         b.rows = b.prompt_rows = rows - half;
-        rc |= experts_with(&b, (switches){1, 3, 0, 0}, got, (size_t)(rows - half) * s->d_model);
+        rc |= experts_with(&b, (switches){1, 3, 0, 0, 0}, got, (size_t)(rows - half) * s->d_model);
         differ += !rc && memcmp(got, all + (size_t)half * s->d_model,
                                 (size_t)(rows - half) * row_bytes) != 0;
     }
@@ -510,11 +516,11 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         g.rows = gen;
         g.prompt_rows = 0;
         k_set_moe_prompt_experts(0);
-        rc = experts_with(&g, (switches){1, 3, 0, 0}, ref, (size_t)gen * s->d_model);
+        rc = experts_with(&g, (switches){1, 3, 0, 0, 0}, ref, (size_t)gen * s->d_model);
         k_set_moe_prompt_experts(1);
         k_moe_experts_args m = a;
         m.prompt_rows = rows - gen;
-        rc |= experts_with(&m, (switches){1, 3, 0, 0}, got, nx);
+        rc |= experts_with(&m, (switches){1, 3, 0, 0, 0}, got, nx);
         differ += !rc && memcmp(got, ref, (size_t)gen * row_bytes) != 0;
         differ += !rc && memcmp(got + (size_t)gen * s->d_model, all + (size_t)gen * s->d_model,
                                 (size_t)(rows - gen) * row_bytes) != 0;
@@ -530,7 +536,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
             ids[s->top_k > 1 ? 1 : 0] = s->n_expert;
             ids[(size_t)(rows - 1) * (size_t)s->top_k] = -1;
             rc = k_copy_to_device(d_idx, ids, nk * 4) |
-                 experts_with(&a, (switches){1, 3, 0, 0}, got, nx) |
+                 experts_with(&a, (switches){1, 3, 0, 0, 0}, got, nx) |
                  k_copy_to_device(d_idx, idx, nk * 4);
         }
         for (int r = 0; !rc && r < rows; r++) {
@@ -618,10 +624,11 @@ static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t 
     long differ = 0;
     k_set_moe_prompt_experts(1);
     if (!rc)
-        rc = experts_with(&a, (switches){1, 3, 0, 0}, all, nx); /* tiles of K_PROMPT_TILE_DEFAULT */
+        rc = experts_with(&a, (switches){1, 3, 0, 0, 0}, all,
+                          nx); /* tiles of K_PROMPT_TILE_DEFAULT */
     k_moe_prompt_stats(&calls[0], &items[0], &tile_rows[0]);
     if (!rc) rc = k_set_moe_prompt_tile(64);
-    if (!rc) rc = experts_with(&a, (switches){1, 3, 0, 0}, got, nx);
+    if (!rc) rc = experts_with(&a, (switches){1, 3, 0, 0, 0}, got, nx);
     k_moe_prompt_stats(&calls[1], &items[1], &tile_rows[1]);
     (void)k_set_moe_prompt_tile(K_PROMPT_TILE_DEFAULT);
     const long long tiles64 = (tile_rows[1] - tile_rows[0]) / 64;
@@ -633,7 +640,7 @@ static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t 
         b.idx = (const int32_t *)b.idx + (size_t)h * HALF * (size_t)s->top_k;
         b.weight = (const float *)b.weight + (size_t)h * HALF * (size_t)s->top_k;
         b.rows = b.prompt_rows = HALF;
-        rc = experts_with(&b, (switches){1, 3, 0, 0}, got, HALF * dm);
+        rc = experts_with(&b, (switches){1, 3, 0, 0, 0}, got, HALF * dm);
         differ += !rc && memcmp(got, all + (size_t)h * HALF * dm, HALF * dm * 2) != 0;
     }
     k_set_moe_prompt_experts(0);
@@ -704,24 +711,29 @@ static void run_shape(const shape *s, uint64_t seed) {
         check_experts(s, rows, gu, dn, d_gu, d_dn, idx, w);
         const int mma = s->d_model % 32 == 0 && s->d_expert % 32 == 0;
         if (mma && nk <= 128) /* where the up kernel may bucket its items */
-            check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w, (switches){0, 0, 0, 0},
-                         (switches){1, 0, 0, 0});
+            check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w, (switches){0, 0, 0, 0, 0},
+                         (switches){1, 0, 0, 0, 0});
         if (mma && nk > 128) { /* prefill-sized calls */
-            check_switch("moe_prefill_tiles", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
-                         (switches){1, 1, 0, 0});
-            check_switch("moe_prefill_staged", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
-                         (switches){1, 2, 0, 0});
-            check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
-                         (switches){1, 3, 0, 0});
+            check_switch("moe_prefill_tiles", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 0, 0, 0, 0}, (switches){1, 1, 0, 0, 0});
+            check_switch("moe_prefill_staged", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 0, 0, 0, 0}, (switches){1, 2, 0, 0, 0});
+            check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0, 0},
+                         (switches){1, 3, 0, 0, 0});
+            check_switch("moe_ring_bulk", s, rows, d_gu, d_dn, idx, w, (switches){1, 3, 0, 0, 0},
+                         (switches){1, 3, 0, 0, 1});
             /* every item on expert 0: 128-item tiles one after another in a block at the
              * shape's own k, so a stage one tile's last chunks read meets the next tile's first
              * copies (the router's ids spread the items too thin for a second tile) */
             int32_t *one = calloc(nk, 4);
             if (one) {
                 check_switch("moe_prefill_staged(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 0, 0}, (switches){1, 2, 0, 0});
+                             (switches){1, 0, 0, 0, 0}, (switches){1, 2, 0, 0, 0});
                 check_switch("moe_prefill_ring(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 0, 0}, (switches){1, 3, 0, 0});
+                             (switches){1, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 0});
+                /* the stages' mbarrier phases carried from tile to tile */
+                check_switch("moe_ring_bulk(one expert)", s, rows, d_gu, d_dn, one, w,
+                             (switches){1, 3, 0, 0, 0}, (switches){1, 3, 0, 0, 1});
             } else {
                 test_fail("moe_prefill_staged(one expert)", "out of host memory");
             }
@@ -741,27 +753,27 @@ static void run_shape(const shape *s, uint64_t seed) {
             free(one_set.all);
         }
         if (mma && nk <= 8) /* one decode row: where serve.wide_loads applies */
-            check_decode_switch("wide_loads", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
-                                (switches){1, 0, 1, 0}, (switches){0, 0, 0, 0},
-                                (switches){0, 0, 1, 0});
+            check_decode_switch("wide_loads", s, rows, d_gu, d_dn, idx, w,
+                                (switches){1, 0, 0, 0, 0}, (switches){1, 0, 1, 0, 0},
+                                (switches){0, 0, 0, 0, 0}, (switches){0, 0, 1, 0, 0});
         if (mma && nk > 8 && nk <= 128) /* past it the narrow groups run: the switch is inert */
-            check_switch("wide_loads(inert)", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0},
-                         (switches){1, 0, 1, 0});
+            check_switch("wide_loads(inert)", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 0, 0, 0, 0}, (switches){1, 0, 1, 0, 0});
         if (mma && nk <= 8) /* one decode row: against the wide groups, the default there */
             check_decode_switch("expert_stream", s, rows, d_gu, d_dn, idx, w,
-                                (switches){1, 0, 1, 0}, (switches){1, 0, 1, 8},
-                                (switches){0, 0, 1, 0}, (switches){0, 0, 1, 8});
+                                (switches){1, 0, 1, 0, 0}, (switches){1, 0, 1, 8, 0},
+                                (switches){0, 0, 1, 0, 0}, (switches){0, 0, 1, 8, 0});
         if (mma && nk > 8 && nk <= 128) { /* up to 16 decode rows: buckets past 8 and 16 items */
-            check_switch("expert_stream", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 1, 0},
-                         (switches){1, 0, 1, 128});
+            check_switch("expert_stream", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 1, 0, 0},
+                         (switches){1, 0, 1, 128, 0});
             check_switch("expert_stream+bucket_kernel", s, rows, d_gu, d_dn, idx, w,
-                         (switches){0, 0, 1, 0}, (switches){0, 0, 1, 128});
+                         (switches){0, 0, 1, 0, 0}, (switches){0, 0, 1, 128, 0});
             /* every item on expert 0: one bucket of several 16-item tiles, the ring's stages
              * and phases carried from tile to tile, the last tile partial or past 8 items */
             int32_t *one = calloc(nk, 4);
             if (one)
                 check_switch("expert_stream(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 1, 0}, (switches){1, 0, 1, 128});
+                             (switches){1, 0, 1, 0, 0}, (switches){1, 0, 1, 128, 0});
             else
                 test_fail("expert_stream(one expert)", "out of host memory");
             free(one);
