@@ -2,7 +2,7 @@
 # tests/gpu/plans/ring-bulk.sh - one device call for serve.moe_ring_bulk (the experts' ring
 # kernel with its stages filled by bulk copies, kernels/moe.cu), run in the tree itself (carry
 # .deps):
-#   1. the build (~180 s on the box)
+#   1. the build (~180 s on the box; less with objects packed here by tests/gpu/prebuilt.sh)
 #   2. test_moe whole (its moe_ring_bulk gates: byte for byte against the cp.async ring, the
 #      router's ids and every item on one expert, bad ids included)
 #   3. bench_decode, 26B-A4B dummy weights, one prompt of 1,024 tokens, bulk 0 / 1, three
@@ -14,6 +14,8 @@
 . tests/gpu/plans/preamble.sh
 budget=${CALL_SECONDS:-570}
 left() { echo $((budget - (SECONDS - t0))); }
+# objects packed here (tests/gpu/prebuilt.sh pack), when their sources are these
+[ -f .prebuilt/objs.tar.xz ] && bash tests/gpu/prebuilt.sh unpack
 if [ -x build/tests/test_moe ] && [ "${BULK_REBUILD:-1}" = 0 ]; then
     echo "the box's earlier build" > "$OUT/build.log"
 else
