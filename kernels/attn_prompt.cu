@@ -34,9 +34,8 @@
  * dim (as the split passes' combine gives).
  *
  * The pipeline: the units' copies (K of each unit for the statistics, then K and V of each in
- * turn) go through a ring of stages by cp.async (ap_ring: three at eight warps, copies two ahead
- * of the unit in use; two at four warps, one ahead), their key offsets looked up one unit
- * earlier still; one block barrier a unit. The e4m3 pool's units are
+ * turn) go through a ring of AP_RING stages by cp.async, two ahead of the one in use, their key
+ * offsets looked up one unit earlier still; one block barrier a unit. The e4m3 pool's units are
  * widened to bf16 rows (exact) after landing. Rows in shared memory are unpadded, their 16-byte
  * chunks swizzled (chunk c of row x at (c & ~7) | ((c ^ x) & 7)), so the 8 rows an ldmatrix
  * reads fall in distinct banks. */
@@ -45,32 +44,32 @@
 
 #include <limits.h>
 
-/* The pass's two forms (serve.attn_prompt 1 and 2): NW warps a block, a ring of units in shared
- * memory (in use, landing, and with 8 warps one more in flight), one block an SM at 8 warps and
- * two at 4; each row's order is the same in both (a tile's warps and units do not change). */
-template <int NW> static __host__ __device__ constexpr int ap_ring() { return NW == 8 ? 3 : 2; }
+#define AP_WARPS 8
+#define AP_THREADS (AP_WARPS * 32)
+#define AP_RING 3             /* units in shared memory: in use, landing, in flight */
+#define AP_OFFS (AP_RING + 1) /* key offsets: the ring's and the unit being looked up */
 
 template <int D> static __host__ __device__ constexpr int ap_keys() { return D == 256 ? 64 : 32; }
 template <int D> static __host__ __device__ constexpr int ap_wpt() { return D / 128; }
-template <int D, int NW> static __host__ __device__ constexpr int ap_tiles() {
-    return NW / ap_wpt<D>();
+template <int D> static __host__ __device__ constexpr int ap_tiles() {
+    return AP_WARPS / ap_wpt<D>();
 }
 /* rows a block: its tiles' M rows over the group */
-template <int D, int G, int NW> static __host__ __device__ constexpr int ap_rows() {
-    return ap_tiles<D, NW>() * 16 / G;
+template <int D, int G> static __host__ __device__ constexpr int ap_rows() {
+    return ap_tiles<D>() * 16 / G;
 }
 
 /* Dynamic shared memory: the ring of staged units, the widened unit (e4m3), the queries, and
  * each warp's partial scores ([warp][n tile x 4 + element][lane]). */
-template <int D, bool FP8, int NW> struct ap_layout {
+template <int D, bool FP8> struct ap_layout {
     static constexpr int N = ap_keys<D>();
     static constexpr int ROW = D * 2;          /* a bf16 row */
     static constexpr int SROW = FP8 ? D : ROW; /* a staged row */
     static constexpr size_t STAGE = (size_t)N * SROW;
-    static constexpr size_t WIDE = (size_t)ap_ring<NW>() * STAGE;
+    static constexpr size_t WIDE = (size_t)AP_RING * STAGE;
     static constexpr size_t Q = WIDE + (FP8 ? (size_t)N * ROW : 0);
-    static constexpr size_t PART = Q + (size_t)ap_tiles<D, NW>() * 16 * ROW;
-    static constexpr size_t BYTES = PART + (size_t)NW * (N / 8) * 4 * 32 * sizeof(float);
+    static constexpr size_t PART = Q + (size_t)ap_tiles<D>() * 16 * ROW;
+    static constexpr size_t BYTES = PART + (size_t)AP_WARPS * (N / 8) * 4 * 32 * sizeof(float);
 };
 
 /* The byte offset of 16-byte chunk c in swizzled bf16 row x. */
@@ -137,13 +136,12 @@ static __device__ __forceinline__ void ap_tile_sync(int tile, int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(1 + tile), "r"(threads) : "memory");
 }
 
-template <int D, int G, bool FP8, int NW>
-static __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : 2)
+template <int D, int G, bool FP8>
+static __global__ void __launch_bounds__(AP_THREADS, 1)
     attn_prompt_kernel(k_attention_args a, int row0, int n_rows) {
     K_GRID_DEPENDENCY();
-    using L = ap_layout<D, FP8, NW>;
-    constexpr int AP_THREADS = NW * 32, AP_RING = ap_ring<NW>(), AP_OFFS = AP_RING + 1;
-    constexpr int N = L::N, NT = N / 8, WPT = ap_wpt<D>(), R = ap_rows<D, G, NW>();
+    using L = ap_layout<D, FP8>;
+    constexpr int N = L::N, NT = N / 8, WPT = ap_wpt<D>(), R = ap_rows<D, G>();
     constexpr int EB = FP8 ? 1 : 2;
     constexpr int CPR = L::SROW / 16;            /* 16-byte copies a staged row */
     constexpr int COPIES = N * CPR / AP_THREADS; /* a thread's copies a unit */
@@ -167,7 +165,7 @@ static __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : 2)
     }
 
     /* the queries, bf16 as stored; M rows past the block's rows zero */
-    for (int e = tid; e < ap_tiles<D, NW>() * 16 * (D / 8); e += AP_THREADS) {
+    for (int e = tid; e < ap_tiles<D>() * 16 * (D / 8); e += AP_THREADS) {
         const int c = e % (D / 8), mm = e / (D / 8), k = (mm / 16) * (16 / G) + (mm % 16) / G;
         uint4 v = make_uint4(0, 0, 0, 0);
         if (k < nrow)
@@ -430,30 +428,30 @@ static __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : 2)
 
 /* ---- the launcher ---- */
 
-static int attn_prompt_on = 1; /* serve.attn_prompt's default: 0 off, 1 eight warps, 2 four */
-extern "C" void k_set_attn_prompt(int form) { attn_prompt_on = form == 1 || form == 2 ? form : 0; }
+static int attn_prompt_on = 1; /* serve.attn_prompt's default */
+extern "C" void k_set_attn_prompt(int on) { attn_prompt_on = on ? 1 : 0; }
 static long long attn_prompt_launches;
 extern "C" long long k_attn_prompt_launches(void) { return attn_prompt_launches; }
 
-template <int D, int G, bool FP8, int NW> static int ap_allow(void) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_prompt_kernel<D, G, FP8, NW>,
+template <int D, int G, bool FP8> static int ap_allow(void) {
+    CUDA_CHECK(cudaFuncSetAttribute(attn_prompt_kernel<D, G, FP8>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)ap_layout<D, FP8, NW>::BYTES));
+                                    (int)ap_layout<D, FP8>::BYTES));
     return K_OK;
 }
 
-template <int D, int G, bool FP8, int NW>
+template <int D, int G, bool FP8>
 static int ap_launch(const k_attention_args *a, int row0, int n, cudaStream_t s) {
-    constexpr int R = ap_rows<D, G, NW>();
+    constexpr int R = ap_rows<D, G>();
     static bool allowed = false; /* start-up raised it, unless the caller skipped start-up */
     if (!allowed) {
-        const int rc = ap_allow<D, G, FP8, NW>();
+        const int rc = ap_allow<D, G, FP8>();
         if (rc != K_OK) return rc;
         allowed = true;
     }
     const dim3 grid((unsigned)((n + R - 1) / R), (unsigned)a->kv.n_kv_head);
-    CUDA_CHECK(k_launch(attn_prompt_kernel<D, G, FP8, NW>, grid, NW * 32,
-                        ap_layout<D, FP8, NW>::BYTES, s, *a, row0, n));
+    CUDA_CHECK(k_launch(attn_prompt_kernel<D, G, FP8>, grid, AP_THREADS, ap_layout<D, FP8>::BYTES,
+                        s, *a, row0, n));
     CUDA_CHECK(cudaGetLastError());
     attn_prompt_launches++;
     return K_OK;
@@ -462,36 +460,34 @@ static int ap_launch(const k_attention_args *a, int row0, int n, cudaStream_t s)
 /* The (head dim, group) pairs Gemma 4 has: 256 with groups 2, 4 and 8 (the windowed layers),
  * 512 with 4, 8 and 16 (the global ones); ap_take launches one (K_OK or a K_ERR_* code), or
  * returns 1 for a pair it is not built for. */
-template <bool FP8, int NW> static int ap_allow_pool(void) {
-    int rc = ap_allow<256, 2, FP8, NW>();
-    if (rc == K_OK) rc = ap_allow<256, 4, FP8, NW>();
-    if (rc == K_OK) rc = ap_allow<256, 8, FP8, NW>();
-    if (rc == K_OK) rc = ap_allow<512, 4, FP8, NW>();
-    if (rc == K_OK) rc = ap_allow<512, 8, FP8, NW>();
-    if (rc == K_OK) rc = ap_allow<512, 16, FP8, NW>();
+template <bool FP8> static int ap_allow_pool(void) {
+    int rc = ap_allow<256, 2, FP8>();
+    if (rc == K_OK) rc = ap_allow<256, 4, FP8>();
+    if (rc == K_OK) rc = ap_allow<256, 8, FP8>();
+    if (rc == K_OK) rc = ap_allow<512, 4, FP8>();
+    if (rc == K_OK) rc = ap_allow<512, 8, FP8>();
+    if (rc == K_OK) rc = ap_allow<512, 16, FP8>();
     return rc;
 }
 
-template <bool FP8, int NW>
+template <bool FP8>
 static int ap_take(const k_attention_args *a, int d, int g, int row0, int n, cudaStream_t s) {
     if (d == 256) {
-        if (g == 2) return ap_launch<256, 2, FP8, NW>(a, row0, n, s);
-        if (g == 4) return ap_launch<256, 4, FP8, NW>(a, row0, n, s);
-        if (g == 8) return ap_launch<256, 8, FP8, NW>(a, row0, n, s);
+        if (g == 2) return ap_launch<256, 2, FP8>(a, row0, n, s);
+        if (g == 4) return ap_launch<256, 4, FP8>(a, row0, n, s);
+        if (g == 8) return ap_launch<256, 8, FP8>(a, row0, n, s);
     } else if (d == 512) {
-        if (g == 4) return ap_launch<512, 4, FP8, NW>(a, row0, n, s);
-        if (g == 8) return ap_launch<512, 8, FP8, NW>(a, row0, n, s);
-        if (g == 16) return ap_launch<512, 16, FP8, NW>(a, row0, n, s);
+        if (g == 4) return ap_launch<512, 4, FP8>(a, row0, n, s);
+        if (g == 8) return ap_launch<512, 8, FP8>(a, row0, n, s);
+        if (g == 16) return ap_launch<512, 16, FP8>(a, row0, n, s);
     }
     return 1;
 }
 
 /* Start-up: every kernel's shared-memory limit raised, outside any graph capture. */
 int attn_prompt_setup(void) {
-    int rc = ap_allow_pool<false, 8>();
-    if (rc == K_OK) rc = ap_allow_pool<true, 8>();
-    if (rc == K_OK) rc = ap_allow_pool<false, 4>();
-    if (rc == K_OK) rc = ap_allow_pool<true, 4>();
+    int rc = ap_allow_pool<false>();
+    if (rc == K_OK) rc = ap_allow_pool<true>();
     return rc;
 }
 
@@ -500,11 +496,9 @@ int attn_prompt_setup(void) {
 int attn_prompt_launch(const k_attention_args *a, cudaStream_t s) {
     if (!attn_prompt_on || a->prompt_rows <= 0 || a->prompt_rows > a->rows) return 1;
     const int d = a->kv.head_dim, g = a->n_head / a->kv.n_kv_head;
-    const int row0 = a->rows - a->prompt_rows, n = a->prompt_rows;
-    const bool fp8 = a->kv.elem_bytes == 1;
-    if (attn_prompt_on == 2)
-        return fp8 ? ap_take<true, 4>(a, d, g, row0, n, s) : ap_take<false, 4>(a, d, g, row0, n, s);
-    return fp8 ? ap_take<true, 8>(a, d, g, row0, n, s) : ap_take<false, 8>(a, d, g, row0, n, s);
+    const int row0 = a->rows - a->prompt_rows;
+    return a->kv.elem_bytes == 1 ? ap_take<true>(a, d, g, row0, a->prompt_rows, s)
+                                 : ap_take<false>(a, d, g, row0, a->prompt_rows, s);
 }
 
 K_TRACE_UNIT(attn_prompt) /* the kernel trace build's binder (common.cuh) */

@@ -441,14 +441,13 @@ long long k_attn_flash_launches(void);
  * rows (positions x query heads) of one KV head and walks their keys in units at absolute
  * positions (64 keys at head dim 256, 32 at 512), both passes in one launch: the statistics
  * (online max and sum), then p = bf(exp(s - m) / l) and P.V into one fp32 sum a row, unit after
- * unit (serve.attn_prompt: 0 off; 1, the default, eight warps a block, one block an SM; 2 four
- * warps, two blocks an SM; the same bits at 1 and 2). Other bits than the split plan's (no splits),
- * the same rounding points; a row's bits depend only on its own position and keys, so a prompt row
- * gives the same bits however the prompt is sliced and whatever shares its step
+ * unit (serve.attn_prompt, default 1). Other bits than the split plan's (no splits), the same
+ * rounding points; a row's bits depend only on its own position and keys, so a prompt row gives
+ * the same bits however the prompt is sliced and whatever shares its step
  * (docs/attention-design.md, "Prompt rows on their own pass"). Generated rows, and every row of
  * a head dim or group it is not built for, keep the split-KV passes. Process-wide;
  * k_attn_prompt_launches counts its launches (the gates check it ran). */
-void k_set_attn_prompt(int form);
+void k_set_attn_prompt(int on);
 long long k_attn_prompt_launches(void);
 
 /* kernels/sample.cu: the greedy token on the device */

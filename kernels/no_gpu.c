@@ -121,7 +121,7 @@ long long k_attn_pair_launches(void) { return 0; }
 void k_set_attn_flash(int on) { (void)on; }
 void k_set_attn_prep_rows(int on) { (void)on; }
 long long k_attn_flash_launches(void) { return 0; }
-void k_set_attn_prompt(int form) { (void)form; }
+void k_set_attn_prompt(int on) { (void)on; }
 long long k_attn_prompt_launches(void) { return 0; }
 void k_set_moe_prefill_tiles(int mode) { (void)mode; }
 void k_set_moe_ring_bulk(int on) { (void)on; }

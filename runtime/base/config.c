@@ -103,7 +103,7 @@ static const struct cfg_key {
     CFG_SWITCH(serve, attn_flash),
     CFG_SPECIAL(serve, attn_pair_tiles, CFG_SERVE_ATTN_PAIR_TILES), /* 0 off, 2 the pair form */
     CFG_SWITCH(serve, attn_prep_rows),
-    CFG_RANGE(serve, attn_prompt, 0, 2), /* 0 off, 1 eight warps a block, 2 four */
+    CFG_SWITCH(serve, attn_prompt),
     CFG_SWITCH(serve, prompt_gemm),
     CFG_SWITCH(serve, prompt_experts),
     CFG_RANGE(serve, prompt_tile, 16, 256),  /* kernels.h K_PROMPT_TILE_MIN..MAX */

@@ -66,7 +66,7 @@ typedef struct g4_config {
         int attn_pair_tiles;    /* 0 or 2, default 2: query tiles two a block (kernels.h) */
         int attn_flash;     /* 0/1, default 0: folded query tiles of head dim 256 in one launch */
         int attn_prep_rows; /* 0/1, default 1: attention's prep a warp a head, angles once a row */
-        int attn_prompt;    /* 0..2, default 1: prompt rows' attention on their own pass */
+        int attn_prompt;    /* 0/1, default 1: prompt rows' attention on their own pass */
         int prompt_gemm;    /* 0/1, default 1: prompt rows' projections on split-k-1 cuBLASLt */
         int prompt_experts; /* 0/1, default 0: prompt rows' experts as batched cuBLASLt products */
         int prompt_tile;    /* 16..256, default 96: items a tile of those products */

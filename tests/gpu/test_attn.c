@@ -1089,36 +1089,26 @@ static void run_prompt_pass(const cfg *c, int window, int from, int n, int fp8, 
                "be 0); all rows' %ld (0 where the pass is not built); rc %d ref rc %d",
                rel, m.unwritten, m.stray, launched, built ? "> 0" : "0", gen_differ, off_differ, rc,
                rrc);
-    /* slicing: the prompt rows in launches of sz rows, the generated row left poisoned, at
-     * both forms (form 2: four-warp blocks, its whole launch first) */
-    static const int sizes[] = {0, 1, 7, 33, 100};
-    for (size_t fz = 0; fz < 2 * sizeof sizes / sizeof sizes[0]; fz++) {
-        const int form = 1 + (int)(fz / (sizeof sizes / sizeof sizes[0]));
-        const size_t z = fz % (sizeof sizes / sizeof sizes[0]);
-        if (form == 1 && sizes[z] == 0) continue; /* the whole launch above */
-        k_set_attn_prompt(form);
-        const int step = sizes[z] > 0 ? sizes[z] : n_rows;
+    /* slicing: the prompt rows in launches of sz rows, the generated row left poisoned */
+    static const int sizes[] = {1, 7, 33, 100};
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
         bf16_t *sl = want; /* the split passes' bits are no longer needed */
         for (size_t i = 0; i < qn; i++)
             sl[i] = BF16_NAN;
         if (!rc) rc = k_copy_to_device(dout, sl, qn * 2);
-        for (int r0 = 1; r0 < n_rows && !rc; r0 += step) {
-            const int nr = n_rows - r0 < step ? n_rows - r0 : step;
+        for (int r0 = 1; r0 < n_rows && !rc; r0 += sizes[z]) {
+            const int nr = n_rows - r0 < sizes[z] ? n_rows - r0 : sizes[z];
             rc = prompt_slice(&a, c, r0, nr, nr);
         }
         if (!rc) rc = k_sync() | k_copy_to_host(sl, dout, qn * 2);
         long differ = 0;
         for (size_t i = row; i < qn; i++)
             differ += rc || sl[i] != got[i];
-        if (sizes[z] > 0)
-            snprintf(sgate, sizeof sgate, "%s%s slices of %d", gate, form == 2 ? " form 2" : "",
-                     sizes[z]);
-        else
-            snprintf(sgate, sizeof sgate, "%s form 2", gate);
+        snprintf(sgate, sizeof sgate, "%s slices of %d", gate, sizes[z]);
         TEST_CHECK(sgate, rc == 0 && differ == 0,
-                   "%ld prompt-row elements differ between form %d in launches of %d rows and "
-                   "form 1 in one launch (must be bit-identical), rc %d",
-                   differ, form, step, rc);
+                   "%ld prompt-row elements differ between launches of %d rows and one launch "
+                   "(must be bit-identical), rc %d",
+                   differ, sizes[z], rc);
     }
     k_set_attn_prompt(0);
     attn_case_free(&t);
