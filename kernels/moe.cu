@@ -32,6 +32,7 @@
 #include "kernels/moe_stream.h"
 #include "kernels/mma.cuh"
 
+#include <cudaTypedefs.h> /* CUtensorMap and its encoder's type; the encoder comes from cudart */
 #include <math.h>
 
 #define ROUTE_THREADS 32     /* one warp per row */
@@ -656,11 +657,17 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
  * hold whatever was there, which reaches only accumulator rows and columns that are never stored
  * (an mma's output row depends on its own A row, its column on its own B row), and 32-k blocks
  * past k are never read. The rows that are stored get the same bytes in the same places, so the
- * same bits. */
-template <bool UP, bool RING = false, bool BULK = false>
-__global__ static void __launch_bounds__(STAGED_THREADS, 2)
-    moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
-                      const int32_t *n_active, bf16_t *h, float *ys) {
+ * same bits.
+ * BULK 2 (serve.moe_ring_bulk = 2, moe_staged_tma_kernel): as 1, but a stage's weight rows come
+ * as one two-dimensional tensor copy a 32-k block (and a half: gate's, up's), 64 rows x 64
+ * bytes, through the tensor map wmap over the layer's whole expert tensor, in case the copy
+ * unit's rate for small requests bounds 1: 2 or 4 requests a chunk where 1 makes 128 or 256.
+ * The box lands as 1's copies do (row r at 64 r bytes); rows past the expert's outputs read the
+ * next expert's or the tensor's zero fill, and reach only columns that are never stored. */
+template <bool UP, bool RING, int BULK>
+static __device__ __forceinline__ void
+moe_staged_body(const k_moe_experts_args &a, const int32_t *list, const int32_t *active,
+                const int32_t *n_active, bf16_t *h, float *ys, const CUtensorMap *wmap) {
     static_assert(!BULK || RING, "bulk copies fill the ring's stages");
     constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
@@ -677,7 +684,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     const int ob = blockIdx.x * STAGED_BN;  /* the block's first output */
     if (ob >= n_out) return;                /* block-uniform */
     const bf16_t *wbase = moe_bucket_weights<UP>(a, b.expert);
-    extern __shared__ __align__(16) unsigned char staged_smem[];
+    extern __shared__ __align__(128) unsigned char staged_smem[]; /* 128: tensor copies */
     __shared__ const bf16_t *s_row[STAGED_BM]; /* the tile's input rows; NULL: padding */
     __shared__ int s_item[STAGED_BM];          /* their item ids; -1: padding */
     __shared__ uint64_t s_bar[STAGES];         /* BULK: a stage's copies landed */
@@ -686,7 +693,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     /* BULK: the tile's rows that are copied (the bucket's), and weight rows (gate's and up's
      * outputs below n_out); the stages' phases waited so far, a bit a stage */
     int n_rows = 0;
-    const int w_rows = (UP ? 2 : 1) * min(STAGED_BN, n_out - ob);
+    const int w_rows = BULK == 2 ? BR : (UP ? 2 : 1) * min(STAGED_BN, n_out - ob);
     unsigned phases = 0;
     if (BULK && tid == 0) {
         for (int s = 0; s < STAGES; s++)
@@ -712,16 +719,28 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
                     bulk_copy(st + (kb * STAGED_BM + row) * 64,
                               s_row[row] + (c * STAGED_KB + kb) * 32, 64, bar);
             }
-            for (int x = tid; x < STAGED_KB * BR; x += STAGED_THREADS) {
-                const int kb = x / BR, row = x % BR;
-                const int o = ob + row % STAGED_BN; /* up's rows follow gate's */
-                if (kb < kbs && o < n_out)
-                    bulk_copy(st + STAGED_A_BYTES + (kb * BR + row) * 64,
-                              wbase +
-                                  ((UP && row >= STAGED_BN ? (size_t)de : 0) + (size_t)o) *
-                                      (size_t)k +
-                                  (c * STAGED_KB + kb) * 32,
-                              64, bar);
+            if constexpr (BULK == 2) {
+                if (tid == 0) {
+                    /* the expert's first row in the map: gate's, then up's d_expert on */
+                    const int row0 = b.expert * (UP ? 2 * de : dm) + ob;
+                    for (int kb = 0; kb < kbs; kb++)
+                        for (int half = 0; half < BR / STAGED_BN; half++)
+                            bulk_tensor_copy_2d(
+                                st + STAGED_A_BYTES + (kb * BR + half * STAGED_BN) * 64, wmap,
+                                (c * STAGED_KB + kb) * 32, row0 + half * de, bar);
+                }
+            } else {
+                for (int x = tid; x < STAGED_KB * BR; x += STAGED_THREADS) {
+                    const int kb = x / BR, row = x % BR;
+                    const int o = ob + row % STAGED_BN; /* up's rows follow gate's */
+                    if (kb < kbs && o < n_out)
+                        bulk_copy(st + STAGED_A_BYTES + (kb * BR + row) * 64,
+                                  wbase +
+                                      ((UP && row >= STAGED_BN ? (size_t)de : 0) + (size_t)o) *
+                                          (size_t)k +
+                                      (c * STAGED_KB + kb) * 32,
+                                  64, bar);
+                }
             }
             return;
         }
@@ -852,6 +871,22 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     }
 }
 
+template <bool UP, bool RING = false, bool BULK = false>
+__global__ static void __launch_bounds__(STAGED_THREADS, 2)
+    moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                      const int32_t *n_active, bf16_t *h, float *ys) {
+    moe_staged_body<UP, RING, BULK ? 1 : 0>(a, list, active, n_active, h, ys, NULL);
+}
+/* wmap: the layer's expert weights (UP: gate_up as [n_expert x 2 d_expert, d_model] rows; else
+ * down as [n_expert x d_model, d_expert]) in boxes of 64 rows x 32 k, made by staged_weight_map */
+template <bool UP>
+__global__ static void __launch_bounds__(STAGED_THREADS, 2)
+    moe_staged_tma_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                          const int32_t *n_active, bf16_t *h, float *ys,
+                          const __grid_constant__ CUtensorMap wmap) {
+    moe_staged_body<UP, true, 2>(a, list, active, n_active, h, ys, &wmap);
+}
+
 /* The staged kernels' shared-memory limit (64 KB for up, 48 KB for down; in the ring 96 and 72),
  * raised once: at
  * start-up (k_moe_setup, before any graph capture) and, for callers that skip it (the tests),
@@ -875,6 +910,12 @@ static int staged_allow(void) {
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<true, 3>()));
         CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<false, 3>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_tma_kernel<true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<true, 3>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_tma_kernel<false>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<false, 3>()));
         set = true;
@@ -943,7 +984,43 @@ extern "C" void k_set_moe_prefill_tiles(int mode) {
     prefill_tiles = mode >= 3 ? 3 : mode > 0 ? mode : 0;
 }
 static int ring_bulk = 0; /* serve.moe_ring_bulk's default: off until measured */
-extern "C" void k_set_moe_ring_bulk(int on) { ring_bulk = on ? 1 : 0; }
+extern "C" void k_set_moe_ring_bulk(int mode) { ring_bulk = mode == 1 || mode == 2 ? mode : 0; }
+
+/* The tensor map moe_staged_tma_kernel<UP> reads a layer's expert weights through: rows of k
+ * elements (UP: the n_expert x 2 d_expert rows of gate_up over d_model; else the n_expert x
+ * d_model rows of down over d_expert), boxes of 64 rows x 32 k. The encoder is the driver's,
+ * reached through cudart (no link to libcuda). K_OK, or K_ERR_DEVICE (logged) when the driver
+ * has none or refuses the shape. */
+static int staged_weight_map(const k_moe_experts_args *a, bool up, CUtensorMap *map) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    if (!encode) {
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult found;
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                    cudaEnableDefault, &found));
+        if (found != cudaDriverEntryPointSuccess || !fn) {
+            k_report("CUDA", "the driver has no cuTensorMapEncodeTiled", "staged_weight_map",
+                     __func__, __FILE__, __LINE__);
+            return K_ERR_DEVICE;
+        }
+        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }
+    const cuuint64_t k = (cuuint64_t)(up ? a->d_model : a->d_expert);
+    const cuuint64_t rows =
+        (cuuint64_t)a->n_expert * (cuuint64_t)(up ? 2 * a->d_expert : a->d_model);
+    const cuuint64_t dims[2] = {k, rows}, strides[1] = {k * sizeof(bf16_t)};
+    const cuuint32_t box[2] = {32, STAGED_BN}, step[2] = {1, 1};
+    const CUresult r =
+        encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)(up ? a->gate_up : a->down), dims,
+               strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        k_report("CUDA", "cuTensorMapEncodeTiled refused the experts' weights", "staged_weight_map",
+                 __func__, __FILE__, __LINE__);
+        return K_ERR_DEVICE;
+    }
+    return K_OK;
+}
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */
 extern "C" void k_set_moe_expert_stream(int max_items) {
     stream_items = max_items < 0                   ? 0
@@ -1269,16 +1346,32 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
         rc = staged_allow();
         if (rc != K_OK) return rc;
         dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);
-        CUDA_CHECK(k_launch(ring_bulk ? moe_staged_kernel<true, true, true>
-                                      : moe_staged_kernel<true, true>,
-                            up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list, active,
-                            n_active, h, (float *)NULL));
-        CUDA_CHECK(cudaGetLastError());
         dim3 down((unsigned)((a->d_model + STAGED_BN - 1) / STAGED_BN), slots);
-        CUDA_CHECK(k_launch(
-            ring_bulk ? moe_staged_kernel<false, true, true> : moe_staged_kernel<false, true>, down,
-            STAGED_THREADS, staged_smem_bytes<false, 3>(), s, *a, list, active, n_active, h, ys));
-        CUDA_CHECK(cudaGetLastError());
+        if (ring_bulk == 2) {
+            CUtensorMap up_map, down_map;
+            rc = staged_weight_map(a, true, &up_map);
+            if (rc == K_OK) rc = staged_weight_map(a, false, &down_map);
+            if (rc != K_OK) return rc;
+            CUDA_CHECK(k_launch(moe_staged_tma_kernel<true>, up, STAGED_THREADS,
+                                staged_smem_bytes<true, 3>(), s, *a, list, active, n_active, h,
+                                (float *)NULL, up_map));
+            CUDA_CHECK(cudaGetLastError());
+            CUDA_CHECK(k_launch(moe_staged_tma_kernel<false>, down, STAGED_THREADS,
+                                staged_smem_bytes<false, 3>(), s, *a, list, active, n_active, h, ys,
+                                down_map));
+            CUDA_CHECK(cudaGetLastError());
+        } else {
+            CUDA_CHECK(k_launch(ring_bulk ? moe_staged_kernel<true, true, true>
+                                          : moe_staged_kernel<true, true>,
+                                up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list,
+                                active, n_active, h, (float *)NULL));
+            CUDA_CHECK(cudaGetLastError());
+            CUDA_CHECK(k_launch(ring_bulk ? moe_staged_kernel<false, true, true>
+                                          : moe_staged_kernel<false, true>,
+                                down, STAGED_THREADS, staged_smem_bytes<false, 3>(), s, *a, list,
+                                active, n_active, h, ys));
+            CUDA_CHECK(cudaGetLastError());
+        }
     } else if (tensor_cores && prefill_tiles == 2 && items > INBLOCK_MAX_ITEMS) {
         rc = staged_allow();
         if (rc != K_OK) return rc;

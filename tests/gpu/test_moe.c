@@ -35,7 +35,9 @@
  *   and moe_prefill_ring, those kernels in their three-stage ring with idle warps skipping;
  *   moe_ring_bulk, the ring's stages filled by bulk copies against its cp.async form (padding
  *   rows left uncopied must reach no stored output), with the router's ids and with every item
- *   on one expert (several tiles through each stage's mbarrier phases).
+ *   on one expert (several tiles through each stage's mbarrier phases); moe_ring_bulk(map),
+ *   its form with the weight rows through a tensor map (boxes past an expert's outputs read the
+ *   next expert's rows or the map's zero fill, which must reach no stored output either).
  * - moe_route_lanes: the router's lanes form against moe_route_kernel, ids and weights byte
  *   for byte (the same operations in the same order), on the gate's logits and on a copy with
  *   NaN and infinite logits in some rows.
@@ -322,7 +324,7 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
 /* The speed-only switches of k_moe_experts a call runs with. */
 typedef struct switches {
     int in_up, tiles, wide, stream; /* stream: serve.expert_stream's item count (0 off) */
-    int bulk;                       /* serve.moe_ring_bulk */
+    int bulk;                       /* serve.moe_ring_bulk: 0, 1 or 2 */
 } switches;
 
 /* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing, the
@@ -722,6 +724,8 @@ static void run_shape(const shape *s, uint64_t seed) {
                          (switches){1, 3, 0, 0, 0});
             check_switch("moe_ring_bulk", s, rows, d_gu, d_dn, idx, w, (switches){1, 3, 0, 0, 0},
                          (switches){1, 3, 0, 0, 1});
+            check_switch("moe_ring_bulk(map)", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 3, 0, 0, 0}, (switches){1, 3, 0, 0, 2});
             /* every item on expert 0: 128-item tiles one after another in a block at the
              * shape's own k, so a stage one tile's last chunks read meets the next tile's first
              * copies (the router's ids spread the items too thin for a second tile) */
@@ -734,6 +738,8 @@ static void run_shape(const shape *s, uint64_t seed) {
                 /* the stages' mbarrier phases carried from tile to tile */
                 check_switch("moe_ring_bulk(one expert)", s, rows, d_gu, d_dn, one, w,
                              (switches){1, 3, 0, 0, 0}, (switches){1, 3, 0, 0, 1});
+                check_switch("moe_ring_bulk(map, one expert)", s, rows, d_gu, d_dn, one, w,
+                             (switches){1, 3, 0, 0, 0}, (switches){1, 3, 0, 0, 2});
             } else {
                 test_fail("moe_prefill_staged(one expert)", "out of host memory");
             }

@@ -255,6 +255,8 @@ static void test_load_errors(void) {
     /* 4, the experts on wgmma, was taken out (measured slower: docs/perf-notes.md) */
     expect_load_error("config.bad_moe_prefill_tiles", "[serve]\nmoe_prefill_tiles = 4\n",
                       ":2:", "serve.moe_prefill_tiles", "out of range 0..3");
+    expect_load_error("config.bad_moe_ring_bulk", "[serve]\nmoe_ring_bulk = 3\n",
+                      ":2:", "serve.moe_ring_bulk", "out of range 0..2");
     /* 1, the pair form on eight warps, was taken out (measured slower: docs/perf-notes.md) */
     expect_load_error("config.bad_attn_pair_tiles", "[serve]\nattn_pair_tiles = 3\n",
                       ":2:", "serve.attn_pair_tiles", "not 0 or 2");
