@@ -690,8 +690,9 @@ moe_staged_body(const k_moe_experts_args &a, const int32_t *list, const int32_t 
     __shared__ uint64_t s_bar[STAGES];         /* BULK: a stage's copies landed */
     const int nkb = k / 32, n_chunks = (nkb + STAGED_KB - 1) / STAGED_KB;
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    /* BULK: the tile's rows that are copied (the bucket's), and weight rows (gate's and up's
-     * outputs below n_out); the stages' phases waited so far, a bit a stage */
+    /* BULK: the tile's rows that are copied (the bucket's), and weight rows (1: gate's and up's
+     * outputs below n_out; 2: the whole boxes, which count in full); the stages' phases waited
+     * so far, a bit a stage */
     int n_rows = 0;
     const int w_rows = BULK == 2 ? BR : (UP ? 2 : 1) * min(STAGED_BN, n_out - ob);
     unsigned phases = 0;
