@@ -29,7 +29,7 @@ bench() { # $1 prompt tokens, $2 moe_ring_bulk
     echo "== gemma4-26b-a4b prefill $1, moe_ring_bulk $2"
     timeout 100 build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
         --set serve.max_context=8192 --set serve.moe_ring_bulk="$2" --batch 1 --prompt "$1" \
-        --steps 2 | grep -E "^prefill|^experts|^moe"
+        --steps 2
 }
 forms=${BULK_FORMS:-0 1 2}
 for r in 1 2 3; do
@@ -37,7 +37,7 @@ for r in 1 2 3; do
 done > "$OUT/ab.log" 2>&1
 for b in $forms; do bench 4096 $b; done >> "$OUT/ab.log" 2>&1
 echo "ab: done at $((SECONDS - t0)) s"
-grep -vE "^prefill, the process" "$OUT/ab.log" | head -40
+grep -E "^==|^prefill:|^experts  " "$OUT/ab.log" | head -60
 if command -v ncu >/dev/null && [ "${BULK_NCU:-1}" = 1 ]; then
     for b in ${BULK_NCU_FORMS:-1 2}; do
         timeout 100 ncu --kernel-name regex:moe_staged --launch-count 2 \

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# tests/gpu/plans/h200-record.sh - one device call for the H200 readings the log owes (the
+# forty-fourth and forty-fifth sessions ran on H100s or got no machine), run in the tree itself
+# (carry .deps, and .prebuilt when packed), best right after ring-bulk.sh on the same warm box:
+#   1. the build, unless the box still holds one (REC_REBUILD=0 keeps it)
+#   2. bench_decode, dummy weights, the defaults (REC_SETS adds --set pairs to every run): the
+#      26B-A4B one row and 16 rows (1,024-token context, bf16 and fp8 pools), one 1,024-token
+#      prompt and one of 4,096 tokens (two rounds), the 31B one row and one 1,024-token prompt
+#   3. the 26B-A4B's full step (bf16; REC_POOLS) with the defaults (and REC_SETS) as long as the
+#      call lasts (CALL_SECONDS, default 570; REC_FULL=0 skips it)
+# Logs under $OUT: build.log, bench.log, full.log.
+. tests/gpu/plans/preamble.sh
+budget=${CALL_SECONDS:-570}
+left() { echo $((budget - (SECONDS - t0))); }
+[ -f .prebuilt/objs.tar.xz ] && bash tests/gpu/prebuilt.sh unpack
+if [ -x build/tests/bench_decode ] && [ "${REC_REBUILD:-1}" = 0 ]; then
+    echo "the box's earlier build" > "$OUT/build.log"
+else
+    ./build.sh tests > "$OUT/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.log"; exit 1; }
+fi
+echo "build: $((SECONDS - t0)) s"
+sets=()
+for kv in ${REC_SETS:-}; do sets+=(--set "$kv"); done
+bench() { # label, model, then bench_decode's arguments
+    local label=$1 model=$2
+    shift 2
+    echo "== $label"
+    timeout 120 build/tests/bench_decode -c "conf/gemma4-$model.ini" --set model.weights=dummy \
+        --set serve.max_context=8192 ${sets[@]+"${sets[@]}"} "$@"
+}
+{
+    for r in 1 2; do
+        bench "26b-a4b bf16 1 row, round $r" 26b-a4b --batch 1 --prompt 1024 --steps 64
+        bench "26b-a4b bf16 16 rows, round $r" 26b-a4b --batch 16 --prompt 1024 --steps 64
+        bench "26b-a4b fp8 1 row, round $r" 26b-a4b --set kv.local=fp8 --batch 1 \
+            --prompt 1024 --steps 64
+        bench "26b-a4b prefill 1024, round $r" 26b-a4b --batch 1 --prompt 1024 --steps 2
+        bench "26b-a4b prefill 4096, round $r" 26b-a4b --batch 1 --prompt 4096 --steps 2
+    done
+    bench "31b bf16 1 row" 31b --batch 1 --prompt 1024 --steps 32
+    bench "31b prefill 1024" 31b --batch 1 --prompt 1024 --steps 2
+} > "$OUT/bench.log" 2>&1
+echo "bench: done at $((SECONDS - t0)) s"
+grep -E "^==|^decode step|^prefill:|^floor" "$OUT/bench.log" | cut -c1-160 | head -70
+if [ "${REC_FULL:-1}" = 1 ] && [ "$(left)" -gt 300 ]; then
+    FULL_MODELS=26b-a4b FULL_POOLS="${REC_POOLS:-bf16}" FULL_SETS="${REC_SETS:-}" \
+        G4_PREBUILT=1 timeout $(( $(left) - 15 )) ./build.sh gpu-test full > "$OUT/full.log" 2>&1
+    count "full 26b-a4b ${REC_POOLS:-bf16} (${REC_SETS:-defaults})" $? "$OUT/full.log"
+fi
+echo "done at $((SECONDS - t0)) s"
