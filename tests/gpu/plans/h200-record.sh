@@ -10,15 +10,7 @@
 #      call lasts (CALL_SECONDS, default 570; REC_FULL=0 skips it)
 # Logs under $OUT: build.log, bench.log, full.log.
 . tests/gpu/plans/preamble.sh
-budget=${CALL_SECONDS:-570}
-left() { echo $((budget - (SECONDS - t0))); }
-[ -f .prebuilt/objs.tar.xz ] && bash tests/gpu/prebuilt.sh unpack
-if [ -x build/tests/bench_decode ] && [ "${REC_REBUILD:-1}" = 0 ]; then
-    echo "the box's earlier build" > "$OUT/build.log"
-else
-    ./build.sh tests > "$OUT/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.log"; exit 1; }
-fi
-echo "build: $((SECONDS - t0)) s"
+build_tree "${REC_REBUILD:-1}"
 sets=()
 for kv in ${REC_SETS:-}; do sets+=(--set "$kv"); done
 bench() { # label, model, then bench_decode's arguments

@@ -12,16 +12,7 @@
 #      lasts (CALL_SECONDS, default 570; BULK_FULL=0 skips it)
 # Logs under $OUT: build.log, moe.log, ab.log, ncu-bulk1.txt, ncu-bulk2.txt, full.log.
 . tests/gpu/plans/preamble.sh
-budget=${CALL_SECONDS:-570}
-left() { echo $((budget - (SECONDS - t0))); }
-# objects packed here (tests/gpu/prebuilt.sh pack), when their sources are these
-[ -f .prebuilt/objs.tar.xz ] && bash tests/gpu/prebuilt.sh unpack
-if [ -x build/tests/test_moe ] && [ "${BULK_REBUILD:-1}" = 0 ]; then
-    echo "the box's earlier build" > "$OUT/build.log"
-else
-    ./build.sh tests > "$OUT/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.log"; exit 1; }
-fi
-echo "build: $((SECONDS - t0)) s"
+build_tree "${BULK_REBUILD:-1}"
 timeout ${MOE_SECONDS:-150} build/tests/test_moe > "$OUT/moe.log" 2>&1
 count "test_moe" $? "$OUT/moe.log"
 grep -E "moe_ring_bulk" "$OUT/moe.log" | cut -c1-200 | head -8
