@@ -510,12 +510,10 @@ void k_set_moe_expert_stream(int max_items);
  * taken as 3); 0: none of these (serve.moe_prefill_tiles, default 3; speed only: every output's
  * mma sequence is the same). Process-wide. */
 void k_set_moe_prefill_tiles(int mode);
-/* 1: at moe_prefill_tiles 3, the ring's stages filled by bulk copies (the copy unit, one copy a
- * row and 32-k block, completed on an mbarrier) instead of cp.async; 2: as 1, the weight rows
- * one two-dimensional tensor copy a 32-k block through a tensor map over the layer's experts
- * (serve.moe_ring_bulk, default 0; other values are taken as 0; speed only: the rows that are
- * stored get the same bytes, so the same bits). Process-wide, read at each call. */
-void k_set_moe_ring_bulk(int mode);
+/* 1: at moe_prefill_tiles 3, the ring's copies a fixed count a thread, padding zero-filled by the
+ * copy instead of a branch to a store (serve.moe_ring_zfill, default 0; speed only: the stages get
+ * the same bytes, so the same bits). Process-wide, read at each call. */
+void k_set_moe_ring_zfill(int on);
 
 /* Device management: 0 when a usable sm_90 device is present. A build without nvcc links
  * kernels/no_gpu.c instead, whose k_device_init says so and whose other launchers refuse. */

@@ -24,7 +24,6 @@
  * independent of its batch mates (docs/gates.md, batch invariance): no item's arithmetic depends
  * on which other items exist, how they were grouped or in which order they were bucketed. */
 #include "kernels/common.cuh"
-#include "kernels/bulk_copy.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/bf16.cuh"
 #include "kernels/gemm_batched.h"
@@ -32,7 +31,6 @@
 #include "kernels/moe_stream.h"
 #include "kernels/mma.cuh"
 
-#include <cudaTypedefs.h> /* CUtensorMap and its encoder's type; the encoder comes from cudart */
 #include <math.h>
 
 #define ROUTE_THREADS 32     /* one warp per row */
@@ -649,26 +647,17 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
  * are never stored. Every (item tile, output tile) pair a warp computes gets its mmas in order,
  * so the same bits. (Finer skips cost registers past two blocks an SM: 16-item tiles skipped
  * inside the warp's loops, or warps of 32 items x 32 outputs, each spilled.)
- * BULK (serve.moe_ring_bulk, with RING): the stages filled by bulk copies (kernels/bulk_copy.cuh),
- * one 64-byte copy a row and 32-k block, completed on the stage's mbarrier, where the cp.async
- * form issues four 16-byte copies a row with their address arithmetic each: ncu put that form at
- * ~13 instructions a mma with the issue slots ~58% busy (docs/perf-notes.md, forty-fourth
- * session). Rows past the bucket and outputs past n_out are not copied at all: their stage rows
- * hold whatever was there, which reaches only accumulator rows and columns that are never stored
- * (an mma's output row depends on its own A row, its column on its own B row), and 32-k blocks
- * past k are never read. The rows that are stored get the same bytes in the same places, so the
- * same bits.
- * BULK 2 (serve.moe_ring_bulk = 2, moe_staged_tma_kernel): as 1, but a stage's weight rows come
- * as one two-dimensional tensor copy a 32-k block (and a half: gate's, up's), 64 rows x 64
- * bytes, through the tensor map wmap over the layer's whole expert tensor, in case the copy
- * unit's rate for small requests bounds 1: 2 or 4 requests a chunk where 1 makes 128 or 256.
- * The box lands as 1's copies do (row r at 64 r bytes); rows past the expert's outputs read the
- * next expert's or the tensor's zero fill, and reach only columns that are never stored. */
-template <bool UP, bool RING, int BULK>
+ * ZFILL (serve.moe_ring_zfill, with RING): the same copies into the same places, each thread's
+ * a fixed count (its trip count known at compile time) and padding rows, outputs past n_out and
+ * k past the end zero-filled by the copy itself (source size 0) instead of a branch to a store.
+ * ncu put the ring at ~13 instructions a mma with the copies' issue most of them (the loop's
+ * remainder code and a branch a copy; docs/perf-notes.md, forty-fourth and forty-fifth
+ * sessions). The stages' bytes are the same, so the same bits. */
+template <bool UP, bool RING, bool ZFILL>
 static __device__ __forceinline__ void
 moe_staged_body(const k_moe_experts_args &a, const int32_t *list, const int32_t *active,
-                const int32_t *n_active, bf16_t *h, float *ys, const CUtensorMap *wmap) {
-    static_assert(!BULK || RING, "bulk copies fill the ring's stages");
+                const int32_t *n_active, bf16_t *h, float *ys) {
+    static_assert(!ZFILL || RING, "the zero-fill copies are the ring's");
     constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
@@ -684,65 +673,50 @@ moe_staged_body(const k_moe_experts_args &a, const int32_t *list, const int32_t 
     const int ob = blockIdx.x * STAGED_BN;  /* the block's first output */
     if (ob >= n_out) return;                /* block-uniform */
     const bf16_t *wbase = moe_bucket_weights<UP>(a, b.expert);
-    extern __shared__ __align__(128) unsigned char staged_smem[]; /* 128: tensor copies */
+    extern __shared__ __align__(16) unsigned char staged_smem[];
     __shared__ const bf16_t *s_row[STAGED_BM]; /* the tile's input rows; NULL: padding */
     __shared__ int s_item[STAGED_BM];          /* their item ids; -1: padding */
-    __shared__ uint64_t s_bar[STAGES];         /* BULK: a stage's copies landed */
     const int nkb = k / 32, n_chunks = (nkb + STAGED_KB - 1) / STAGED_KB;
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    /* BULK: the tile's rows that are copied (the bucket's), and weight rows (1: gate's and up's
-     * outputs below n_out; 2: the whole boxes, which count in full); the stages' phases waited
-     * so far, a bit a stage */
-    int n_rows = 0;
-    const int w_rows = BULK == 2 ? BR : (UP ? 2 : 1) * min(STAGED_BN, n_out - ob);
-    unsigned phases = 0;
-    if (BULK && tid == 0) {
-        for (int s = 0; s < STAGES; s++)
-            bulk_bar_init(&s_bar[s]);
-        bulk_bar_init_fence();
-    } /* the first tile's barrier below orders the inits before any use */
-
+    /* ZFILL: this thread's row and 16-byte part of every stage */
+    const int r4 = tid / 4, q4 = tid % 4;
     /* chunk c's 32-k blocks of the item rows and the weight rows into stage c % STAGES, then a
      * group (an empty one past the last chunk, so that the waits below still count right) */
     auto issue = [&](int c) {
-        if constexpr (BULK) {
-            if (c >= n_chunks) return;
-            unsigned char *st = staged_smem + (c % STAGES) * STAGE;
-            uint64_t *bar = &s_bar[c % STAGES];
-            const int kbs = min(STAGED_KB, nkb - c * STAGED_KB); /* the chunk's 32-k blocks */
-            /* every thread's reads of this stage (the chunk before last) precede the barrier
-             * the caller just passed; this orders them before the copy unit's writes */
-            bulk_fence_reads();
-            if (tid == 0) bulk_bar_expect(bar, (unsigned)((n_rows + w_rows) * kbs * 64));
-            for (int x = tid; x < STAGED_KB * STAGED_BM; x += STAGED_THREADS) {
-                const int kb = x / STAGED_BM, row = x % STAGED_BM;
-                if (kb < kbs && row < n_rows)
-                    bulk_copy(st + (kb * STAGED_BM + row) * 64,
-                              s_row[row] + (c * STAGED_KB + kb) * 32, 64, bar);
-            }
-            if constexpr (BULK == 2) {
-                if (tid == 0) {
-                    /* the expert's first row in the map: gate's, then up's d_expert on */
-                    const int row0 = b.expert * (UP ? 2 * de : dm) + ob;
-                    for (int kb = 0; kb < kbs; kb++)
-                        for (int half = 0; half < BR / STAGED_BN; half++)
-                            bulk_tensor_copy_2d(
-                                st + STAGED_A_BYTES + (kb * BR + half * STAGED_BN) * 64, wmap,
-                                (c * STAGED_KB + kb) * 32, row0 + half * de, bar);
+        if constexpr (ZFILL) {
+            /* the cp.async form's copies, each thread's the same (part q4 of rows r4 and
+             * r4 + 64, both 32-k blocks), so four lanes still read a row's 64 bytes and write
+             * them side by side; one address a row, the rest immediate offsets */
+            static_assert(STAGED_KB == 2 && STAGED_BM == 128 && STAGED_BN == 64 &&
+                              STAGED_THREADS == 256,
+                          "the zero-fill copies' thread map is this tile's");
+            if (c < n_chunks) {
+                unsigned char *st = staged_smem + (c % STAGES) * STAGE + r4 * 64 + q4 * 16;
+                const int kk = c * 64 + q4 * 8;  /* the chunk's first k, this part */
+                const bool hi = c * 2 + 1 < nkb; /* its second 32-k block is inside k */
+#pragma unroll
+                for (int h2 = 0; h2 < 2; h2++) { /* rows r4 and r4 + 64 */
+                    const bf16_t *src = s_row[r4 + 64 * h2];
+                    const bf16_t *from = src ? src + kk : wbase;
+                    unsigned char *to = st + h2 * 64 * 64;
+                    cp_async16_or_zero(to, from, src != NULL);
+                    cp_async16_or_zero(to + STAGED_BM * 64, from + 32, src && hi);
                 }
-            } else {
-                for (int x = tid; x < STAGED_KB * BR; x += STAGED_THREADS) {
-                    const int kb = x / BR, row = x % BR;
-                    const int o = ob + row % STAGED_BN; /* up's rows follow gate's */
-                    if (kb < kbs && o < n_out)
-                        bulk_copy(st + STAGED_A_BYTES + (kb * BR + row) * 64,
-                                  wbase +
-                                      ((UP && row >= STAGED_BN ? (size_t)de : 0) + (size_t)o) *
-                                          (size_t)k +
-                                      (c * STAGED_KB + kb) * 32,
-                                  64, bar);
+                int o = ob + r4; /* output r4 of the block (gate's, up's) */
+                /* made anew each chunk: held across the chunk loop, the weight rows' addresses
+                 * spilled the up kernel */
+                asm volatile("" : "+r"(o));
+                const bool w_ok = o < n_out;
+                const bf16_t *w = w_ok ? wbase + (size_t)o * (size_t)k + kk : wbase;
+                unsigned char *to = st + STAGED_A_BYTES;
+#pragma unroll
+                for (int h2 = 0; h2 < (UP ? 2 : 1); h2++) { /* UP: gate's row, then up's */
+                    const bf16_t *from = w + (h2 && w_ok ? (size_t)de * (size_t)k : 0);
+                    cp_async16_or_zero(to + h2 * 64 * 64, from, w_ok);
+                    cp_async16_or_zero(to + h2 * 64 * 64 + BR * 64, from + 32, w_ok && hi);
                 }
             }
+            cp_async_commit();
             return;
         }
         if (c < n_chunks) {
@@ -804,7 +778,6 @@ moe_staged_body(const k_moe_experts_args &a, const int32_t *list, const int32_t 
     for (int r0 = 0; r0 < n; r0 += STAGED_BM) {
         if (r0 > 0) __syncthreads(); /* the last tile's s_row, s_item and epilogue reads */
         moe_bucket_rows<UP, STAGED_BM, STAGED_THREADS>(a, list, b, r0, h, s_row, s_item);
-        n_rows = min(STAGED_BM, n - r0);
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < TILES_MT; i++)
@@ -821,13 +794,7 @@ moe_staged_body(const k_moe_experts_args &a, const int32_t *list, const int32_t 
         else
             issue(0);
         for (int c = 0; c < n_chunks; c++) {
-            if constexpr (BULK) {
-                const int s = c % STAGES;
-                bulk_bar_wait(&s_bar[s], (phases >> s) & 1u); /* chunk c's copies */
-                phases ^= 1u << s;
-                __syncthreads();       /* chunk c - 1's stage is read by all */
-                issue(c + STAGES - 1); /* into that stage */
-            } else if constexpr (RING) {
+            if constexpr (RING) {
                 cp_async_wait_all_but<STAGES - 2>(); /* this thread's copies of chunk c */
                 __syncthreads();       /* everyone's, and chunk c - 1's stage is read by all */
                 issue(c + STAGES - 1); /* into that stage */
@@ -849,7 +816,7 @@ moe_staged_body(const k_moe_experts_args &a, const int32_t *list, const int32_t 
         }
         /* RING: the groups past the last chunk are empty; the barrier at the next item tile's
          * start keeps its first copies from a stage a warp still reads */
-        if constexpr (RING && !BULK) cp_async_wait_all_but<0>();
+        if constexpr (RING) cp_async_wait_all_but<0>();
 #pragma unroll
         for (int i = 0; i < TILES_MT; i++) {
             const int row = wm * 16 * TILES_MT + 16 * i + g;
@@ -872,20 +839,11 @@ moe_staged_body(const k_moe_experts_args &a, const int32_t *list, const int32_t 
     }
 }
 
-template <bool UP, bool RING = false, bool BULK = false>
+template <bool UP, bool RING = false, bool ZFILL = false>
 __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h, float *ys) {
-    moe_staged_body<UP, RING, BULK ? 1 : 0>(a, list, active, n_active, h, ys, NULL);
-}
-/* wmap: the layer's expert weights (UP: gate_up as [n_expert x 2 d_expert, d_model] rows; else
- * down as [n_expert x d_model, d_expert]) in boxes of 64 rows x 32 k, made by staged_weight_map */
-template <bool UP>
-__global__ static void __launch_bounds__(STAGED_THREADS, 2)
-    moe_staged_tma_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
-                          const int32_t *n_active, bf16_t *h, float *ys,
-                          const __grid_constant__ CUtensorMap wmap) {
-    moe_staged_body<UP, true, 2>(a, list, active, n_active, h, ys, &wmap);
+    moe_staged_body<UP, RING, ZFILL>(a, list, active, n_active, h, ys);
 }
 
 /* The staged kernels' shared-memory limit (64 KB for up, 48 KB for down; in the ring 96 and 72),
@@ -911,12 +869,6 @@ static int staged_allow(void) {
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<true, 3>()));
         CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<false, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_tma_kernel<true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<true, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_tma_kernel<false>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<false, 3>()));
         set = true;
@@ -984,44 +936,9 @@ static int prefill_tiles = 3; /* serve.moe_prefill_tiles' default */
 extern "C" void k_set_moe_prefill_tiles(int mode) {
     prefill_tiles = mode >= 3 ? 3 : mode > 0 ? mode : 0;
 }
-static int ring_bulk = 0; /* serve.moe_ring_bulk's default: off until measured */
-extern "C" void k_set_moe_ring_bulk(int mode) { ring_bulk = mode == 1 || mode == 2 ? mode : 0; }
+static int ring_zfill = 0; /* serve.moe_ring_zfill's default: off until measured */
+extern "C" void k_set_moe_ring_zfill(int on) { ring_zfill = on ? 1 : 0; }
 
-/* The tensor map moe_staged_tma_kernel<UP> reads a layer's expert weights through: rows of k
- * elements (UP: the n_expert x 2 d_expert rows of gate_up over d_model; else the n_expert x
- * d_model rows of down over d_expert), boxes of 64 rows x 32 k. The encoder is the driver's,
- * reached through cudart (no link to libcuda). K_OK, or K_ERR_DEVICE (logged) when the driver
- * has none or refuses the shape. */
-static int staged_weight_map(const k_moe_experts_args *a, bool up, CUtensorMap *map) {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-    if (!encode) {
-        void *fn = NULL;
-        cudaDriverEntryPointQueryResult found;
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                    cudaEnableDefault, &found));
-        if (found != cudaDriverEntryPointSuccess || !fn) {
-            k_report("CUDA", "the driver has no cuTensorMapEncodeTiled", "staged_weight_map",
-                     __func__, __FILE__, __LINE__);
-            return K_ERR_DEVICE;
-        }
-        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    }
-    const cuuint64_t k = (cuuint64_t)(up ? a->d_model : a->d_expert);
-    const cuuint64_t rows =
-        (cuuint64_t)a->n_expert * (cuuint64_t)(up ? 2 * a->d_expert : a->d_model);
-    const cuuint64_t dims[2] = {k, rows}, strides[1] = {k * sizeof(bf16_t)};
-    const cuuint32_t box[2] = {32, STAGED_BN}, step[2] = {1, 1};
-    const CUresult r =
-        encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)(up ? a->gate_up : a->down), dims,
-               strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        k_report("CUDA", "cuTensorMapEncodeTiled refused the experts' weights", "staged_weight_map",
-                 __func__, __FILE__, __LINE__);
-        return K_ERR_DEVICE;
-    }
-    return K_OK;
-}
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */
 extern "C" void k_set_moe_expert_stream(int max_items) {
     stream_items = max_items < 0                   ? 0
@@ -1348,31 +1265,16 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
         if (rc != K_OK) return rc;
         dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);
         dim3 down((unsigned)((a->d_model + STAGED_BN - 1) / STAGED_BN), slots);
-        if (ring_bulk == 2) {
-            CUtensorMap up_map, down_map;
-            rc = staged_weight_map(a, true, &up_map);
-            if (rc == K_OK) rc = staged_weight_map(a, false, &down_map);
-            if (rc != K_OK) return rc;
-            CUDA_CHECK(k_launch(moe_staged_tma_kernel<true>, up, STAGED_THREADS,
-                                staged_smem_bytes<true, 3>(), s, *a, list, active, n_active, h,
-                                (float *)NULL, up_map));
-            CUDA_CHECK(cudaGetLastError());
-            CUDA_CHECK(k_launch(moe_staged_tma_kernel<false>, down, STAGED_THREADS,
-                                staged_smem_bytes<false, 3>(), s, *a, list, active, n_active, h, ys,
-                                down_map));
-            CUDA_CHECK(cudaGetLastError());
-        } else {
-            CUDA_CHECK(k_launch(ring_bulk ? moe_staged_kernel<true, true, true>
-                                          : moe_staged_kernel<true, true>,
-                                up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list,
-                                active, n_active, h, (float *)NULL));
-            CUDA_CHECK(cudaGetLastError());
-            CUDA_CHECK(k_launch(ring_bulk ? moe_staged_kernel<false, true, true>
-                                          : moe_staged_kernel<false, true>,
-                                down, STAGED_THREADS, staged_smem_bytes<false, 3>(), s, *a, list,
-                                active, n_active, h, ys));
-            CUDA_CHECK(cudaGetLastError());
-        }
+        CUDA_CHECK(k_launch(ring_zfill ? moe_staged_kernel<true, true, true>
+                                       : moe_staged_kernel<true, true>,
+                            up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list, active,
+                            n_active, h, (float *)NULL));
+        CUDA_CHECK(cudaGetLastError());
+        CUDA_CHECK(k_launch(ring_zfill ? moe_staged_kernel<false, true, true>
+                                       : moe_staged_kernel<false, true>,
+                            down, STAGED_THREADS, staged_smem_bytes<false, 3>(), s, *a, list,
+                            active, n_active, h, ys));
+        CUDA_CHECK(cudaGetLastError());
     } else if (tensor_cores && prefill_tiles == 2 && items > INBLOCK_MAX_ITEMS) {
         rc = staged_allow();
         if (rc != K_OK) return rc;

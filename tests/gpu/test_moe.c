@@ -33,11 +33,9 @@
  *   kernels, byte for byte (every output the same mma sequence), bad ids included; and
  *   moe_prefill_staged, the kernels that stage items and weights in shared memory, likewise,
  *   and moe_prefill_ring, those kernels in their three-stage ring with idle warps skipping;
- *   moe_ring_bulk, the ring's stages filled by bulk copies against its cp.async form (padding
- *   rows left uncopied must reach no stored output), with the router's ids and with every item
- *   on one expert (several tiles through each stage's mbarrier phases); moe_ring_bulk(map),
- *   its form with the weight rows through a tensor map (boxes past an expert's outputs read the
- *   next expert's rows or the map's zero fill, which must reach no stored output either).
+ *   moe_ring_zfill, the ring's copies a fixed count a thread with padding zero-filled by the
+ *   copy, against its looped form, with the router's ids and with every item on one expert
+ *   (several tiles through the ring).
  * - moe_route_lanes: the router's lanes form against moe_route_kernel, ids and weights byte
  *   for byte (the same operations in the same order), on the gate's logits and on a copy with
  *   NaN and infinite logits in some rows.
@@ -324,7 +322,7 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
 /* The speed-only switches of k_moe_experts a call runs with. */
 typedef struct switches {
     int in_up, tiles, wide, stream; /* stream: serve.expert_stream's item count (0 off) */
-    int bulk;                       /* serve.moe_ring_bulk: 0, 1 or 2 */
+    int zfill;                      /* serve.moe_ring_zfill */
 } switches;
 
 /* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing, the
@@ -338,14 +336,14 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
     k_set_moe_prefill_tiles(sw.tiles);
     k_set_wide_loads(sw.wide);
     k_set_moe_expert_stream(sw.stream);
-    k_set_moe_ring_bulk(sw.bulk);
+    k_set_moe_ring_zfill(sw.zfill);
     int rc = k_copy_to_device(a->out, out, n * 2) | k_moe_experts(a, NULL) | k_sync() |
              k_copy_to_host(out, a->out, n * 2);
     k_set_moe_bucket_in_up(1);
     k_set_moe_prefill_tiles(3);
     k_set_wide_loads(0);
     k_set_moe_expert_stream(0);
-    k_set_moe_ring_bulk(0);
+    k_set_moe_ring_zfill(0);
     return rc;
 }
 
@@ -722,10 +720,8 @@ static void run_shape(const shape *s, uint64_t seed) {
                          (switches){1, 0, 0, 0, 0}, (switches){1, 2, 0, 0, 0});
             check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0, 0},
                          (switches){1, 3, 0, 0, 0});
-            check_switch("moe_ring_bulk", s, rows, d_gu, d_dn, idx, w, (switches){1, 3, 0, 0, 0},
+            check_switch("moe_ring_zfill", s, rows, d_gu, d_dn, idx, w, (switches){1, 3, 0, 0, 0},
                          (switches){1, 3, 0, 0, 1});
-            check_switch("moe_ring_bulk(map)", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 3, 0, 0, 0}, (switches){1, 3, 0, 0, 2});
             /* every item on expert 0: 128-item tiles one after another in a block at the
              * shape's own k, so a stage one tile's last chunks read meets the next tile's first
              * copies (the router's ids spread the items too thin for a second tile) */
@@ -735,11 +731,8 @@ static void run_shape(const shape *s, uint64_t seed) {
                              (switches){1, 0, 0, 0, 0}, (switches){1, 2, 0, 0, 0});
                 check_switch("moe_prefill_ring(one expert)", s, rows, d_gu, d_dn, one, w,
                              (switches){1, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 0});
-                /* the stages' mbarrier phases carried from tile to tile */
-                check_switch("moe_ring_bulk(one expert)", s, rows, d_gu, d_dn, one, w,
+                check_switch("moe_ring_zfill(one expert)", s, rows, d_gu, d_dn, one, w,
                              (switches){1, 3, 0, 0, 0}, (switches){1, 3, 0, 0, 1});
-                check_switch("moe_ring_bulk(map, one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 3, 0, 0, 0}, (switches){1, 3, 0, 0, 2});
             } else {
                 test_fail("moe_prefill_staged(one expert)", "out of host memory");
             }

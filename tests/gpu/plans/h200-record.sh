@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/gpu/plans/h200-record.sh - one device call for the H200 readings the log owes (the
 # forty-fourth and forty-fifth sessions ran on H100s or got no machine), run in the tree itself
-# (carry .deps, and .prebuilt when packed), best right after ring-bulk.sh on the same warm box:
+# (carry .deps, and .prebuilt when packed), best right after another plan on the same warm box:
 #   1. the build, unless the box still holds one (REC_REBUILD=0 keeps it)
 #   2. bench_decode, dummy weights, the defaults (REC_SETS adds --set pairs to every run): the
 #      26B-A4B one row and 16 rows (1,024-token context, bf16 and fp8 pools), one 1,024-token
