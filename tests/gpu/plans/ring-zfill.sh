@@ -28,7 +28,7 @@ done > "$OUT/ab.log" 2>&1
 for z in 0 1; do bench 4096 $z; done >> "$OUT/ab.log" 2>&1
 echo "ab: done at $((SECONDS - t0)) s"
 grep -E "^==|^prefill:|^experts  " "$OUT/ab.log" | head -40
-if [ "${ZFILL_FULL:-1}" = 1 ] && [ "$(left)" -gt 290 ]; then
+if [ "${ZFILL_FULL:-1}" = 1 ] && [ "$(left)" -gt "${ZFILL_FULL_MIN:-290}" ]; then
     FULL_MODELS=26b-a4b FULL_POOLS=bf16 FULL_SETS="serve.moe_ring_zfill=1" \
         G4_PREBUILT=1 timeout $(($(left) - 10)) ./build.sh gpu-test full > "$OUT/full.log" 2>&1
     count "full 26b-a4b bf16 (moe_ring_zfill 1)" $? "$OUT/full.log"
