@@ -653,10 +653,10 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
  * ncu put the ring at ~13 instructions a mma with the copies' issue most of them (the loop's
  * remainder code and a branch a copy; docs/perf-notes.md, forty-fourth and forty-fifth
  * sessions). The stages' bytes are the same, so the same bits. */
-template <bool UP, bool RING, bool ZFILL>
-static __device__ __forceinline__ void
-moe_staged_body(const k_moe_experts_args &a, const int32_t *list, const int32_t *active,
-                const int32_t *n_active, bf16_t *h, float *ys) {
+template <bool UP, bool RING = false, bool ZFILL = false>
+__global__ static void __launch_bounds__(STAGED_THREADS, 2)
+    moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                      const int32_t *n_active, bf16_t *h, float *ys) {
     static_assert(!ZFILL || RING, "the zero-fill copies are the ring's");
     constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
@@ -839,13 +839,6 @@ moe_staged_body(const k_moe_experts_args &a, const int32_t *list, const int32_t 
     }
 }
 
-template <bool UP, bool RING = false, bool ZFILL = false>
-__global__ static void __launch_bounds__(STAGED_THREADS, 2)
-    moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
-                      const int32_t *n_active, bf16_t *h, float *ys) {
-    moe_staged_body<UP, RING, ZFILL>(a, list, active, n_active, h, ys);
-}
-
 /* The staged kernels' shared-memory limit (64 KB for up, 48 KB for down; in the ring 96 and 72),
  * raised once: at
  * start-up (k_moe_setup, before any graph capture) and, for callers that skip it (the tests),
@@ -936,7 +929,7 @@ static int prefill_tiles = 3; /* serve.moe_prefill_tiles' default */
 extern "C" void k_set_moe_prefill_tiles(int mode) {
     prefill_tiles = mode >= 3 ? 3 : mode > 0 ? mode : 0;
 }
-static int ring_zfill = 0; /* serve.moe_ring_zfill's default: off until measured */
+static int ring_zfill = 0; /* serve.moe_ring_zfill's default: off until its full step */
 extern "C" void k_set_moe_ring_zfill(int on) { ring_zfill = on ? 1 : 0; }
 
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */
