@@ -511,7 +511,7 @@ void k_set_moe_expert_stream(int max_items);
  * mma sequence is the same). Process-wide. */
 void k_set_moe_prefill_tiles(int mode);
 /* 1: at moe_prefill_tiles 3, the ring's copies a fixed count a thread, padding zero-filled by the
- * copy instead of a branch to a store (serve.moe_ring_zfill, default 0; speed only: the stages get
+ * copy instead of a branch to a store (serve.moe_ring_zfill, default 1; speed only: the stages get
  * the same bytes, so the same bits). Process-wide, read at each call. */
 void k_set_moe_ring_zfill(int on);
 

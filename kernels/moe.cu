@@ -929,7 +929,7 @@ static int prefill_tiles = 3; /* serve.moe_prefill_tiles' default */
 extern "C" void k_set_moe_prefill_tiles(int mode) {
     prefill_tiles = mode >= 3 ? 3 : mode > 0 ? mode : 0;
 }
-static int ring_zfill = 0; /* serve.moe_ring_zfill's default: off until its full step */
+static int ring_zfill = 1; /* serve.moe_ring_zfill's default */
 extern "C" void k_set_moe_ring_zfill(int on) { ring_zfill = on ? 1 : 0; }
 
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */

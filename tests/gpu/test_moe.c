@@ -343,7 +343,7 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
     k_set_moe_prefill_tiles(3);
     k_set_wide_loads(0);
     k_set_moe_expert_stream(0);
-    k_set_moe_ring_zfill(0);
+    k_set_moe_ring_zfill(1);
     return rc;
 }
 
