@@ -627,6 +627,7 @@ __global__ static void __launch_bounds__(TILES_THREADS)
 #define STAGED_BM (2 * 16 * TILES_MT) /* items a block: two warps' TILES_MT tiles of 16 */
 #define STAGED_BN (4 * 8 * TILES_NT)  /* outputs a block: four warps' TILES_NT tiles of 8 */
 #define STAGED_KB 2                   /* 32-k blocks a stage */
+#define HALF_UP_BN 96                 /* outputs an up block of at most 64 items (HALF) */
 #define STAGED_A_BYTES (STAGED_KB * STAGED_BM * 64)
 template <bool UP> static __host__ __device__ constexpr int staged_weight_rows() {
     return UP ? 2 * STAGED_BN : STAGED_BN; /* gate's rows, then up's */
@@ -652,12 +653,23 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
  * k past the end zero-filled by the copy itself (source size 0) instead of a branch to a store.
  * ncu put the ring at ~13 instructions a mma with the copies' issue most of them (the loop's
  * remainder code and a branch a copy; docs/perf-notes.md, forty-fourth and forty-fifth
- * sessions). The stages' bytes are the same, so the same bits. */
-template <bool UP, bool RING = false, bool ZFILL = false>
+ * sessions). The stages' bytes are the same, so the same bits.
+ * HALF (serve.moe_half_tiles, with ZFILL): a bucket of at most half a tile (64 items; a
+ * 1,024-token 26B-A4B chunk leaves about half its experts so) would leave 4 of the 8 warps
+ * without items. Instead the block takes more outputs on those warps: in the down kernel the
+ * even block of each pair takes its odd neighbour's 64 outputs too and the odd block returns;
+ * in the up kernel (at 2) a block takes 96 outputs of gate and of up on 6 warps, so 8 blocks
+ * cover what 11 did, and the rest return. The extra weight rows go where the padding item rows
+ * would have gone (the item part's rows 64..127: down's outputs 64..127, or up's gate rows 64..95
+ * then up rows 64..95), so a stage is the same bytes and each thread makes the same copies; each
+ * output still gets its (item tile, output tile) mmas in k order, so the same bits (test_moe's
+ * `moe_half_tiles` gates). */
+template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false>
 __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h, float *ys) {
     static_assert(!ZFILL || RING, "the zero-fill copies are the ring's");
+    static_assert(!HALF || ZFILL, "half tiles are the zero-fill ring's");
     constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
@@ -669,9 +681,22 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     constexpr int BR = staged_weight_rows<UP>();
     constexpr int STAGE = staged_stage_bytes<UP>();
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, q = lane & 3;
-    const int wm = warp / 4, wn = warp % 4; /* the warp's item half and output quarter */
-    const int ob = blockIdx.x * STAGED_BN;  /* the block's first output */
-    if (ob >= n_out) return;                /* block-uniform */
+    /* HALF: one item tile of at most 64 items, more outputs a block (block-uniform) */
+    const bool half = HALF && n <= STAGED_BM / 2;
+    if (!UP && half && blockIdx.x % 2 == 1) return; /* its outputs are the even block's */
+    /* the warp's item half and its 16 outputs of the block's (UP: of gate's and of up's) */
+    const int wm = half ? 0 : warp / 4, wn = warp % 4, wo = half ? warp : wn;
+    /* where the warp's weight rows are in a stage: the weight part, or (HALF, outputs past 64)
+     * the item part's rows 64..127; rows a 32-k block there; UP: up's rows after gate's */
+    const bool w_in_items = half && warp >= 4;
+    const int w_part = w_in_items ? 0 : STAGED_A_BYTES, w_kb_rows = w_in_items ? STAGED_BM : BR;
+    const int w_row0 = (w_in_items ? STAGED_BM / 2 : 0) + wn * 8 * TILES_NT;
+    const int w_up = w_in_items ? HALF_UP_BN - STAGED_BN : STAGED_BN;
+    /* UP, HALF: warps 6 and 7 hold no outputs */
+    const bool w_idle = UP && half && warp >= HALF_UP_BN / (8 * TILES_NT);
+    /* the block's first output */
+    const int ob = (UP && half ? HALF_UP_BN : STAGED_BN) * (int)blockIdx.x;
+    if (ob >= n_out) return; /* block-uniform */
     const bf16_t *wbase = moe_bucket_weights<UP>(a, b.expert);
     extern __shared__ __align__(16) unsigned char staged_smem[];
     __shared__ const bf16_t *s_row[STAGED_BM]; /* the tile's input rows; NULL: padding */
@@ -697,6 +722,12 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
 #pragma unroll
                 for (int h2 = 0; h2 < 2; h2++) { /* rows r4 and r4 + 64 */
                     const bf16_t *src = s_row[r4 + 64 * h2];
+                    if (HALF && h2 == 1 && half) { /* a weight row past the first 64 outputs */
+                        /* down: output 64 + r4; up: gate's row 64 + r4, then up's 64 + r4 - 32 */
+                        const int o2 = ob + STAGED_BN + (UP ? r4 % 32 : r4);
+                        const size_t up_rows = UP && r4 >= 32 ? (size_t)de * (size_t)k : 0;
+                        src = o2 < n_out ? wbase + up_rows + (size_t)o2 * (size_t)k : NULL;
+                    }
                     const bf16_t *from = src ? src + kk : wbase;
                     unsigned char *to = st + h2 * 64 * 64;
                     cp_async16_or_zero(to, from, src != NULL);
@@ -763,10 +794,9 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
         /* a weight tile at a time (the registers for two blocks an SM) */
 #pragma unroll
         for (int t = 0; t < NB; t++) { /* gate's tiles, then up's (UP) */
-            const int row =
-                (t >= TILES_NT ? STAGED_BN : 0) + wn * 8 * TILES_NT + 8 * (t % TILES_NT) + g;
-            const uint4 bv = *reinterpret_cast<const uint4 *>(st + STAGED_A_BYTES +
-                                                              (kb * BR + row) * 64 + q * 16);
+            const int row = (t >= TILES_NT ? w_up : 0) + w_row0 + 8 * (t % TILES_NT) + g;
+            const uint4 bv = *reinterpret_cast<const uint4 *>(st + w_part +
+                                                              (kb * w_kb_rows + row) * 64 + q * 16);
 #pragma unroll
             for (int i = 0; i < TILES_MT; i++) {
                 mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
@@ -787,7 +817,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
                 for (int j = 0; j < 4; j++)
                     acc[i][t][j] = 0.0f;
         /* RING: whether this warp's items hold one that is not padding (warp-uniform) */
-        const bool live = !RING || r0 + wm * 16 * TILES_MT < n;
+        const bool live = (!RING || r0 + wm * 16 * TILES_MT < n) && !w_idle;
         if constexpr (RING)
             for (int c = 0; c < STAGES - 1; c++)
                 issue(c);
@@ -826,8 +856,8 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     const int item = j < 2 ? ilo : ihi;
-                    const int o = ob + wn * 8 * TILES_NT + 8 * t + 2 * q + (j & 1);
-                    if (item < 0 || o >= n_out) continue;
+                    const int o = ob + wo * 8 * TILES_NT + 8 * t + 2 * q + (j & 1);
+                    if (item < 0 || o >= n_out || w_idle) continue;
                     if constexpr (UP)
                         h[(size_t)item * (size_t)de + (size_t)o] =
                             k_f32_to_bf16(k_round_bf16(k_gelu_tanh(k_round_bf16(acc[i][t][j]))) *
@@ -864,6 +894,12 @@ static int staged_allow(void) {
         CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true, true>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<false, 3>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true, true, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<false, 3>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<true, 3>()));
         set = true;
     }
     return K_OK;
@@ -931,6 +967,8 @@ extern "C" void k_set_moe_prefill_tiles(int mode) {
 }
 static int ring_zfill = 1; /* serve.moe_ring_zfill's default */
 extern "C" void k_set_moe_ring_zfill(int on) { ring_zfill = on ? 1 : 0; }
+static int half_tiles = 0; /* serve.moe_half_tiles' default: off until measured */
+extern "C" void k_set_moe_half_tiles(int mode) { half_tiles = mode >= 2 ? 2 : mode > 0 ? 1 : 0; }
 
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */
 extern "C" void k_set_moe_expert_stream(int max_items) {
@@ -1258,13 +1296,15 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
         if (rc != K_OK) return rc;
         dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);
         dim3 down((unsigned)((a->d_model + STAGED_BN - 1) / STAGED_BN), slots);
-        CUDA_CHECK(k_launch(ring_zfill ? moe_staged_kernel<true, true, true>
-                                       : moe_staged_kernel<true, true>,
+        CUDA_CHECK(k_launch(!ring_zfill       ? moe_staged_kernel<true, true>
+                            : half_tiles == 2 ? moe_staged_kernel<true, true, true, true>
+                                              : moe_staged_kernel<true, true, true>,
                             up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list, active,
                             n_active, h, (float *)NULL));
         CUDA_CHECK(cudaGetLastError());
-        CUDA_CHECK(k_launch(ring_zfill ? moe_staged_kernel<false, true, true>
-                                       : moe_staged_kernel<false, true>,
+        CUDA_CHECK(k_launch(!ring_zfill  ? moe_staged_kernel<false, true>
+                            : half_tiles ? moe_staged_kernel<false, true, true, true>
+                                         : moe_staged_kernel<false, true, true>,
                             down, STAGED_THREADS, staged_smem_bytes<false, 3>(), s, *a, list,
                             active, n_active, h, ys));
         CUDA_CHECK(cudaGetLastError());

@@ -36,6 +36,12 @@
  *   moe_ring_zfill, the ring's copies a fixed count a thread with padding zero-filled by the
  *   copy, against its looped form, with the router's ids and with every item on one expert
  *   (several tiles through the ring).
+ * - moe_half_tiles: the zero-fill down kernel whose blocks of at most 64 items take two blocks'
+ *   outputs (and at 2 the up kernel whose such blocks take 96 outputs on 6 warps), against the
+ *   zero-fill ring, byte for byte: with the router's ids, every item on one expert (the
+ *   whole-tile path), and buckets on both sides of 64 items in one call (the 26B-A4B at 1,024
+ *   rows; a d_model of 160, whose last down block has no pair). The d_experts of 32, 64, 96,
+ *   160, 192 and 224 end the up kernel's 96-output blocks short, exactly and past the end.
  * - moe_route_lanes: the router's lanes form against moe_route_kernel, ids and weights byte
  *   for byte (the same operations in the same order), on the gate's logits and on a copy with
  *   NaN and infinite logits in some rows.
@@ -323,6 +329,7 @@ static void check_experts(const shape *s, int rows, const bf16_t *gu_h, const bf
 typedef struct switches {
     int in_up, tiles, wide, stream; /* stream: serve.expert_stream's item count (0 off) */
     int zfill;                      /* serve.moe_ring_zfill */
+    int half;                       /* serve.moe_half_tiles (0..2) */
 } switches;
 
 /* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing, the
@@ -337,6 +344,7 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
     k_set_wide_loads(sw.wide);
     k_set_moe_expert_stream(sw.stream);
     k_set_moe_ring_zfill(sw.zfill);
+    k_set_moe_half_tiles(sw.half);
     int rc = k_copy_to_device(a->out, out, n * 2) | k_moe_experts(a, NULL) | k_sync() |
              k_copy_to_host(out, a->out, n * 2);
     k_set_moe_bucket_in_up(1);
@@ -344,6 +352,7 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
     k_set_wide_loads(0);
     k_set_moe_expert_stream(0);
     k_set_moe_ring_zfill(1);
+    k_set_moe_half_tiles(0);
     return rc;
 }
 
@@ -481,7 +490,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     if (!rc) rc = k_set_moe_prompt_tile(tile);
     if (!rc) { /* every row a prompt row */
         a.prompt_rows = rows;
-        rc = experts_with(&a, (switches){1, 3, 0, 0, 0}, all, nx);
+        rc = experts_with(&a, (switches){1, 3, 0, 0, 0, 0}, all, nx);
     }
     if (!rc && base->all) { /* against the first tile's run, row by row */
         for (int r = 0; r < rows; r++)
@@ -499,7 +508,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     if (!rc) { /* the same rows as two calls */
         k_moe_experts_args b = a;
         b.rows = b.prompt_rows = half;
-        rc = experts_with(&b, (switches){1, 3, 0, 0, 0}, got, (size_t)half * s->d_model);
+        rc = experts_with(&b, (switches){1, 3, 0, 0, 0, 0}, got, (size_t)half * s->d_model);
         differ += !rc && memcmp(got, all, (size_t)half * row_bytes) != 0;
         b = a;
         b.out = (bf16_t *)b.out + (size_t)half * s->d_model;
@@ -507,7 +516,8 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         b.idx = (const int32_t *)b.idx + (size_t)half * s->top_k;
         b.weight = (const float *)b.weight + (size_t)half * s->top_k;
         b.rows = b.prompt_rows = rows - half;
-        rc |= experts_with(&b, (switches){1, 3, 0, 0, 0}, got, (size_t)(rows - half) * s->d_model);
+        rc |=
+            experts_with(&b, (switches){1, 3, 0, 0, 0, 0}, got, (size_t)(rows - half) * s->d_model);
         differ += !rc && memcmp(got, all + (size_t)half * s->d_model,
                                 (size_t)(rows - half) * row_bytes) != 0;
     }
@@ -516,11 +526,11 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         g.rows = gen;
         g.prompt_rows = 0;
         k_set_moe_prompt_experts(0);
-        rc = experts_with(&g, (switches){1, 3, 0, 0, 0}, ref, (size_t)gen * s->d_model);
+        rc = experts_with(&g, (switches){1, 3, 0, 0, 0, 0}, ref, (size_t)gen * s->d_model);
         k_set_moe_prompt_experts(1);
         k_moe_experts_args m = a;
         m.prompt_rows = rows - gen;
-        rc |= experts_with(&m, (switches){1, 3, 0, 0, 0}, got, nx);
+        rc |= experts_with(&m, (switches){1, 3, 0, 0, 0, 0}, got, nx);
         differ += !rc && memcmp(got, ref, (size_t)gen * row_bytes) != 0;
         differ += !rc && memcmp(got + (size_t)gen * s->d_model, all + (size_t)gen * s->d_model,
                                 (size_t)(rows - gen) * row_bytes) != 0;
@@ -536,7 +546,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
             ids[s->top_k > 1 ? 1 : 0] = s->n_expert;
             ids[(size_t)(rows - 1) * (size_t)s->top_k] = -1;
             rc = k_copy_to_device(d_idx, ids, nk * 4) |
-                 experts_with(&a, (switches){1, 3, 0, 0, 0}, got, nx) |
+                 experts_with(&a, (switches){1, 3, 0, 0, 0, 0}, got, nx) |
                  k_copy_to_device(d_idx, idx, nk * 4);
         }
         for (int r = 0; !rc && r < rows; r++) {
@@ -624,11 +634,11 @@ static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t 
     long differ = 0;
     k_set_moe_prompt_experts(1);
     if (!rc)
-        rc = experts_with(&a, (switches){1, 3, 0, 0, 0}, all,
+        rc = experts_with(&a, (switches){1, 3, 0, 0, 0, 0}, all,
                           nx); /* tiles of K_PROMPT_TILE_DEFAULT */
     k_moe_prompt_stats(&calls[0], &items[0], &tile_rows[0]);
     if (!rc) rc = k_set_moe_prompt_tile(64);
-    if (!rc) rc = experts_with(&a, (switches){1, 3, 0, 0, 0}, got, nx);
+    if (!rc) rc = experts_with(&a, (switches){1, 3, 0, 0, 0, 0}, got, nx);
     k_moe_prompt_stats(&calls[1], &items[1], &tile_rows[1]);
     (void)k_set_moe_prompt_tile(K_PROMPT_TILE_DEFAULT);
     const long long tiles64 = (tile_rows[1] - tile_rows[0]) / 64;
@@ -640,7 +650,7 @@ static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t 
         b.idx = (const int32_t *)b.idx + (size_t)h * HALF * (size_t)s->top_k;
         b.weight = (const float *)b.weight + (size_t)h * HALF * (size_t)s->top_k;
         b.rows = b.prompt_rows = HALF;
-        rc = experts_with(&b, (switches){1, 3, 0, 0, 0}, got, HALF * dm);
+        rc = experts_with(&b, (switches){1, 3, 0, 0, 0, 0}, got, HALF * dm);
         differ += !rc && memcmp(got, all + (size_t)h * HALF * dm, HALF * dm * 2) != 0;
     }
     k_set_moe_prompt_experts(0);
@@ -680,6 +690,53 @@ static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t 
     free(ref);
 }
 
+/* serve.moe_half_tiles where buckets of at most 64 items and larger ones meet in one call:
+ * rows whose top_k distinct experts are drawn uniformly, ~64 items an expert at the 26B-A4B's
+ * 1,024 rows (a prefill chunk's spread, which the router's ids at the gates' row counts do not
+ * reach), byte for byte against the zero-fill ring. */
+static void check_half_mix(const shape *s, int rows, void *d_gu, void *d_dn) {
+    size_t nk = (size_t)rows * (size_t)s->top_k;
+    int32_t *idx = malloc(nk * 4);
+    float *w = malloc(nk * 4);
+    int *pool = malloc((size_t)s->n_expert * sizeof *pool);
+    if (!idx || !w || !pool) {
+        test_fail("moe_half_tiles(mixed buckets)", "out of host memory");
+    } else {
+        int small = 0, large = 0; /* buckets of at most 64 items, and of more */
+        int *count = calloc((size_t)s->n_expert, sizeof *count);
+        for (int r = 0; r < rows; r++) {
+            for (int e = 0; e < s->n_expert; e++)
+                pool[e] = e;
+            for (int j = 0; j < s->top_k; j++) { /* a partial shuffle: distinct experts */
+                const int pick = j + rnd_int(s->n_expert - j), e = pool[pick];
+                pool[pick] = pool[j];
+                pool[j] = e;
+                idx[(size_t)r * (size_t)s->top_k + (size_t)j] = e;
+                w[(size_t)r * (size_t)s->top_k + (size_t)j] = 0.5f + 0.5f * rnd();
+                if (count) count[e]++;
+            }
+        }
+        for (int e = 0; count && e < s->n_expert; e++) {
+            small += count[e] > 0 && count[e] <= 64;
+            large += count[e] > 64;
+        }
+        free(count);
+        /* the gate must see both kinds, or it tests one path only */
+        if (small == 0 || large == 0)
+            test_fail("moe_half_tiles(mixed buckets)", "%d buckets of at most 64 items, %d larger",
+                      small, large);
+        else {
+            check_switch("moe_half_tiles(mixed buckets)", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 3, 0, 0, 1, 0}, (switches){1, 3, 0, 0, 1, 1});
+            check_switch("moe_half_tiles=2(mixed buckets)", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 3, 0, 0, 1, 0}, (switches){1, 3, 0, 0, 1, 2});
+        }
+    }
+    free(idx);
+    free(w);
+    free(pool);
+}
+
 static void run_shape(const shape *s, uint64_t seed) {
     rng_state = seed;
     size_t ngu = (size_t)s->n_expert * 2 * (size_t)s->d_expert * (size_t)s->d_model;
@@ -711,28 +768,37 @@ static void run_shape(const shape *s, uint64_t seed) {
         check_experts(s, rows, gu, dn, d_gu, d_dn, idx, w);
         const int mma = s->d_model % 32 == 0 && s->d_expert % 32 == 0;
         if (mma && nk <= 128) /* where the up kernel may bucket its items */
-            check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w, (switches){0, 0, 0, 0, 0},
-                         (switches){1, 0, 0, 0, 0});
+            check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w,
+                         (switches){0, 0, 0, 0, 0, 0}, (switches){1, 0, 0, 0, 0, 0});
         if (mma && nk > 128) { /* prefill-sized calls */
             check_switch("moe_prefill_tiles", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 0, 0, 0, 0}, (switches){1, 1, 0, 0, 0});
+                         (switches){1, 0, 0, 0, 0, 0}, (switches){1, 1, 0, 0, 0, 0});
             check_switch("moe_prefill_staged", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 0, 0, 0, 0}, (switches){1, 2, 0, 0, 0});
-            check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 0, 0, 0},
-                         (switches){1, 3, 0, 0, 0});
-            check_switch("moe_ring_zfill", s, rows, d_gu, d_dn, idx, w, (switches){1, 3, 0, 0, 0},
-                         (switches){1, 3, 0, 0, 1});
+                         (switches){1, 0, 0, 0, 0, 0}, (switches){1, 2, 0, 0, 0, 0});
+            check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 0, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 0, 0});
+            check_switch("moe_ring_zfill", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 3, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 1, 0});
+            check_switch("moe_half_tiles", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 3, 0, 0, 1, 0}, (switches){1, 3, 0, 0, 1, 1});
+            check_switch("moe_half_tiles=2", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 3, 0, 0, 1, 0}, (switches){1, 3, 0, 0, 1, 2});
             /* every item on expert 0: 128-item tiles one after another in a block at the
              * shape's own k, so a stage one tile's last chunks read meets the next tile's first
              * copies (the router's ids spread the items too thin for a second tile) */
             int32_t *one = calloc(nk, 4);
             if (one) {
                 check_switch("moe_prefill_staged(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 0, 0, 0}, (switches){1, 2, 0, 0, 0});
+                             (switches){1, 0, 0, 0, 0, 0}, (switches){1, 2, 0, 0, 0, 0});
                 check_switch("moe_prefill_ring(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 0});
+                             (switches){1, 0, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 0, 0});
                 check_switch("moe_ring_zfill(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 3, 0, 0, 0}, (switches){1, 3, 0, 0, 1});
+                             (switches){1, 3, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 1, 0});
+                /* a bucket past half a tile: the half-tile kernel's whole-tile path */
+                check_switch("moe_half_tiles(one expert)", s, rows, d_gu, d_dn, one, w,
+                             (switches){1, 3, 0, 0, 1, 0}, (switches){1, 3, 0, 0, 1, 1});
+                check_switch("moe_half_tiles=2(one expert)", s, rows, d_gu, d_dn, one, w,
+                             (switches){1, 3, 0, 0, 1, 0}, (switches){1, 3, 0, 0, 1, 2});
             } else {
                 test_fail("moe_prefill_staged(one expert)", "out of host memory");
             }
@@ -753,26 +819,26 @@ static void run_shape(const shape *s, uint64_t seed) {
         }
         if (mma && nk <= 8) /* one decode row: where serve.wide_loads applies */
             check_decode_switch("wide_loads", s, rows, d_gu, d_dn, idx, w,
-                                (switches){1, 0, 0, 0, 0}, (switches){1, 0, 1, 0, 0},
-                                (switches){0, 0, 0, 0, 0}, (switches){0, 0, 1, 0, 0});
+                                (switches){1, 0, 0, 0, 0, 0}, (switches){1, 0, 1, 0, 0, 0},
+                                (switches){0, 0, 0, 0, 0, 0}, (switches){0, 0, 1, 0, 0, 0});
         if (mma && nk > 8 && nk <= 128) /* past it the narrow groups run: the switch is inert */
             check_switch("wide_loads(inert)", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 0, 0, 0, 0}, (switches){1, 0, 1, 0, 0});
+                         (switches){1, 0, 0, 0, 0, 0}, (switches){1, 0, 1, 0, 0, 0});
         if (mma && nk <= 8) /* one decode row: against the wide groups, the default there */
             check_decode_switch("expert_stream", s, rows, d_gu, d_dn, idx, w,
-                                (switches){1, 0, 1, 0, 0}, (switches){1, 0, 1, 8, 0},
-                                (switches){0, 0, 1, 0, 0}, (switches){0, 0, 1, 8, 0});
+                                (switches){1, 0, 1, 0, 0, 0}, (switches){1, 0, 1, 8, 0, 0},
+                                (switches){0, 0, 1, 0, 0, 0}, (switches){0, 0, 1, 8, 0, 0});
         if (mma && nk > 8 && nk <= 128) { /* up to 16 decode rows: buckets past 8 and 16 items */
-            check_switch("expert_stream", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 1, 0, 0},
-                         (switches){1, 0, 1, 128, 0});
+            check_switch("expert_stream", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 1, 0, 0, 0},
+                         (switches){1, 0, 1, 128, 0, 0});
             check_switch("expert_stream+bucket_kernel", s, rows, d_gu, d_dn, idx, w,
-                         (switches){0, 0, 1, 0, 0}, (switches){0, 0, 1, 128, 0});
+                         (switches){0, 0, 1, 0, 0, 0}, (switches){0, 0, 1, 128, 0, 0});
             /* every item on expert 0: one bucket of several 16-item tiles, the ring's stages
              * and phases carried from tile to tile, the last tile partial or past 8 items */
             int32_t *one = calloc(nk, 4);
             if (one)
                 check_switch("expert_stream(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 1, 0, 0}, (switches){1, 0, 1, 128, 0});
+                             (switches){1, 0, 1, 0, 0, 0}, (switches){1, 0, 1, 128, 0, 0});
             else
                 test_fail("expert_stream(one expert)", "out of host memory");
             free(one);
@@ -780,6 +846,13 @@ static void run_shape(const shape *s, uint64_t seed) {
         free(idx);
         free(w);
     }
+    /* buckets on both sides of half a tile in one call: the 26B-A4B at 1,024 rows, and a
+     * d_model of 160 at 256 (~64 items an expert either way; there the down grid is 3 blocks,
+     * so the last one has no pair and half its outputs past the end) */
+    if (ok && s->d_model % 32 == 0 && s->d_expert % 32 == 0 &&
+        ((s->n_expert == 128 && s->top_k == 8 && s->d_model == 2816 && s->d_expert == 704) ||
+         s->d_model == 160))
+        check_half_mix(s, s->d_model == 160 ? 256 : 1024, d_gu, d_dn);
     /* the 26B-A4B's experts at a whole prefill chunk (conf/gemma4-26b-a4b.ini's 2,048 rows) */
     if (ok && s->n_expert == 128 && s->top_k == 8 && s->d_model == 2816 && s->d_expert == 704 &&
         s->many_rows > 0)
@@ -844,12 +917,13 @@ int main(void) {
      * and 192 at 200 rows (the down kernels' k in 2 and 3 chunks of 64: the ring's stages used
      * fewer than, and exactly, once each), and at the tiny fixture's width a d_model of 96 (the
      * up kernels' k a chunk and a half) and d_experts of 160 and 224 (the down kernels' k ending
-     * in half a chunk, the last after the ring's three stages have wrapped) */
-    const shape shapes[] = {{128, 8, 2816, 704, 160}, {16, 4, 64, 32, 200},
-                            {128, 8, 2816, 64, 0},    {16, 4, 64, 40, 200},
-                            {128, 8, 2816, 712, 0},   {16, 4, 64, 32, 700},
-                            {128, 8, 2816, 96, 200},  {128, 8, 2816, 192, 200},
-                            {16, 4, 96, 160, 200},    {16, 4, 64, 224, 200}};
+     * in half a chunk, the last after the ring's three stages have wrapped), and a d_model of
+     * 160 at 256 rows (~64 items an expert: serve.moe_half_tiles' odd down grid) */
+    const shape shapes[] = {
+        {128, 8, 2816, 704, 160}, {16, 4, 64, 32, 200},     {128, 8, 2816, 64, 0},
+        {16, 4, 64, 40, 200},     {128, 8, 2816, 712, 0},   {16, 4, 64, 32, 700},
+        {128, 8, 2816, 96, 200},  {128, 8, 2816, 192, 200}, {16, 4, 96, 160, 200},
+        {16, 4, 64, 224, 200},    {16, 4, 160, 64, 256}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run_shape(&shapes[i], 4321 + i);
     run_route_shapes(8765);
