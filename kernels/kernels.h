@@ -517,7 +517,7 @@ void k_set_moe_ring_zfill(int on);
 /* 1: with the zero-fill ring, a down block whose expert holds at most 64 items takes its odd
  * neighbour's 64 outputs too, on the 4 warps that would hold only padding, and the odd block
  * returns; 2: also an up block of at most 64 items takes 96 outputs (of gate's and of up's) on
- * 6 warps where it took 64 on 4 (serve.moe_half_tiles, default 0; larger values are taken as 2;
+ * 6 warps where it took 64 on 4 (serve.moe_half_tiles, default 2; larger values are taken as 2;
  * speed only: every output's mmas and their order are the same). Process-wide, read at each
  * call. */
 void k_set_moe_half_tiles(int mode);

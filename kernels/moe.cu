@@ -967,7 +967,7 @@ extern "C" void k_set_moe_prefill_tiles(int mode) {
 }
 static int ring_zfill = 1; /* serve.moe_ring_zfill's default */
 extern "C" void k_set_moe_ring_zfill(int on) { ring_zfill = on ? 1 : 0; }
-static int half_tiles = 0; /* serve.moe_half_tiles' default: off until measured */
+static int half_tiles = 2; /* serve.moe_half_tiles' default */
 extern "C" void k_set_moe_half_tiles(int mode) { half_tiles = mode >= 2 ? 2 : mode > 0 ? 1 : 0; }
 
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */

@@ -167,6 +167,7 @@ void config_defaults(g4_config *c) {
     c->serve.moe_bucket_in_up = 1;    /* measured faster (docs/configuration.md) */
     c->serve.moe_prefill_tiles = 3;   /* measured faster (docs/configuration.md) */
     c->serve.moe_ring_zfill = 1;      /* measured faster (docs/configuration.md) */
+    c->serve.moe_half_tiles = 2;      /* measured faster (docs/configuration.md) */
     c->serve.row_chain = 3;           /* measured faster (docs/configuration.md) */
     c->serve.moe_route_lanes = 1;     /* measured faster (docs/configuration.md) */
     c->serve.wide_loads = 1;          /* measured faster (docs/configuration.md) */

@@ -334,7 +334,8 @@ typedef struct switches {
 
 /* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing, the
  * prefill tiles and the wide load groups on or off; the switches go back to their kernels'
- * defaults (bucketing in the up kernel, the staged prefill kernels, the narrow groups) for the
+ * defaults (bucketing in the up kernel, the staged prefill kernels, the narrow groups, the
+ * zero-fill ring with half tiles at 2) for the
  * other gates, so that check_experts holds the default path to the CPU twin. */
 static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -352,7 +353,7 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
     k_set_wide_loads(0);
     k_set_moe_expert_stream(0);
     k_set_moe_ring_zfill(1);
-    k_set_moe_half_tiles(0);
+    k_set_moe_half_tiles(2);
     return rc;
 }
 

@@ -74,7 +74,7 @@ static void test_defaults(void) {
         c.serve.max_context == 32768 && c.serve.prefill_chunk == 2048 && c.serve.max_queue == 256 &&
         c.serve.attn_splits_per_block == 0 && c.serve.pdl == 1 && c.serve.fuse_projections == 1 &&
         c.serve.attn_fold == 1 && c.serve.moe_bucket_in_up == 1 && c.serve.moe_prefill_tiles == 3 &&
-        c.serve.moe_ring_zfill == 1 && c.serve.moe_half_tiles == 0 && c.serve.row_chain == 3 &&
+        c.serve.moe_ring_zfill == 1 && c.serve.moe_half_tiles == 2 && c.serve.row_chain == 3 &&
         c.serve.moe_route_lanes == 1 && c.serve.wide_loads == 1 && c.serve.attn_mma == 1 &&
         c.serve.attn_query_tiles == 64 && c.serve.attn_fp8_frags == 1 &&
         c.serve.attn_early_lookup == 1 && c.serve.attn_longest_first == 1 &&
@@ -128,7 +128,7 @@ static void test_full_ini(void) {
                                              "moe_bucket_in_up = 0\n"
                                              "moe_prefill_tiles = 0\n"
                                              "moe_ring_zfill = 0\n"
-                                             "moe_half_tiles = 2\n"
+                                             "moe_half_tiles = 1\n"
                                              "row_chain = 1\n"
                                              "moe_route_lanes = 0\n"
                                              "wide_loads = 0\n"
@@ -168,7 +168,7 @@ static void test_full_ini(void) {
         c.serve.max_queue == 1000000 && c.serve.attn_splits_per_block == 4 && c.serve.pdl == 0 &&
         c.serve.fuse_projections == 0 && c.serve.attn_fold == 0 && c.serve.moe_bucket_in_up == 0 &&
         c.serve.moe_prefill_tiles == 0 && c.serve.moe_ring_zfill == 0 &&
-        c.serve.moe_half_tiles == 2 && c.serve.row_chain == 1 && c.serve.moe_route_lanes == 0 &&
+        c.serve.moe_half_tiles == 1 && c.serve.row_chain == 1 && c.serve.moe_route_lanes == 0 &&
         c.serve.wide_loads == 0 && c.serve.attn_mma == 0 && c.serve.attn_query_tiles == 0 &&
         c.serve.attn_fp8_frags == 0 && c.serve.attn_early_lookup == 0 &&
         c.serve.attn_longest_first == 0 && c.serve.attn_stats_together == 0 &&
