@@ -6,9 +6,13 @@
 #   2. bench_decode, dummy weights, the defaults (REC_SETS adds --set pairs to every run): the
 #      26B-A4B one row and 16 rows (1,024-token context, bf16 and fp8 pools), one 1,024-token
 #      prompt and one of 4,096 tokens (two rounds), the 31B one row and one 1,024-token prompt
-#   3. the 26B-A4B's full step (bf16; REC_POOLS) with the defaults (and REC_SETS) as long as the
-#      call lasts (CALL_SECONDS, default 570; REC_FULL=0 skips it)
-# Logs under $OUT: build.log, bench.log, full.log.
+#   3. the 26B-A4B's full step (bf16; REC_POOLS) with the defaults (and REC_SETS), when more than
+#      300 s of the call are left (CALL_SECONDS, default 570; REC_FULL=0 skips it). It takes
+#      ~300 s, which a call that also builds and reads seldom has left: then a second call on
+#      the warm box with REC_REBUILD=0 REC_BENCH=0 runs it alone
+#   4. ncu of the experts' ring kernels (the first up and down launches of a 1,024-token 26B-A4B
+#      prefill at the defaults; REC_NCU=0 skips it) with the time that is left
+# Logs under $OUT: build.log, bench.log, ncu-experts.txt, full.log.
 . tests/gpu/plans/preamble.sh
 build_tree "${REC_REBUILD:-1}"
 sets=()
@@ -20,7 +24,7 @@ bench() { # label, model, then bench_decode's arguments
     timeout 120 build/tests/bench_decode -c "conf/gemma4-$model.ini" --set model.weights=dummy \
         --set serve.max_context=8192 ${sets[@]+"${sets[@]}"} "$@"
 }
-{
+[ "${REC_BENCH:-1}" = 1 ] && {
     for r in 1 2; do
         bench "26b-a4b bf16 1 row, round $r" 26b-a4b --batch 1 --prompt 1024 --steps 64
         bench "26b-a4b bf16 16 rows, round $r" 26b-a4b --batch 16 --prompt 1024 --steps 64
@@ -38,5 +42,16 @@ if [ "${REC_FULL:-1}" = 1 ] && [ "$(left)" -gt 300 ]; then
     FULL_MODELS=26b-a4b FULL_POOLS="${REC_POOLS:-bf16}" FULL_SETS="${REC_SETS:-}" \
         G4_PREBUILT=1 timeout $(( $(left) - 15 )) ./build.sh gpu-test full > "$OUT/full.log" 2>&1
     count "full 26b-a4b ${REC_POOLS:-bf16} (${REC_SETS:-defaults})" $? "$OUT/full.log"
+fi
+# the experts' ring kernels at the defaults (zero-fill, half tiles at 2): what binds them now
+if [ "${REC_NCU:-1}" = 1 ] && command -v ncu > /dev/null && [ "$(left)" -gt 50 ]; then
+    timeout $(($(left) - 5)) ncu --kernel-name regex:moe_staged --launch-count 2 --section SpeedOfLight \
+        --section Occupancy --section WarpStateStats --section SchedulerStats \
+        --section InstructionStats --section MemoryWorkloadAnalysis \
+        build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
+        --set serve.max_context=4096 --batch 1 --prompt 1024 --steps 1 > "$OUT/ncu-experts.txt" 2>&1
+    echo "ncu experts: exit $? at $((SECONDS - t0)) s"
+    grep -E "moe_staged|^ +Duration|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Eligible Warps|Executed Instructions  " \
+        "$OUT/ncu-experts.txt" | head -16
 fi
 echo "done at $((SECONDS - t0)) s"
