@@ -206,6 +206,13 @@ gpu_test_parts() {
     esac
 }
 
+# A probe (one .cu file, a program of its own, extra link arguments after the output): built when
+# older than its source or a header, like an object, so a build over packed objects
+# (tests/gpu/prebuilt.sh) compiles nothing it need not.
+build_probe() { # src out [link args]
+    if stale "$1" "$2"; then "$CUDA_HOME/bin/nvcc" $NVFLAGS -I. "$1" -o "$2" "${@:3}"; fi
+}
+
 link_bin() {
     local out=$1; shift
     if [ $HAVE_NVCC = 1 ]; then
@@ -275,10 +282,9 @@ build_tests() {
                 $(for x in $(gpu_test_parts $t); do compile_c $x; done) $HOST_OBJS $DEV_OBJS
         done
         # a measurement, not an engine gate: what a tensor-core instruction's sum depends on
-        # (its header says why); built here so that CI compiles it
-        "$CUDA_HOME/bin/nvcc" $NVFLAGS -I. tests/gpu/probe_tc_order.cu -o "$B/tests/probe_tc_order"
-        "$CUDA_HOME/bin/nvcc" $NVFLAGS -I. tests/gpu/probe_lt_order.cu -o "$B/tests/probe_lt_order" \
-            $(cuda_libs)
+        # (its header says why); built here so that CI compiles it, beside the links
+        in_background build_probe tests/gpu/probe_tc_order.cu "$B/tests/probe_tc_order"
+        in_background build_probe tests/gpu/probe_lt_order.cu "$B/tests/probe_lt_order" $(cuda_libs)
     fi
     wait_all
 }

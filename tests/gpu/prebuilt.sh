@@ -8,9 +8,10 @@
 #                        here: build/obj and build/gen into .prebuilt/objs.tar.xz (carry
 #                        .prebuilt, ignored by git), and the sources' digest beside them; with
 #                        names (build/obj's files, e.g. kernels_attn_mma.cu.o), only those objects
-#                        (and build/obj/flags): the whole set (~20 MB since the thirty-sixth
-#                        session) no longer fits a call's 64 MB beside the tree (~46 MB), and the
-#                        attention object alone is most of the box's compile time
+#                        (and build/obj/flags). The attention parts are most of the box's nvcc
+#                        time; with them packed the box's build takes ~115-140 s, and packing all
+#                        18 CUDA objects (14 MB, forty-sixth session) left it at 130 s: the rest
+#                        is the links and the C compiles, which no pack removes
 #   prebuilt.sh unpack   there, before the build: unpacks them and stamps every file with one
 #                        time, later than the copied sources', so build.sh's staleness test
 #                        (an object older than its source or any header) keeps them; the
