@@ -738,6 +738,22 @@ static void check_half_mix(const shape *s, int rows, void *d_gu, void *d_dn) {
     free(pool);
 }
 
+/* The prefill-sized calls' speed-only switches, each byte for byte against its other setting
+ * (check_switch), with the router's ids and, where one_expert, with every item on expert 0 (for
+ * the half tiles, a bucket past half a tile: their kernels' whole-tile path). */
+static const struct prefill_switch {
+    const char *name;
+    switches off, on;
+    int one_expert;
+} prefill_switches[] = {
+    {"moe_prefill_tiles", {1, 0, 0, 0, 0, 0}, {1, 1, 0, 0, 0, 0}, 0},
+    {"moe_prefill_staged", {1, 0, 0, 0, 0, 0}, {1, 2, 0, 0, 0, 0}, 1},
+    {"moe_prefill_ring", {1, 0, 0, 0, 0, 0}, {1, 3, 0, 0, 0, 0}, 1},
+    {"moe_ring_zfill", {1, 3, 0, 0, 0, 0}, {1, 3, 0, 0, 1, 0}, 1},
+    {"moe_half_tiles", {1, 3, 0, 0, 1, 0}, {1, 3, 0, 0, 1, 1}, 1},
+    {"moe_half_tiles=2", {1, 3, 0, 0, 1, 0}, {1, 3, 0, 0, 1, 2}, 1},
+};
+
 static void run_shape(const shape *s, uint64_t seed) {
     rng_state = seed;
     size_t ngu = (size_t)s->n_expert * 2 * (size_t)s->d_expert * (size_t)s->d_model;
@@ -772,37 +788,21 @@ static void run_shape(const shape *s, uint64_t seed) {
             check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w,
                          (switches){0, 0, 0, 0, 0, 0}, (switches){1, 0, 0, 0, 0, 0});
         if (mma && nk > 128) { /* prefill-sized calls */
-            check_switch("moe_prefill_tiles", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 0, 0, 0, 0, 0}, (switches){1, 1, 0, 0, 0, 0});
-            check_switch("moe_prefill_staged", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 0, 0, 0, 0, 0}, (switches){1, 2, 0, 0, 0, 0});
-            check_switch("moe_prefill_ring", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 0, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 0, 0});
-            check_switch("moe_ring_zfill", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 3, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 1, 0});
-            check_switch("moe_half_tiles", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 3, 0, 0, 1, 0}, (switches){1, 3, 0, 0, 1, 1});
-            check_switch("moe_half_tiles=2", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 3, 0, 0, 1, 0}, (switches){1, 3, 0, 0, 1, 2});
+            for (size_t p = 0; p < sizeof prefill_switches / sizeof *prefill_switches; p++)
+                check_switch(prefill_switches[p].name, s, rows, d_gu, d_dn, idx, w,
+                             prefill_switches[p].off, prefill_switches[p].on);
             /* every item on expert 0: 128-item tiles one after another in a block at the
              * shape's own k, so a stage one tile's last chunks read meets the next tile's first
              * copies (the router's ids spread the items too thin for a second tile) */
             int32_t *one = calloc(nk, 4);
-            if (one) {
-                check_switch("moe_prefill_staged(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 0, 0, 0, 0}, (switches){1, 2, 0, 0, 0, 0});
-                check_switch("moe_prefill_ring(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 0, 0});
-                check_switch("moe_ring_zfill(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 3, 0, 0, 0, 0}, (switches){1, 3, 0, 0, 1, 0});
-                /* a bucket past half a tile: the half-tile kernel's whole-tile path */
-                check_switch("moe_half_tiles(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 3, 0, 0, 1, 0}, (switches){1, 3, 0, 0, 1, 1});
-                check_switch("moe_half_tiles=2(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 3, 0, 0, 1, 0}, (switches){1, 3, 0, 0, 1, 2});
-            } else {
-                test_fail("moe_prefill_staged(one expert)", "out of host memory");
+            for (size_t p = 0; one && p < sizeof prefill_switches / sizeof *prefill_switches; p++) {
+                char name[64];
+                if (!prefill_switches[p].one_expert) continue;
+                snprintf(name, sizeof name, "%s(one expert)", prefill_switches[p].name);
+                check_switch(name, s, rows, d_gu, d_dn, one, w, prefill_switches[p].off,
+                             prefill_switches[p].on);
             }
+            if (!one) test_fail("moe_prefill_staged(one expert)", "out of host memory");
             free(one);
             /* the default tile, one past the 26B-A4B's usual bucket (~64 items an expert at
              * 1,024 rows: one tile an expert, mostly), and one no multiple of 8; each against
