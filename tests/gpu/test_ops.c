@@ -774,6 +774,49 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
     }
 }
 
+/* Rule: the warp rows take only groups they can run as the chain would: with serve.row_warps on,
+ * a 300-row group of the 26B-A4B's width whose buffers overlap without coinciding, or whose
+ * buffer or weight vector is off 16 bytes (one element in), is left to the held kernels or the
+ * chain; the same group aligned and apart takes the warp rows. Only the path is asserted (no
+ * launch: a group of overlapping buffers has no single right answer at many rows). */
+static void run_row_warps_refusals(void) {
+    const int rows = 300, width = 2816;
+    const size_t n = (size_t)rows * (size_t)width;
+    bf16_t *x = k_device_alloc((n + 64) * 2), *t = k_device_alloc((n + 64) * 2);
+    bf16_t *w = k_device_alloc(((size_t)width + 64) * 2);
+    if (!x || !t || !w) {
+        test_fail("row_warps[refusals]", "device allocation failed");
+    } else {
+        set_row_mode(ROW_WARPS_MODE);
+        static const char *const names[] = {"apart and aligned", "overlapping", "buffer off 16",
+                                            "weight off 16"};
+        static const int want[] = {2, 0, 1, 1};
+        for (int c = 0; c < 4; c++) {
+            k_rmsnorm_args n0 = {
+                .out = x, .in = t, .w = w, .residual = x, .rows = rows, .width = width, .eps = EPS};
+            k_rmsnorm_args n1 = {
+                .out = t, .in = x, .w = w, .rows = rows, .width = width, .eps = EPS};
+            if (c == 1) n1.out = x + width / 2; /* half a row into the residual n0 writes */
+            if (c == 2) n0.in = t + 1, n1.out = t + 1;
+            if (c == 3) n1.w = w + 1;
+            k_row_ops_args g = {.rows = rows, .n_ops = 2};
+            g.op[0] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = n0};
+            g.op[1] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = n1};
+            const int got = k_row_ops_chained(&g);
+            char gate[96];
+            snprintf(gate, sizeof gate, "row_warps[%s]", names[c]);
+            /* overlapping buffers: the chain refuses them too, so the held kernels (0); off 16
+             * bytes: the chain still takes them (1) */
+            TEST_CHECK(gate, got == want[c], "path %s (want %s)", path_name(got),
+                       path_name(want[c]));
+        }
+        reset_row_mode();
+    }
+    k_device_free(x);
+    k_device_free(t);
+    k_device_free(w);
+}
+
 static void run_preconditions(void) {
     bf16_t dummy = 0;
     int32_t id = 0;
@@ -921,6 +964,7 @@ int main(void) {
      * prefill chunk's 1,024, and one row under it (128: the chain); k_rmsnorm alone with every
      * alias. Each against the separate launches; row 0 alone (the chain) against the warp rows'
      * row 0 (batch invariance across the paths). */
+    run_row_warps_refusals();
     static const int wr_widths[] = {2816, 1536, 2560, 3072, 256, 5376, 33};
     static const int wr_rows[] = {129, 300, 1024};
     for (int kind = 0; kind < RG_KINDS; kind++) {
