@@ -11,8 +11,11 @@
 #      ~300 s, which a call that also builds and reads seldom has left: then a second call on
 #      the warm box with REC_REBUILD=0 REC_BENCH=0 runs it alone
 #   4. ncu of the experts' ring kernels (the first up and down launches of a 1,024-token 26B-A4B
-#      prefill at the defaults; REC_NCU=0 skips it) with the time that is left
-# Logs under $OUT: build.log, bench.log, ncu-experts.txt, full.log.
+#      prefill at the defaults; REC_NCU=0 skips it) with the time that is left, each with its
+#      warps' stall reasons a issued instruction (what binds a latency-bound kernel)
+#   5. the same for the prompt rows' attention (the first six launches of that prefill: five
+#      windowed layers and the first global one; REC_NCU_ATTN=0 skips it)
+# Logs under $OUT: build.log, bench.log, ncu-experts.txt, ncu-attn.txt, full.log.
 . tests/gpu/plans/preamble.sh
 build_tree "${REC_REBUILD:-1}"
 sets=()
@@ -44,14 +47,26 @@ if [ "${REC_FULL:-1}" = 1 ] && [ "$(left)" -gt 300 ]; then
     count "full 26b-a4b ${REC_POOLS:-bf16} (${REC_SETS:-defaults})" $? "$OUT/full.log"
 fi
 # the experts' ring kernels at the defaults (zero-fill, half tiles at 2): what binds them now
-if [ "${REC_NCU:-1}" = 1 ] && command -v ncu > /dev/null && [ "$(left)" -gt 50 ]; then
-    timeout $(($(left) - 5)) ncu --kernel-name regex:moe_staged --launch-count 2 --section SpeedOfLight \
+stalls=""
+for reason in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait \
+    not_selected dispatch_stall lg_throttle no_instruction branch_resolving; do
+    stalls="$stalls${stalls:+,}smsp__average_warps_issue_stalled_${reason}_per_issue_active.ratio"
+done
+ncu_prefill() { # kernel regex, launches, log
+    timeout $(($(left) - 5)) ncu --kernel-name "regex:$1" --launch-count "$2" --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section SchedulerStats \
-        --section InstructionStats --section MemoryWorkloadAnalysis \
+        --section InstructionStats --section MemoryWorkloadAnalysis --metrics "$stalls" \
         build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
-        --set serve.max_context=4096 --batch 1 --prompt 1024 --steps 1 > "$OUT/ncu-experts.txt" 2>&1
-    echo "ncu experts: exit $? at $((SECONDS - t0)) s"
-    grep -E "moe_staged|^ +Duration|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Eligible Warps|Executed Instructions  " \
-        "$OUT/ncu-experts.txt" | head -16
+        --set serve.max_context=4096 ${sets[@]+"${sets[@]}"} --batch 1 --prompt 1024 --steps 1 \
+        > "$3" 2>&1
+    echo "ncu $1: exit $? at $((SECONDS - t0)) s"
+    grep -E "$1|^ +Duration|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Eligible Warps|Executed Instructions  |stalled_[a-z_]+_per" \
+        "$3" | sed -E 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | head -40
+}
+if [ "${REC_NCU:-1}" = 1 ] && command -v ncu > /dev/null && [ "$(left)" -gt 50 ]; then
+    ncu_prefill moe_staged 2 "$OUT/ncu-experts.txt"
+fi
+if [ "${REC_NCU_ATTN:-1}" = 1 ] && command -v ncu > /dev/null && [ "$(left)" -gt 50 ]; then
+    ncu_prefill attn_prompt 6 "$OUT/ncu-attn.txt"
 fi
 echo "done at $((SECONDS - t0)) s"
