@@ -13,8 +13,8 @@
 #   4. ncu of the experts' ring kernels (the first up and down launches of a 1,024-token 26B-A4B
 #      prefill at the defaults; REC_NCU=0 skips it) with the time that is left, each with its
 #      warps' stall reasons a issued instruction (what binds a latency-bound kernel)
-#   5. the same for the prompt rows' attention (the first six launches of that prefill: five
-#      windowed layers and the first global one; REC_NCU_ATTN=0 skips it)
+#   5. the same for the prompt rows' attention and its prep (the first six layers' launches of
+#      that prefill: five windowed layers and the first global one; REC_NCU_ATTN=0 skips it)
 # Logs under $OUT: build.log, bench.log, ncu-experts.txt, ncu-attn.txt, full.log.
 . tests/gpu/plans/preamble.sh
 build_tree "${REC_REBUILD:-1}"
@@ -67,6 +67,6 @@ if [ "${REC_NCU:-1}" = 1 ] && command -v ncu > /dev/null && [ "$(left)" -gt 50 ]
     ncu_prefill moe_staged 2 "$OUT/ncu-experts.txt"
 fi
 if [ "${REC_NCU_ATTN:-1}" = 1 ] && command -v ncu > /dev/null && [ "$(left)" -gt 50 ]; then
-    ncu_prefill attn_prompt 6 "$OUT/ncu-attn.txt"
+    ncu_prefill "attn_prompt|attn_prep_rows" 12 "$OUT/ncu-attn.txt"
 fi
 echo "done at $((SECONDS - t0)) s"
