@@ -348,16 +348,9 @@ int k_row_ops(const k_row_ops_args *a, g4_stream st);
  * (serve.row_chain; test_ops' `row_chain` gates). Process-wide, read at each call. */
 void k_set_row_chain(int mode);
 /* 1 when k_row_ops would run this group (a k_rmsnorm: a group of that one op) in the chain kernel
- * at the current serve.row_chain, 2 in the warp rows (serve.row_warps), 0 when on the held
- * kernels: for the gates, which must know the path they test. */
+ * at the current serve.row_chain, 0 when on the held kernels: for the gates, which must know the
+ * path they test. */
 int k_row_ops_chained(const k_row_ops_args *a);
-/* 1: k_rmsnorm and k_row_ops groups of more than 128 rows (a prefill chunk's) whose width is a
- * multiple of 256 up to 3,072, with every buffer and weight vector on 16 bytes, run a warp a row
- * with 16-byte loads, each lane replaying the chain's order for the 8 threads whose elements it
- * holds (kernels/norm.cu, row_warps_kernel); k_row_ops_chained then says 2 (serve.row_warps,
- * default 0; speed only: the same bits, by test_ops' `row_warps` gates). Process-wide, read at
- * each call. */
-void k_set_row_warps(int on);
 
 /* kernels/attn_prep.cu, attn.cu, attn_window.cu, attn_mma*.cu: the per-family prep and the paged
  * attention (head dims 256 and 512) */

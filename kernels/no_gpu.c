@@ -127,7 +127,6 @@ void k_set_moe_prefill_tiles(int mode) { (void)mode; }
 void k_set_moe_ring_zfill(int on) { (void)on; }
 void k_set_moe_half_tiles(int mode) { (void)mode; }
 void k_set_row_chain(int mode) { (void)mode; }
-void k_set_row_warps(int on) { (void)on; }
 int k_row_ops_chained(const k_row_ops_args *a) {
     (void)a;
     return 0;

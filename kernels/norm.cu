@@ -14,11 +14,11 @@
  *
  * These ops move few bytes; what they cost is latency (docs/perf-notes.md, "Row ops"), so a
  * norm holds its row in registers with every load in flight at once, and consecutive row ops
- * of a layer run as one kernel (k_row_ops). Loads stay 2-byte, the elements a thread visits
- * and their order those of the strided loop: no alignment precondition beyond the bf16
- * element's own, and the same bits whichever path runs. The one exception, prompt-sized groups a
- * warp a row (serve.row_warps, below), loads 16 bytes where every buffer is aligned so, and
- * replays the block's order on them. */
+ * of a layer run as one kernel (k_row_ops). Their loads stay 2-byte, the elements a thread
+ * visits and their order those of the strided loop: no alignment precondition beyond the bf16
+ * element's own, and the same bits whichever path runs. (A warp a row with 16-byte loads
+ * measured slower at prefill: docs/perf-notes.md, forty-seventh session.) The GeGLU takes
+ * 16-byte loads where its rows align, each element's arithmetic unchanged. */
 #include "kernels/common.cuh"
 #include "kernels/bf16.cuh"
 
@@ -486,30 +486,8 @@ static __global__ __launch_bounds__(RMS_THREADS) void row_chain_kernel(
     }
 }
 
-/* ---- prompt-sized groups a warp a row (serve.row_warps) ----
- *
- * A prefill chunk's row-op groups (1,024-2,048 rows) ran on the chain kernel at ~27-39 us a
- * group where their bytes take ~9 at the copy rate (docs/perf-notes.md, forty-sixth session):
- * a block a row of 2-byte loads, its block sums behind barriers, every block staging the
- * group's weight vectors. Here a warp takes a row of WARP_GROUPS x RMS_THREADS elements (a
- * width that is a multiple of 256) with 16-byte loads: lane l holds, of every 256 elements
- * i, the 8 at 256 i + 8 l, which are exactly the elements the chain's threads 8 l .. 8 l + 7
- * hold (thread t holds t + 256 i). So the lane computes those 8 threads' sums of squares in
- * their order, and the block sum's tree is replayed on them: its shuffles over lane bits 4 and 3
- * are lane bits 1 and 0 here (lanes 4w .. 4w + 3 hold warp w's threads), bits 2..0 are the
- * lane's own 8 values, and the 8 warps' partials are added from 0 in warp order, as the chain
- * adds them. Every op's elementwise arithmetic is the chain's (the same device functions), so
- * the same bits (test_ops' `row_warps` gates against the separate launches). An operand that is
- * the previous op's output comes from the registers that held what was stored, as in the chain;
- * the weight vectors are loaded with their op's operands, before its first store. */
-#define WARP_ROWS_BLOCK 4      /* rows (warps) a block */
-#define WARP_GROUPS_MAX 12     /* 256-element groups a lane holds 8 of: rows up to 3,072 */
-#define WARP_ROWS_MIN_ROWS 129 /* fewer rows keep the chain (decode-sized launches) */
-static int row_warps = 0;      /* serve.row_warps' default: off until measured */
-extern "C" void k_set_row_warps(int on) { row_warps = on ? 1 : 0; }
-
-/* The 8 elements at e of this lane's group i, as floats. */
-static __device__ __forceinline__ void warp_unpack(float (&f)[8], uint4 v) {
+/* 8 bf16 of a 16-byte word as floats, low half first; and back. */
+static __device__ __forceinline__ void unpack8(float (&f)[8], uint4 v) {
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -517,148 +495,9 @@ static __device__ __forceinline__ void warp_unpack(float (&f)[8], uint4 v) {
         f[2 * k + 1] = k_bf16_to_f32((uint16_t)(w[k] >> 16));
     }
 }
-static __device__ __forceinline__ uint4 warp_pack(const bf16_t (&y)[8]) {
+static __device__ __forceinline__ uint4 pack8(const bf16_t (&y)[8]) {
     return make_uint4((uint32_t)y[0] | (uint32_t)y[1] << 16, (uint32_t)y[2] | (uint32_t)y[3] << 16,
                       (uint32_t)y[4] | (uint32_t)y[5] << 16, (uint32_t)y[6] | (uint32_t)y[7] << 16);
-}
-
-/* An operand's G groups at row offset o (elements) plus this lane's 8: the previous op's output
- * from the registers when it is that buffer, else 16-byte loads. */
-template <int G>
-static __device__ __forceinline__ void warp_operand(uint4 (&v)[G], const bf16_t *buf,
-                                                    const bf16_t *prev_out, const uint4 (&cur)[G],
-                                                    size_t o) {
-    if (buf == prev_out) {
-#pragma unroll
-        for (int i = 0; i < G; i++)
-            v[i] = cur[i];
-    } else {
-#pragma unroll
-        for (int i = 0; i < G; i++)
-            v[i] = *reinterpret_cast<const uint4 *>(buf + o + (size_t)i * RMS_THREADS);
-    }
-}
-
-/* block_sum2's value for a row whose threads' partial sums this warp holds as above: ss[k] is
- * thread 8 lane + k's. */
-static __device__ __forceinline__ float warp_row_sum(float (&ss)[8]) {
-#pragma unroll
-    for (int k = 0; k < 8; k++) /* the block tree's offset 16: thread bit 4, lane bit 1 */
-        ss[k] += __shfl_xor_sync(0xffffffffu, ss[k], 2);
-#pragma unroll
-    for (int k = 0; k < 8; k++) /* offset 8: thread bit 3, lane bit 0 */
-        ss[k] += __shfl_xor_sync(0xffffffffu, ss[k], 1);
-#pragma unroll
-    for (int off = 4; off > 0; off >>= 1) { /* offsets 4, 2, 1: the lane's own values */
-        float t[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            t[k] = ss[k] + ss[k ^ off];
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            ss[k] = t[k];
-    }
-    float s = 0.0f; /* warp w's partial is lane 4 w's (every value of the lane is the same) */
-#pragma unroll
-    for (int w = 0; w < RMS_WARPS; w++)
-        s += __shfl_sync(0xffffffffu, ss[0], 4 * w);
-    return s;
-}
-
-template <int G>
-static __global__
-__launch_bounds__(32 *
-                  WARP_ROWS_BLOCK) void row_warps_kernel(const __grid_constant__ k_row_ops_args a) {
-    K_GRID_DEPENDENCY();
-    const int lane = (int)threadIdx.x & 31;
-    const int row = (int)blockIdx.x * WARP_ROWS_BLOCK + (int)threadIdx.x / 32;
-    if (row >= a.rows) return; /* warp-uniform */
-    constexpr int width = G * RMS_THREADS;
-    const size_t o = (size_t)row * (size_t)width + (size_t)lane * 8;
-    const size_t ow = (size_t)lane * 8; /* the weight vectors' offset */
-    uint4 cur[G];                       /* the previous op's output, as stored */
-#pragma unroll
-    for (int i = 0; i < G; i++)
-        cur[i] = make_uint4(0, 0, 0, 0);
-    const bf16_t *prev_out = nullptr;
-#pragma unroll 1
-    for (int s = 0; s < a.n_ops; s++) {
-        const k_row_op &op = a.op[s];
-        uint4 x[G], b[G], w[G];
-        bf16_t *out;
-        if (op.kind == K_ROW_RMSNORM) {
-            const k_rmsnorm_args &n = op.u.rmsnorm;
-            warp_operand<G>(x, n.in, prev_out, cur, o);
-            if (n.residual) warp_operand<G>(b, n.residual, prev_out, cur, o);
-            if (n.w)
-#pragma unroll
-                for (int i = 0; i < G; i++)
-                    w[i] = *reinterpret_cast<const uint4 *>(n.w + ow + (size_t)i * RMS_THREADS);
-            float ss[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int i = 0; i < G; i++) {
-                float f[8];
-                warp_unpack(f, x[i]);
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    ss[k] = __fadd_rn(ss[k], __fmul_rn(f[k], f[k]));
-            }
-            const float inv = rms_inv(warp_row_sum(ss), width, n.eps);
-            const bool has_w = n.w != nullptr, has_res = n.residual != nullptr;
-#pragma unroll
-            for (int i = 0; i < G; i++) {
-                float fx[8], fw[8], fr[8];
-                warp_unpack(fx, x[i]);
-                warp_unpack(fw, has_w ? w[i] : make_uint4(0, 0, 0, 0));
-                warp_unpack(fr, has_res ? b[i] : make_uint4(0, 0, 0, 0));
-                bf16_t y[8];
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    y[k] = rms_out(fx[k], inv, has_w, fw[k], has_res, fr[k]);
-                cur[i] = warp_pack(y);
-            }
-            out = n.out;
-        } else if (op.kind == K_ROW_MUL_VEC_SCALE) {
-            const k_mul_vec_scale_args &m = op.u.mul_vec_scale;
-            warp_operand<G>(x, m.a, prev_out, cur, o);
-#pragma unroll
-            for (int i = 0; i < G; i++)
-                w[i] = *reinterpret_cast<const uint4 *>(m.v + ow + (size_t)i * RMS_THREADS);
-#pragma unroll
-            for (int i = 0; i < G; i++) {
-                float fx[8], fv[8];
-                warp_unpack(fx, x[i]);
-                warp_unpack(fv, w[i]);
-                bf16_t y[8];
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    y[k] = mul_vec_scale_of(fx[k], fv[k], m.scale);
-                cur[i] = warp_pack(y);
-            }
-            out = m.out;
-        } else {
-            const k_scale_add_args &sa = op.u.scale_add;
-            warp_operand<G>(x, sa.a, prev_out, cur, o);
-            if (sa.b) warp_operand<G>(b, sa.b, prev_out, cur, o);
-            const bool has_b = sa.b != nullptr;
-#pragma unroll
-            for (int i = 0; i < G; i++) {
-                float fx[8], fb[8];
-                warp_unpack(fx, x[i]);
-                warp_unpack(fb, has_b ? b[i] : make_uint4(0, 0, 0, 0));
-                bf16_t y[8];
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    y[k] = scale_add_of(fx[k], has_b, fb[k], sa.scale);
-                cur[i] = warp_pack(y);
-            }
-            out = sa.out;
-        }
-#pragma unroll
-        for (int i = 0; i < G; i++)
-            *reinterpret_cast<uint4 *>(out + o + (size_t)i * RMS_THREADS) = cur[i];
-        prev_out = out;
-    }
 }
 
 static __device__ __forceinline__ bf16_t gelu_mul_of(float x, bool has_b, float b) {
@@ -689,14 +528,14 @@ static __global__ __launch_bounds__(EW_THREADS) void gelu_mul_vec_kernel(k_gelu_
          v += (size_t)gridDim.x * EW_THREADS) {
         size_t r = v / per_row, j = (v - r * per_row) * 8;
         float fx[8], fb[8];
-        warp_unpack(fx, *reinterpret_cast<const uint4 *>(a.a + r * (size_t)a.lda + j));
-        warp_unpack(fb, has_b ? *reinterpret_cast<const uint4 *>(a.b + r * (size_t)a.ldb + j)
-                              : make_uint4(0, 0, 0, 0));
+        unpack8(fx, *reinterpret_cast<const uint4 *>(a.a + r * (size_t)a.lda + j));
+        unpack8(fb, has_b ? *reinterpret_cast<const uint4 *>(a.b + r * (size_t)a.ldb + j)
+                          : make_uint4(0, 0, 0, 0));
         bf16_t y[8];
 #pragma unroll
         for (int k = 0; k < 8; k++)
             y[k] = gelu_mul_of(fx[k], has_b, fb[k]);
-        *reinterpret_cast<uint4 *>(a.out + r * (size_t)a.width + j) = warp_pack(y);
+        *reinterpret_cast<uint4 *>(a.out + r * (size_t)a.width + j) = pack8(y);
     }
 }
 
@@ -790,11 +629,20 @@ static bool ranges_apart(const void *p, size_t pn, const void *q, size_t qn) {
     return a + pn <= b || b + qn <= a;
 }
 
-/* What a group must be for either the chain or the warp rows: one width, every two activation
- * buffers the same or apart, no weight vector inside a buffer an op writes. */
-static bool group_fits(const k_row_ops_args *a, int *width) {
+/* The chain's preconditions (see row_chain_kernel): rows > 0 of one width it is compiled for
+ * (at most CHAIN_NARROW_MAX_HELD x RMS_THREADS elements, CHAIN_MAX_HELD x RMS_THREADS with
+ * serve.row_chain = 2 over at most CHAIN_WIDE_MAX_ROWS rows), no more ops than it keeps weights
+ * for,
+ * every two activation buffers the same or apart, no weight vector inside a buffer an op
+ * writes (the weights are read before the ops run). The width goes to *width. */
+static bool chain_fits(const k_row_ops_args *a, int *width) {
+    if (!row_chain || a->rows <= 0) return false;
     const int w0 = chain_op_width(&a->op[0], a->rows);
-    if (w0 <= 0) return false;
+    const int held = w0 > 0 ? chain_held(w0) : 0;
+    if (held == 0) return false;
+    if (held > CHAIN_NARROW_MAX_HELD && (row_chain < 2 || a->rows > CHAIN_WIDE_MAX_ROWS))
+        return false;
+    if (a->n_ops > chain_slots(held)) return false;
     const size_t bytes = (size_t)a->rows * (size_t)w0 * sizeof(bf16_t);
     const void *buf[K_ROW_OPS_MAX * 3];
     int nb = 0;
@@ -819,73 +667,9 @@ static bool group_fits(const k_row_ops_args *a, int *width) {
     return true;
 }
 
-/* The chain's preconditions (see row_chain_kernel): rows > 0 of one width it is compiled for
- * (at most CHAIN_NARROW_MAX_HELD x RMS_THREADS elements, CHAIN_MAX_HELD x RMS_THREADS with
- * serve.row_chain = 2 over at most CHAIN_WIDE_MAX_ROWS rows), no more ops than it keeps weights
- * for,
- * every two activation buffers the same or apart, no weight vector inside a buffer an op
- * writes (the weights are read before the ops run). The width goes to *width. */
-static bool chain_fits(const k_row_ops_args *a, int *width) {
-    if (!row_chain || a->rows <= 0) return false;
-    const int w0 = chain_op_width(&a->op[0], a->rows);
-    const int held = w0 > 0 ? chain_held(w0) : 0;
-    if (held == 0) return false;
-    if (held > CHAIN_NARROW_MAX_HELD && (row_chain < 2 || a->rows > CHAIN_WIDE_MAX_ROWS))
-        return false;
-    if (a->n_ops > chain_slots(held)) return false;
-    return group_fits(a, width);
-}
-
-/* serve.row_warps' preconditions: a prompt-sized group (more than 128 rows) that group_fits, of
- * a width that is a multiple of 256 up to WARP_GROUPS_MAX x 256, every buffer and weight vector
- * on 16 bytes (the lanes' loads and stores). */
-static bool warps_fit(const k_row_ops_args *a, int *width) {
-    if (!row_warps || a->rows < WARP_ROWS_MIN_ROWS) return false;
-    int w0;
-    if (!group_fits(a, &w0) || w0 % RMS_THREADS != 0 || w0 / RMS_THREADS > WARP_GROUPS_MAX)
-        return false;
-    for (int i = 0; i < a->n_ops; i++) {
-        const void *buf[3];
-        chain_op_buffers(&a->op[i], buf);
-        for (int k = 0; k < 3; k++)
-            if ((uintptr_t)buf[k] % 16 != 0) return false;
-        if ((uintptr_t)chain_weight(a->op[i]) % 16 != 0) return false;
-    }
-    *width = w0;
-    return true;
-}
-
 extern "C" int k_row_ops_chained(const k_row_ops_args *a) {
     int width;
-    return warps_fit(a, &width) ? 2 : chain_fits(a, &width) ? 1 : 0;
-}
-
-static int launch_warps(const k_row_ops_args *a, int width, g4_stream st) {
-    const unsigned blocks = (unsigned)((a->rows + WARP_ROWS_BLOCK - 1) / WARP_ROWS_BLOCK);
-    switch (width / RMS_THREADS) {
-#define WARP_CASE(g)                                                                               \
-    case g:                                                                                        \
-        CUDA_CHECK(                                                                                \
-            k_launch(row_warps_kernel<g>, blocks, 32 * WARP_ROWS_BLOCK, 0, (cudaStream_t)st, *a)); \
-        break;
-        WARP_CASE(1)
-        WARP_CASE(2)
-        WARP_CASE(3)
-        WARP_CASE(4)
-        WARP_CASE(5)
-        WARP_CASE(6)
-        WARP_CASE(7)
-        WARP_CASE(8)
-        WARP_CASE(9)
-        WARP_CASE(10)
-        WARP_CASE(11)
-        WARP_CASE(12)
-#undef WARP_CASE
-    default:
-        return K_ERR_SHAPE;
-    }
-    CUDA_CHECK(cudaGetLastError());
-    return K_OK;
+    return chain_fits(a, &width) ? 1 : 0;
 }
 
 /* The chain_pre of a chain that chain_fits: an operand that no earlier op writes (the buffers are
@@ -967,7 +751,6 @@ extern "C" int k_rmsnorm(const k_rmsnorm_args *a, g4_stream st) {
     const k_row_ops_args one = {
         .rows = a->rows, .n_ops = 1, .op = {{.kind = K_ROW_RMSNORM, .u = {.rmsnorm = *a}}}};
     int width;
-    if (warps_fit(&one, &width)) return launch_warps(&one, width, st);
     if (chain_fits(&one, &width)) return launch_chain(&one, width, st);
     CUDA_CHECK(k_launch(rmsnorm_kernel, (unsigned)a->rows, RMS_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());
@@ -1056,7 +839,6 @@ extern "C" int k_row_ops(const k_row_ops_args *a, g4_stream st) {
     }
     if (a->rows == 0) return K_OK;
     int width;
-    if (warps_fit(a, &width)) return launch_warps(a, width, st);
     if (chain_fits(a, &width)) return launch_chain(a, width, st);
     CUDA_CHECK(k_launch(row_ops_kernel, (unsigned)a->rows, RMS_THREADS, 0, (cudaStream_t)st, *a));
     CUDA_CHECK(cudaGetLastError());

@@ -491,10 +491,6 @@ static void run_softcap(size_t n, float cap, uint64_t seed) {
 
 /* ---- row_chain ---- */
 
-static const char *path_name(int path) {
-    return path == 2 ? "warp rows" : path == 1 ? "chain" : "held";
-}
-
 /* The gate passes when nothing failed (rc), the chain took the path the case is for (chained:
  * what k_row_ops_chained said, want: what the launcher's preconditions call for; a gate that
  * compared the held kernels with themselves would pass whatever the chain does) and the two
@@ -505,34 +501,14 @@ static void check_same_bytes(const char *gate, int rc, int chained, int want, co
     for (size_t i = 0; rc == 0 && i < n; i++)
         differ += a[i] != b[i];
     TEST_CHECK(gate, rc == 0 && chained == want && differ == 0,
-               "rc %d, path %s (want %s), %zu of %zu elements differ", rc, path_name(chained),
-               path_name(want), differ, n);
+               "rc %d, path %s (want %s), %zu of %zu elements differ", rc,
+               chained ? "chain" : "held", want ? "chain" : "held", differ, n);
 }
 
 /* Whether the chain should take a group of n_ops ops over rows of width elements at mode. */
 static int chain_wanted(int mode, int rows, int width, int n_ops) {
     return mode >= 1 &&
            (width <= 3072 || (mode >= 2 && width <= 6144 && n_ops <= 3 && rows <= 128));
-}
-
-/* The gates' row mode: serve.row_chain 0..3, or 4 for serve.row_warps on beside row_chain 3 (the
- * default chain), and back to the defaults after. */
-enum { ROW_WARPS_MODE = 4 };
-static void set_row_mode(int mode) {
-    k_set_row_chain(mode == ROW_WARPS_MODE ? 3 : mode);
-    k_set_row_warps(mode == ROW_WARPS_MODE);
-}
-static void reset_row_mode(void) {
-    k_set_row_chain(3);
-    k_set_row_warps(0);
-}
-
-/* The path k_row_ops_chained should report at mode: 2 for the warp rows (more than 128 rows of a
- * width that is a multiple of 256 up to 3,072; the gates' buffers are all on 16 bytes), else 1
- * for the chain, 0 for the held kernels. */
-static int path_wanted(int mode, int rows, int width, int n_ops) {
-    if (mode == ROW_WARPS_MODE && rows >= 129 && width % 256 == 0 && width <= 3072) return 2;
-    return chain_wanted(mode == ROW_WARPS_MODE ? 3 : mode, rows, width, n_ops);
 }
 
 /* Rule: k_rmsnorm alone in the chain kernel gives the held kernel's bytes (the same elements
@@ -543,10 +519,7 @@ static int path_wanted(int mode, int rows, int width, int n_ops) {
 static void run_rmsnorm_chain(int mode, int rows, int width, int has_w, int has_res, int alias,
                               uint64_t seed) {
     char gate[128], family[32];
-    if (mode == ROW_WARPS_MODE)
-        snprintf(family, sizeof family, "row_warps");
-    else
-        snprintf(family, sizeof family, "row_chain=%d", mode);
+    snprintf(family, sizeof family, "row_chain=%d", mode);
     rmsnorm_gate(gate, sizeof gate, family, rows, width, has_w, has_res, alias);
     rng_state = seed;
     size_t n = (size_t)rows * (size_t)width;
@@ -568,12 +541,12 @@ static void run_rmsnorm_chain(int mode, int rows, int width, int has_w, int has_
                             .rows = rows,
                             .width = width,
                             .eps = EPS};
-        set_row_mode(chain ? mode : 0);
+        k_set_row_chain(chain ? mode : 0);
         const k_row_ops_args one = {
             .rows = rows, .n_ops = 1, .op = {{.kind = K_ROW_RMSNORM, .u.rmsnorm = a}}};
         if (chain) chained = k_row_ops_chained(&one);
         if (rc == 0) rc |= k_rmsnorm(&a, NULL);
-        reset_row_mode();
+        k_set_row_chain(3); /* the default */
         rc |= k_sync();
         if (rc == 0) rc |= k_copy_to_host(got[chain], a.out, n * 2);
         k_device_free(dx);
@@ -581,7 +554,7 @@ static void run_rmsnorm_chain(int mode, int rows, int width, int has_w, int has_
         k_device_free(dres);
         k_device_free(dout);
     }
-    check_same_bytes(gate, rc, chained, path_wanted(mode, rows, width, 1), got[0], got[1], n);
+    check_same_bytes(gate, rc, chained, chain_wanted(mode, rows, width, 1), got[0], got[1], n);
     free(x);
     free(w);
     free(res);
@@ -714,11 +687,10 @@ static int rg_ops(int kind, bf16_t **b, const bf16_t *const *w, int rows, int wi
 static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed) {
     char gate[160];
     snprintf(gate, sizeof gate, "op_vs_ops[row_ops %s w=%d rows=%d%s]", rg_names[kind], width, rows,
-             chain == 1                ? " row_chain"
-             : chain == 2              ? " row_chain=2"
-             : chain == 3              ? " row_chain=3"
-             : chain == ROW_WARPS_MODE ? " row_warps"
-                                       : "");
+             chain == 1   ? " row_chain"
+             : chain == 2 ? " row_chain=2"
+             : chain == 3 ? " row_chain=3"
+                          : "");
     rng_state = seed;
     size_t n = (size_t)rows * (size_t)width;
     bf16_t *init[RG_BUFS], *got[RG_BUFS], *want[RG_BUFS], *w[3];
@@ -741,17 +713,17 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
     k_row_ops_args fa = {.rows = rows}, sa = {.rows = rows};
     fa.n_ops = rg_ops(kind, fused, dw, rows, width, fa.op);
     sa.n_ops = rg_ops(kind, sep, dw, rows, width, sa.op);
-    set_row_mode(chain);
-    const int chained = k_row_ops_chained(&fa), path = path_wanted(chain, rows, width, fa.n_ops);
+    k_set_row_chain(chain);
+    const int chained = k_row_ops_chained(&fa), path = chain_wanted(chain, rows, width, fa.n_ops);
     if (rc == 0) rc |= k_row_ops(&fa, NULL);
-    set_row_mode(0);
+    k_set_row_chain(0);
     for (int i = 0; rc == 0 && i < sa.n_ops; i++) {
         const k_row_op *op = &sa.op[i];
         rc |= op->kind == K_ROW_RMSNORM         ? k_rmsnorm(&op->u.rmsnorm, NULL)
               : op->kind == K_ROW_MUL_VEC_SCALE ? k_mul_vec_scale(&op->u.mul_vec_scale, NULL)
                                                 : k_scale_add(&op->u.scale_add, NULL);
     }
-    reset_row_mode();
+    k_set_row_chain(3); /* the default */
     rc |= k_sync();
     size_t differ = 0;
     for (int b = 0; b < RG_BUFS && rc == 0; b++) {
@@ -767,9 +739,9 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
             rc |= k_copy_to_device(fused[b], init[b], (size_t)width * 2);
         k_row_ops_args one = {.rows = 1};
         one.n_ops = rg_ops(kind, fused, dw, 1, width, one.op);
-        set_row_mode(chain);
+        k_set_row_chain(chain);
         rc |= k_row_ops(&one, NULL);
-        reset_row_mode();
+        k_set_row_chain(3); /* the default */
         rc |= k_sync();
         bf16_t *row = hbuf((size_t)width);
         for (int b = 0; b < RG_BUFS && rc == 0; b++) {
@@ -782,7 +754,8 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
     TEST_CHECK(gate, rc == 0 && chained == path && differ == 0 && alone_differ == 0,
                "rc %d, path %s (want %s), %zu of %zu elements differ from the separate launches, "
                "row 0 alone: %zu differ",
-               rc, path_name(chained), path_name(path), differ, (size_t)RG_BUFS * n, alone_differ);
+               rc, chained ? "chain" : "held", path ? "chain" : "held", differ, (size_t)RG_BUFS * n,
+               alone_differ);
     for (int b = 0; b < RG_BUFS; b++) {
         k_device_free(fused[b]);
         k_device_free(sep[b]);
@@ -794,49 +767,6 @@ static void run_row_ops(int kind, int rows, int width, int chain, uint64_t seed)
         k_device_free((void *)dw[i]);
         free(w[i]);
     }
-}
-
-/* Rule: the warp rows take only groups they can run as the chain would: with serve.row_warps on,
- * a 300-row group of the 26B-A4B's width whose buffers overlap without coinciding, or whose
- * buffer or weight vector is off 16 bytes (one element in), is left to the held kernels or the
- * chain; the same group aligned and apart takes the warp rows. Only the path is asserted (no
- * launch: a group of overlapping buffers has no single right answer at many rows). */
-static void run_row_warps_refusals(void) {
-    const int rows = 300, width = 2816;
-    const size_t n = (size_t)rows * (size_t)width;
-    bf16_t *x = k_device_alloc((n + 64) * 2), *t = k_device_alloc((n + 64) * 2);
-    bf16_t *w = k_device_alloc(((size_t)width + 64) * 2);
-    if (!x || !t || !w) {
-        test_fail("row_warps[refusals]", "device allocation failed");
-    } else {
-        set_row_mode(ROW_WARPS_MODE);
-        static const char *const names[] = {"apart and aligned", "overlapping", "buffer off 16",
-                                            "weight off 16"};
-        static const int want[] = {2, 0, 1, 1};
-        for (int c = 0; c < 4; c++) {
-            k_rmsnorm_args n0 = {
-                .out = x, .in = t, .w = w, .residual = x, .rows = rows, .width = width, .eps = EPS};
-            k_rmsnorm_args n1 = {
-                .out = t, .in = x, .w = w, .rows = rows, .width = width, .eps = EPS};
-            if (c == 1) n1.out = x + width / 2; /* half a row into the residual n0 writes */
-            if (c == 2) n0.in = t + 1, n1.out = t + 1;
-            if (c == 3) n1.w = w + 1;
-            k_row_ops_args g = {.rows = rows, .n_ops = 2};
-            g.op[0] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = n0};
-            g.op[1] = (k_row_op){.kind = K_ROW_RMSNORM, .u.rmsnorm = n1};
-            const int got = k_row_ops_chained(&g);
-            char gate[96];
-            snprintf(gate, sizeof gate, "row_warps[%s]", names[c]);
-            /* overlapping buffers: the chain refuses them too, so the held kernels (0); off 16
-             * bytes: the chain still takes them (1) */
-            TEST_CHECK(gate, got == want[c], "path %s (want %s)", path_name(got),
-                       path_name(want[c]));
-        }
-        reset_row_mode();
-    }
-    k_device_free(x);
-    k_device_free(t);
-    k_device_free(w);
 }
 
 static void run_preconditions(void) {
@@ -980,26 +910,5 @@ int main(void) {
     }
     run_row_chain_overlap(2816, seed++);
     run_row_chain_overlap(64, seed++);
-    /* serve.row_warps: prompt-sized groups a warp a row, at the widths it takes (the 26B-A4B's
-     * 2816, the E2B's 1536, the E4B's 2560, its widest 3072, and 256, one group a lane) and two it
-     * leaves to the chain or the held kernels (5376, 33), at its least row count (129), 300 and a
-     * prefill chunk's 1,024, and one row under it (128: the chain); k_rmsnorm alone with every
-     * alias. Each against the separate launches; row 0 alone (the chain) against the warp rows'
-     * row 0 (batch invariance across the paths). */
-    run_row_warps_refusals();
-    static const int wr_widths[] = {2816, 1536, 2560, 3072, 256, 5376, 33};
-    static const int wr_rows[] = {129, 300, 1024};
-    for (int kind = 0; kind < RG_KINDS; kind++) {
-        for (size_t i = 0; i < sizeof wr_widths / sizeof *wr_widths; i++)
-            for (size_t k = 0; k < sizeof wr_rows / sizeof *wr_rows; k++)
-                run_row_ops(kind, wr_rows[k], wr_widths[i], ROW_WARPS_MODE, seed++);
-        run_row_ops(kind, 128, 2816, ROW_WARPS_MODE, seed++);
-    }
-    for (size_t i = 0; i < sizeof wr_widths / sizeof *wr_widths; i++) {
-        run_rmsnorm_chain(ROW_WARPS_MODE, 300, wr_widths[i], 1, 1, ALIAS_NONE, seed++);
-        run_rmsnorm_chain(ROW_WARPS_MODE, 129, wr_widths[i], 0, 0, ALIAS_NONE, seed++);
-        run_rmsnorm_chain(ROW_WARPS_MODE, 300, wr_widths[i], 1, 0, ALIAS_IN, seed++);
-        run_rmsnorm_chain(ROW_WARPS_MODE, 129, wr_widths[i], 1, 1, ALIAS_RES, seed++);
-    }
     return harness_exit();
 }
