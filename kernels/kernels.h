@@ -143,7 +143,10 @@ typedef struct k_attention_args {
 } k_attention_args;
 
 /* out[r, j] = bf(bf(gelu_tanh(a[r*lda + j])) * b[r*ldb + j]) for j < width; b NULL drops
- * the product. out has row stride width. */
+ * the product. out has row stride width. Launches of at least K_GELU_VEC_MIN_ROWS rows whose
+ * rows all start on 16 bytes take 8 elements a thread in 16-byte pieces (the same bits);
+ * decode-sized ones keep an element a thread, which measured faster there. */
+#define K_GELU_VEC_MIN_ROWS 64
 typedef struct k_gelu_mul_args {
     bf16_t *out;
     const bf16_t *a;

@@ -539,10 +539,13 @@ static __global__ __launch_bounds__(EW_THREADS) void gelu_mul_vec_kernel(k_gelu_
     }
 }
 
-/* Every row of out, a and b starts on 16 bytes and holds whole 8-element pieces. */
+/* A prompt-sized launch (K_GELU_VEC_MIN_ROWS rows or more: at one row the 8-wide form spread
+ * ~2,100 elements over an eighth of the threads and measured +0.5 us a call, docs/perf-notes.md,
+ * forty-seventh session) whose rows of out, a and b all start on 16 bytes and hold whole
+ * 8-element pieces. */
 static bool gelu_mul_vec_fits(const k_gelu_mul_args *a) {
-    if (a->width % 8 != 0 || a->lda % 8 != 0 || (uintptr_t)a->a % 16 != 0 ||
-        (uintptr_t)a->out % 16 != 0)
+    if (a->rows < K_GELU_VEC_MIN_ROWS || a->width % 8 != 0 || a->lda % 8 != 0 ||
+        (uintptr_t)a->a % 16 != 0 || (uintptr_t)a->out % 16 != 0)
         return false;
     return !a->b || (a->ldb % 8 == 0 && (uintptr_t)a->b % 16 == 0);
 }

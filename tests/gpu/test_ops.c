@@ -320,12 +320,12 @@ static void run_gelu_mul(int rows, int width, int variant, uint64_t seed) {
             cmp_elem(&c, i, out[i], ref[i], 2, atol);
         }
 
-    /* The 16-byte form (rows on 16 bytes, widths of whole 8s) against the 2-byte one, byte for
-     * byte: an output one element off 16 bytes takes the 2-byte kernel, which must give the
-     * same bits (each element's arithmetic is one function in both) */
+    /* The 16-byte form (prompt-sized launches, rows on 16 bytes, widths of whole 8s) against the
+     * 2-byte one, byte for byte: an output one element off 16 bytes takes the 2-byte kernel,
+     * which must give the same bits (each element's arithmetic is one function in both) */
     const char *paths = "";
     bf16_t *dshift = NULL;
-    if (width % 8 == 0 && rc == 0) {
+    if (rows >= K_GELU_VEC_MIN_ROWS && width % 8 == 0 && rc == 0) {
         bf16_t *other = poisoned(n + 1);
         dshift = dcopy(other, (n + 1) * 2, &rc);
         a.out = dshift + 1;
@@ -875,6 +875,12 @@ int main(void) {
     run_scale_add((size_t)262144 * 5 + 3, 1, 0, 0.70710678f, seed++);
     run_softcap((size_t)262144 * 5 + 3, 30.0f, seed++);
     run_gelu_mul(257, 5376, GM_PACKED, seed++);
+    /* prompt-sized launches (the 16-byte form): the 26B-A4B's dense MLP at a 1,024-token chunk,
+     * the threshold's edge, and a width of 8s that no model has */
+    run_gelu_mul(1024, 2112, GM_PACKED, seed++);
+    run_gelu_mul(K_GELU_VEC_MIN_ROWS, 5376, GM_PLAIN, seed++);
+    run_gelu_mul(K_GELU_VEC_MIN_ROWS, 264, GM_NO_B, seed++);
+    run_gelu_mul(K_GELU_VEC_MIN_ROWS - 1, 2112, GM_PACKED, seed++);
 
     /* row_ops: each group a layer fuses, at the hidden sizes (the chain's held sizes: 1536 6,
      * 2560 10, 2816 11, 3840 16, 5376 21; at serve.row_chain = 1 the last two fall back to the

@@ -3,6 +3,8 @@
 # forty-fourth and forty-fifth sessions ran on H100s or got no machine), run in the tree itself
 # (carry .deps, and .prebuilt when packed), best right after another plan on the same warm box:
 #   1. the build, unless the box still holds one (REC_REBUILD=0 keeps it)
+#   1b. test_ops whole (REC_OPS=1; off by default): the forty-seventh session's GeGLU cases (the
+#      16-byte form at 1,024 and 64 rows) have not run on a GPU yet
 #   2. bench_decode, dummy weights, the defaults (REC_SETS adds --set pairs to every run): the
 #      26B-A4B one row and 16 rows (1,024-token context, bf16 and fp8 pools), one 1,024-token
 #      prompt and one of 4,096 tokens (two rounds), the 31B one row and one 1,024-token prompt
@@ -15,9 +17,13 @@
 #      warps' stall reasons a issued instruction (what binds a latency-bound kernel)
 #   5. the same for the prompt rows' attention and its prep (the first six layers' launches of
 #      that prefill: five windowed layers and the first global one; REC_NCU_ATTN=0 skips it)
-# Logs under $OUT: build.log, bench.log, ncu-experts.txt, ncu-attn.txt, full.log.
+# Logs under $OUT: build.log, ops.log, bench.log, ncu-experts.txt, ncu-attn.txt, full.log.
 . tests/gpu/plans/preamble.sh
 build_tree "${REC_REBUILD:-1}"
+if [ "${REC_OPS:-0}" = 1 ]; then
+    timeout 150 build/tests/test_ops > "$OUT/ops.log" 2>&1
+    count "test_ops" $? "$OUT/ops.log"
+fi
 sets=()
 for kv in ${REC_SETS:-}; do sets+=(--set "$kv"); done
 bench() { # label, model, then bench_decode's arguments
