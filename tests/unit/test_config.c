@@ -297,9 +297,9 @@ static void test_load_errors(void) {
  * still sets one is refused as any unknown key is, naming file, line and key, even at a value
  * it once accepted; so is a --set of one (the device plans set them that way). */
 static void test_removed_keys(void) {
-    static const char *const keys[] = {"attn_cluster_rows", "early_weights",   "gemm_wgmma",
-                                       "gemm_staged",       "weight_tiles",    "expert_ring",
-                                       "proj_ring",         "attn_half_units", "attn_global_keep"};
+    static const char *const keys[] = {
+        "attn_cluster_rows", "early_weights", "gemm_wgmma",      "gemm_staged",      "weight_tiles",
+        "expert_ring",       "proj_ring",     "attn_half_units", "attn_global_keep", "row_warps"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char gate[96], text[96], key[64];
         (void)snprintf(gate, sizeof gate, "config.removed_key[serve.%s]", keys[i]);
