@@ -1,24 +1,33 @@
 #!/usr/bin/env bash
 # tests/gpu/plans/half-tiles.sh - one device call for serve.moe_half_tiles (the zero-fill ring
 # kernels whose blocks of at most 64 items take more outputs: 1 the down kernel's pairs, 2 the up
-# kernel's 96 outputs too; kernels/moe.cu), run in the tree itself (carry .deps, and .prebuilt
-# when packed):
+# kernel's 96 outputs too, 3 those up blocks' copies made by their two idle warps on mbarriers;
+# kernels/moe.cu), run in the tree itself (carry .deps, and .prebuilt when packed):
 #   1. the build (~115-140 s with objects packed here by tests/gpu/prebuilt.sh)
 #   2. test_moe whole (its moe_half_tiles gates: byte for byte against the zero-fill ring, with
-#      the router's ids, every item on one expert, and buckets on both sides of 64 items)
-#   3. bench_decode, 26B-A4B dummy weights, one prompt of 1,024 tokens, half 0 / 1 / 2, HALF_ROUNDS
-#      (default 3) paired rounds, 4,096 tokens once each: the prefill and its per-op breakdown
+#      the router's ids, every item on one expert, and buckets on both sides of 64 items), and
+#      test_ops whole where HALF_OPS=1 (the forty-seventh session's GeGLU cases, not yet run)
+#   3. bench_decode, 26B-A4B dummy weights, one prompt of 1,024 tokens at each setting of HALF_AB
+#      (default "2 3"; the first is the baseline), HALF_ROUNDS (default 3) paired rounds, 4,096
+#      tokens once each at the first and last: the prefill and its per-op breakdown
 #   4. the card's readings of the defaults (one row and 16 rows, bf16 and fp8, the 31B one row
 #      and one 1,024-token prompt), a few seconds each
-#   5. the 26B-A4B's full step (bf16) at the faster of 1 and 2 (HALF_FULL_SET to choose), when more than HALF_FULL_MIN (default 280) s
-#      of the call are left (CALL_SECONDS, default 570; HALF_FULL=0 skips it)
-#   6. ncu over the first up and down launches at half 2 and at 0, with the time that is left
-# Logs under $OUT: build.log, moe.log, ab.log, rec.log, full.log, ncu-half.txt.
+#   5. the 26B-A4B's full step (bf16) at the fastest setting past the baseline where it beats it
+#      (HALF_FULL_SET to choose), when more than HALF_FULL_MIN (default 280) s of the call are
+#      left (CALL_SECONDS, default 570; HALF_FULL=0 skips it)
+#   6. ncu over the first up and down launches at the last setting and the first, with the
+#      time that is left, with the warps' stall reasons
+# Logs under $OUT: build.log, moe.log, ops.log, ab.log, rec.log, full.log, ncu-half*.txt.
 . tests/gpu/plans/preamble.sh
 build_tree "${HALF_REBUILD:-1}"
 timeout "${MOE_SECONDS:-150}" build/tests/test_moe > "$OUT/moe.log" 2>&1
 count "test_moe" $? "$OUT/moe.log"
-grep -E "moe_half_tiles" "$OUT/moe.log" | cut -c1-200 | head -6
+grep -E "moe_half_tiles" "$OUT/moe.log" | cut -c1-200 | head -8
+if [ "${HALF_OPS:-0}" = 1 ]; then
+    timeout 150 build/tests/test_ops > "$OUT/ops.log" 2>&1
+    count "test_ops" $? "$OUT/ops.log"
+fi
+settings=(${HALF_AB:-2 3})
 bench() { # model, label, then bench_decode's arguments
     local model=$1 label=$2
     shift 2
@@ -28,12 +37,12 @@ bench() { # model, label, then bench_decode's arguments
 }
 {
     for r in $(seq "${HALF_ROUNDS:-3}"); do
-        for h in 0 1 2; do
+        for h in "${settings[@]}"; do
             bench 26b-a4b "prefill 1024, moe_half_tiles $h" --set serve.moe_half_tiles=$h \
                 --batch 1 --prompt 1024 --steps 2
         done
     done
-    for h in 0 2; do
+    for h in "${settings[0]}" "${settings[-1]}"; do
         bench 26b-a4b "prefill 4096, moe_half_tiles $h" --set serve.moe_half_tiles=$h \
             --batch 1 --prompt 4096 --steps 2
     done
@@ -51,32 +60,38 @@ grep -E "^==|^prefill:|^experts  " "$OUT/ab.log" | head -40
 } > "$OUT/rec.log" 2>&1
 echo "readings: done at $((SECONDS - t0)) s"
 grep -E "^==|^decode step|^prefill:" "$OUT/rec.log" | cut -c1-160 | head -40
-# the full step's setting: the faster of 1 and 2 by the 1,024-token rounds' mean prefill, where
-# it beats 0 (HALF_FULL_SET overrides)
-pick=$(awk '/^== .*prefill 1024, moe_half_tiles/ { h = $NF }
+# the full step's setting: the fastest past the baseline by the 1,024-token rounds' mean
+# prefill, where it beats the baseline (HALF_FULL_SET overrides; none: no full step)
+pick=$(awk -v base="${settings[0]}" '/^== .*prefill 1024, moe_half_tiles/ { h = $NF }
     /^prefill: 1024 tokens/ && h != "" { sum[h] += $(NF - 1); n[h]++; h = "" }
-    END { best = 0; for (x = 1; x <= 2; x++) if (n[x] && n[0] && sum[x] / n[x] < sum[0] / n[0] &&
-          (best == 0 || sum[x] / n[x] < sum[best] / n[best])) best = x; print best }' "$OUT/ab.log")
-echo "the faster setting at 1,024 tokens: $pick"
+    END { best = ""; for (x in n) if (x != base && sum[x] / n[x] < sum[base] / n[base] &&
+          (best == "" || sum[x] / n[x] < sum[best] / n[best])) best = x; print best }' "$OUT/ab.log")
+echo "the faster setting at 1,024 tokens: ${pick:-none past the baseline}"
 HALF_FULL_SET=${HALF_FULL_SET:-$pick}
-[ "$HALF_FULL_SET" = 0 ] && HALF_FULL=0
+[ -z "$HALF_FULL_SET" ] && HALF_FULL=0
 if [ "${HALF_FULL:-1}" = 1 ] && [ "$(left)" -gt "${HALF_FULL_MIN:-280}" ]; then
-    FULL_MODELS=26b-a4b FULL_POOLS=bf16 FULL_SETS="serve.moe_half_tiles=${HALF_FULL_SET:-2}" \
+    FULL_MODELS=26b-a4b FULL_POOLS=bf16 FULL_SETS="serve.moe_half_tiles=$HALF_FULL_SET" \
         G4_PREBUILT=1 timeout $(($(left) - 10)) ./build.sh gpu-test full > "$OUT/full.log" 2>&1
-    count "full 26b-a4b bf16 (moe_half_tiles ${HALF_FULL_SET:-2})" $? "$OUT/full.log"
+    count "full 26b-a4b bf16 (moe_half_tiles $HALF_FULL_SET)" $? "$OUT/full.log"
 fi
+stalls=""
+for reason in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait \
+    not_selected dispatch_stall lg_throttle no_instruction branch_resolving; do
+    stalls="$stalls${stalls:+,}smsp__average_warps_issue_stalled_${reason}_per_issue_active.ratio"
+done
 if command -v ncu > /dev/null && [ "$(left)" -gt 50 ]; then
-    for h in 2 0; do
+    for h in "${settings[-1]}" "${settings[0]}"; do
         [ "$(left)" -gt 30 ] || break
         timeout $(($(left) - 5)) ncu --kernel-name regex:moe_staged --launch-skip 0 \
             --launch-count 2 --section SpeedOfLight --section Occupancy \
             --section WarpStateStats --section SchedulerStats --section InstructionStats \
+            --metrics "$stalls" \
             build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
             --set serve.max_context=4096 --set serve.moe_half_tiles=$h --batch 1 \
             --prompt 1024 --steps 1 > "$OUT/ncu-half$h.txt" 2>&1
         echo "ncu half $h: exit $? at $((SECONDS - t0)) s"
-        grep -E "moe_staged|^ +Duration|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Executed Instructions  " \
-            "$OUT/ncu-half$h.txt" | head -14
+        grep -E "moe_staged|^ +Duration|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Executed Instructions  |stalled_[a-z_]+_per" \
+            "$OUT/ncu-half$h.txt" | sed -E 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | head -40
     done
 fi
 echo "done at $((SECONDS - t0)) s"
