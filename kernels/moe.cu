@@ -864,6 +864,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
                     }
                     cp_async_arrive_noinc(&s_full[s]);
                 }
+                cp_async_commit(); /* none of its copies outlives the thread */
                 cp_async_wait_all_but<0>();
                 return;
             }
