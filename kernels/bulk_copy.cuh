@@ -6,14 +6,16 @@
 #ifndef G4_BULK_COPY_CUH
 #define G4_BULK_COPY_CUH
 
-#include "kernels/mbarrier.cuh"
-
 #include <stdint.h>
 
-static __device__ __forceinline__ unsigned bulk_smem_addr(const void *p) { return mbar_addr(p); }
+static __device__ __forceinline__ unsigned bulk_smem_addr(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
 
 /* One arrival completes a phase (the issuing lane's expect below), once its bytes have landed. */
-static __device__ __forceinline__ void bulk_bar_init(uint64_t *bar) { mbar_init(bar, 1); }
+static __device__ __forceinline__ void bulk_bar_init(uint64_t *bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bulk_smem_addr(bar)) : "memory");
+}
 
 /* The inits visible to the copy unit before the first copy names the barrier. */
 static __device__ __forceinline__ void bulk_bar_init_fence() {
@@ -29,9 +31,18 @@ static __device__ __forceinline__ void bulk_bar_expect(uint64_t *bar, unsigned b
         : "memory");
 }
 
-/* Spin until the phase of the given parity completes (mbar_wait). */
+/* Spin until the phase of the given parity (0 for the first, 1 for the second, ...) completes. */
 static __device__ __forceinline__ void bulk_bar_wait(uint64_t *bar, unsigned parity) {
-    mbar_wait(bar, parity);
+    const unsigned b = bulk_smem_addr(bar);
+    unsigned done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(b), "r"(parity)
+                     : "memory");
+    } while (!done);
 }
 
 /* Reads of a buffer by ordinary loads ordered before the copy unit's next writes into it: the

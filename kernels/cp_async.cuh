@@ -4,8 +4,6 @@
 #ifndef G4_CP_ASYNC_CUH
 #define G4_CP_ASYNC_CUH
 
-#include <stdint.h>
-
 static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
@@ -26,14 +24,6 @@ static __device__ __forceinline__ void cp_async_wait_one() { /* all but the newe
 }
 template <int N> static __device__ __forceinline__ void cp_async_wait_all_but() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-/* One arrival on the mbarrier at bar once every copy this thread has issued so far has landed
- * (counted in the barrier's init count: noinc), which makes their bytes visible to the phase's
- * waiters; an alternative to groups for copies that one set of warps makes for another. */
-static __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t *bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
-                     (unsigned)__cvta_generic_to_shared(bar))
-                 : "memory");
 }
 
 #endif

@@ -520,10 +520,9 @@ void k_set_moe_ring_zfill(int on);
 /* 1: with the zero-fill ring, a down block whose expert holds at most 64 items takes its odd
  * neighbour's 64 outputs too, on the 4 warps that would hold only padding, and the odd block
  * returns; 2: also an up block of at most 64 items takes 96 outputs (of gate's and of up's) on
- * 6 warps where it took 64 on 4; 3: as 2, with the up block's other two warps making every copy
- * into its stages and handing them over on mbarriers (serve.moe_half_tiles, default 2; larger
- * values are taken as 3; speed only: every output's mmas and their order are the same).
- * Process-wide, read at each call. */
+ * 6 warps where it took 64 on 4 (serve.moe_half_tiles, default 2; larger values are taken as 2;
+ * speed only: every output's mmas and their order are the same). Process-wide, read at each
+ * call. */
 void k_set_moe_half_tiles(int mode);
 
 /* Device management: 0 when a usable sm_90 device is present. A build without nvcc links

@@ -25,7 +25,6 @@
  * on which other items exist, how they were grouped or in which order they were bucketed. */
 #include "kernels/common.cuh"
 #include "kernels/cp_async.cuh"
-#include "kernels/mbarrier.cuh"
 #include "kernels/bf16.cuh"
 #include "kernels/gemm_batched.h"
 #include "kernels/moe_bucket.cuh"
@@ -665,13 +664,12 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
  * then up rows 64..95), so a stage is the same bytes and each thread makes the same copies; each
  * output still gets its (item tile, output tile) mmas in k order, so the same bits (test_moe's
  * `moe_half_tiles` gates). */
-template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false, bool PRODUCER = false>
+template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false>
 __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h, float *ys) {
     static_assert(!ZFILL || RING, "the zero-fill copies are the ring's");
     static_assert(!HALF || ZFILL, "half tiles are the zero-fill ring's");
-    static_assert(!PRODUCER || (UP && HALF), "the producer warps are the up kernel's half tiles'");
     constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
@@ -807,105 +805,6 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
         }
     };
 
-    if constexpr (PRODUCER) {
-        if (half) {
-            /* PRODUCER (serve.moe_half_tiles = 3): a half tile's two idle warps make every copy
-             * and the six output warps only read stages, each side waiting on per-stage
-             * mbarriers instead of the block meeting at a barrier each chunk. The stages'
-             * layout and bytes are the HALF ring's, and each output warp runs the same kblock
-             * calls in the same order, so the same bits. */
-            constexpr int PRODUCERS = STAGED_THREADS - HALF_UP_BN / (8 * TILES_NT) * 32;
-            constexpr int CONSUMER_WARPS = HALF_UP_BN / (8 * TILES_NT);
-            static_assert(PRODUCERS == 64 && STAGED_KB == 2 && STAGED_BM == 128 &&
-                              staged_weight_rows<UP>() == STAGED_BM,
-                          "the producers' copy map is this tile's");
-            __shared__ __align__(8) uint64_t s_full[STAGES], s_empty[STAGES];
-            moe_bucket_rows<UP, STAGED_BM, STAGED_THREADS>(a, list, b, 0, h, s_row, s_item);
-            if (tid == 0) {
-                for (int s = 0; s < STAGES; s++) {
-                    mbar_init(&s_full[s], PRODUCERS);       /* one copy-completion a producer */
-                    mbar_init(&s_empty[s], CONSUMER_WARPS); /* one arrival an output warp */
-                }
-            }
-            __syncthreads(); /* s_row, s_item and the barriers' inits */
-            if (w_idle) {
-                /* lanes of four take a row's four 16-byte parts, so a warp's copy reads eight
-                 * whole 64-byte rows and writes them side by side (the HALF ring's map); the
-                 * producer's 16 rows are rr + 16 j of the item part (j < 8) and of the weight
-                 * part (j >= 8) */
-                const int p = tid - (STAGED_THREADS - PRODUCERS), pq = p % 4, rr = p / 4;
-                const bf16_t *src[16];
-#pragma unroll
-                for (int j = 0; j < 16; j++) {
-                    const int r = rr + 16 * (j % 8);
-                    if (j < 4) { /* item rows 0..63 */
-                        src[j] = s_row[r];
-                    } else { /* a weight row: gate's, then up's */
-                        const int wr = j < 8 ? r - 64 : r;
-                        const int o = ob + (j < 8 ? STAGED_BN + wr % 32 : wr % STAGED_BN);
-                        const bool up_row = j < 8 ? wr >= 32 : wr >= STAGED_BN;
-                        src[j] = o < n_out ? wbase + (up_row ? (size_t)de * (size_t)k : 0) +
-                                                 (size_t)o * (size_t)k
-                                           : NULL;
-                    }
-                }
-                for (int c = 0; c < n_chunks; c++) {
-                    const int s = c % STAGES;
-                    if (c >= STAGES) mbar_wait(&s_empty[s], (unsigned)(c / STAGES - 1) & 1);
-                    unsigned char *st = staged_smem + s * STAGE + rr * 64 + pq * 16;
-                    const int kk = c * 64 + pq * 8;
-                    const bool hi = c * 2 + 1 < nkb;
-#pragma unroll
-                    for (int j = 0; j < 16; j++) {
-                        unsigned char *to = st + (j >= 8 ? STAGED_A_BYTES : 0) + 16 * (j % 8) * 64;
-                        const bf16_t *from = src[j] ? src[j] + kk : wbase;
-                        cp_async16_or_zero(to, from, src[j] != NULL);
-                        cp_async16_or_zero(to + STAGED_BM * 64, from + 32, src[j] && hi);
-                    }
-                    cp_async_arrive_noinc(&s_full[s]);
-                }
-                cp_async_commit(); /* none of its copies outlives the thread */
-                cp_async_wait_all_but<0>();
-                return;
-            }
-#pragma unroll
-            for (int i = 0; i < TILES_MT; i++)
-#pragma unroll
-                for (int t = 0; t < NB; t++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        acc[i][t][j] = 0.0f;
-            for (int c = 0; c < n_chunks; c++) {
-                const int s = c % STAGES;
-                mbar_wait(&s_full[s], (unsigned)(c / STAGES) & 1);
-                const unsigned char *st = staged_smem + s * STAGE;
-#pragma unroll 1
-                for (int kb = 0; kb < STAGED_KB; kb++) {
-                    if (c * STAGED_KB + kb >= nkb) break; /* block-uniform */
-                    kblock(st, kb);
-                }
-                __syncwarp(); /* the warp's reads of the stage, before its release */
-                if (lane == 0) mbar_arrive(&s_empty[s]);
-            }
-#pragma unroll
-            for (int i = 0; i < TILES_MT; i++) {
-                const int row = 16 * i + g;
-                const int ilo = s_item[row], ihi = s_item[row + 8];
-#pragma unroll
-                for (int t = 0; t < TILES_NT; t++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const int item = j < 2 ? ilo : ihi;
-                        const int o = ob + wo * 8 * TILES_NT + 8 * t + 2 * q + (j & 1);
-                        if (item < 0 || o >= n_out) continue;
-                        h[(size_t)item * (size_t)de + (size_t)o] =
-                            k_f32_to_bf16(k_round_bf16(k_gelu_tanh(k_round_bf16(acc[i][t][j]))) *
-                                          k_round_bf16(acc[i][TILES_NT + t][j]));
-                    }
-            }
-            return;
-        }
-    }
     for (int r0 = 0; r0 < n; r0 += STAGED_BM) {
         if (r0 > 0) __syncthreads(); /* the last tile's s_row, s_item and epilogue reads */
         moe_bucket_rows<UP, STAGED_BM, STAGED_THREADS>(a, list, b, r0, h, s_row, s_item);
@@ -1001,9 +900,6 @@ static int staged_allow(void) {
         CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true, true>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<true, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true, true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<true, 3>()));
         set = true;
     }
     return K_OK;
@@ -1072,7 +968,7 @@ extern "C" void k_set_moe_prefill_tiles(int mode) {
 static int ring_zfill = 1; /* serve.moe_ring_zfill's default */
 extern "C" void k_set_moe_ring_zfill(int on) { ring_zfill = on ? 1 : 0; }
 static int half_tiles = 2; /* serve.moe_half_tiles' default */
-extern "C" void k_set_moe_half_tiles(int mode) { half_tiles = mode >= 3 ? 3 : mode > 0 ? mode : 0; }
+extern "C" void k_set_moe_half_tiles(int mode) { half_tiles = mode >= 2 ? 2 : mode > 0 ? 1 : 0; }
 
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */
 extern "C" void k_set_moe_expert_stream(int max_items) {
@@ -1401,7 +1297,6 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
         dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);
         dim3 down((unsigned)((a->d_model + STAGED_BN - 1) / STAGED_BN), slots);
         CUDA_CHECK(k_launch(!ring_zfill       ? moe_staged_kernel<true, true>
-                            : half_tiles == 3 ? moe_staged_kernel<true, true, true, true, true>
                             : half_tiles == 2 ? moe_staged_kernel<true, true, true, true>
                                               : moe_staged_kernel<true, true, true>,
                             up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list, active,

@@ -52,7 +52,7 @@ typedef struct g4_config {
         int moe_prefill_tiles; /* 0..3, default 3: prefill experts staged in a ring (2: in turn, 1:
                                   item tiles) */
         int moe_ring_zfill;    /* 0 or 1, default 1: the ring's copies zero-fill; speed only */
-        int moe_half_tiles;    /* 0..3, default 2: half-empty tiles take more outputs; speed only */
+        int moe_half_tiles;    /* 0..2, default 2: half-empty tiles take more outputs; speed only */
         int row_chain;         /* 0..3, default 3: row ops in the compact chain kernel */
         int moe_route_lanes;   /* 0/1, default 1: the router kernel's lanes form */
         int wide_loads;        /* 0/1, default 1: decode k loops in wider load groups */

@@ -259,7 +259,7 @@ static void test_load_errors(void) {
                       ":2:", "serve.moe_prefill_tiles", "out of range 0..3");
     expect_load_error("config.bad_moe_ring_zfill", "[serve]\nmoe_ring_zfill = 2\n",
                       ":2:", "serve.moe_ring_zfill", NULL);
-    expect_load_error("config.bad_moe_half_tiles", "[serve]\nmoe_half_tiles = 4\n",
+    expect_load_error("config.bad_moe_half_tiles", "[serve]\nmoe_half_tiles = 3\n",
                       ":2:", "serve.moe_half_tiles", NULL);
     /* the bulk-copy forms of the ring lost (docs/perf-notes.md) and went: the key is unknown */
     expect_load_error("config.gone_moe_ring_bulk", "[serve]\nmoe_ring_bulk = 1\n",

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # tests/gpu/plans/half-tiles.sh - one device call for serve.moe_half_tiles (the zero-fill ring
 # kernels whose blocks of at most 64 items take more outputs: 1 the down kernel's pairs, 2 the up
-# kernel's 96 outputs too, 3 those up blocks' copies made by their two idle warps on mbarriers;
-# kernels/moe.cu), run in the tree itself (carry .deps, and .prebuilt when packed):
+# kernel's 96 outputs too; kernels/moe.cu), run in the tree itself (carry .deps, and .prebuilt
+# when packed):
 #   1. the build (~115-140 s with objects packed here by tests/gpu/prebuilt.sh)
 #   2. test_moe whole (its moe_half_tiles gates: byte for byte against the zero-fill ring, with
 #      the router's ids, every item on one expert, and buckets on both sides of 64 items), and
 #      test_ops whole where HALF_OPS=1 (the forty-seventh session's GeGLU cases, not yet run)
 #   3. bench_decode, 26B-A4B dummy weights, one prompt of 1,024 tokens at each setting of HALF_AB
-#      (default "2 3"; the first is the baseline), HALF_ROUNDS (default 3) paired rounds, 4,096
+#      (default "0 1 2"; the first is the baseline), HALF_ROUNDS (default 3) paired rounds, 4,096
 #      tokens once each at the first and last: the prefill and its per-op breakdown
 #   4. the card's readings of the defaults (one row and 16 rows, bf16 and fp8, the 31B one row
 #      and one 1,024-token prompt), a few seconds each
@@ -27,7 +27,7 @@ if [ "${HALF_OPS:-0}" = 1 ]; then
     timeout 150 build/tests/test_ops > "$OUT/ops.log" 2>&1
     count "test_ops" $? "$OUT/ops.log"
 fi
-settings=(${HALF_AB:-2 3})
+settings=(${HALF_AB:-0 1 2})
 bench() { # model, label, then bench_decode's arguments
     local model=$1 label=$2
     shift 2
