@@ -87,15 +87,17 @@ template <int D, bool FP8>
 static __device__ __forceinline__ void prep_pair(const prep_head &p, int j, float xa, float xb,
                                                  float inv, bool rot, float c, float s) {
     constexpr int half = D / 2;
-    float ya = p.w ? k_round_bf16(__fmul_rn(__fmul_rn(xa, inv), k_bf16_to_f32(p.w[j])))
-                   : k_round_bf16(__fmul_rn(xa, inv));
-    float yb = p.w ? k_round_bf16(__fmul_rn(__fmul_rn(xb, inv), k_bf16_to_f32(p.w[j + half])))
-                   : k_round_bf16(__fmul_rn(xb, inv));
+    /* every value rounded or stored below is an fp32 product or sum (or a rounding of one), so
+     * the conversion instruction gives k_round_bf16's bits (attn_round_bf16) */
+    float ya = p.w ? attn_round_bf16(__fmul_rn(__fmul_rn(xa, inv), k_bf16_to_f32(p.w[j])))
+                   : attn_round_bf16(__fmul_rn(xa, inv));
+    float yb = p.w ? attn_round_bf16(__fmul_rn(__fmul_rn(xb, inv), k_bf16_to_f32(p.w[j + half])))
+                   : attn_round_bf16(__fmul_rn(xb, inv));
     if (rot) {
-        float na = k_round_bf16(
-            __fadd_rn(k_round_bf16(__fmul_rn(ya, c)), k_round_bf16(__fmul_rn(-yb, s))));
-        float nb =
-            k_round_bf16(__fadd_rn(k_round_bf16(__fmul_rn(yb, c)), k_round_bf16(__fmul_rn(ya, s))));
+        float na = attn_round_bf16(
+            __fadd_rn(attn_round_bf16(__fmul_rn(ya, c)), attn_round_bf16(__fmul_rn(-yb, s))));
+        float nb = attn_round_bf16(
+            __fadd_rn(attn_round_bf16(__fmul_rn(yb, c)), attn_round_bf16(__fmul_rn(ya, s))));
         ya = na;
         yb = nb;
     }
@@ -104,8 +106,8 @@ static __device__ __forceinline__ void prep_pair(const prep_head &p, int j, floa
         p.dst8[j + half] = k_f32_to_e4m3(yb);
         return;
     }
-    p.dst[j] = k_f32_to_bf16(ya);
-    p.dst[j + half] = k_f32_to_bf16(yb);
+    p.dst[j] = attn_f32_to_bf16(ya);
+    p.dst[j + half] = attn_f32_to_bf16(yb);
 }
 
 /* blockIdx.x = row; blockIdx.y < n_head: query head (q_norm, RoPE, in place); then n_kv_head

@@ -120,11 +120,9 @@ static __device__ __forceinline__ float ap_exp2(float x) {
 }
 #define AP_LOG2E 1.4426950408889634f
 
-/* fp32 rounded through bf16 by the conversion instruction: round to nearest even, as
- * k_round_bf16 for every number (a NaN may come out with another payload, still a NaN). */
-static __device__ __forceinline__ float ap_round_bf16(float f) {
-    return __bfloat162float(__float2bfloat16_rn(f));
-}
+/* fp32 rounded through bf16 by the conversion instruction (attn_round_bf16; a NaN may come out
+ * with another payload, still a NaN). */
+static __device__ __forceinline__ float ap_round_bf16(float f) { return attn_round_bf16(f); }
 /* Two fp32 values rounded to bf16 as an A operand's pair, the lower k in the low half. */
 static __device__ __forceinline__ uint32_t ap_pack_bf16(float lo, float hi) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
