@@ -53,15 +53,10 @@ if [ "${REC_FULL:-1}" = 1 ] && [ "$(left)" -gt 300 ]; then
     count "full 26b-a4b ${REC_POOLS:-bf16} (${REC_SETS:-defaults})" $? "$OUT/full.log"
 fi
 # the experts' ring kernels at the defaults (zero-fill, half tiles at 2): what binds them now
-stalls=""
-for reason in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait \
-    not_selected dispatch_stall lg_throttle no_instruction branch_resolving; do
-    stalls="$stalls${stalls:+,}smsp__average_warps_issue_stalled_${reason}_per_issue_active.ratio"
-done
 ncu_prefill() { # kernel regex, launches, log
     timeout $(($(left) - 5)) ncu --kernel-name "regex:$1" --launch-count "$2" --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section SchedulerStats \
-        --section InstructionStats --section MemoryWorkloadAnalysis --metrics "$stalls" \
+        --section InstructionStats --section MemoryWorkloadAnalysis --metrics "$NCU_STALLS" \
         build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
         --set serve.max_context=4096 ${sets[@]+"${sets[@]}"} --batch 1 --prompt 1024 --steps 1 \
         > "$3" 2>&1

@@ -74,18 +74,13 @@ if [ "${HALF_FULL:-1}" = 1 ] && [ "$(left)" -gt "${HALF_FULL_MIN:-280}" ]; then
         G4_PREBUILT=1 timeout $(($(left) - 10)) ./build.sh gpu-test full > "$OUT/full.log" 2>&1
     count "full 26b-a4b bf16 (moe_half_tiles $HALF_FULL_SET)" $? "$OUT/full.log"
 fi
-stalls=""
-for reason in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait \
-    not_selected dispatch_stall lg_throttle no_instruction branch_resolving; do
-    stalls="$stalls${stalls:+,}smsp__average_warps_issue_stalled_${reason}_per_issue_active.ratio"
-done
 if command -v ncu > /dev/null && [ "$(left)" -gt 50 ]; then
     for h in "${settings[-1]}" "${settings[0]}"; do
         [ "$(left)" -gt 30 ] || break
         timeout $(($(left) - 5)) ncu --kernel-name regex:moe_staged --launch-skip 0 \
             --launch-count 2 --section SpeedOfLight --section Occupancy \
             --section WarpStateStats --section SchedulerStats --section InstructionStats \
-            --metrics "$stalls" \
+            --metrics "$NCU_STALLS" \
             build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
             --set serve.max_context=4096 --set serve.moe_half_tiles=$h --batch 1 \
             --prompt 1024 --steps 1 > "$OUT/ncu-half$h.txt" 2>&1

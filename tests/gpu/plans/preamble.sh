@@ -1,7 +1,8 @@
 # tests/gpu/plans/preamble.sh - sourced by a plan script run in the tree's root on the device
 # box: strict variables, $OUT (or /tmp/g4pipe-out) made, CUDA on the paths, t0 the call's start,
 # left, the seconds the call may still use, count LABEL EXIT LOG, a gate log's one-line
-# summary and its first failures, and build_tree.
+# summary and its first failures, build_tree, and NCU_STALLS, ncu's --metrics list of the
+# warps' stall reasons a issued instruction (what binds a latency-bound kernel).
 set -u
 OUT=${OUT:-/tmp/g4pipe-out}
 mkdir -p "$OUT"
@@ -27,3 +28,8 @@ build_tree() {
     fi
     echo "build: $((SECONDS - t0)) s"
 }
+NCU_STALLS=""
+for reason in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait \
+    not_selected dispatch_stall lg_throttle no_instruction branch_resolving; do
+    NCU_STALLS="$NCU_STALLS${NCU_STALLS:+,}smsp__average_warps_issue_stalled_${reason}_per_issue_active.ratio"
+done
