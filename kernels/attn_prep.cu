@@ -79,25 +79,32 @@ static __device__ __forceinline__ void prep_angle(const k_attn_prep_args &a, int
     s = k_round_bf16(sinf(angle));
 }
 
+/* x rounded through bf16: by the conversion instruction (CVT, attn_round_bf16) or by
+ * k_round_bf16's integer form; for the values prep_pair rounds, every one an fp32 product or sum
+ * (or a rounding of one), both give the same bits. */
+template <bool CVT> static __device__ __forceinline__ float prep_round(float x) {
+    return CVT ? attn_round_bf16(x) : k_round_bf16(x);
+}
+
 /* Elements j and j + D/2 of a head after its sum of squares: y = k_round_bf16(x * inv * w), left
  * to right as the reference; __fmul_rn keeps each product rounded on its own (no FMA contraction
  * anywhere below); then rotated (rot: a K or query head's pair under n_rot, c and s its angle's)
- * and stored. */
-template <int D, bool FP8>
+ * and stored. CVT: the roundings by the conversion instruction (the warp form's; the block form,
+ * which decode steps run, keeps the integer form: with it a one-row 26B-A4B step read +0.03-0.05
+ * ms in four pairs, docs/perf-notes.md, forty-eighth session). */
+template <int D, bool FP8, bool CVT>
 static __device__ __forceinline__ void prep_pair(const prep_head &p, int j, float xa, float xb,
                                                  float inv, bool rot, float c, float s) {
     constexpr int half = D / 2;
-    /* every value rounded or stored below is an fp32 product or sum (or a rounding of one), so
-     * the conversion instruction gives k_round_bf16's bits (attn_round_bf16) */
-    float ya = p.w ? attn_round_bf16(__fmul_rn(__fmul_rn(xa, inv), k_bf16_to_f32(p.w[j])))
-                   : attn_round_bf16(__fmul_rn(xa, inv));
-    float yb = p.w ? attn_round_bf16(__fmul_rn(__fmul_rn(xb, inv), k_bf16_to_f32(p.w[j + half])))
-                   : attn_round_bf16(__fmul_rn(xb, inv));
+    float ya = p.w ? prep_round<CVT>(__fmul_rn(__fmul_rn(xa, inv), k_bf16_to_f32(p.w[j])))
+                   : prep_round<CVT>(__fmul_rn(xa, inv));
+    float yb = p.w ? prep_round<CVT>(__fmul_rn(__fmul_rn(xb, inv), k_bf16_to_f32(p.w[j + half])))
+                   : prep_round<CVT>(__fmul_rn(xb, inv));
     if (rot) {
-        float na = attn_round_bf16(
-            __fadd_rn(attn_round_bf16(__fmul_rn(ya, c)), attn_round_bf16(__fmul_rn(-yb, s))));
-        float nb = attn_round_bf16(
-            __fadd_rn(attn_round_bf16(__fmul_rn(yb, c)), attn_round_bf16(__fmul_rn(ya, s))));
+        float na = prep_round<CVT>(
+            __fadd_rn(prep_round<CVT>(__fmul_rn(ya, c)), prep_round<CVT>(__fmul_rn(-yb, s))));
+        float nb = prep_round<CVT>(
+            __fadd_rn(prep_round<CVT>(__fmul_rn(yb, c)), prep_round<CVT>(__fmul_rn(ya, s))));
         ya = na;
         yb = nb;
     }
@@ -106,8 +113,8 @@ static __device__ __forceinline__ void prep_pair(const prep_head &p, int j, floa
         p.dst8[j + half] = k_f32_to_e4m3(yb);
         return;
     }
-    p.dst[j] = attn_f32_to_bf16(ya);
-    p.dst[j + half] = attn_f32_to_bf16(yb);
+    p.dst[j] = CVT ? attn_f32_to_bf16(ya) : k_f32_to_bf16(ya);
+    p.dst[j + half] = CVT ? attn_f32_to_bf16(yb) : k_f32_to_bf16(yb);
 }
 
 /* blockIdx.x = row; blockIdx.y < n_head: query head (q_norm, RoPE, in place); then n_kv_head
@@ -127,7 +134,7 @@ static __global__ void __launch_bounds__(D / 2) attn_prep_kernel(k_attn_prep_arg
     const bool rot = p.rotate && j < a.n_rot;
     float c = 0.0f, sn = 0.0f;
     if (rot) prep_angle<D>(a, r, j, c, sn);
-    prep_pair<D, FP8>(p, j, xa, xb, inv, rot, c, sn);
+    prep_pair<D, FP8, false>(p, j, xa, xb, inv, rot, c, sn);
 }
 
 /* The warp form: blockIdx.x = row; warp w of block b takes heads (4 b + w) hpw .. + hpw - 1 of
@@ -172,7 +179,7 @@ static __global__ void __launch_bounds__(128) attn_prep_rows_kernel(k_attn_prep_
 #pragma unroll
         for (int i = 0; i < NI; i++) {
             const int j = lane + 32 * i;
-            prep_pair<D, FP8>(p, j, xa[i], xb[i], inv, p.rotate && j < a.n_rot, rc[i], rs[i]);
+            prep_pair<D, FP8, true>(p, j, xa[i], xb[i], inv, p.rotate && j < a.n_rot, rc[i], rs[i]);
         }
     }
 }
