@@ -6,7 +6,8 @@
 #   2. test_moe whole (its moe_weight_map gates: byte for byte against the zero-fill ring at
 #      half tiles 2 and 0, the router's ids, every item on one expert, mixed buckets)
 #   3. bench_decode, 26B-A4B dummy weights, one 1,024-token prompt at 0 and 1, MAP_ROUNDS
-#      (default 3) paired rounds, and 4,096 tokens once each: the prefill and its experts' line
+#      (default 3) paired rounds, and 4,096 tokens once each (MAP_LONG=0 skips them): the
+#      prefill and its experts' line
 #   4. ncu over the first up and down launches at 1, then at 0, with the time that is left
 #      (CALL_SECONDS, default 570), with the warps' stall reasons
 # Logs under $OUT: build.log, moe.log, ab.log, ncu-map1.txt, ncu-map0.txt.
@@ -29,6 +30,7 @@ bench() { # label, then bench_decode's arguments
         done
     done
     for m in 0 1; do
+        [ "${MAP_LONG:-1}" = 1 ] || break
         bench "prefill 4096, moe_weight_map $m" --set serve.moe_weight_map=$m --batch 1 \
             --prompt 4096 --steps 2
     done
