@@ -60,15 +60,4 @@ static __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uns
                  : "memory");
 }
 
-/* A box of a two-dimensional tensor (tmap: a CUtensorMap in parameter, constant or global memory;
- * c0 the inner coordinate, c1 the outer) into dst (128-byte aligned), its bytes counted on bar.
- * Parts of the box outside the tensor land as zeros and still count. */
-static __device__ __forceinline__ void bulk_tensor_copy_2d(void *dst, const void *tmap, int c0,
-                                                           int c1, uint64_t *bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3}], [%4];" ::"r"(bulk_smem_addr(dst)),
-                 "l"(tmap), "r"(c0), "r"(c1), "r"(bulk_smem_addr(bar))
-                 : "memory");
-}
-
 #endif

@@ -524,13 +524,6 @@ void k_set_moe_ring_zfill(int on);
  * speed only: every output's mmas and their order are the same). Process-wide, read at each
  * call. */
 void k_set_moe_half_tiles(int mode);
-/* 1: with the zero-fill ring, the stages' weight rows come as tensor copies (boxes of 32 rows x 32
- * k through a tensor map over the layer's expert weights, issued by one thread, completed on a
- * barrier a stage) instead of every thread's 16-byte copies; the item rows stay as they are
- * (serve.moe_weight_map, default 0; speed only: the same bytes land where the mmas read them, and
- * the box rows past the block's outputs reach only columns that are never stored). Process-wide,
- * read at each call. */
-void k_set_moe_weight_map(int on);
 
 /* Device management: 0 when a usable sm_90 device is present. A build without nvcc links
  * kernels/no_gpu.c instead, whose k_device_init says so and whose other launchers refuse. */

@@ -24,7 +24,6 @@
  * independent of its batch mates (docs/gates.md, batch invariance): no item's arithmetic depends
  * on which other items exist, how they were grouped or in which order they were bucketed. */
 #include "kernels/common.cuh"
-#include "kernels/bulk_copy.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/bf16.cuh"
 #include "kernels/gemm_batched.h"
@@ -32,7 +31,6 @@
 #include "kernels/moe_stream.h"
 #include "kernels/mma.cuh"
 
-#include <cudaTypedefs.h> /* CUtensorMap and its encoder's type; the encoder comes from cudart */
 #include <math.h>
 
 #define ROUTE_THREADS 32     /* one warp per row */
@@ -666,13 +664,12 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
  * then up rows 64..95), so a stage is the same bytes and each thread makes the same copies; each
  * output still gets its (item tile, output tile) mmas in k order, so the same bits (test_moe's
  * `moe_half_tiles` gates). */
-template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false, bool MAP = false>
-static __device__ __forceinline__ void
-moe_staged_body(k_moe_experts_args a, const int32_t *list, const int32_t *active,
-                const int32_t *n_active, bf16_t *h, float *ys, const CUtensorMap *wmap) {
+template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false>
+__global__ static void __launch_bounds__(STAGED_THREADS, 2)
+    moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
+                      const int32_t *n_active, bf16_t *h, float *ys) {
     static_assert(!ZFILL || RING, "the zero-fill copies are the ring's");
     static_assert(!HALF || ZFILL, "half tiles are the zero-fill ring's");
-    static_assert(!MAP || ZFILL, "the weight boxes are the zero-fill ring's");
     constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
@@ -701,51 +698,13 @@ moe_staged_body(k_moe_experts_args a, const int32_t *list, const int32_t *active
     const int ob = (UP && half ? HALF_UP_BN : STAGED_BN) * (int)blockIdx.x;
     if (ob >= n_out) return; /* block-uniform */
     const bf16_t *wbase = moe_bucket_weights<UP>(a, b.expert);
-    /* 128 bytes: where a tensor copy may land (MAP) */
-    extern __shared__ __align__(128) unsigned char staged_smem[];
+    extern __shared__ __align__(16) unsigned char staged_smem[];
     __shared__ const bf16_t *s_row[STAGED_BM]; /* the tile's input rows; NULL: padding */
     __shared__ int s_item[STAGED_BM];          /* their item ids; -1: padding */
     const int nkb = k / 32, n_chunks = (nkb + STAGED_KB - 1) / STAGED_KB;
     const uint4 zero = make_uint4(0, 0, 0, 0);
     /* ZFILL: this thread's row and 16-byte part of every stage */
     const int r4 = tid / 4, q4 = tid % 4;
-    /* MAP: the stages' weight boxes landed (a barrier a stage, one arrival and the boxes' bytes
-     * a phase), and the phases each thread has waited for so far (a bit a stage) */
-    uint64_t *s_bar = reinterpret_cast<uint64_t *>(staged_smem + STAGES * STAGE);
-    unsigned phases = 0;
-    if (MAP && tid == 0) { /* the first barrier below orders these before any use */
-        if (bulk_smem_addr(staged_smem) % 128 != 0) __trap(); /* a box would land misaligned */
-        for (int s = 0; s < STAGES; s++)
-            bulk_bar_init(s_bar + s);
-        bulk_bar_init_fence();
-    }
-    /* MAP: chunk c's weight rows as boxes of 32 rows x 32 k through wmap (every expert's rows
-     * one after another; UP: an expert's gate rows, then its up rows), issued by one thread
-     * into the places the zero-fill copies fill. A box's rows past the block's outputs are the
-     * next outputs' or expert's (or zeros past the tensor's end): they reach only accumulator
-     * columns that are never stored. hi: the chunk's second 32-k block is inside k (a block
-     * past it is not copied, and not read). */
-    auto weight_boxes = [&](int c, bool hi) {
-        unsigned char *st = staged_smem + (c % STAGES) * STAGE;
-        const int row0 = b.expert * (UP ? 2 * de : dm) + ob; /* the block's first gate row */
-        constexpr int BOX = 32 * 64;                         /* 32 rows of 64 bytes */
-        const int boxes = (UP ? 4 : 2) + (HALF && half ? 2 : 0);
-        uint64_t *bar = s_bar + c % STAGES;
-        bulk_bar_expect(bar, (unsigned)((hi ? 2 : 1) * boxes * BOX));
-        for (int kb = 0; kb < (hi ? 2 : 1); kb++) {
-            const int kk = (c * STAGED_KB + kb) * 32;
-            /* the weight part: gate's 64 rows (UP: then up's 64) */
-            for (int r = 0; r < (UP ? 4 : 2); r++)
-                bulk_tensor_copy_2d(st + STAGED_A_BYTES + (kb * BR + 32 * r) * 64, wmap, kk,
-                                    row0 + (UP && r >= 2 ? de : 0) + 32 * (r % 2), bar);
-            /* HALF: the item part's rows 64..127; UP: gate's outputs 64..95, then up's; else
-             * the outputs 64..127 */
-            if (HALF && half)
-                for (int r = 0; r < 2; r++)
-                    bulk_tensor_copy_2d(st + (kb * STAGED_BM + 64 + 32 * r) * 64, wmap, kk,
-                                        row0 + STAGED_BN + (UP ? r * de : 32 * r), bar);
-        }
-    };
     /* chunk c's 32-k blocks of the item rows and the weight rows into stage c % STAGES, then a
      * group (an empty one past the last chunk, so that the waits below still count right) */
     auto issue = [&](int c) {
@@ -761,8 +720,7 @@ moe_staged_body(k_moe_experts_args a, const int32_t *list, const int32_t *active
                 const int kk = c * 64 + q4 * 8;  /* the chunk's first k, this part */
                 const bool hi = c * 2 + 1 < nkb; /* its second 32-k block is inside k */
 #pragma unroll
-                for (int h2 = 0; h2 < 2; h2++) {               /* rows r4 and r4 + 64 */
-                    if (MAP && HALF && h2 == 1 && half) break; /* weight rows: the boxes' */
+                for (int h2 = 0; h2 < 2; h2++) { /* rows r4 and r4 + 64 */
                     const bf16_t *src = s_row[r4 + 64 * h2];
                     if (HALF && h2 == 1 && half) { /* a weight row past the first 64 outputs */
                         /* down: output 64 + r4; up: gate's row 64 + r4, then up's 64 + r4 - 32 */
@@ -774,11 +732,6 @@ moe_staged_body(k_moe_experts_args a, const int32_t *list, const int32_t *active
                     unsigned char *to = st + h2 * 64 * 64;
                     cp_async16_or_zero(to, from, src != NULL);
                     cp_async16_or_zero(to + STAGED_BM * 64, from + 32, src && hi);
-                }
-                if constexpr (MAP) {
-                    if (tid == 0) weight_boxes(c, hi);
-                    cp_async_commit();
-                    return;
                 }
                 int o = ob + r4; /* output r4 of the block (gate's, up's) */
                 /* made anew each chunk: held across the chunk loop, the weight rows' addresses
@@ -873,10 +826,6 @@ moe_staged_body(k_moe_experts_args a, const int32_t *list, const int32_t *active
         for (int c = 0; c < n_chunks; c++) {
             if constexpr (RING) {
                 cp_async_wait_all_but<STAGES - 2>(); /* this thread's copies of chunk c */
-                if constexpr (MAP) {                 /* and the chunk's weight boxes */
-                    bulk_bar_wait(s_bar + c % STAGES, (phases >> (c % STAGES)) & 1u);
-                    phases ^= 1u << (c % STAGES);
-                }
                 __syncthreads();       /* everyone's, and chunk c - 1's stage is read by all */
                 issue(c + STAGES - 1); /* into that stage */
             } else {
@@ -920,27 +869,6 @@ moe_staged_body(k_moe_experts_args a, const int32_t *list, const int32_t *active
     }
 }
 
-template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false>
-__global__ static void __launch_bounds__(STAGED_THREADS, 2)
-    moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
-                      const int32_t *n_active, bf16_t *h, float *ys) {
-    moe_staged_body<UP, RING, ZFILL, HALF>(a, list, active, n_active, h, ys, NULL);
-}
-/* serve.moe_weight_map: the zero-fill ring with its weight rows by tensor copies (MAP above).
- * wmap: the layer's expert weights (UP: gate_up as [n_expert x 2 d_expert] rows of d_model;
- * else down as [n_expert x d_model] rows of d_expert) in boxes of 32 rows x 32 k
- * (staged_weight_map). Its dynamic shared memory holds the stages' barriers after the ring. */
-template <bool UP, bool HALF>
-__global__ static void __launch_bounds__(STAGED_THREADS, 2)
-    moe_staged_map_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
-                          const int32_t *n_active, bf16_t *h, float *ys,
-                          const __grid_constant__ CUtensorMap wmap) {
-    moe_staged_body<UP, true, true, HALF, true>(a, list, active, n_active, h, ys, &wmap);
-}
-template <bool UP> static constexpr size_t staged_map_smem_bytes() {
-    return staged_smem_bytes<UP, 3>() + 3 * sizeof(uint64_t);
-}
-
 /* The staged kernels' shared-memory limit (64 KB for up, 48 KB for down; in the ring 96 and 72),
  * raised once: at
  * start-up (k_moe_setup, before any graph capture) and, for callers that skip it (the tests),
@@ -972,18 +900,6 @@ static int staged_allow(void) {
         CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true, true>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<true, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_map_kernel<true, false>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_map_smem_bytes<true>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_map_kernel<true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_map_smem_bytes<true>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_map_kernel<false, false>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_map_smem_bytes<false>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_map_kernel<false, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_map_smem_bytes<false>()));
         set = true;
     }
     return K_OK;
@@ -1053,45 +969,6 @@ static int ring_zfill = 1; /* serve.moe_ring_zfill's default */
 extern "C" void k_set_moe_ring_zfill(int on) { ring_zfill = on ? 1 : 0; }
 static int half_tiles = 2; /* serve.moe_half_tiles' default */
 extern "C" void k_set_moe_half_tiles(int mode) { half_tiles = mode >= 2 ? 2 : mode > 0 ? 1 : 0; }
-static int weight_map = 0; /* serve.moe_weight_map's default: off until measured */
-extern "C" void k_set_moe_weight_map(int on) { weight_map = on ? 1 : 0; }
-
-/* The tensor map moe_staged_map_kernel<UP> reads a layer's expert weights through: rows of k
- * elements (UP: the n_expert x 2 d_expert rows of gate_up over d_model; else the n_expert x
- * d_model rows of down over d_expert), boxes of 32 rows x 32 k, zeros past the tensor's end. The
- * encoder is the driver's, reached through cudart (no link to libcuda). K_OK, or K_ERR_DEVICE
- * (reported) when the driver has none or refuses the shape. */
-static int staged_weight_map(const k_moe_experts_args *a, bool up, CUtensorMap *map) {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-    if (!encode) {
-        void *fn = NULL;
-        cudaDriverEntryPointQueryResult found;
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                    cudaEnableDefault, &found));
-        if (found != cudaDriverEntryPointSuccess || !fn) {
-            k_report("CUDA", "the driver has no cuTensorMapEncodeTiled", "staged_weight_map",
-                     __func__, __FILE__, __LINE__);
-            return K_ERR_DEVICE;
-        }
-        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    }
-    const cuuint64_t k = (cuuint64_t)(up ? a->d_model : a->d_expert);
-    const cuuint64_t rows =
-        (cuuint64_t)a->n_expert * (cuuint64_t)(up ? 2 * a->d_expert : a->d_model);
-    const cuuint64_t dims[2] = {k, rows}, strides[1] = {k * sizeof(bf16_t)};
-    const cuuint32_t box[2] = {32, 32}, step[2] = {1, 1};
-    /* 256-byte promotion: a row's next chunk (the next 128 bytes) comes into L2 with this one */
-    const CUresult r =
-        encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)(up ? a->gate_up : a->down), dims,
-               strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        k_report("CUDA", "cuTensorMapEncodeTiled refused the experts' weights", "staged_weight_map",
-                 __func__, __FILE__, __LINE__);
-        return K_ERR_DEVICE;
-    }
-    return K_OK;
-}
 
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */
 extern "C" void k_set_moe_expert_stream(int max_items) {
@@ -1419,35 +1296,18 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
         if (rc != K_OK) return rc;
         dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);
         dim3 down((unsigned)((a->d_model + STAGED_BN - 1) / STAGED_BN), slots);
-        if (ring_zfill && weight_map) {
-            CUtensorMap up_map, down_map;
-            rc = staged_weight_map(a, true, &up_map);
-            if (rc == K_OK) rc = staged_weight_map(a, false, &down_map);
-            if (rc != K_OK) return rc;
-            CUDA_CHECK(k_launch(half_tiles == 2 ? moe_staged_map_kernel<true, true>
-                                                : moe_staged_map_kernel<true, false>,
-                                up, STAGED_THREADS, staged_map_smem_bytes<true>(), s, *a, list,
-                                active, n_active, h, (float *)NULL, up_map));
-            CUDA_CHECK(cudaGetLastError());
-            CUDA_CHECK(k_launch(half_tiles ? moe_staged_map_kernel<false, true>
-                                           : moe_staged_map_kernel<false, false>,
-                                down, STAGED_THREADS, staged_map_smem_bytes<false>(), s, *a, list,
-                                active, n_active, h, ys, down_map));
-            CUDA_CHECK(cudaGetLastError());
-        } else {
-            CUDA_CHECK(k_launch(!ring_zfill       ? moe_staged_kernel<true, true>
-                                : half_tiles == 2 ? moe_staged_kernel<true, true, true, true>
-                                                  : moe_staged_kernel<true, true, true>,
-                                up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list,
-                                active, n_active, h, (float *)NULL));
-            CUDA_CHECK(cudaGetLastError());
-            CUDA_CHECK(k_launch(!ring_zfill  ? moe_staged_kernel<false, true>
-                                : half_tiles ? moe_staged_kernel<false, true, true, true>
-                                             : moe_staged_kernel<false, true, true>,
-                                down, STAGED_THREADS, staged_smem_bytes<false, 3>(), s, *a, list,
-                                active, n_active, h, ys));
-            CUDA_CHECK(cudaGetLastError());
-        }
+        CUDA_CHECK(k_launch(!ring_zfill       ? moe_staged_kernel<true, true>
+                            : half_tiles == 2 ? moe_staged_kernel<true, true, true, true>
+                                              : moe_staged_kernel<true, true, true>,
+                            up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list, active,
+                            n_active, h, (float *)NULL));
+        CUDA_CHECK(cudaGetLastError());
+        CUDA_CHECK(k_launch(!ring_zfill  ? moe_staged_kernel<false, true>
+                            : half_tiles ? moe_staged_kernel<false, true, true, true>
+                                         : moe_staged_kernel<false, true, true>,
+                            down, STAGED_THREADS, staged_smem_bytes<false, 3>(), s, *a, list,
+                            active, n_active, h, ys));
+        CUDA_CHECK(cudaGetLastError());
     } else if (tensor_cores && prefill_tiles == 2 && items > INBLOCK_MAX_ITEMS) {
         rc = staged_allow();
         if (rc != K_OK) return rc;
