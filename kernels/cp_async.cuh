@@ -16,6 +16,14 @@ static __device__ __forceinline__ void cp_async16_or_zero(void *dst, const void 
                  "r"(ok ? 16 : 0)
                  : "memory");
 }
+/* cp_async16_or_zero for 4 bytes (both addresses 4-byte aligned; through L1, the only form the
+ * instruction has at this size). */
+static __device__ __forceinline__ void cp_async4_or_zero(void *dst, const void *src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
+                 "r"(ok ? 4 : 0)
+                 : "memory");
+}
 static __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

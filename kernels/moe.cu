@@ -639,6 +639,18 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
     return STAGES * (size_t)staged_stage_bytes<UP>();
 }
 
+/* FRAG (serve.moe_item_frags): the item rows of a stage's 32-k block in the mma's fragment
+ * order. Item tile T (rows 16 T .. 16 T + 15) takes the block's bytes 1,024 T on; word 4 q + u
+ * (k 8 q + 2 u and the next) of its row g + 8 h (g < 8) goes to 512 (u / 2) + 16 (4 g + q) +
+ * 8 (u % 2) + 4 h, so that lane 4 g + q finds the first mma's A fragment whole in the 16 bytes at
+ * 16 (4 g + q) and the second's 512 bytes on, in the order the mma takes them (row g, row g + 8,
+ * row g, row g + 8; words 4 q + 2 s and 4 q + 2 s + 1 of mma s): the values the two row loads
+ * gave, without the register moves that assembled them. frag_at: the part of that place fixed by
+ * the row and q (u adds 512 (u / 2) + 8 (u % 2)). */
+static __device__ __forceinline__ int frag_at(int row, int q) {
+    return row / 16 * 1024 + (row % 8 * 4 + q) * 16 + row / 8 % 2 * 4;
+}
+
 /* UP: gate|up of x's rows into h (GeGLU), as moe_up_tiles_kernel; else h's rows through down
  * into ys, as moe_down_tiles_kernel.
  * RING (serve.moe_prefill_tiles = 3): three stages in a ring instead of two in turn, so two
@@ -663,13 +675,20 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
  * would have gone (the item part's rows 64..127: down's outputs 64..127, or up's gate rows 64..95
  * then up rows 64..95), so a stage is the same bytes and each thread makes the same copies; each
  * output still gets its (item tile, output tile) mmas in k order, so the same bits (test_moe's
- * `moe_half_tiles` gates). */
-template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false>
+ * `moe_half_tiles` gates).
+ * FRAG (serve.moe_item_frags, with ZFILL): the item rows land in the stage in the mma's fragment
+ * order (frag_at), a 4-byte copy a word, so that kblock loads each A fragment whole. From two
+ * row loads the fragments took 64 register moves a 32-k block a warp (the A operand's four
+ * registers interleave rows g and g + 8), about half of the k loop's instructions in an
+ * issue-bound kernel (docs/perf-notes.md, forty-ninth session). Each mma gets the same values in
+ * the same operand registers, so the same bits (test_moe's `moe_item_frags` gates). */
+template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false, bool FRAG = false>
 __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h, float *ys) {
     static_assert(!ZFILL || RING, "the zero-fill copies are the ring's");
     static_assert(!HALF || ZFILL, "half tiles are the zero-fill ring's");
+    static_assert(!FRAG || ZFILL, "the fragment-order items are the zero-fill ring's");
     constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
@@ -705,6 +724,11 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     const uint4 zero = make_uint4(0, 0, 0, 0);
     /* ZFILL: this thread's row and 16-byte part of every stage */
     const int r4 = tid / 4, q4 = tid % 4;
+    /* FRAG: where this thread's words of item row r4 land in a stage (row r4 + 64: 4,096 bytes
+     * on). Held across the chunks it costs the up kernel a few spilled registers, reloaded
+     * once a chunk; made anew each chunk (as o is below), the chunk's copies took ~30 more
+     * instructions a warp. */
+    const int frag_to = frag_at(r4, q4);
     /* chunk c's 32-k blocks of the item rows and the weight rows into stage c % STAGES, then a
      * group (an empty one past the last chunk, so that the waits below still count right) */
     auto issue = [&](int c) {
@@ -729,6 +753,17 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
                         src = o2 < n_out ? wbase + up_rows + (size_t)o2 * (size_t)k : NULL;
                     }
                     const bf16_t *from = src ? src + kk : wbase;
+                    if (FRAG && !(HALF && h2 == 1 && half)) { /* an item row: its four words */
+                        unsigned char *fto =
+                            staged_smem + (c % STAGES) * STAGE + frag_to + h2 * 64 * 64;
+#pragma unroll
+                        for (int u = 0; u < 4; u++) { /* word 4 q4 + u: mma u / 2, pair u % 2 */
+                            unsigned char *wto = fto + u / 2 * 512 + u % 2 * 8;
+                            cp_async4_or_zero(wto, from + 2 * u, src != NULL);
+                            cp_async4_or_zero(wto + STAGED_BM * 64, from + 32 + 2 * u, src && hi);
+                        }
+                        continue;
+                    }
                     unsigned char *to = st + h2 * 64 * 64;
                     cp_async16_or_zero(to, from, src != NULL);
                     cp_async16_or_zero(to + STAGED_BM * 64, from + 32, src && hi);
@@ -783,24 +818,49 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     /* 32-k block kb of the stage at st into this warp's accumulators: each (item tile, weight
      * tile) pair gets the block's two mmas in order */
     auto kblock = [&](const unsigned char *st, int kb) {
-        uint4 av[TILES_MT], a8v[TILES_MT];
+        if constexpr (FRAG) {
+            /* the weight tiles first, then an item tile at a time: its two mmas' A fragments
+             * (as frag_at lays them out) against each; every accumulator gets the same two
+             * mmas in the same order as below */
+            uint4 bv[NB];
 #pragma unroll
-        for (int i = 0; i < TILES_MT; i++) {
-            const int row = wm * 16 * TILES_MT + 16 * i + g;
-            av[i] = *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row) * 64 + q * 16);
-            a8v[i] =
-                *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row + 8) * 64 + q * 16);
-        }
-        /* a weight tile at a time (the registers for two blocks an SM) */
-#pragma unroll
-        for (int t = 0; t < NB; t++) { /* gate's tiles, then up's (UP) */
-            const int row = (t >= TILES_NT ? w_up : 0) + w_row0 + 8 * (t % TILES_NT) + g;
-            const uint4 bv = *reinterpret_cast<const uint4 *>(st + w_part +
-                                                              (kb * w_kb_rows + row) * 64 + q * 16);
+            for (int t = 0; t < NB; t++) {
+                const int row = (t >= TILES_NT ? w_up : 0) + w_row0 + 8 * (t % TILES_NT) + g;
+                bv[t] = *reinterpret_cast<const uint4 *>(st + w_part + (kb * w_kb_rows + row) * 64 +
+                                                         q * 16);
+            }
 #pragma unroll
             for (int i = 0; i < TILES_MT; i++) {
-                mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
-                mma_16816(acc[i][t], av[i].z, a8v[i].z, av[i].w, a8v[i].w, bv.z, bv.w);
+                const unsigned char *f =
+                    st + kb * STAGED_BM * 64 + (wm * TILES_MT + i) * 1024 + lane * 16;
+                const uint4 f0 = *reinterpret_cast<const uint4 *>(f);
+                const uint4 f1 = *reinterpret_cast<const uint4 *>(f + 512);
+#pragma unroll
+                for (int t = 0; t < NB; t++) {
+                    mma_16816(acc[i][t], f0.x, f0.y, f0.z, f0.w, bv[t].x, bv[t].y);
+                    mma_16816(acc[i][t], f1.x, f1.y, f1.z, f1.w, bv[t].z, bv[t].w);
+                }
+            }
+        } else {
+            uint4 av[TILES_MT], a8v[TILES_MT];
+#pragma unroll
+            for (int i = 0; i < TILES_MT; i++) {
+                const int row = wm * 16 * TILES_MT + 16 * i + g;
+                av[i] = *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row) * 64 + q * 16);
+                a8v[i] =
+                    *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row + 8) * 64 + q * 16);
+            }
+            /* a weight tile at a time (the registers for two blocks an SM) */
+#pragma unroll
+            for (int t = 0; t < NB; t++) { /* gate's tiles, then up's (UP) */
+                const int row = (t >= TILES_NT ? w_up : 0) + w_row0 + 8 * (t % TILES_NT) + g;
+                const uint4 bv = *reinterpret_cast<const uint4 *>(
+                    st + w_part + (kb * w_kb_rows + row) * 64 + q * 16);
+#pragma unroll
+                for (int i = 0; i < TILES_MT; i++) {
+                    mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
+                    mma_16816(acc[i][t], av[i].z, a8v[i].z, av[i].w, a8v[i].w, bv.z, bv.w);
+                }
             }
         }
     };
@@ -900,6 +960,18 @@ static int staged_allow(void) {
         CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true, true>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)staged_smem_bytes<true, 3>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true, false, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<true, 3>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true, true, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<true, 3>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true, true, false, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<false, 3>()));
+        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true, true, true, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)staged_smem_bytes<false, 3>()));
         set = true;
     }
     return K_OK;
@@ -969,6 +1041,8 @@ static int ring_zfill = 1; /* serve.moe_ring_zfill's default */
 extern "C" void k_set_moe_ring_zfill(int on) { ring_zfill = on ? 1 : 0; }
 static int half_tiles = 2; /* serve.moe_half_tiles' default */
 extern "C" void k_set_moe_half_tiles(int mode) { half_tiles = mode >= 2 ? 2 : mode > 0 ? 1 : 0; }
+static int item_frags = 0; /* serve.moe_item_frags' default: off until measured */
+extern "C" void k_set_moe_item_frags(int on) { item_frags = on ? 1 : 0; }
 
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */
 extern "C" void k_set_moe_expert_stream(int max_items) {
@@ -1296,15 +1370,22 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
         if (rc != K_OK) return rc;
         dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);
         dim3 down((unsigned)((a->d_model + STAGED_BN - 1) / STAGED_BN), slots);
-        CUDA_CHECK(k_launch(!ring_zfill       ? moe_staged_kernel<true, true>
-                            : half_tiles == 2 ? moe_staged_kernel<true, true, true, true>
-                                              : moe_staged_kernel<true, true, true>,
+        const bool frags = ring_zfill && item_frags;
+        CUDA_CHECK(k_launch(!ring_zfill ? moe_staged_kernel<true, true>
+                            : half_tiles == 2
+                                ? (frags ? moe_staged_kernel<true, true, true, true, true>
+                                         : moe_staged_kernel<true, true, true, true>)
+                                : (frags ? moe_staged_kernel<true, true, true, false, true>
+                                         : moe_staged_kernel<true, true, true>),
                             up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list, active,
                             n_active, h, (float *)NULL));
         CUDA_CHECK(cudaGetLastError());
-        CUDA_CHECK(k_launch(!ring_zfill  ? moe_staged_kernel<false, true>
-                            : half_tiles ? moe_staged_kernel<false, true, true, true>
-                                         : moe_staged_kernel<false, true, true>,
+        CUDA_CHECK(k_launch(!ring_zfill ? moe_staged_kernel<false, true>
+                            : half_tiles
+                                ? (frags ? moe_staged_kernel<false, true, true, true, true>
+                                         : moe_staged_kernel<false, true, true, true>)
+                                : (frags ? moe_staged_kernel<false, true, true, false, true>
+                                         : moe_staged_kernel<false, true, true>),
                             down, STAGED_THREADS, staged_smem_bytes<false, 3>(), s, *a, list,
                             active, n_active, h, ys));
         CUDA_CHECK(cudaGetLastError());
