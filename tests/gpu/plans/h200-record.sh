@@ -53,21 +53,10 @@ if [ "${REC_FULL:-1}" = 1 ] && [ "$(left)" -gt 300 ]; then
     count "full 26b-a4b ${REC_POOLS:-bf16} (${REC_SETS:-defaults})" $? "$OUT/full.log"
 fi
 # the experts' ring kernels at the defaults (zero-fill, half tiles at 2): what binds them now
-ncu_prefill() { # kernel regex, launches, log
-    timeout $(($(left) - 5)) ncu --kernel-name "regex:$1" --launch-count "$2" --section SpeedOfLight \
-        --section Occupancy --section WarpStateStats --section SchedulerStats \
-        --section InstructionStats --section MemoryWorkloadAnalysis --metrics "$NCU_STALLS" \
-        build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
-        --set serve.max_context=4096 ${sets[@]+"${sets[@]}"} --batch 1 --prompt 1024 --steps 1 \
-        > "$3" 2>&1
-    echo "ncu $1: exit $? at $((SECONDS - t0)) s"
-    grep -E "$1|^ +Duration|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Eligible Warps|Executed Instructions  |stalled_[a-z_]+_per" \
-        "$3" | sed -E 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | head -40
-}
 if [ "${REC_NCU:-1}" = 1 ] && command -v ncu > /dev/null && [ "$(left)" -gt 50 ]; then
-    ncu_prefill moe_staged 2 "$OUT/ncu-experts.txt"
+    ncu_prefill moe_staged 2 "$OUT/ncu-experts.txt" ${REC_SETS:-}
 fi
 if [ "${REC_NCU_ATTN:-1}" = 1 ] && command -v ncu > /dev/null && [ "$(left)" -gt 50 ]; then
-    ncu_prefill "attn_prompt|attn_prep_rows" 12 "$OUT/ncu-attn.txt"
+    ncu_prefill "attn_prompt|attn_prep_rows" 12 "$OUT/ncu-attn.txt" ${REC_SETS:-}
 fi
 echo "done at $((SECONDS - t0)) s"

@@ -77,16 +77,7 @@ fi
 if command -v ncu > /dev/null && [ "$(left)" -gt 50 ]; then
     for h in "${settings[-1]}" "${settings[0]}"; do
         [ "$(left)" -gt 30 ] || break
-        timeout $(($(left) - 5)) ncu --kernel-name regex:moe_staged --launch-skip 0 \
-            --launch-count 2 --section SpeedOfLight --section Occupancy \
-            --section WarpStateStats --section SchedulerStats --section InstructionStats \
-            --metrics "$NCU_STALLS" \
-            build/tests/bench_decode -c conf/gemma4-26b-a4b.ini --set model.weights=dummy \
-            --set serve.max_context=4096 --set serve.moe_half_tiles=$h --batch 1 \
-            --prompt 1024 --steps 1 > "$OUT/ncu-half$h.txt" 2>&1
-        echo "ncu half $h: exit $? at $((SECONDS - t0)) s"
-        grep -E "moe_staged|^ +Duration|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Executed Instructions  |stalled_[a-z_]+_per" \
-            "$OUT/ncu-half$h.txt" | sed -E 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | head -40
+        ncu_prefill moe_staged 2 "$OUT/ncu-half$h.txt" serve.moe_half_tiles=$h
     done
 fi
 echo "done at $((SECONDS - t0)) s"
