@@ -725,9 +725,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     /* ZFILL: this thread's row and 16-byte part of every stage */
     const int r4 = tid / 4, q4 = tid % 4;
     /* FRAG: where this thread's words of item row r4 land in a stage (row r4 + 64: 4,096 bytes
-     * on). Held across the chunks it costs the up kernel a few spilled registers, reloaded
-     * once a chunk; made anew each chunk (as o is below), the chunk's copies took ~30 more
-     * instructions a warp. */
+     * on) */
     const int frag_to = frag_at(r4, q4);
     /* chunk c's 32-k blocks of the item rows and the weight rows into stage c % STAGES, then a
      * group (an empty one past the last chunk, so that the waits below still count right) */
