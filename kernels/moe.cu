@@ -28,6 +28,7 @@
 #include "kernels/bf16.cuh"
 #include "kernels/gemm_batched.h"
 #include "kernels/moe_bucket.cuh"
+#include "kernels/moe_frag.h"
 #include "kernels/moe_stream.h"
 #include "kernels/mma.cuh"
 
@@ -639,18 +640,6 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
     return STAGES * (size_t)staged_stage_bytes<UP>();
 }
 
-/* FRAG (serve.moe_item_frags): the item rows of a stage's 32-k block in the mma's fragment
- * order. Item tile T (rows 16 T .. 16 T + 15) takes the block's bytes 1,024 T on; word 4 q + u
- * (k 8 q + 2 u and the next) of its row g + 8 h (g < 8) goes to 512 (u / 2) + 16 (4 g + q) +
- * 8 (u % 2) + 4 h, so that lane 4 g + q finds the first mma's A fragment whole in the 16 bytes at
- * 16 (4 g + q) and the second's 512 bytes on, in the order the mma takes them (row g, row g + 8,
- * row g, row g + 8; words 4 q + 2 s and 4 q + 2 s + 1 of mma s): the values the two row loads
- * gave, without the register moves that assembled them. frag_at: the part of that place fixed by
- * the row and q (u adds 512 (u / 2) + 8 (u % 2)). */
-static __device__ __forceinline__ int frag_at(int row, int q) {
-    return row / 16 * 1024 + (row % 8 * 4 + q) * 16 + row / 8 % 2 * 4;
-}
-
 /* UP: gate|up of x's rows into h (GeGLU), as moe_up_tiles_kernel; else h's rows through down
  * into ys, as moe_down_tiles_kernel.
  * RING (serve.moe_prefill_tiles = 3): three stages in a ring instead of two in turn, so two
@@ -677,8 +666,8 @@ static __device__ __forceinline__ int frag_at(int row, int q) {
  * output still gets its (item tile, output tile) mmas in k order, so the same bits (test_moe's
  * `moe_half_tiles` gates).
  * FRAG (serve.moe_item_frags, with ZFILL): the item rows land in the stage in the mma's fragment
- * order (frag_at), a 4-byte copy a word, so that kblock loads each A fragment whole. From two
- * row loads the fragments took 64 register moves a 32-k block a warp (the A operand's four
+ * order (kernels/moe_frag.h), a 4-byte copy a word, so that kblock loads each A fragment whole.
+ * From two row loads the fragments took 64 register moves a 32-k block a warp (the A operand's four
  * registers interleave rows g and g + 8), about half of the k loop's instructions in an
  * issue-bound kernel (docs/perf-notes.md, forty-ninth session). Each mma gets the same values in
  * the same operand registers, so the same bits (test_moe's `moe_item_frags` gates). */
@@ -726,7 +715,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     const int r4 = tid / 4, q4 = tid % 4;
     /* FRAG: where this thread's words of item row r4 land in a stage (row r4 + 64: 4,096 bytes
      * on) */
-    const int frag_to = frag_at(r4, q4);
+    const int frag_to = moe_frag_at(r4, q4);
     /* chunk c's 32-k blocks of the item rows and the weight rows into stage c % STAGES, then a
      * group (an empty one past the last chunk, so that the waits below still count right) */
     auto issue = [&](int c) {
@@ -756,7 +745,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
                             staged_smem + (c % STAGES) * STAGE + frag_to + h2 * 64 * 64;
 #pragma unroll
                         for (int u = 0; u < 4; u++) { /* word 4 q4 + u: mma u / 2, pair u % 2 */
-                            unsigned char *wto = fto + u / 2 * 512 + u % 2 * 8;
+                            unsigned char *wto = fto + moe_frag_word(u);
                             cp_async4_or_zero(wto, from + 2 * u, src != NULL);
                             cp_async4_or_zero(wto + STAGED_BM * 64, from + 32 + 2 * u, src && hi);
                         }
@@ -818,7 +807,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     auto kblock = [&](const unsigned char *st, int kb) {
         if constexpr (FRAG) {
             /* the weight tiles first, then an item tile at a time: its two mmas' A fragments
-             * (as frag_at lays them out) against each; every accumulator gets the same two
+             * (as moe_frag_at lays them out) against each; every accumulator gets the same two
              * mmas in the same order as below */
             uint4 bv[NB];
 #pragma unroll
@@ -830,9 +819,9 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
 #pragma unroll
             for (int i = 0; i < TILES_MT; i++) {
                 const unsigned char *f =
-                    st + kb * STAGED_BM * 64 + (wm * TILES_MT + i) * 1024 + lane * 16;
+                    st + kb * STAGED_BM * 64 + (wm * TILES_MT + i) * MOE_FRAG_TILE + lane * 16;
                 const uint4 f0 = *reinterpret_cast<const uint4 *>(f);
-                const uint4 f1 = *reinterpret_cast<const uint4 *>(f + 512);
+                const uint4 f1 = *reinterpret_cast<const uint4 *>(f + MOE_FRAG_MMA);
 #pragma unroll
                 for (int t = 0; t < NB; t++) {
                     mma_16816(acc[i][t], f0.x, f0.y, f0.z, f0.w, bv[t].x, bv[t].y);
