@@ -1,10 +1,10 @@
-/* tests/unit/test_moe_frag.c - the fragment-order layout of the experts' ring (serve.moe_item_frags,
- * kernels/moe_frag.h) on the CPU: every word of a stage's 128 item rows of a 32-k block gets a
- * place of its own inside the block's 8 KB; each lane's 16-byte load at a tile's operand place
- * finds the four words the row-order kernel handed that mma (rows g, g + 8, g, g + 8; the lane's
- * words 4 q + 2 s and the next of its 16 bytes of each row); and the first 64 rows stay in the
- * block's first 4 KB, which the half tiles leave to items (their weight rows take the rest). The
- * GPU gates (test_moe's `moe_item_frags`) compare the kernels' outputs; this pins the layout
+/* tests/unit/test_moe_frag.c - the fragment-order layout of the experts' ring
+ * (serve.moe_item_frags, kernels/moe_frag.h) on the CPU: every word of a stage's 128 item rows of a
+ * 32-k block gets a place of its own inside the block's 8 KB; each lane's 16-byte load at a tile's
+ * operand place finds the four words the row-order kernel handed that mma (rows g, g + 8, g, g + 8;
+ * the lane's words 4 q + 2 s and the next of its 16 bytes of each row); and the first 64 rows stay
+ * in the block's first 4 KB, which the half tiles leave to items (their weight rows take the rest).
+ * The GPU gates (test_moe's `moe_item_frags`) compare the kernels' outputs; this pins the layout
  * where CI can run it. */
 #include "kernels/moe_frag.h"
 #include "tests/harness.h"
@@ -41,10 +41,10 @@ int main(void) {
                 if ((row < 64) != (at < BLOCK / 2)) half_out++;
             }
     TEST_CHECK("moe_frag.places", clashes == 0 && outside == 0 && misaligned == 0,
-          "%d words of %d rows x %d: %d on a taken place, %d outside the block, %d misaligned",
-          ROWS * WORDS, ROWS, WORDS, clashes, outside, misaligned);
+               "%d words of %d rows x %d: %d on a taken place, %d outside the block, %d misaligned",
+               ROWS * WORDS, ROWS, WORDS, clashes, outside, misaligned);
     TEST_CHECK("moe_frag.half_tiles", half_out == 0,
-          "%d words of rows 0..63 past the first 4 KB or of rows 64..127 inside it", half_out);
+               "%d words of rows 0..63 past the first 4 KB or of rows 64..127 inside it", half_out);
     /* the loads: lane 4 g + q of tile t, mma s, 16 bytes at t * TILE + s * MMA + 16 lane */
     int wrong = 0;
     for (int t = 0; t < ROWS / 16; t++)
@@ -58,8 +58,8 @@ int main(void) {
                     if (at + 4 * j + 4 > BLOCK || block[at / 4 + j] != want[j]) wrong++;
             }
     TEST_CHECK("moe_frag.operands", wrong == 0,
-          "%d of %d operand registers (8 tiles x 32 lanes x 2 mmas x 4) not the row-order "
-          "kernel's",
-          wrong, ROWS / 16 * 32 * 2 * 4);
+               "%d of %d operand registers (8 tiles x 32 lanes x 2 mmas x 4) not the row-order "
+               "kernel's",
+               wrong, ROWS / 16 * 32 * 2 * 4);
     return harness_exit();
 }
