@@ -916,49 +916,37 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     }
 }
 
+/* one staged form's dynamic shared memory allowance (the ring forms hold three stages) */
+template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false, bool FRAG = false>
+static int staged_allow_form(void) {
+    CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<UP, RING, ZFILL, HALF, FRAG>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)staged_smem_bytes < UP, RING ? 3 : 2 > ()));
+    return K_OK;
+}
+
+/* every form k_moe_experts launches, of one direction */
+template <bool UP> static int staged_allow_direction(void) {
+    const int rc[] = {staged_allow_form<UP>(),
+                      staged_allow_form<UP, true>(),
+                      staged_allow_form<UP, true, true>(),
+                      staged_allow_form<UP, true, true, true>(),
+                      staged_allow_form<UP, true, true, false, true>(),
+                      staged_allow_form<UP, true, true, true, true>()};
+    for (int r : rc)
+        if (r != K_OK) return r;
+    return K_OK;
+}
+
 /* The staged kernels' shared-memory limit (64 KB for up, 48 KB for down; in the ring 96 and 72),
- * raised once: at
- * start-up (k_moe_setup, before any graph capture) and, for callers that skip it (the tests),
- * before the first launch. */
+ * raised once: at start-up (k_moe_setup, before any graph capture) and, for callers that skip it
+ * (the tests), before the first launch. */
 static int staged_allow(void) {
     static bool set = false;
     if (!set) {
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<true>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<false>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<true, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<false, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<true, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<false, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true, true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<false, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<true, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true, false, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<true, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<true, true, true, true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<true, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true, true, false, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<false, 3>()));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<false, true, true, true, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)staged_smem_bytes<false, 3>()));
+        int rc = staged_allow_direction<true>();
+        if (rc == K_OK) rc = staged_allow_direction<false>();
+        if (rc != K_OK) return rc;
         set = true;
     }
     return K_OK;
