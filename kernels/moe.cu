@@ -713,9 +713,6 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     const uint4 zero = make_uint4(0, 0, 0, 0);
     /* ZFILL: this thread's row and 16-byte part of every stage */
     const int r4 = tid / 4, q4 = tid % 4;
-    /* FRAG: where this thread's words of item row r4 land in a stage (row r4 + 64: 4,096 bytes
-     * on) */
-    const int frag_to = moe_frag_at(r4, q4);
     /* chunk c's 32-k blocks of the item rows and the weight rows into stage c % STAGES, then a
      * group (an empty one past the last chunk, so that the waits below still count right) */
     auto issue = [&](int c) {
@@ -730,6 +727,32 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
                 unsigned char *st = staged_smem + (c % STAGES) * STAGE + r4 * 64 + q4 * 16;
                 const int kk = c * 64 + q4 * 8;  /* the chunk's first k, this part */
                 const bool hi = c * 2 + 1 < nkb; /* its second 32-k block is inside k */
+                /* FRAG: the warp's item tile (HALF, half: tiles 4..7 are weight rows, copied below)
+                 */
+                if (FRAG && !w_in_items) {
+                    /* by moe_frag.h's map (a word a lane and instruction, the 32 in 32 banks):
+                     * the lane's first row and place, its word's k in part q; made anew each
+                     * chunk, as o below */
+                    int fid = tid;
+                    asm volatile("" : "+r"(fid));
+                    const int frag_row = moe_frag_copy_row(fid / 32, fid % 32, 0);
+                    const int frag_k = 8 * (fid % 4) + 2 * moe_frag_copy_word(fid % 32, 0);
+                    const unsigned fto = (unsigned)__cvta_generic_to_shared(staged_smem) +
+                                         (c % STAGES) * STAGE +
+                                         moe_frag_copy_to(fid / 32, fid % 32, 0, 0);
+                    /* HALF: a loop, not unrolled: unrolled, the half up kernel spilled */
+#pragma unroll(HALF ? 1 : 4)
+                    for (int j = 0; j < 4; j++) { /* row frag_row + 2 j */
+                        const bf16_t *src = s_row[frag_row + 2 * j];
+                        const bf16_t *from = src ? src + c * 64 + frag_k : wbase;
+#pragma unroll
+                        for (int m = 0; m < 2; m++) { /* mma m's word: 4 k further for m = 1 */
+                            const unsigned wto = fto + j * MOE_FRAG_COPY_ROWS + m * MOE_FRAG_MMA;
+                            cp_async4_or_zero(wto, from + 4 * m, src != NULL);
+                            cp_async4_or_zero(wto + STAGED_BM * 64, from + 32 + 4 * m, src && hi);
+                        }
+                    }
+                }
 #pragma unroll
                 for (int h2 = 0; h2 < 2; h2++) { /* rows r4 and r4 + 64 */
                     const bf16_t *src = s_row[r4 + 64 * h2];
@@ -739,18 +762,8 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
                         const size_t up_rows = UP && r4 >= 32 ? (size_t)de * (size_t)k : 0;
                         src = o2 < n_out ? wbase + up_rows + (size_t)o2 * (size_t)k : NULL;
                     }
+                    if (FRAG && !(HALF && h2 == 1 && half)) continue; /* item rows: above */
                     const bf16_t *from = src ? src + kk : wbase;
-                    if (FRAG && !(HALF && h2 == 1 && half)) { /* an item row: its four words */
-                        unsigned char *fto =
-                            staged_smem + (c % STAGES) * STAGE + frag_to + h2 * 64 * 64;
-#pragma unroll
-                        for (int u = 0; u < 4; u++) { /* word 4 q4 + u: mma u / 2, pair u % 2 */
-                            unsigned char *wto = fto + moe_frag_word(u);
-                            cp_async4_or_zero(wto, from + 2 * u, src != NULL);
-                            cp_async4_or_zero(wto + STAGED_BM * 64, from + 32 + 2 * u, src && hi);
-                        }
-                        continue;
-                    }
                     unsigned char *to = st + h2 * 64 * 64;
                     cp_async16_or_zero(to, from, src != NULL);
                     cp_async16_or_zero(to + STAGED_BM * 64, from + 32, src && hi);
@@ -919,9 +932,10 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
 /* one staged form's dynamic shared memory allowance (the ring forms hold three stages) */
 template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false, bool FRAG = false>
 static int staged_allow_form(void) {
+    constexpr int STAGES = RING ? 3 : 2;
     CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<UP, RING, ZFILL, HALF, FRAG>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)staged_smem_bytes < UP, RING ? 3 : 2 > ()));
+                                    (int)staged_smem_bytes<UP, STAGES>()));
     return K_OK;
 }
 

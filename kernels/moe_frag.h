@@ -29,4 +29,23 @@ MOE_FRAG_FN int moe_frag_at(int row, int q) {
 }
 MOE_FRAG_FN int moe_frag_word(int u) { return u / 2 * MOE_FRAG_MMA + u % 2 * 8; }
 
+/* Who copies what: warp w copies item tile w, one word a lane and copy instruction. Lane l takes
+ * part l % 4 (k 8 (l % 4) ..) of the rows moe_frag_copy_row(w, l, j), j < 4, and of each the
+ * words moe_frag_copy_word(l, m), m < 2 (one for each mma). One instruction's 32 words then land
+ * in 32 different banks: their places differ by 64 (l >> 3 & 1) + 16 (l % 4) + 8 (l >> 2 & 1) +
+ * 4 (l >> 4), where lanes copying the four words of one row part (word u for u < 4 of part q of
+ * row r) would put four lanes on each bank. Steps j and m move the place by the constants below
+ * (the kernel adds them to one place a lane; tests/unit/test_moe_frag.c checks that they hold). */
+enum {
+    MOE_FRAG_COPY_ROWS = 128 /* from row r to r + 2 (j + 1): two rows of 4 parts of 16 bytes */
+};
+MOE_FRAG_FN int moe_frag_copy_row(int warp, int lane, int j) {
+    return 16 * warp + (lane >> 3 & 1) + 8 * (lane >> 4) + 2 * j;
+}
+MOE_FRAG_FN int moe_frag_copy_word(int lane, int m) { return 2 * m + (lane >> 2 & 1); }
+MOE_FRAG_FN int moe_frag_copy_to(int warp, int lane, int j, int m) {
+    return moe_frag_at(moe_frag_copy_row(warp, lane, j), lane & 3) +
+           moe_frag_word(moe_frag_copy_word(lane, m));
+}
+
 #endif
