@@ -56,7 +56,6 @@ test_chat    | runtime/base/log.c $TOKENIZER_SRC runtime/text/chat.c | tests/fix
 test_answer  | runtime/base/log.c $TOKENIZER_SRC runtime/text/chat.c runtime/proto/proto.c runtime/sched/answer.c | tests/fixtures/tiny-moe/tokenizer.json
 test_ref_fp8 | kernels/ref/bf16_ref.c kernels/ref/attn_ref.c |
 test_attn_split_choice | |
-test_moe_frag | |
 '
 # The end-to-end test programs, one line each: name | its own sources | what else it links
 # ("engine": the whole host and device code; else module sources) | its arguments | the other

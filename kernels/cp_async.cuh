@@ -16,14 +16,6 @@ static __device__ __forceinline__ void cp_async16_or_zero(void *dst, const void 
                  "r"(ok ? 16 : 0)
                  : "memory");
 }
-/* cp_async16_or_zero for 4 bytes (both addresses 4-byte aligned; through L1, the only form the
- * instruction has at this size), to a shared-memory address as __cvta_generic_to_shared gives it:
- * a 32-bit register where a kernel near its register limit cannot spare a generic pointer */
-static __device__ __forceinline__ void cp_async4_or_zero(unsigned dst, const void *src, bool ok) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(ok ? 4 : 0)
-                 : "memory");
-}
 static __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

@@ -524,13 +524,6 @@ void k_set_moe_ring_zfill(int on);
  * speed only: every output's mmas and their order are the same). Process-wide, read at each
  * call. */
 void k_set_moe_half_tiles(int mode);
-/* 1: with the zero-fill ring, the item rows land in a stage in the mma's fragment order (4-byte
- * copies, each word where a lane's 16-byte load finds its A fragment whole), so the kernels'
- * 32-k blocks load their A operands straight into the registers the mma reads, without the
- * register moves that assemble them from two row loads (serve.moe_item_frags, default 0; speed
- * only: the same values in the same operand registers, so the same bits). Process-wide, read at
- * each call. */
-void k_set_moe_item_frags(int on);
 
 /* Device management: 0 when a usable sm_90 device is present. A build without nvcc links
  * kernels/no_gpu.c instead, whose k_device_init says so and whose other launchers refuse. */

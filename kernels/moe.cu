@@ -28,7 +28,6 @@
 #include "kernels/bf16.cuh"
 #include "kernels/gemm_batched.h"
 #include "kernels/moe_bucket.cuh"
-#include "kernels/moe_frag.h"
 #include "kernels/moe_stream.h"
 #include "kernels/mma.cuh"
 
@@ -664,20 +663,13 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
  * would have gone (the item part's rows 64..127: down's outputs 64..127, or up's gate rows 64..95
  * then up rows 64..95), so a stage is the same bytes and each thread makes the same copies; each
  * output still gets its (item tile, output tile) mmas in k order, so the same bits (test_moe's
- * `moe_half_tiles` gates).
- * FRAG (serve.moe_item_frags, with ZFILL): the item rows land in the stage in the mma's fragment
- * order (kernels/moe_frag.h), a 4-byte copy a word, so that kblock loads each A fragment whole.
- * From two row loads the fragments took 64 register moves a 32-k block a warp (the A operand's four
- * registers interleave rows g and g + 8), about half of the k loop's instructions in an
- * issue-bound kernel (docs/perf-notes.md, forty-ninth session). Each mma gets the same values in
- * the same operand registers, so the same bits (test_moe's `moe_item_frags` gates). */
-template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false, bool FRAG = false>
+ * `moe_half_tiles` gates). */
+template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false>
 __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h, float *ys) {
     static_assert(!ZFILL || RING, "the zero-fill copies are the ring's");
     static_assert(!HALF || ZFILL, "half tiles are the zero-fill ring's");
-    static_assert(!FRAG || ZFILL, "the fragment-order items are the zero-fill ring's");
     constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
@@ -727,32 +719,6 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
                 unsigned char *st = staged_smem + (c % STAGES) * STAGE + r4 * 64 + q4 * 16;
                 const int kk = c * 64 + q4 * 8;  /* the chunk's first k, this part */
                 const bool hi = c * 2 + 1 < nkb; /* its second 32-k block is inside k */
-                /* FRAG: the warp's item tile (HALF, half: tiles 4..7 are weight rows, copied below)
-                 */
-                if (FRAG && !w_in_items) {
-                    /* by moe_frag.h's map (a word a lane and instruction, the 32 in 32 banks):
-                     * the lane's first row and place, its word's k in part q; made anew each
-                     * chunk, as o below */
-                    int fid = tid;
-                    asm volatile("" : "+r"(fid));
-                    const int frag_row = moe_frag_copy_row(fid / 32, fid % 32, 0);
-                    const int frag_k = 8 * (fid % 4) + 2 * moe_frag_copy_word(fid % 32, 0);
-                    const unsigned fto = (unsigned)__cvta_generic_to_shared(staged_smem) +
-                                         (c % STAGES) * STAGE +
-                                         moe_frag_copy_to(fid / 32, fid % 32, 0, 0);
-                    /* HALF: a loop, not unrolled: unrolled, the half up kernel spilled */
-#pragma unroll(HALF ? 1 : 4)
-                    for (int j = 0; j < 4; j++) { /* row frag_row + 2 j */
-                        const bf16_t *src = s_row[frag_row + 2 * j];
-                        const bf16_t *from = src ? src + c * 64 + frag_k : wbase;
-#pragma unroll
-                        for (int m = 0; m < 2; m++) { /* mma m's word: 4 k further for m = 1 */
-                            const unsigned wto = fto + j * MOE_FRAG_COPY_ROWS + m * MOE_FRAG_MMA;
-                            cp_async4_or_zero(wto, from + 4 * m, src != NULL);
-                            cp_async4_or_zero(wto + STAGED_BM * 64, from + 32 + 4 * m, src && hi);
-                        }
-                    }
-                }
 #pragma unroll
                 for (int h2 = 0; h2 < 2; h2++) { /* rows r4 and r4 + 64 */
                     const bf16_t *src = s_row[r4 + 64 * h2];
@@ -762,7 +728,6 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
                         const size_t up_rows = UP && r4 >= 32 ? (size_t)de * (size_t)k : 0;
                         src = o2 < n_out ? wbase + up_rows + (size_t)o2 * (size_t)k : NULL;
                     }
-                    if (FRAG && !(HALF && h2 == 1 && half)) continue; /* item rows: above */
                     const bf16_t *from = src ? src + kk : wbase;
                     unsigned char *to = st + h2 * 64 * 64;
                     cp_async16_or_zero(to, from, src != NULL);
@@ -818,49 +783,24 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     /* 32-k block kb of the stage at st into this warp's accumulators: each (item tile, weight
      * tile) pair gets the block's two mmas in order */
     auto kblock = [&](const unsigned char *st, int kb) {
-        if constexpr (FRAG) {
-            /* the weight tiles first, then an item tile at a time: its two mmas' A fragments
-             * (as moe_frag_at lays them out) against each; every accumulator gets the same two
-             * mmas in the same order as below */
-            uint4 bv[NB];
+        uint4 av[TILES_MT], a8v[TILES_MT];
 #pragma unroll
-            for (int t = 0; t < NB; t++) {
-                const int row = (t >= TILES_NT ? w_up : 0) + w_row0 + 8 * (t % TILES_NT) + g;
-                bv[t] = *reinterpret_cast<const uint4 *>(st + w_part + (kb * w_kb_rows + row) * 64 +
-                                                         q * 16);
-            }
+        for (int i = 0; i < TILES_MT; i++) {
+            const int row = wm * 16 * TILES_MT + 16 * i + g;
+            av[i] = *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row) * 64 + q * 16);
+            a8v[i] =
+                *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row + 8) * 64 + q * 16);
+        }
+        /* a weight tile at a time (the registers for two blocks an SM) */
 #pragma unroll
-            for (int i = 0; i < TILES_MT; i++) {
-                const unsigned char *f =
-                    st + kb * STAGED_BM * 64 + (wm * TILES_MT + i) * MOE_FRAG_TILE + lane * 16;
-                const uint4 f0 = *reinterpret_cast<const uint4 *>(f);
-                const uint4 f1 = *reinterpret_cast<const uint4 *>(f + MOE_FRAG_MMA);
-#pragma unroll
-                for (int t = 0; t < NB; t++) {
-                    mma_16816(acc[i][t], f0.x, f0.y, f0.z, f0.w, bv[t].x, bv[t].y);
-                    mma_16816(acc[i][t], f1.x, f1.y, f1.z, f1.w, bv[t].z, bv[t].w);
-                }
-            }
-        } else {
-            uint4 av[TILES_MT], a8v[TILES_MT];
+        for (int t = 0; t < NB; t++) { /* gate's tiles, then up's (UP) */
+            const int row = (t >= TILES_NT ? w_up : 0) + w_row0 + 8 * (t % TILES_NT) + g;
+            const uint4 bv = *reinterpret_cast<const uint4 *>(st + w_part +
+                                                              (kb * w_kb_rows + row) * 64 + q * 16);
 #pragma unroll
             for (int i = 0; i < TILES_MT; i++) {
-                const int row = wm * 16 * TILES_MT + 16 * i + g;
-                av[i] = *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row) * 64 + q * 16);
-                a8v[i] =
-                    *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row + 8) * 64 + q * 16);
-            }
-            /* a weight tile at a time (the registers for two blocks an SM) */
-#pragma unroll
-            for (int t = 0; t < NB; t++) { /* gate's tiles, then up's (UP) */
-                const int row = (t >= TILES_NT ? w_up : 0) + w_row0 + 8 * (t % TILES_NT) + g;
-                const uint4 bv = *reinterpret_cast<const uint4 *>(
-                    st + w_part + (kb * w_kb_rows + row) * 64 + q * 16);
-#pragma unroll
-                for (int i = 0; i < TILES_MT; i++) {
-                    mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
-                    mma_16816(acc[i][t], av[i].z, a8v[i].z, av[i].w, a8v[i].w, bv.z, bv.w);
-                }
+                mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
+                mma_16816(acc[i][t], av[i].z, a8v[i].z, av[i].w, a8v[i].w, bv.z, bv.w);
             }
         }
     };
@@ -930,10 +870,10 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
 }
 
 /* one staged form's dynamic shared memory allowance (the ring forms hold three stages) */
-template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false, bool FRAG = false>
+template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false>
 static int staged_allow_form(void) {
     constexpr int STAGES = RING ? 3 : 2;
-    CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<UP, RING, ZFILL, HALF, FRAG>,
+    CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<UP, RING, ZFILL, HALF>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)staged_smem_bytes<UP, STAGES>()));
     return K_OK;
@@ -941,20 +881,18 @@ static int staged_allow_form(void) {
 
 /* every form k_moe_experts launches, of one direction */
 template <bool UP> static int staged_allow_direction(void) {
-    const int rc[] = {staged_allow_form<UP>(),
-                      staged_allow_form<UP, true>(),
+    const int rc[] = {staged_allow_form<UP>(), staged_allow_form<UP, true>(),
                       staged_allow_form<UP, true, true>(),
-                      staged_allow_form<UP, true, true, true>(),
-                      staged_allow_form<UP, true, true, false, true>(),
-                      staged_allow_form<UP, true, true, true, true>()};
+                      staged_allow_form<UP, true, true, true>()};
     for (int r : rc)
         if (r != K_OK) return r;
     return K_OK;
 }
 
 /* The staged kernels' shared-memory limit (64 KB for up, 48 KB for down; in the ring 96 and 72),
- * raised once: at start-up (k_moe_setup, before any graph capture) and, for callers that skip it
- * (the tests), before the first launch. */
+ * raised once: at
+ * start-up (k_moe_setup, before any graph capture) and, for callers that skip it (the tests),
+ * before the first launch. */
 static int staged_allow(void) {
     static bool set = false;
     if (!set) {
@@ -1030,8 +968,6 @@ static int ring_zfill = 1; /* serve.moe_ring_zfill's default */
 extern "C" void k_set_moe_ring_zfill(int on) { ring_zfill = on ? 1 : 0; }
 static int half_tiles = 2; /* serve.moe_half_tiles' default */
 extern "C" void k_set_moe_half_tiles(int mode) { half_tiles = mode >= 2 ? 2 : mode > 0 ? 1 : 0; }
-static int item_frags = 0; /* serve.moe_item_frags' default: off until measured */
-extern "C" void k_set_moe_item_frags(int on) { item_frags = on ? 1 : 0; }
 
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */
 extern "C" void k_set_moe_expert_stream(int max_items) {
@@ -1359,22 +1295,15 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
         if (rc != K_OK) return rc;
         dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);
         dim3 down((unsigned)((a->d_model + STAGED_BN - 1) / STAGED_BN), slots);
-        const bool frags = ring_zfill && item_frags;
-        CUDA_CHECK(k_launch(!ring_zfill ? moe_staged_kernel<true, true>
-                            : half_tiles == 2
-                                ? (frags ? moe_staged_kernel<true, true, true, true, true>
-                                         : moe_staged_kernel<true, true, true, true>)
-                                : (frags ? moe_staged_kernel<true, true, true, false, true>
-                                         : moe_staged_kernel<true, true, true>),
+        CUDA_CHECK(k_launch(!ring_zfill       ? moe_staged_kernel<true, true>
+                            : half_tiles == 2 ? moe_staged_kernel<true, true, true, true>
+                                              : moe_staged_kernel<true, true, true>,
                             up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list, active,
                             n_active, h, (float *)NULL));
         CUDA_CHECK(cudaGetLastError());
-        CUDA_CHECK(k_launch(!ring_zfill ? moe_staged_kernel<false, true>
-                            : half_tiles
-                                ? (frags ? moe_staged_kernel<false, true, true, true, true>
-                                         : moe_staged_kernel<false, true, true, true>)
-                                : (frags ? moe_staged_kernel<false, true, true, false, true>
-                                         : moe_staged_kernel<false, true, true>),
+        CUDA_CHECK(k_launch(!ring_zfill  ? moe_staged_kernel<false, true>
+                            : half_tiles ? moe_staged_kernel<false, true, true, true>
+                                         : moe_staged_kernel<false, true, true>,
                             down, STAGED_THREADS, staged_smem_bytes<false, 3>(), s, *a, list,
                             active, n_active, h, ys));
         CUDA_CHECK(cudaGetLastError());

@@ -53,14 +53,13 @@ typedef struct g4_config {
                                   item tiles) */
         int moe_ring_zfill;    /* 0 or 1, default 1: the ring's copies zero-fill; speed only */
         int moe_half_tiles;    /* 0..2, default 2: half-empty tiles take more outputs; speed only */
-        int moe_item_frags;  /* 0 or 1, default 0: the ring's items in fragment order; speed only */
-        int row_chain;       /* 0..3, default 3: row ops in the compact chain kernel */
-        int moe_route_lanes; /* 0/1, default 1: the router kernel's lanes form */
-        int wide_loads;      /* 0/1, default 1: decode k loops in wider load groups */
-        int attn_mma;        /* 0/1, default 1: attention's products on tensor cores */
-        int attn_query_tiles;    /* 0..65535, default 64: launches of these rows share key loads */
-        int attn_fp8_frags;      /* 0/1, default 1: e4m3 keys into mma operands without widening */
-        int attn_early_lookup;   /* 0/1, default 1: attention's page look-ups before the wait */
+        int row_chain;         /* 0..3, default 3: row ops in the compact chain kernel */
+        int moe_route_lanes;   /* 0/1, default 1: the router kernel's lanes form */
+        int wide_loads;        /* 0/1, default 1: decode k loops in wider load groups */
+        int attn_mma;          /* 0/1, default 1: attention's products on tensor cores */
+        int attn_query_tiles;  /* 0..65535, default 64: launches of these rows share key loads */
+        int attn_fp8_frags;    /* 0/1, default 1: e4m3 keys into mma operands without widening */
+        int attn_early_lookup; /* 0/1, default 1: attention's page look-ups before the wait */
         int attn_longest_first;  /* 0/1, default 1: query tiles of the most keys start first */
         int attn_stats_together; /* 0/1, default 1: a warp's tile rows' statistics side by side */
         int attn_tile_fold; /* 0/1, default 1: query tiles combine their splits in the P.V pass */
