@@ -663,13 +663,28 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
  * would have gone (the item part's rows 64..127: down's outputs 64..127, or up's gate rows 64..95
  * then up rows 64..95), so a stage is the same bytes and each thread makes the same copies; each
  * output still gets its (item tile, output tile) mmas in k order, so the same bits (test_moe's
- * `moe_half_tiles` gates). */
-template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false>
+ * `moe_half_tiles` gates).
+ * WA (serve.moe_weights_a, the down kernel with ZFILL): the weight rows are the mma's A operand
+ * (the warp's 16 outputs on its M side) and the items its B operand (8 items on N), the
+ * transpose of the product above. The A operand interleaves rows g and g + 8 a register at a
+ * time, which a 16-byte load of one row cannot fill, so ptxas assembles it from two row loads
+ * with register moves, twice over for each item tile: 64 moves a 32-k block and warp in the down
+ * kernel, against 16 mmas (docs/perf-notes.md, forty-ninth session). A warp has 4 item tiles of
+ * 16 but one weight tile of 16, so with the weights on A one pair of operands is made a block,
+ * and a B operand (two consecutive words of one row) is the load's own registers. Each mma still
+ * gets, in each of its k slots, the same item word and weight word as before, in the same order
+ * over k, and a product does not depend on which operand carries which factor, so the sums are
+ * the same bits (test_moe's `moe_weights_a` gates, byte for byte against the zero-fill ring).
+ * The copies and the stage are unchanged. The up kernel keeps its form: with two weight tiles
+ * (gate's and up's) held a block, its loop's registers spilled the rows' addresses. */
+template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false, bool WA = false>
 __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h, float *ys) {
     static_assert(!ZFILL || RING, "the zero-fill copies are the ring's");
     static_assert(!HALF || ZFILL, "half tiles are the zero-fill ring's");
+    static_assert(!WA || (ZFILL && !UP), "weights on A is a form of the zero-fill down kernel");
+    static_assert(TILES_NT == 2, "a warp's 16 outputs are one A tile of 16 rows");
     constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
     if ((int)blockIdx.y >= *n_active) return;
@@ -779,28 +794,53 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
         cp_async_commit();
     };
 
-    float acc[TILES_MT][NB][4];
+    /* WA: one weight tile of 16 by item tiles of 8; else item tiles of 16 by weight tiles of 8 */
+    float acc[WA ? 1 : TILES_MT][WA ? 2 * TILES_MT : NB][4];
     /* 32-k block kb of the stage at st into this warp's accumulators: each (item tile, weight
      * tile) pair gets the block's two mmas in order */
     auto kblock = [&](const unsigned char *st, int kb) {
-        uint4 av[TILES_MT], a8v[TILES_MT];
+        if constexpr (WA) {
+            /* the warp's 16 outputs' two A operands, rows g and g + 8 a word at a time; each
+             * word passed through an exclusive or with a zero ptxas cannot see, so that the
+             * operands are made once a block: as plain copies of the loaded words, ptxas
+             * rebuilt them with moves before every mma, as it does the item operands above */
+            const uint32_t opaque_zero = (uint32_t)(a.d_model < 0);
+            const unsigned char *wr = st + w_part + (kb * w_kb_rows + w_row0 + g) * 64 + q * 16;
+            const uint4 lo = *reinterpret_cast<const uint4 *>(wr);
+            const uint4 hi = *reinterpret_cast<const uint4 *>(wr + 8 * 64);
+            const uint32_t f[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
+            uint32_t wa[8];
 #pragma unroll
-        for (int i = 0; i < TILES_MT; i++) {
-            const int row = wm * 16 * TILES_MT + 16 * i + g;
-            av[i] = *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row) * 64 + q * 16);
-            a8v[i] =
-                *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row + 8) * 64 + q * 16);
-        }
-        /* a weight tile at a time (the registers for two blocks an SM) */
+            for (int j = 0; j < 8; j++)
+                wa[j] = f[j] ^ opaque_zero;
 #pragma unroll
-        for (int t = 0; t < NB; t++) { /* gate's tiles, then up's (UP) */
-            const int row = (t >= TILES_NT ? w_up : 0) + w_row0 + 8 * (t % TILES_NT) + g;
-            const uint4 bv = *reinterpret_cast<const uint4 *>(st + w_part +
-                                                              (kb * w_kb_rows + row) * 64 + q * 16);
+            for (int n = 0; n < 2 * TILES_MT; n++) { /* item tiles of 8 */
+                const int row = wm * 16 * TILES_MT + 8 * n + g;
+                const uint4 xv =
+                    *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row) * 64 + q * 16);
+                mma_16816(acc[0][n], wa[0], wa[1], wa[2], wa[3], xv.x, xv.y);
+                mma_16816(acc[0][n], wa[4], wa[5], wa[6], wa[7], xv.z, xv.w);
+            }
+        } else {
+            uint4 av[TILES_MT], a8v[TILES_MT];
 #pragma unroll
             for (int i = 0; i < TILES_MT; i++) {
-                mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
-                mma_16816(acc[i][t], av[i].z, a8v[i].z, av[i].w, a8v[i].w, bv.z, bv.w);
+                const int row = wm * 16 * TILES_MT + 16 * i + g;
+                av[i] = *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row) * 64 + q * 16);
+                a8v[i] =
+                    *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row + 8) * 64 + q * 16);
+            }
+            /* a weight tile at a time (the registers for two blocks an SM) */
+#pragma unroll
+            for (int t = 0; t < NB; t++) { /* gate's tiles, then up's (UP) */
+                const int row = (t >= TILES_NT ? w_up : 0) + w_row0 + 8 * (t % TILES_NT) + g;
+                const uint4 bv = *reinterpret_cast<const uint4 *>(
+                    st + w_part + (kb * w_kb_rows + row) * 64 + q * 16);
+#pragma unroll
+                for (int i = 0; i < TILES_MT; i++) {
+                    mma_16816(acc[i][t], av[i].x, a8v[i].x, av[i].y, a8v[i].y, bv.x, bv.y);
+                    mma_16816(acc[i][t], av[i].z, a8v[i].z, av[i].w, a8v[i].w, bv.z, bv.w);
+                }
             }
         }
     };
@@ -810,9 +850,9 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
         moe_bucket_rows<UP, STAGED_BM, STAGED_THREADS>(a, list, b, r0, h, s_row, s_item);
         __syncthreads();
 #pragma unroll
-        for (int i = 0; i < TILES_MT; i++)
+        for (int i = 0; i < (WA ? 1 : TILES_MT); i++)
 #pragma unroll
-            for (int t = 0; t < NB; t++)
+            for (int t = 0; t < (WA ? 2 * TILES_MT : NB); t++)
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     acc[i][t][j] = 0.0f;
@@ -847,33 +887,46 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
         /* RING: the groups past the last chunk are empty; the barrier at the next item tile's
          * start keeps its first copies from a stage a warp still reads */
         if constexpr (RING) cp_async_wait_all_but<0>();
+        if constexpr (WA) {
+            /* acc[0][n][j]: output g + 8 (j / 2) of the warp's 16, item 2q + j % 2 of tile n */
 #pragma unroll
-        for (int i = 0; i < TILES_MT; i++) {
-            const int row = wm * 16 * TILES_MT + 16 * i + g;
-            const int ilo = s_item[row], ihi = s_item[row + 8];
-#pragma unroll
-            for (int t = 0; t < TILES_NT; t++)
+            for (int n = 0; n < 2 * TILES_MT; n++)
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
-                    const int item = j < 2 ? ilo : ihi;
-                    const int o = ob + wo * 8 * TILES_NT + 8 * t + 2 * q + (j & 1);
-                    if (item < 0 || o >= n_out || w_idle) continue;
-                    if constexpr (UP)
-                        h[(size_t)item * (size_t)de + (size_t)o] =
-                            k_f32_to_bf16(k_round_bf16(k_gelu_tanh(k_round_bf16(acc[i][t][j]))) *
-                                          k_round_bf16(acc[i][TILES_NT + t][j]));
-                    else
-                        ys[(size_t)item * (size_t)dm + (size_t)o] = k_round_bf16(acc[i][t][j]);
+                    const int item = s_item[wm * 16 * TILES_MT + 8 * n + 2 * q + (j & 1)];
+                    const int o = ob + wo * 8 * TILES_NT + g + 8 * (j >> 1);
+                    if (item >= 0 && o < n_out)
+                        ys[(size_t)item * (size_t)dm + (size_t)o] = k_round_bf16(acc[0][n][j]);
                 }
+        } else {
+#pragma unroll
+            for (int i = 0; i < TILES_MT; i++) {
+                const int row = wm * 16 * TILES_MT + 16 * i + g;
+                const int ilo = s_item[row], ihi = s_item[row + 8];
+#pragma unroll
+                for (int t = 0; t < TILES_NT; t++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const int item = j < 2 ? ilo : ihi;
+                        const int o = ob + wo * 8 * TILES_NT + 8 * t + 2 * q + (j & 1);
+                        if (item < 0 || o >= n_out || w_idle) continue;
+                        if constexpr (UP)
+                            h[(size_t)item * (size_t)de + (size_t)o] = k_f32_to_bf16(
+                                k_round_bf16(k_gelu_tanh(k_round_bf16(acc[i][t][j]))) *
+                                k_round_bf16(acc[i][TILES_NT + t][j]));
+                        else
+                            ys[(size_t)item * (size_t)dm + (size_t)o] = k_round_bf16(acc[i][t][j]);
+                    }
+            }
         }
     }
 }
 
 /* one staged form's dynamic shared memory allowance (the ring forms hold three stages) */
-template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false>
+template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false, bool WA = false>
 static int staged_allow_form(void) {
     constexpr int STAGES = RING ? 3 : 2;
-    CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<UP, RING, ZFILL, HALF>,
+    CUDA_CHECK(cudaFuncSetAttribute(moe_staged_kernel<UP, RING, ZFILL, HALF, WA>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)staged_smem_bytes<UP, STAGES>()));
     return K_OK;
@@ -881,9 +934,12 @@ static int staged_allow_form(void) {
 
 /* every form k_moe_experts launches, of one direction */
 template <bool UP> static int staged_allow_direction(void) {
-    const int rc[] = {staged_allow_form<UP>(), staged_allow_form<UP, true>(),
+    const int rc[] = {staged_allow_form<UP>(),
+                      staged_allow_form<UP, true>(),
                       staged_allow_form<UP, true, true>(),
-                      staged_allow_form<UP, true, true, true>()};
+                      staged_allow_form<UP, true, true, true>(),
+                      staged_allow_form<UP, true, true, false, !UP>(),
+                      staged_allow_form<UP, true, true, true, !UP>()};
     for (int r : rc)
         if (r != K_OK) return r;
     return K_OK;
@@ -968,6 +1024,8 @@ static int ring_zfill = 1; /* serve.moe_ring_zfill's default */
 extern "C" void k_set_moe_ring_zfill(int on) { ring_zfill = on ? 1 : 0; }
 static int half_tiles = 2; /* serve.moe_half_tiles' default */
 extern "C" void k_set_moe_half_tiles(int mode) { half_tiles = mode >= 2 ? 2 : mode > 0 ? 1 : 0; }
+static int weights_a = 0; /* serve.moe_weights_a's default: off until measured */
+extern "C" void k_set_moe_weights_a(int on) { weights_a = on ? 1 : 0; }
 
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */
 extern "C" void k_set_moe_expert_stream(int max_items) {
@@ -1301,9 +1359,12 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
                             up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list, active,
                             n_active, h, (float *)NULL));
         CUDA_CHECK(cudaGetLastError());
+        const bool wa = ring_zfill && weights_a;
         CUDA_CHECK(k_launch(!ring_zfill  ? moe_staged_kernel<false, true>
-                            : half_tiles ? moe_staged_kernel<false, true, true, true>
-                                         : moe_staged_kernel<false, true, true>,
+                            : half_tiles ? (wa ? moe_staged_kernel<false, true, true, true, true>
+                                               : moe_staged_kernel<false, true, true, true>)
+                                         : (wa ? moe_staged_kernel<false, true, true, false, true>
+                                               : moe_staged_kernel<false, true, true>),
                             down, STAGED_THREADS, staged_smem_bytes<false, 3>(), s, *a, list,
                             active, n_active, h, ys));
         CUDA_CHECK(cudaGetLastError());

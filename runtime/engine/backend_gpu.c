@@ -68,6 +68,7 @@ static backend *gpu_create(const g4_config *cfg, const char *device) {
     k_set_moe_prefill_tiles(cfg->serve.moe_prefill_tiles); /* likewise */
     k_set_moe_ring_zfill(cfg->serve.moe_ring_zfill);       /* likewise */
     k_set_moe_half_tiles(cfg->serve.moe_half_tiles);       /* likewise */
+    k_set_moe_weights_a(cfg->serve.moe_weights_a);         /* likewise */
     k_set_row_chain(cfg->serve.row_chain);                 /* likewise */
     k_set_moe_route_lanes(cfg->serve.moe_route_lanes);     /* likewise */
     k_set_wide_loads(cfg->serve.wide_loads);               /* likewise */

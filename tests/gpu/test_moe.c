@@ -42,6 +42,12 @@
  *   whole-tile path), and buckets on both sides of 64 items in one call (the 26B-A4B at 1,024
  *   rows; a d_model of 160, whose last down block has no pair). The d_experts of 32, 64, 96,
  *   160, 192 and 224 end the up kernel's 96-output blocks short, exactly and past the end.
+ * - moe_weights_a: the zero-fill down kernel with its weight rows on the mma's A operand and the
+ *   items on B, against the zero-fill ring, byte for byte, at half tiles 2 and 0: the router's
+ *   ids, every item on one expert (several item tiles, padding items), mixed buckets (half and
+ *   whole tiles in one call), bad ids; d_experts of 96 and 160 (odd 32-k block counts) leave a
+ *   chunk's second block zero-filled, and a d_model of 160 ends the last block's outputs past
+ *   the end.
  * - moe_route_lanes: the router's lanes form against moe_route_kernel, ids and weights byte
  *   for byte (the same operations in the same order), on the gate's logits and on a copy with
  *   NaN and infinite logits in some rows.
@@ -330,6 +336,7 @@ typedef struct switches {
     int in_up, tiles, wide, stream; /* stream: serve.expert_stream's item count (0 off) */
     int zfill;                      /* serve.moe_ring_zfill */
     int half;                       /* serve.moe_half_tiles (0..2) */
+    int wa;                         /* serve.moe_weights_a */
 } switches;
 
 /* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing, the
@@ -346,6 +353,7 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
     k_set_moe_expert_stream(sw.stream);
     k_set_moe_ring_zfill(sw.zfill);
     k_set_moe_half_tiles(sw.half);
+    k_set_moe_weights_a(sw.wa);
     int rc = k_copy_to_device(a->out, out, n * 2) | k_moe_experts(a, NULL) | k_sync() |
              k_copy_to_host(out, a->out, n * 2);
     k_set_moe_bucket_in_up(1);
@@ -354,6 +362,7 @@ static int experts_with(const k_moe_experts_args *a, switches sw, bf16_t *out, s
     k_set_moe_expert_stream(0);
     k_set_moe_ring_zfill(1);
     k_set_moe_half_tiles(2);
+    k_set_moe_weights_a(0);
     return rc;
 }
 
@@ -491,7 +500,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     if (!rc) rc = k_set_moe_prompt_tile(tile);
     if (!rc) { /* every row a prompt row */
         a.prompt_rows = rows;
-        rc = experts_with(&a, (switches){1, 3, 0, 0, 0, 0}, all, nx);
+        rc = experts_with(&a, (switches){1, 3, 0, 0, 0, 0, 0}, all, nx);
     }
     if (!rc && base->all) { /* against the first tile's run, row by row */
         for (int r = 0; r < rows; r++)
@@ -509,7 +518,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
     if (!rc) { /* the same rows as two calls */
         k_moe_experts_args b = a;
         b.rows = b.prompt_rows = half;
-        rc = experts_with(&b, (switches){1, 3, 0, 0, 0, 0}, got, (size_t)half * s->d_model);
+        rc = experts_with(&b, (switches){1, 3, 0, 0, 0, 0, 0}, got, (size_t)half * s->d_model);
         differ += !rc && memcmp(got, all, (size_t)half * row_bytes) != 0;
         b = a;
         b.out = (bf16_t *)b.out + (size_t)half * s->d_model;
@@ -517,8 +526,8 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         b.idx = (const int32_t *)b.idx + (size_t)half * s->top_k;
         b.weight = (const float *)b.weight + (size_t)half * s->top_k;
         b.rows = b.prompt_rows = rows - half;
-        rc |=
-            experts_with(&b, (switches){1, 3, 0, 0, 0, 0}, got, (size_t)(rows - half) * s->d_model);
+        rc |= experts_with(&b, (switches){1, 3, 0, 0, 0, 0, 0}, got,
+                           (size_t)(rows - half) * s->d_model);
         differ += !rc && memcmp(got, all + (size_t)half * s->d_model,
                                 (size_t)(rows - half) * row_bytes) != 0;
     }
@@ -527,11 +536,11 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
         g.rows = gen;
         g.prompt_rows = 0;
         k_set_moe_prompt_experts(0);
-        rc = experts_with(&g, (switches){1, 3, 0, 0, 0, 0}, ref, (size_t)gen * s->d_model);
+        rc = experts_with(&g, (switches){1, 3, 0, 0, 0, 0, 0}, ref, (size_t)gen * s->d_model);
         k_set_moe_prompt_experts(1);
         k_moe_experts_args m = a;
         m.prompt_rows = rows - gen;
-        rc |= experts_with(&m, (switches){1, 3, 0, 0, 0, 0}, got, nx);
+        rc |= experts_with(&m, (switches){1, 3, 0, 0, 0, 0, 0}, got, nx);
         differ += !rc && memcmp(got, ref, (size_t)gen * row_bytes) != 0;
         differ += !rc && memcmp(got + (size_t)gen * s->d_model, all + (size_t)gen * s->d_model,
                                 (size_t)(rows - gen) * row_bytes) != 0;
@@ -547,7 +556,7 @@ static void check_prompt_experts(const shape *s, int rows, const bf16_t *gu_h, c
             ids[s->top_k > 1 ? 1 : 0] = s->n_expert;
             ids[(size_t)(rows - 1) * (size_t)s->top_k] = -1;
             rc = k_copy_to_device(d_idx, ids, nk * 4) |
-                 experts_with(&a, (switches){1, 3, 0, 0, 0, 0}, got, nx) |
+                 experts_with(&a, (switches){1, 3, 0, 0, 0, 0, 0}, got, nx) |
                  k_copy_to_device(d_idx, idx, nk * 4);
         }
         for (int r = 0; !rc && r < rows; r++) {
@@ -635,11 +644,11 @@ static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t 
     long differ = 0;
     k_set_moe_prompt_experts(1);
     if (!rc)
-        rc = experts_with(&a, (switches){1, 3, 0, 0, 0, 0}, all,
+        rc = experts_with(&a, (switches){1, 3, 0, 0, 0, 0, 0}, all,
                           nx); /* tiles of K_PROMPT_TILE_DEFAULT */
     k_moe_prompt_stats(&calls[0], &items[0], &tile_rows[0]);
     if (!rc) rc = k_set_moe_prompt_tile(64);
-    if (!rc) rc = experts_with(&a, (switches){1, 3, 0, 0, 0, 0}, got, nx);
+    if (!rc) rc = experts_with(&a, (switches){1, 3, 0, 0, 0, 0, 0}, got, nx);
     k_moe_prompt_stats(&calls[1], &items[1], &tile_rows[1]);
     (void)k_set_moe_prompt_tile(K_PROMPT_TILE_DEFAULT);
     const long long tiles64 = (tile_rows[1] - tile_rows[0]) / 64;
@@ -651,7 +660,7 @@ static void check_prompt_chunk(const shape *s, const bf16_t *gu_h, const bf16_t 
         b.idx = (const int32_t *)b.idx + (size_t)h * HALF * (size_t)s->top_k;
         b.weight = (const float *)b.weight + (size_t)h * HALF * (size_t)s->top_k;
         b.rows = b.prompt_rows = HALF;
-        rc = experts_with(&b, (switches){1, 3, 0, 0, 0, 0}, got, HALF * dm);
+        rc = experts_with(&b, (switches){1, 3, 0, 0, 0, 0, 0}, got, HALF * dm);
         differ += !rc && memcmp(got, all + (size_t)h * HALF * dm, HALF * dm * 2) != 0;
     }
     k_set_moe_prompt_experts(0);
@@ -728,9 +737,11 @@ static void check_half_mix(const shape *s, int rows, void *d_gu, void *d_dn) {
                       small, large);
         else {
             check_switch("moe_half_tiles(mixed buckets)", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 3, 0, 0, 1, 0}, (switches){1, 3, 0, 0, 1, 1});
+                         (switches){1, 3, 0, 0, 1, 0, 0}, (switches){1, 3, 0, 0, 1, 1, 0});
             check_switch("moe_half_tiles=2(mixed buckets)", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 3, 0, 0, 1, 0}, (switches){1, 3, 0, 0, 1, 2});
+                         (switches){1, 3, 0, 0, 1, 0, 0}, (switches){1, 3, 0, 0, 1, 2, 0});
+            check_switch("moe_weights_a(mixed buckets)", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 3, 0, 0, 1, 2, 0}, (switches){1, 3, 0, 0, 1, 2, 1});
         }
     }
     free(idx);
@@ -746,12 +757,14 @@ static const struct prefill_switch {
     switches off, on;
     int one_expert;
 } prefill_switches[] = {
-    {"moe_prefill_tiles", {1, 0, 0, 0, 0, 0}, {1, 1, 0, 0, 0, 0}, 0},
-    {"moe_prefill_staged", {1, 0, 0, 0, 0, 0}, {1, 2, 0, 0, 0, 0}, 1},
-    {"moe_prefill_ring", {1, 0, 0, 0, 0, 0}, {1, 3, 0, 0, 0, 0}, 1},
-    {"moe_ring_zfill", {1, 3, 0, 0, 0, 0}, {1, 3, 0, 0, 1, 0}, 1},
-    {"moe_half_tiles", {1, 3, 0, 0, 1, 0}, {1, 3, 0, 0, 1, 1}, 1},
-    {"moe_half_tiles=2", {1, 3, 0, 0, 1, 0}, {1, 3, 0, 0, 1, 2}, 1},
+    {"moe_prefill_tiles", {1, 0, 0, 0, 0, 0, 0}, {1, 1, 0, 0, 0, 0, 0}, 0},
+    {"moe_prefill_staged", {1, 0, 0, 0, 0, 0, 0}, {1, 2, 0, 0, 0, 0, 0}, 1},
+    {"moe_prefill_ring", {1, 0, 0, 0, 0, 0, 0}, {1, 3, 0, 0, 0, 0, 0}, 1},
+    {"moe_ring_zfill", {1, 3, 0, 0, 0, 0, 0}, {1, 3, 0, 0, 1, 0, 0}, 1},
+    {"moe_half_tiles", {1, 3, 0, 0, 1, 0, 0}, {1, 3, 0, 0, 1, 1, 0}, 1},
+    {"moe_half_tiles=2", {1, 3, 0, 0, 1, 0, 0}, {1, 3, 0, 0, 1, 2, 0}, 1},
+    {"moe_weights_a", {1, 3, 0, 0, 1, 2, 0}, {1, 3, 0, 0, 1, 2, 1}, 1},
+    {"moe_weights_a(half 0)", {1, 3, 0, 0, 1, 0, 0}, {1, 3, 0, 0, 1, 0, 1}, 1},
 };
 
 static void run_shape(const shape *s, uint64_t seed) {
@@ -786,7 +799,7 @@ static void run_shape(const shape *s, uint64_t seed) {
         const int mma = s->d_model % 32 == 0 && s->d_expert % 32 == 0;
         if (mma && nk <= 128) /* where the up kernel may bucket its items */
             check_switch("moe_bucket_in_up", s, rows, d_gu, d_dn, idx, w,
-                         (switches){0, 0, 0, 0, 0, 0}, (switches){1, 0, 0, 0, 0, 0});
+                         (switches){0, 0, 0, 0, 0, 0, 0}, (switches){1, 0, 0, 0, 0, 0, 0});
         if (mma && nk > 128) { /* prefill-sized calls */
             for (size_t p = 0; p < sizeof prefill_switches / sizeof *prefill_switches; p++)
                 check_switch(prefill_switches[p].name, s, rows, d_gu, d_dn, idx, w,
@@ -820,26 +833,26 @@ static void run_shape(const shape *s, uint64_t seed) {
         }
         if (mma && nk <= 8) /* one decode row: where serve.wide_loads applies */
             check_decode_switch("wide_loads", s, rows, d_gu, d_dn, idx, w,
-                                (switches){1, 0, 0, 0, 0, 0}, (switches){1, 0, 1, 0, 0, 0},
-                                (switches){0, 0, 0, 0, 0, 0}, (switches){0, 0, 1, 0, 0, 0});
+                                (switches){1, 0, 0, 0, 0, 0, 0}, (switches){1, 0, 1, 0, 0, 0, 0},
+                                (switches){0, 0, 0, 0, 0, 0, 0}, (switches){0, 0, 1, 0, 0, 0, 0});
         if (mma && nk > 8 && nk <= 128) /* past it the narrow groups run: the switch is inert */
             check_switch("wide_loads(inert)", s, rows, d_gu, d_dn, idx, w,
-                         (switches){1, 0, 0, 0, 0, 0}, (switches){1, 0, 1, 0, 0, 0});
+                         (switches){1, 0, 0, 0, 0, 0, 0}, (switches){1, 0, 1, 0, 0, 0, 0});
         if (mma && nk <= 8) /* one decode row: against the wide groups, the default there */
             check_decode_switch("expert_stream", s, rows, d_gu, d_dn, idx, w,
-                                (switches){1, 0, 1, 0, 0, 0}, (switches){1, 0, 1, 8, 0, 0},
-                                (switches){0, 0, 1, 0, 0, 0}, (switches){0, 0, 1, 8, 0, 0});
+                                (switches){1, 0, 1, 0, 0, 0, 0}, (switches){1, 0, 1, 8, 0, 0, 0},
+                                (switches){0, 0, 1, 0, 0, 0, 0}, (switches){0, 0, 1, 8, 0, 0, 0});
         if (mma && nk > 8 && nk <= 128) { /* up to 16 decode rows: buckets past 8 and 16 items */
-            check_switch("expert_stream", s, rows, d_gu, d_dn, idx, w, (switches){1, 0, 1, 0, 0, 0},
-                         (switches){1, 0, 1, 128, 0, 0});
+            check_switch("expert_stream", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 0, 1, 0, 0, 0, 0}, (switches){1, 0, 1, 128, 0, 0, 0});
             check_switch("expert_stream+bucket_kernel", s, rows, d_gu, d_dn, idx, w,
-                         (switches){0, 0, 1, 0, 0, 0}, (switches){0, 0, 1, 128, 0, 0});
+                         (switches){0, 0, 1, 0, 0, 0, 0}, (switches){0, 0, 1, 128, 0, 0, 0});
             /* every item on expert 0: one bucket of several 16-item tiles, the ring's stages
              * and phases carried from tile to tile, the last tile partial or past 8 items */
             int32_t *one = calloc(nk, 4);
             if (one)
                 check_switch("expert_stream(one expert)", s, rows, d_gu, d_dn, one, w,
-                             (switches){1, 0, 1, 0, 0, 0}, (switches){1, 0, 1, 128, 0, 0});
+                             (switches){1, 0, 1, 0, 0, 0, 0}, (switches){1, 0, 1, 128, 0, 0, 0});
             else
                 test_fail("expert_stream(one expert)", "out of host memory");
             free(one);
