@@ -14,8 +14,8 @@
 #      (default 430) s of the call are left (CALL_SECONDS, default 570; WA_FULL=0 skips it).
 #      A call that builds seldom has that left: a second call on the warm box with
 #      WA_REBUILD=0 WA_MOE=0 WA_AB=0 WA_RECORD=0 WA_FULL=force runs it alone
-#   6. ncu over the first up and down launches at 1, then at 0, with the time that is left,
-#      with the warps' stall reasons (WA_NCU=0 skips it)
+#   6. ncu over the first up and down launches at 1, then at 0 (WA_NCU_FORMS, default "1 0"),
+#      with the time that is left, with the warps' stall reasons (WA_NCU=0 skips it)
 # Logs under $OUT: build.log, moe.log, ab.log, full.log, ncu-wa1.txt, ncu-wa0.txt.
 . tests/gpu/plans/preamble.sh
 build_tree "${WA_REBUILD:-1}"
@@ -61,7 +61,7 @@ if [ "${WA_FULL:-1}" != 0 ] && [ "$won" = 1 ] && [ "$(left)" -gt "${WA_FULL_MIN:
     count "full 26b-a4b bf16 (moe_weights_a 1)" $? "$OUT/full.log"
 fi
 if [ "${WA_NCU:-1}" = 1 ] && command -v ncu > /dev/null; then
-    for f in 1 0; do
+    for f in ${WA_NCU_FORMS:-1 0}; do
         [ "$(left)" -gt 40 ] || break
         ncu_prefill moe_staged 2 "$OUT/ncu-wa$f.txt" serve.moe_weights_a=$f
     done
