@@ -526,10 +526,12 @@ void k_set_moe_ring_zfill(int on);
 void k_set_moe_half_tiles(int mode);
 /* 1: with the zero-fill ring, the experts' down kernel puts its weight rows on the mma's A operand
  * and the items on B (the transposed product), so that a warp assembles one pair of A operands a
- * 32-k block instead of one for every item tile (serve.moe_weights_a, default 0; speed only: every
- * k slot of every mma multiplies the same two words in the same order, so the same bits).
- * Process-wide, read at each call. */
-void k_set_moe_weights_a(int on);
+ * 32-k block instead of one for every item tile; 2: the up kernel too, each warp 8 outputs' gate
+ * and up rows on A over all 128 items of a tile, in place of the half tiles' form
+ * (serve.moe_weights_a, default 0; larger values are taken as 2; speed only: every k slot of
+ * every mma multiplies the same two words in the same order, so the same bits). Process-wide,
+ * read at each call. */
+void k_set_moe_weights_a(int mode);
 
 /* Device management: 0 when a usable sm_90 device is present. A build without nvcc links
  * kernels/no_gpu.c instead, whose k_device_init says so and whose other launchers refuse. */

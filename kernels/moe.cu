@@ -664,26 +664,30 @@ template <bool UP, int STAGES = 2> static __host__ __device__ constexpr size_t s
  * then up rows 64..95), so a stage is the same bytes and each thread makes the same copies; each
  * output still gets its (item tile, output tile) mmas in k order, so the same bits (test_moe's
  * `moe_half_tiles` gates).
- * WA (serve.moe_weights_a, the down kernel with ZFILL): the weight rows are the mma's A operand
- * (the warp's 16 outputs on its M side) and the items its B operand (8 items on N), the
+ * WA (serve.moe_weights_a, with ZFILL; the up kernel's at 2, without HALF): the weight rows are
+ * the mma's A operand (16 rows on its M side) and the items its B operand (8 items on N), the
  * transpose of the product above. The A operand interleaves rows g and g + 8 a register at a
  * time, which a 16-byte load of one row cannot fill, so ptxas assembles it from two row loads
- * with register moves, twice over for each item tile: 64 moves a 32-k block and warp in the down
- * kernel, against 16 mmas (docs/perf-notes.md, forty-ninth session). A warp has 4 item tiles of
- * 16 but one weight tile of 16, so with the weights on A one pair of operands is made a block,
- * and a B operand (two consecutive words of one row) is the load's own registers. Each mma still
- * gets, in each of its k slots, the same item word and weight word as before, in the same order
- * over k, and a product does not depend on which operand carries which factor, so the sums are
- * the same bits (test_moe's `moe_weights_a` gates, byte for byte against the zero-fill ring).
- * The copies and the stage are unchanged. The up kernel keeps its form: with two weight tiles
- * (gate's and up's) held a block, its loop's registers spilled the rows' addresses. */
+ * with register moves, twice over for each item tile: 64 moves a 32-k block and warp in either
+ * kernel (docs/perf-notes.md, forty-ninth session). With the weights on A a warp makes one
+ * operand pair a block, and a B operand (two consecutive words of one row) is the load's own
+ * registers. The down kernel's warp keeps its 16 outputs and 64 items; the up kernel's warp takes
+ * 8 outputs over all 128 items of the tile, its A tile's rows g and g + 8 being output g's gate
+ * and up rows, so that GeGLU's two operands meet in one lane's accumulators (with two A tiles, of
+ * gate and of up, its loop spilled), and skips the second 64 items where they are all padding.
+ * The up kernel's half tiles (HALF) do not apply: a bucket of at most 64 items runs 64 outputs a
+ * block on all 8 warps. Each mma still gets, in each of its k slots, the same item word and weight
+ * word as before, in the same order over k, and a product does not depend on which operand
+ * carries which factor, so the sums are the same bits (test_moe's `moe_weights_a` gates, byte for
+ * byte against the zero-fill ring). The copies and the stage are unchanged. */
 template <bool UP, bool RING = false, bool ZFILL = false, bool HALF = false, bool WA = false>
 __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     moe_staged_kernel(k_moe_experts_args a, const int32_t *list, const int32_t *active,
                       const int32_t *n_active, bf16_t *h, float *ys) {
     static_assert(!ZFILL || RING, "the zero-fill copies are the ring's");
     static_assert(!HALF || ZFILL, "half tiles are the zero-fill ring's");
-    static_assert(!WA || (ZFILL && !UP), "weights on A is a form of the zero-fill down kernel");
+    static_assert(!WA || (ZFILL && !(UP && HALF)),
+                  "weights on A is a form of the zero-fill ring (the up kernel's whole tiles)");
     static_assert(TILES_NT == 2, "a warp's 16 outputs are one A tile of 16 rows");
     constexpr int STAGES = RING ? 3 : 2;
     K_GRID_DEPENDENCY();
@@ -794,28 +798,38 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
         cp_async_commit();
     };
 
-    /* WA: one weight tile of 16 by item tiles of 8; else item tiles of 16 by weight tiles of 8 */
-    float acc[WA ? 1 : TILES_MT][WA ? 2 * TILES_MT : NB][4];
+    /* WA: one weight tile of 16 rows by item tiles of 8 (the down kernel: the warp's 16 outputs
+     * and 64 items; the up kernel: its 8 outputs' gate and up rows, and all 128 items); else
+     * item tiles of 16 by weight tiles of 8 */
+    constexpr int WA_TILES = (UP ? 4 : 2) * TILES_MT;
+    float acc[WA ? 1 : TILES_MT][WA ? WA_TILES : NB][4];
     /* 32-k block kb of the stage at st into this warp's accumulators: each (item tile, weight
      * tile) pair gets the block's two mmas in order */
-    auto kblock = [&](const unsigned char *st, int kb) {
+    /* items_hi: the tile's second 64 items hold one that is not padding (the up kernel's WA) */
+    auto kblock = [&](const unsigned char *st, int kb, bool items_hi) {
         if constexpr (WA) {
             /* the warp's 16 outputs' two A operands, rows g and g + 8 a word at a time; each
              * word passed through an exclusive or with a zero ptxas cannot see, so that the
              * operands are made once a block: as plain copies of the loaded words, ptxas
              * rebuilt them with moves before every mma, as it does the item operands above */
             const uint32_t opaque_zero = (uint32_t)(a.d_model < 0);
-            const unsigned char *wr = st + w_part + (kb * w_kb_rows + w_row0 + g) * 64 + q * 16;
-            const uint4 lo = *reinterpret_cast<const uint4 *>(wr);
-            const uint4 hi = *reinterpret_cast<const uint4 *>(wr + 8 * 64);
+            /* the A tile's rows g and g + 8: the down kernel's outputs w_row0 + g and + 8; the up
+             * kernel's output warp * 8 + g of gate and of up (so GeGLU's two operands meet in
+             * one lane's accumulators) */
+            const int lo_row = UP ? warp * 8 + g : w_row0 + g;
+            const int hi_row = UP ? STAGED_BN + warp * 8 + g : w_row0 + g + 8;
+            const unsigned char *wr = st + w_part + kb * w_kb_rows * 64 + q * 16;
+            const uint4 lo = *reinterpret_cast<const uint4 *>(wr + lo_row * 64);
+            const uint4 hi = *reinterpret_cast<const uint4 *>(wr + hi_row * 64);
             const uint32_t f[8] = {lo.x, hi.x, lo.y, hi.y, lo.z, hi.z, lo.w, hi.w};
             uint32_t wa[8];
 #pragma unroll
             for (int j = 0; j < 8; j++)
                 wa[j] = f[j] ^ opaque_zero;
 #pragma unroll
-            for (int n = 0; n < 2 * TILES_MT; n++) { /* item tiles of 8 */
-                const int row = wm * 16 * TILES_MT + 8 * n + g;
+            for (int n = 0; n < WA_TILES; n++) {                 /* item tiles of 8 */
+                if (UP && n == WA_TILES / 2 && !items_hi) break; /* warp-uniform */
+                const int row = (UP ? 0 : wm * 16 * TILES_MT) + 8 * n + g;
                 const uint4 xv =
                     *reinterpret_cast<const uint4 *>(st + (kb * STAGED_BM + row) * 64 + q * 16);
                 mma_16816(acc[0][n], wa[0], wa[1], wa[2], wa[3], xv.x, xv.y);
@@ -847,17 +861,22 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
 
     for (int r0 = 0; r0 < n; r0 += STAGED_BM) {
         if (r0 > 0) __syncthreads(); /* the last tile's s_row, s_item and epilogue reads */
-        moe_bucket_rows<UP, STAGED_BM, STAGED_THREADS>(a, list, b, r0, h, s_row, s_item);
+        moe_bucket bt = b;
+        /* the up kernel's WA form: the bucket's first item read again each tile (a volatile
+         * load), not held across the tile's k loop, where it was the register that spilled */
+        if constexpr (UP && WA)
+            bt.first = *(reinterpret_cast<const volatile int32_t *>(active) + 3 * blockIdx.y + 1);
+        moe_bucket_rows<UP, STAGED_BM, STAGED_THREADS>(a, list, bt, r0, h, s_row, s_item);
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < (WA ? 1 : TILES_MT); i++)
 #pragma unroll
-            for (int t = 0; t < (WA ? 2 * TILES_MT : NB); t++)
+            for (int t = 0; t < (WA ? WA_TILES : NB); t++)
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     acc[i][t][j] = 0.0f;
         /* RING: whether this warp's items hold one that is not padding (warp-uniform) */
-        const bool live = (!RING || r0 + wm * 16 * TILES_MT < n) && !w_idle;
+        const bool live = (!RING || (UP && WA) || r0 + wm * 16 * TILES_MT < n) && !w_idle;
         if constexpr (RING)
             for (int c = 0; c < STAGES - 1; c++)
                 issue(c);
@@ -878,7 +897,7 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
 #pragma unroll 1 /* unrolled, the next block's operands came early and spilled */
                 for (int kb = 0; kb < STAGED_KB; kb++) {
                     if (c * STAGED_KB + kb >= nkb) break; /* block-uniform */
-                    kblock(st, kb);
+                    kblock(st, kb, r0 + STAGED_BM / 2 < n);
                 }
             }
             if constexpr (!RING)
@@ -887,7 +906,21 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
         /* RING: the groups past the last chunk are empty; the barrier at the next item tile's
          * start keeps its first copies from a stage a warp still reads */
         if constexpr (RING) cp_async_wait_all_but<0>();
-        if constexpr (WA) {
+        if constexpr (WA && UP) {
+            /* acc[0][n][j]: item 2q + j % 2 of tile n; j < 2 its gate, j >= 2 its up of output
+             * warp * 8 + g */
+#pragma unroll
+            for (int n = 0; n < WA_TILES; n++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int item = s_item[8 * n + 2 * q + j];
+                    const int o = ob + warp * 8 + g;
+                    if (item >= 0 && o < n_out)
+                        h[(size_t)item * (size_t)de + (size_t)o] =
+                            k_f32_to_bf16(k_round_bf16(k_gelu_tanh(k_round_bf16(acc[0][n][j]))) *
+                                          k_round_bf16(acc[0][n][2 + j]));
+                }
+        } else if constexpr (WA) {
             /* acc[0][n][j]: output g + 8 (j / 2) of the warp's 16, item 2q + j % 2 of tile n */
 #pragma unroll
             for (int n = 0; n < 2 * TILES_MT; n++)
@@ -940,12 +973,10 @@ template <bool UP> static int staged_allow_direction(void) {
                       staged_allow_form<UP, true, true, true>()};
     for (int r : rc)
         if (r != K_OK) return r;
-    if constexpr (!UP) {
-        const int rc_wa[] = {staged_allow_form<false, true, true, false, true>(),
-                             staged_allow_form<false, true, true, true, true>()};
-        for (int r : rc_wa)
-            if (r != K_OK) return r;
-    }
+    const int rc_wa[] = {staged_allow_form<UP, true, true, false, true>(),
+                         staged_allow_form<UP, true, true, !UP, true>()};
+    for (int r : rc_wa)
+        if (r != K_OK) return r;
     return K_OK;
 }
 
@@ -1029,7 +1060,7 @@ extern "C" void k_set_moe_ring_zfill(int on) { ring_zfill = on ? 1 : 0; }
 static int half_tiles = 2; /* serve.moe_half_tiles' default */
 extern "C" void k_set_moe_half_tiles(int mode) { half_tiles = mode >= 2 ? 2 : mode > 0 ? 1 : 0; }
 static int weights_a = 0; /* serve.moe_weights_a's default: off until measured */
-extern "C" void k_set_moe_weights_a(int on) { weights_a = on ? 1 : 0; }
+extern "C" void k_set_moe_weights_a(int mode) { weights_a = mode >= 2 ? 2 : mode > 0 ? 1 : 0; }
 
 static int stream_items = 0; /* serve.expert_stream's default: off until measured */
 extern "C" void k_set_moe_expert_stream(int max_items) {
@@ -1358,6 +1389,7 @@ extern "C" int k_moe_experts(const k_moe_experts_args *a, g4_stream st) {
         dim3 up((unsigned)((a->d_expert + STAGED_BN - 1) / STAGED_BN), slots);
         dim3 down((unsigned)((a->d_model + STAGED_BN - 1) / STAGED_BN), slots);
         CUDA_CHECK(k_launch(!ring_zfill       ? moe_staged_kernel<true, true>
+                            : weights_a == 2  ? moe_staged_kernel<true, true, true, false, true>
                             : half_tiles == 2 ? moe_staged_kernel<true, true, true, true>
                                               : moe_staged_kernel<true, true, true>,
                             up, STAGED_THREADS, staged_smem_bytes<true, 3>(), s, *a, list, active,

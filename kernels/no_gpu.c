@@ -126,7 +126,7 @@ long long k_attn_prompt_launches(void) { return 0; }
 void k_set_moe_prefill_tiles(int mode) { (void)mode; }
 void k_set_moe_ring_zfill(int on) { (void)on; }
 void k_set_moe_half_tiles(int mode) { (void)mode; }
-void k_set_moe_weights_a(int on) { (void)on; }
+void k_set_moe_weights_a(int mode) { (void)mode; }
 void k_set_row_chain(int mode) { (void)mode; }
 int k_row_ops_chained(const k_row_ops_args *a) {
     (void)a;

@@ -90,7 +90,7 @@ static const struct cfg_key {
     CFG_RANGE(serve, moe_prefill_tiles, 0, 3), /* 0 off, 1 item tiles, 2 staged, 3 a ring */
     CFG_SWITCH(serve, moe_ring_zfill),         /* the ring's copies zero-fill padding */
     CFG_RANGE(serve, moe_half_tiles, 0, 2),    /* half-empty tiles take more outputs a block */
-    CFG_SWITCH(serve, moe_weights_a),          /* the down ring's weights on the mma's A side */
+    CFG_RANGE(serve, moe_weights_a, 0, 2),     /* the ring's weights on A: 1 down, 2 up and down */
     CFG_RANGE(serve, row_chain, 0, 3), /* 0 off, 1 rows up to 3,072, 2 up to 6,144, 3 2 loaded */
     CFG_SWITCH(serve, moe_route_lanes),
     CFG_SWITCH(serve, wide_loads),

@@ -53,7 +53,7 @@ typedef struct g4_config {
                                   item tiles) */
         int moe_ring_zfill;    /* 0 or 1, default 1: the ring's copies zero-fill; speed only */
         int moe_half_tiles;    /* 0..2, default 2: half-empty tiles take more outputs; speed only */
-        int moe_weights_a;     /* 0 or 1, default 0: the down ring's weights on A; speed only */
+        int moe_weights_a;     /* 0..2, default 0: the ring's weights on A (1 down, 2 up too) */
         int row_chain;         /* 0..3, default 3: row ops in the compact chain kernel */
         int moe_route_lanes;   /* 0/1, default 1: the router kernel's lanes form */
         int wide_loads;        /* 0/1, default 1: decode k loops in wider load groups */

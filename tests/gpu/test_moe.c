@@ -42,8 +42,9 @@
  *   whole-tile path), and buckets on both sides of 64 items in one call (the 26B-A4B at 1,024
  *   rows; a d_model of 160, whose last down block has no pair). The d_experts of 32, 64, 96,
  *   160, 192 and 224 end the up kernel's 96-output blocks short, exactly and past the end.
- * - moe_weights_a: the zero-fill down kernel with its weight rows on the mma's A operand and the
- *   items on B, against the zero-fill ring, byte for byte, at half tiles 2 and 0: the router's
+ * - moe_weights_a: the zero-fill down kernel (1), and at 2 the up kernel too (whole tiles, 8
+ *   outputs a warp over 128 items), with their weight rows on the mma's A operand and the items
+ *   on B, against the zero-fill ring, byte for byte, at half tiles 2 and 0 (1): the router's
  *   ids, every item on one expert (several item tiles, padding items), mixed buckets (half and
  *   whole tiles in one call), bad ids; d_experts of 96 and 160 (odd 32-k block counts) leave a
  *   chunk's second block zero-filled, and a d_model of 160 ends the last block's outputs past
@@ -336,7 +337,7 @@ typedef struct switches {
     int in_up, tiles, wide, stream; /* stream: serve.expert_stream's item count (0 off) */
     int zfill;                      /* serve.moe_ring_zfill */
     int half;                       /* serve.moe_half_tiles (0..2) */
-    int wa;                         /* serve.moe_weights_a */
+    int wa;                         /* serve.moe_weights_a (0..2) */
 } switches;
 
 /* One k_moe_experts call into out (poisoned first) with the up kernel's own bucketing, the
@@ -742,6 +743,8 @@ static void check_half_mix(const shape *s, int rows, void *d_gu, void *d_dn) {
                          (switches){1, 3, 0, 0, 1, 0, 0}, (switches){1, 3, 0, 0, 1, 2, 0});
             check_switch("moe_weights_a(mixed buckets)", s, rows, d_gu, d_dn, idx, w,
                          (switches){1, 3, 0, 0, 1, 2, 0}, (switches){1, 3, 0, 0, 1, 2, 1});
+            check_switch("moe_weights_a=2(mixed buckets)", s, rows, d_gu, d_dn, idx, w,
+                         (switches){1, 3, 0, 0, 1, 2, 0}, (switches){1, 3, 0, 0, 1, 2, 2});
         }
     }
     free(idx);
@@ -765,6 +768,7 @@ static const struct prefill_switch {
     {"moe_half_tiles=2", {1, 3, 0, 0, 1, 0, 0}, {1, 3, 0, 0, 1, 2, 0}, 1},
     {"moe_weights_a", {1, 3, 0, 0, 1, 2, 0}, {1, 3, 0, 0, 1, 2, 1}, 1},
     {"moe_weights_a(half 0)", {1, 3, 0, 0, 1, 0, 0}, {1, 3, 0, 0, 1, 0, 1}, 1},
+    {"moe_weights_a=2", {1, 3, 0, 0, 1, 2, 0}, {1, 3, 0, 0, 1, 2, 2}, 1},
 };
 
 static void run_shape(const shape *s, uint64_t seed) {

@@ -129,7 +129,7 @@ static void test_full_ini(void) {
                                              "moe_prefill_tiles = 0\n"
                                              "moe_ring_zfill = 0\n"
                                              "moe_half_tiles = 1\n"
-                                             "moe_weights_a = 1\n"
+                                             "moe_weights_a = 2\n"
                                              "row_chain = 1\n"
                                              "moe_route_lanes = 0\n"
                                              "wide_loads = 0\n"
@@ -169,7 +169,7 @@ static void test_full_ini(void) {
         c.serve.max_queue == 1000000 && c.serve.attn_splits_per_block == 4 && c.serve.pdl == 0 &&
         c.serve.fuse_projections == 0 && c.serve.attn_fold == 0 && c.serve.moe_bucket_in_up == 0 &&
         c.serve.moe_prefill_tiles == 0 && c.serve.moe_ring_zfill == 0 &&
-        c.serve.moe_half_tiles == 1 && c.serve.moe_weights_a == 1 && c.serve.row_chain == 1 &&
+        c.serve.moe_half_tiles == 1 && c.serve.moe_weights_a == 2 && c.serve.row_chain == 1 &&
         c.serve.moe_route_lanes == 0 && c.serve.wide_loads == 0 && c.serve.attn_mma == 0 &&
         c.serve.attn_query_tiles == 0 && c.serve.attn_fp8_frags == 0 &&
         c.serve.attn_early_lookup == 0 && c.serve.attn_longest_first == 0 &&
@@ -263,7 +263,7 @@ static void test_load_errors(void) {
                       ":2:", "serve.moe_ring_zfill", NULL);
     expect_load_error("config.bad_moe_half_tiles", "[serve]\nmoe_half_tiles = 3\n",
                       ":2:", "serve.moe_half_tiles", NULL);
-    expect_load_error("config.bad_moe_weights_a", "[serve]\nmoe_weights_a = 2\n",
+    expect_load_error("config.bad_moe_weights_a", "[serve]\nmoe_weights_a = 3\n",
                       ":2:", "serve.moe_weights_a", NULL);
     /* the bulk-copy forms of the ring lost (docs/perf-notes.md) and went: the key is unknown */
     expect_load_error("config.gone_moe_ring_bulk", "[serve]\nmoe_ring_bulk = 1\n",
