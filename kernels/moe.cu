@@ -808,10 +808,10 @@ __global__ static void __launch_bounds__(STAGED_THREADS, 2)
     /* items_hi: the tile's second 64 items hold one that is not padding (the up kernel's WA) */
     auto kblock = [&](const unsigned char *st, int kb, bool items_hi) {
         if constexpr (WA) {
-            /* the warp's 16 outputs' two A operands, rows g and g + 8 a word at a time; each
-             * word passed through an exclusive or with a zero ptxas cannot see, so that the
-             * operands are made once a block: as plain copies of the loaded words, ptxas
-             * rebuilt them with moves before every mma, as it does the item operands above */
+            /* the warp's A tile as two operands, rows g and g + 8 a word at a time; each word
+             * passed through an exclusive or with a zero ptxas cannot see, so that the operands
+             * are made once a block: as plain copies of the loaded words, ptxas rebuilt them
+             * with moves before every mma, as it does the item operands below */
             const uint32_t opaque_zero = (uint32_t)(a.d_model < 0);
             /* the A tile's rows g and g + 8: the down kernel's outputs w_row0 + g and + 8; the up
              * kernel's output warp * 8 + g of gate and of up (so GeGLU's two operands meet in
