@@ -6,15 +6,13 @@
 #   2. test_moe whole (its moe_weights_a gates: byte for byte against the zero-fill ring at half
 #      tiles 2 and 0, the router's ids, every item on one expert, mixed buckets, bad ids)
 #   3. bench_decode, 26B-A4B dummy weights, one 1,024-token prompt at each of WA_FORMS (default
-#      "0 1 2"), WA_ROUNDS
-#      (default 3) paired rounds, and 4,096 tokens once each (WA_LONG=0 skips them): the
-#      prefill and its experts' line
+#      "0 1 2"), WA_ROUNDS (default 3) paired rounds, and 4,096 tokens once each (WA_LONG=0 skips
+#      them): the prefill and its experts' line
 #   4. the defaults' decode steps on the same card (WA_RECORD=0 skips them): the 26B-A4B at one
 #      and 16 rows, 1,024-token context
 #   5. the 26B-A4B's full step (bf16) at WA_FULL_AT (default 1), where it beat 0 and more than
-#      WA_FULL_MIN
-#      (default 430) s of the call are left (CALL_SECONDS, default 570; WA_FULL=0 skips it).
-#      A call that builds seldom has that left: a second call on the warm box with
+#      WA_FULL_MIN (default 430) s of the call are left (CALL_SECONDS, default 570; WA_FULL=0
+#      skips it). A call that builds seldom has that left: a second call on the warm box with
 #      WA_REBUILD=0 WA_MOE=0 WA_AB=0 WA_RECORD=0 WA_FULL=force runs it alone
 #   6. ncu over the first up and down launches at each of WA_NCU_FORMS (default "2 1 0"),
 #      with the time that is left, with the warps' stall reasons (WA_NCU=0 skips it)
